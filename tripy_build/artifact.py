@@ -1,0 +1,172 @@
+"""The artifact format on disk: a directory with ``manifest.json`` and the files it lists.
+
+Writing is atomic: the artifact is assembled in a temporary sibling directory, fsynced and renamed
+into place, so a reader sees a complete artifact or none. Reading checks the schema version and every
+file's size and sha256 before anything is deserialized, and never unpickles. See docs/artifact.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+from .errors import ArtifactError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+KIND = "tripy_build.artifact"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dumps(data: Any) -> bytes:
+    """Canonical JSON: sorted keys, fixed separators, so equal manifests are equal bytes."""
+    return (json.dumps(data, sort_keys=True, indent=1, ensure_ascii=True) + "\n").encode()
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(dirpath, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def list_files(root: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file under ``root`` but the manifest, by relative POSIX path."""
+    out = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel != MANIFEST:
+            out[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    return out
+
+
+def is_artifact(path: Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, bytes],
+          writers: list[Callable[[Path], None]] = ()) -> Path:
+    """Write an artifact atomically: ``files`` by relative path, then ``writers(tmpdir)``, then the manifest.
+
+    An existing artifact at ``path`` is replaced; any other existing non-empty directory is refused.
+    """
+    target = Path(path).absolute()
+    if target.exists() and not (target.is_dir() and (is_artifact(target) or not any(target.iterdir()))):
+        raise ArtifactError(
+            f"cannot save to {str(target)!r}: it exists and is not a tripy_build artifact. "
+            "Choose a new directory or remove it."
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        for rel, data in files.items():
+            dest = tmp / PurePosixPath(rel)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        for writer in writers:
+            writer(tmp)
+        full = dict(manifest, schema_version=SCHEMA_VERSION, kind=KIND, files=list_files(tmp))
+        (tmp / MANIFEST).write_bytes(dumps(full))
+        _fsync_tree(tmp)
+        os.chmod(tmp, 0o755)
+        _replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Move ``new`` to ``target``; an old artifact there is swapped out first and then deleted."""
+    try:
+        os.rename(new, target)
+        return
+    except OSError:
+        if not target.exists():
+            raise
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    os.rename(target, old / "artifact")
+    os.rename(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _safe_relpath(rel: Any) -> PurePosixPath:
+    p = PurePosixPath(rel) if isinstance(rel, str) else None
+    if p is None or p.is_absolute() or ".." in p.parts or not p.parts or "\\" in rel:
+        raise ArtifactError(f"manifest lists an unsafe file path {rel!r}; refusing to read it.")
+    return p
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    root = Path(path)
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise ArtifactError(
+            f"{str(root)!r} is not a tripy_build artifact: {MANIFEST} is missing. "
+            "Pass the directory that Executable.save() or the build command wrote."
+        )
+    try:
+        manifest = json.loads(mpath.read_bytes())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{mpath}: not valid JSON ({e}); the artifact is damaged.") from None
+    if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
+        raise ArtifactError(f"{mpath}: not a tripy_build manifest (kind is {manifest.get('kind') if isinstance(manifest, dict) else None!r}).")
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ArtifactError(
+            f"{mpath}: schema_version {version!r} is not supported; this tripy_build reads version "
+            f"{SCHEMA_VERSION}. Rebuild the artifact or use a matching tripy_build."
+        )
+    return manifest
+
+
+def read(path: str | os.PathLike, names: list[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and the bytes of ``names``, after checking the digest of every listed file."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    listed = manifest.get("files")
+    if not isinstance(listed, dict):
+        raise ArtifactError(f"{root / MANIFEST}: no 'files' table; the artifact is damaged.")
+    contents: dict[str, bytes] = {}
+    for rel, entry in listed.items():
+        fpath = root / _safe_relpath(rel)
+        if not fpath.is_file():
+            raise ArtifactError(f"{fpath}: listed in the manifest but missing; the artifact is incomplete.")
+        data = fpath.read_bytes() if rel in names else None
+        size = len(data) if data is not None else fpath.stat().st_size
+        digest = sha256_bytes(data) if data is not None else sha256_file(fpath)
+        if size != entry.get("size") or digest != entry.get("sha256"):
+            raise ArtifactError(
+                f"{fpath}: content does not match the manifest (size {size} vs {entry.get('size')}, "
+                f"sha256 {digest[:12]}... vs {str(entry.get('sha256'))[:12]}...); the artifact is damaged or was modified."
+            )
+        if data is not None:
+            contents[rel] = data
+    for rel in names:
+        if rel not in contents:
+            raise ArtifactError(f"{root / MANIFEST}: does not list {rel!r}, which this artifact needs.")
+    return manifest, contents

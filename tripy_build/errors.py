@@ -1,0 +1,64 @@
+"""The one exception family tripy_build raises for user mistakes.
+
+Every message names what was given, what was expected and how to fix it. Subclasses let callers
+catch one kind of failure; catching ``TripyBuildError`` catches them all.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from types import TracebackType
+
+
+class TripyBuildError(Exception):
+    """Base class of every error tripy_build raises for a user mistake."""
+
+
+class SpecError(TripyBuildError, ValueError):
+    """An ``InputInfo`` or ``NamedDimension`` is malformed."""
+
+
+class TraceError(TripyBuildError):
+    """The function could not be traced or exported as written."""
+
+
+class CallError(TripyBuildError, TypeError):
+    """A call to an ``Executable`` did not match its signature or declared shapes."""
+
+
+class ArtifactError(TripyBuildError):
+    """An artifact on disk is missing, damaged, or of an unknown version."""
+
+
+class ConfigError(TripyBuildError):
+    """A build configuration is invalid."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_library_frame(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE_DIR + os.sep):
+        return True
+    parts = path.split(os.sep)
+    return any(p in ("site-packages", "dist-packages") for p in parts) or "<frozen" in filename
+
+
+def user_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:
+    """The innermost frame of a traceback that belongs to the user's code, not to a library."""
+    frames = traceback.extract_tb(tb)
+    for frame in reversed(frames):
+        if not _is_library_frame(frame.filename):
+            return frame
+    return None
+
+
+def describe_frame(frame: traceback.FrameSummary | None) -> str:
+    if frame is None:
+        return "(location unknown)"
+    line = f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}'
+    if frame.line:
+        line += f"\n    {frame.line}"
+    return line

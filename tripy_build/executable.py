@@ -1,0 +1,289 @@
+"""``Executable``: a compiled function with a signature, input checks and shape dispatch.
+
+Every call is checked against the declared specs before it reaches XLA. Shapes with a precompiled
+executable run it directly; any other in-range shape runs the exported program, compiled on first
+use and cached for the process. Calls whose shapes were already checked take a fast path that costs
+one dictionary lookup on top of jax's own dispatch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from . import artifact, xla_executable
+from .errors import ArtifactError, CallError
+from .spec import InputInfo, flatten_like, rebuild
+
+PROGRAM_FILE = "program.jaxexport"
+_FAST_CACHE_LIMIT = 4096
+_ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
+
+
+class CompatibilityWarning(UserWarning):
+    """A precompiled executable in an artifact cannot run on this host and was skipped."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A runtime parameter of the executable: its name, how it may be passed, its structure."""
+
+    name: str
+    kind: str  # an inspect.Parameter kind name
+    template: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "structure": self.template}
+
+
+@dataclass
+class Precompiled:
+    """One precompiled executable: the shapes it serves, its bytes and what they depend on."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    blob: bytes
+    meta: dict[str, Any]
+    call: Callable | None = None
+
+
+class Executable:
+    """A compiled function. Call it like the original, with only the runtime inputs."""
+
+    def __init__(self, *, exported: jax.export.Exported, exported_bytes: bytes, name: str,
+                 parameters: Sequence[Parameter], leaves: Sequence[tuple[str, InputInfo]],
+                 outputs: Sequence[InputInfo], optimization_level: int, platforms: Sequence[str],
+                 precompiled: Sequence[Precompiled], metadata: dict[str, Any] | None = None):
+        self._exported = exported
+        self._exported_bytes = exported_bytes
+        self._name = name
+        self._parameters = list(parameters)
+        self._leaves = list(leaves)
+        self._outputs = list(outputs)
+        self.optimization_level = optimization_level
+        self.platforms = tuple(platforms)
+        self._precompiled = list(precompiled)
+        self.metadata = dict(metadata or {})
+        self._fallback = jax.jit(exported.call)
+        self._by_shape = {p.shapes: p.call for p in self._precompiled if p.call is not None}
+        self._fast: dict[tuple, Callable] = {}
+        self._all_leaf_params = all("leaf" in p.template for p in self._parameters)
+        self._positional = [p for p in self._parameters if p.kind != "KEYWORD_ONLY"]
+        self._named_uses: dict[str, list[tuple[int, int]]] = {}
+        for li, (_, info) in enumerate(self._leaves):
+            for d, n in info.dimension_names.items():
+                self._named_uses.setdefault(n, []).append((li, d))
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(p.name, getattr(inspect.Parameter, p.kind)) for p in self._parameters]
+        )
+        self.__name__ = name
+
+    # --- introspection ---------------------------------------------------------------------------
+    @property
+    def input_infos(self) -> dict[str, Any]:
+        infos = [info for _, info in self._leaves]
+        return {p.name: rebuild(p.template, infos) for p in self._parameters}
+
+    @property
+    def output_infos(self) -> list[InputInfo]:
+        return list(self._outputs)
+
+    def get_input_info(self) -> list[Any]:
+        return list(self.input_infos.values())
+
+    def get_output_info(self) -> list[InputInfo]:
+        return self.output_infos
+
+    @property
+    def precompiled_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
+        """Input shapes that run without compiling (executables loaded or built in this process)."""
+        return list(self._by_shape)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{path}: {info!r}" for path, info in self._leaves)
+        return f"<tripy_build.Executable {self._name}({args})>"
+
+    # --- calling ---------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs:
+            try:
+                fn = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
+            except AttributeError:
+                fn = None
+            if fn is not None:
+                return fn(*args)
+        return self._checked_call(args, kwargs)
+
+    def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+        names = [p.name for p in self._parameters]
+        if len(args) > len(self._positional):
+            raise CallError(
+                f"{self._name}() takes {len(self._positional)} positional input(s) "
+                f"({', '.join(p.name for p in self._positional)}) but {len(args)} were given."
+            )
+        values: dict[str, Any] = {p.name: a for p, a in zip(self._positional, args)}
+        for key, value in kwargs.items():
+            if key not in names:
+                raise CallError(
+                    f"{self._name}() got an unexpected keyword argument {key!r}; its inputs are: "
+                    f"{', '.join(names)} (compile-time constants cannot be passed)."
+                )
+            if key in values:
+                raise CallError(f"{self._name}() got multiple values for input {key!r}.")
+            values[key] = value
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise CallError(
+                f"{self._name}() is missing input(s) {', '.join(repr(m) for m in missing)}; "
+                f"expected: {', '.join(f'{n}: {self.input_infos[n]!r}' for n in missing)}."
+            )
+        return [values[n] for n in names]
+
+    def check_leaves(self, leaves: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+        """Validate flat inputs against the specs; the tuple of their shapes."""
+        shapes = []
+        for value, (path, info) in zip(leaves, self._leaves):
+            if not isinstance(value, _ARRAY_TYPES):
+                raise CallError(
+                    f"input '{path}' must be an array (numpy or jax) of {info!r}, got {type(value).__name__}."
+                )
+            shape = tuple(value.shape)
+            if len(shape) != info.rank:
+                raise CallError(
+                    f"input '{path}' has rank {len(shape)} (shape {shape}) but expected rank {info.rank}: {info!r}."
+                )
+            if value.dtype != info.dtype:
+                raise CallError(
+                    f"input '{path}' has dtype {np.dtype(value.dtype).name} but expected {info.dtype.name}; "
+                    f"convert it explicitly, e.g. x.astype('{info.dtype.name}') (no silent casts)."
+                )
+            for d, (size, lo, hi) in enumerate(zip(shape, info.shape_bounds.min, info.shape_bounds.max)):
+                if not lo <= size <= hi:
+                    name = info.dimension_names.get(d)
+                    label = f" (NamedDimension {name!r})" if name else ""
+                    expected = f"fixed at {lo}" if lo == hi else f"in range [{lo}, {hi}]"
+                    raise CallError(
+                        f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
+                        f"the input's shape is {shape}, declared as {info!r}."
+                    )
+            shapes.append(shape)
+        for name, uses in self._named_uses.items():
+            sizes = {shapes[li][d] for li, d in uses}
+            if len(sizes) > 1:
+                parts = ", ".join(f"input '{self._leaves[li][0]}' dim {d} is {shapes[li][d]}" for li, d in uses)
+                raise CallError(f"NamedDimension {name!r} must have one size in every input, but {parts}.")
+        return tuple(shapes)
+
+    def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        leaves: list[Any] = []
+        for param, value in zip(self._parameters, self._bind(args, kwargs)):
+            flatten_like(param.template, value, param.name, leaves)
+        shapes = self.check_leaves(leaves)
+        fn = self._by_shape.get(shapes, self._fallback)
+        if self._all_leaf_params and not kwargs and len(args) == len(self._parameters):
+            if len(self._fast) >= _FAST_CACHE_LIMIT:
+                self._fast.clear()
+            self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = fn
+        return fn(*leaves)
+
+    # --- saving and loading ----------------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        """Everything the artifact's manifest says about this executable (files are added on write)."""
+        return {
+            "function": self._name,
+            "inputs": [p.to_json() for p in self._parameters],
+            "input_specs": [dict(info.to_json(), path=path) for path, info in self._leaves],
+            "outputs": [info.to_json() for info in self._outputs],
+            "optimization_level": self.optimization_level,
+            "platforms": list(self.platforms),
+            "program": {"file": PROGRAM_FILE, "format": "jax.export",
+                        "calling_convention_version": self._exported.calling_convention_version},
+            "executables": [
+                dict(p.meta, file=f"executables/{i}.xla") for i, p in enumerate(self._precompiled)
+            ],
+            "toolchain": toolchain(),
+            "metadata": self.metadata,
+        }
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write this executable as an artifact directory; returns its path."""
+        files = {PROGRAM_FILE: self._exported_bytes}
+        files.update({f"executables/{i}.xla": p.blob for i, p in enumerate(self._precompiled)})
+        return str(artifact.write(path, self.manifest(), files))
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> "Executable":
+        """Load an artifact written by ``save`` or the build command, without compiling."""
+        manifest = artifact.read_manifest(path)
+        try:
+            exe_entries = manifest["executables"]
+            names = [manifest["program"]["file"]] + [e["file"] for e in exe_entries]
+        except (KeyError, TypeError) as e:
+            raise ArtifactError(f"{os.path.join(path, artifact.MANIFEST)}: missing field {e}; the artifact is damaged.") from None
+        manifest, files = artifact.read(path, names)
+        program_file = manifest["program"]["file"]
+        try:
+            exported = jax.export.deserialize(bytearray(files[program_file]))
+        except Exception as e:  # noqa: BLE001 - any failure here means the program file is unusable
+            raise ArtifactError(f"{os.path.join(path, program_file)}: cannot deserialize the exported program ({e}).") from None
+        try:
+            leaves = [(s["path"], InputInfo.from_json(s)) for s in manifest["input_specs"]]
+            parameters = [Parameter(p["name"], p["kind"], p["structure"]) for p in manifest["inputs"]]
+            outputs = [InputInfo.from_json(o) for o in manifest["outputs"]]
+        except (KeyError, TypeError) as e:
+            raise ArtifactError(f"{os.path.join(path, artifact.MANIFEST)}: malformed signature ({e!r}).") from None
+        precompiled = []
+        for entry in exe_entries:
+            pre = Precompiled(tuple(tuple(s) for s in entry["input_shapes"]), files[entry["file"]], entry)
+            reason = _cannot_load(entry)
+            if reason is None:
+                pre.call = xla_executable.load(pre.blob, entry, exported.out_tree, manifest["function"], entry["platform"])
+            else:
+                warnings.warn(
+                    f"{os.path.join(path, entry['file'])}: skipped ({reason}); the exported program will be "
+                    "compiled for these shapes on first use instead.",
+                    CompatibilityWarning, stacklevel=2,
+                )
+            precompiled.append(pre)
+        return Executable(
+            exported=exported, exported_bytes=files[program_file], name=manifest["function"],
+            parameters=parameters, leaves=leaves, outputs=outputs,
+            optimization_level=manifest["optimization_level"], platforms=manifest["platforms"],
+            precompiled=precompiled, metadata=manifest.get("metadata", {}),
+        )
+
+
+def _cannot_load(entry: dict[str, Any]) -> str | None:
+    if entry.get("format") != xla_executable.FORMAT:
+        return f"unknown executable format {entry.get('format')!r}"
+    platform = entry.get("platform")
+    try:
+        jax.devices(platform)
+    except RuntimeError:
+        return f"no {platform} device on this host"
+    return xla_executable.incompatibility(entry.get("depends_on", {}))
+
+
+def toolchain() -> dict[str, Any]:
+    import platform
+    import jaxlib
+
+    from . import __version__
+
+    return {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "tripy_build": __version__,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+
+
+def load(path: str | os.PathLike) -> Executable:
+    """Load a built artifact: ``tripy_build.load(path)``."""
+    return Executable.load(path)

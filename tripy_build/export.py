@@ -1,0 +1,161 @@
+"""Symbolic shapes and ``jax.export``: the portable program at the heart of every artifact.
+
+Each unnamed dynamic dim gets its own symbol (``<input>_d<i>``); each ``NamedDimension`` one shared
+symbol, so the compiler may use the equality. The declared min/max become symbolic constraints.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+
+from .errors import TraceError
+from .spec import InputInfo, NamedDimension, collect_named_dims
+from .trace import translate_trace_error
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One dimension variable of the exported program, and where it appears."""
+
+    name: str
+    bounds: tuple[int, int, int]
+    named: str | None  # the NamedDimension's name, or None for an independent dim
+    uses: tuple[tuple[str, int], ...]  # (input path, dim index)
+
+    def describe(self) -> str:
+        where = ", ".join(f"input '{p}' dim {d}" for p, d in self.uses)
+        lo, _, hi = self.bounds
+        if self.named:
+            return f"NamedDimension {self.named!r} [{lo}, {hi}] ({where})"
+        return f"{where} [{lo}, {hi}]"
+
+
+def _identifier(text: str, taken: set[str]) -> str:
+    base = re.sub(r"\W", "_", text)
+    if not base or base[0].isdigit() or base[0] == "_":
+        base = "d" + base
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name)
+    return name
+
+
+def make_symbols(leaves: Sequence[tuple[str, InputInfo]]) -> tuple[list[list[Any]], list[Symbol]]:
+    """Per leaf, its dims as ints or symbol names; and the symbols with their bounds."""
+    named = collect_named_dims(leaves)
+    taken: set[str] = set()
+    named_symbols = {n: _identifier(n, taken) for n in named}
+    uses: dict[str, list[tuple[str, int]]] = {}
+    bounds: dict[str, tuple[int, int, int]] = {}
+    owners: dict[str, str | None] = {}
+    dims_per_leaf = []
+    for path, info in leaves:
+        dims: list[Any] = []
+        for i, (lo, opt, hi) in enumerate(zip(*info.shape_bounds)):
+            if i in info.dimension_names:
+                sym = named_symbols[info.dimension_names[i]]
+                owners[sym] = info.dimension_names[i]
+            elif lo == hi:
+                dims.append(lo)
+                continue
+            else:
+                sym = _identifier(f"{path}_d{i}", taken)
+                owners[sym] = None
+            bounds[sym] = (lo, opt, hi)
+            uses.setdefault(sym, []).append((path, i))
+            dims.append(sym)
+        dims_per_leaf.append(dims)
+    symbols = [Symbol(s, bounds[s], owners[s], tuple(uses[s])) for s in bounds]
+    return dims_per_leaf, symbols
+
+
+def symbolic_specs(leaves: Sequence[tuple[str, InputInfo]]) -> tuple[list[jax.ShapeDtypeStruct], list[Symbol]]:
+    dims_per_leaf, symbols = make_symbols(leaves)
+    constraints = []
+    for s in symbols:
+        lo, _, hi = s.bounds
+        if lo > 1:
+            constraints.append(f"{s.name} >= {lo}")
+        constraints.append(f"{s.name} <= {hi}")
+    scope = jax.export.SymbolicScope(constraints)
+    specs = []
+    for (_, info), dims in zip(leaves, dims_per_leaf):
+        text = ", ".join(str(d) for d in dims)
+        shape = jax.export.symbolic_shape(text, scope=scope) if dims else ()
+        specs.append(jax.ShapeDtypeStruct(shape, info.dtype))
+    return specs, symbols
+
+
+@contextmanager
+def deterministic_locations() -> Iterator[None]:
+    """Keep source paths and line numbers out of the program so rebuilds are byte-identical."""
+    old = jax.config.jax_traceback_in_locations_limit
+    jax.config.update("jax_traceback_in_locations_limit", 0)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_traceback_in_locations_limit", old)
+
+
+def _independent_dims_error(err: Exception, symbols: Sequence[Symbol], fname: str) -> TraceError | None:
+    text = str(err)
+    mentioned = [s for s in symbols if re.search(rf"\b{re.escape(s.name)}\b", text)]
+    independent = [s for s in mentioned if s.named is None]
+    if not independent:
+        return None
+    inputs = sorted({p for s in independent for p, _ in s.uses})
+    listing = "\n".join(f"  - {s.describe()}" for s in mentioned)
+    return TraceError(
+        f"{fname} combines dynamic dims that were declared independent, so their sizes cannot be "
+        f"proven equal (inputs {', '.join(repr(i) for i in inputs)}):\n{listing}\n"
+        "If these dims are always equal at run time, declare them with one "
+        "NamedDimension(name, min, opt, max) shared by those inputs.\n"
+        f"JAX said: {text.splitlines()[0]}"
+    )
+
+
+def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], platforms: Sequence[str]) -> tuple[jax.export.Exported, list[Symbol]]:
+    specs, symbols = symbolic_specs(leaves)
+    fname = getattr(flat_fn, "__name__", "function")
+    try:
+        with deterministic_locations():
+            exported = jax.export.export(jax.jit(flat_fn), platforms=tuple(platforms))(*specs)
+    except TraceError:
+        raise
+    except Exception as err:  # noqa: BLE001 - we translate what we recognise and re-raise the rest
+        translated = translate_trace_error(err, fname) or _independent_dims_error(err, symbols, fname)
+        if translated is None:
+            raise
+        raise translated.with_traceback(None) from None
+    return exported, symbols
+
+
+def output_infos(exported: jax.export.Exported, leaves: Sequence[tuple[str, InputInfo]], symbols: Sequence[Symbol]) -> list[InputInfo]:
+    """Output specs with every range resolved, by shape inference at the min, opt and max shapes."""
+    shapes = []
+    for k in range(3):
+        concrete = [jax.ShapeDtypeStruct(info.shape_bounds[k], info.dtype) for _, info in leaves]
+        out = jax.eval_shape(exported.call, *concrete)
+        shapes.append([o.shape for o in jax.tree_util.tree_leaves(out)])
+    named = {s.name: s.named for s in symbols if s.named}
+    infos = []
+    for i, aval in enumerate(exported.out_avals):
+        dims = []
+        for d, sym in enumerate(aval.shape):
+            lo, opt, hi = (shapes[k][i][d] for k in range(3))
+            lo, hi = min(lo, opt, hi), max(lo, opt, hi)  # shape functions need not be monotone
+            if isinstance(sym, int) or lo == hi:
+                dims.append(lo)
+            elif str(sym) in named:
+                dims.append(NamedDimension(named[str(sym)], lo, opt, hi))
+            else:
+                dims.append((lo, opt, hi))
+        infos.append(InputInfo(dims, aval.dtype))
+    return infos

@@ -1,0 +1,116 @@
+"""Compiled XLA executables stored as their own bytes, with our metadata in JSON: no pickle.
+
+``jax.experimental.serialize_executable`` pickles jax internals around the executable, so loading
+one can run arbitrary code and breaks across jax versions. Here the PJRT client serializes the
+executable itself and we rebuild jax's thin wrapper from JSON metadata. That wrapper is jax-internal,
+so it is only used on jax versions this was tested with; elsewhere the caller compiles the exported
+program instead.
+"""
+
+from __future__ import annotations
+
+import platform
+from functools import lru_cache
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+FORMAT = "pjrt-executable-v1"
+TESTED_JAX_SERIES = ("0.10.",)
+
+
+def _backend(platform_name: str):
+    return jax.devices(platform_name)[0].client
+
+
+def serialize(compiled: jax.stages.Compiled) -> tuple[bytes, dict[str, Any]]:
+    """The executable's bytes and what is needed to call it again."""
+    unloaded = compiled._executable._unloaded_executable
+    blob = unloaded.backend.serialize_executable(unloaded.xla_executable)
+    meta = {
+        "format": FORMAT,
+        "input_shapes": [list(a.shape) for a in unloaded.input_avals],
+        "input_dtypes": [np.dtype(a.dtype).name for a in unloaded.input_avals],
+        "output_shapes": [list(a.shape) for a in unloaded.output_avals],
+        "output_dtypes": [np.dtype(a.dtype).name for a in unloaded.output_avals],
+        "kept_inputs": sorted(unloaded.kept_var_idx),
+    }
+    return blob, meta
+
+
+@lru_cache(maxsize=None)
+def host_features() -> dict[str, Any]:
+    """What an XLA CPU executable built here depends on: jaxlib, the machine and its CPU flags."""
+    flags: list[str] = []
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("flags", "Features") and not flags:
+                    flags = sorted(set(value.split()))
+                elif key in ("model name", "CPU part") and not model:
+                    model = value.strip()
+    except OSError:
+        pass
+    import jaxlib
+
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "cpu_model": model,
+        "cpu_features": " ".join(flags),
+    }
+
+
+def incompatibility(recorded: dict[str, Any]) -> str | None:
+    """Why an executable built with ``recorded`` dependencies must not be loaded here, or None."""
+    host = host_features()
+    if not any(host["jax"].startswith(s) for s in TESTED_JAX_SERIES):
+        return f"jax {host['jax']} is not a version this loader was tested with ({', '.join(TESTED_JAX_SERIES)}x)"
+    for key in ("jaxlib", "machine", "system"):
+        if recorded.get(key) != host[key]:
+            return f"built for {key} {recorded.get(key)!r}, this host has {host[key]!r}"
+    missing = sorted(set(recorded.get("cpu_features", "").split()) - set(host["cpu_features"].split()))
+    if missing:
+        shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
+        return f"built on a CPU with features this host lacks ({shown})"
+    return None
+
+
+def load(blob: bytes, meta: dict[str, Any], out_tree: Any, name: str, platform_name: str = "cpu") -> jax.stages.Compiled:
+    """Deserialize an executable and wrap it as a ``jax.stages.Compiled`` (jax's C++ fast call path)."""
+    from jax._src import core, stages
+    from jax._src.interpreters import pxla
+    from jax._src.lib import xla_client as xc
+
+    backend = _backend(platform_name)
+    device = backend.local_devices()[0]
+    devices = xc.DeviceList((device,))
+    executable = backend.deserialize_executable(blob, executable_devices=devices)
+    in_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in zip(meta["input_shapes"], meta["input_dtypes"])]
+    out_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in zip(meta["output_shapes"], meta["output_dtypes"])]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    n_in, n_out = len(in_avals), len(out_avals)
+    unloaded = pxla.UnloadedMeshExecutable(
+        xla_executable=executable, device_list=devices, backend=backend,
+        input_avals=in_avals, input_shardings=[sharding] * n_in,
+        output_avals=out_avals, output_shardings=[sharding] * n_out,
+        committed=True, name=name, unordered_effects=[], ordered_effects=[], keepalive=[],
+        host_callbacks=[], kept_var_idx=set(meta["kept_inputs"]), mut=None,
+        xla_in_layouts=[None] * n_in, dispatch_in_layouts=[None] * n_in, xla_out_layouts=[None] * n_out,
+        all_args_info=None, pgle_profiler=None,
+    )
+    args_info = (tuple(stages.ArgInfo(a, False) for a in in_avals), {})
+    return stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=True)
+
+
+def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], compiler_options: dict[str, Any] | None = None) -> jax.stages.Compiled:
+    """Compile the exported program for one concrete shape per input."""
+    specs = [jax.ShapeDtypeStruct(tuple(s), a.dtype) for s, a in zip(shapes, exported.in_avals)]
+    lowered = jax.jit(exported.call).lower(*specs)
+    return lowered.compile(compiler_options or None)
