@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .errors import ArtifactError
 
@@ -69,10 +69,11 @@ def is_artifact(path: Path) -> bool:
 
 
 def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, bytes],
-          writers: list[Callable[[Path], None]] = ()) -> Path:
+          writers: Sequence[Callable[[Path], None]] = (), replace: bool = True) -> Path:
     """Write an artifact atomically: ``files`` by relative path, then ``writers(tmpdir)``, then the manifest.
 
-    An existing artifact at ``path`` is replaced; any other existing non-empty directory is refused.
+    An existing artifact at ``path`` is replaced, or with ``replace=False`` kept (a concurrent build of
+    the same content got there first); any other existing non-empty directory is refused.
     """
     target = Path(path).absolute()
     if target.exists() and not (target.is_dir() and (is_artifact(target) or not any(target.iterdir()))):
@@ -93,7 +94,15 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
         (tmp / MANIFEST).write_bytes(dumps(full))
         _fsync_tree(tmp)
         os.chmod(tmp, 0o755)
-        _replace_dir(tmp, target)
+        if replace:
+            _replace_dir(tmp, target)
+        else:
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not is_artifact(target):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -114,7 +123,7 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _safe_relpath(rel: Any) -> PurePosixPath:
+def safe_relpath(rel: Any) -> PurePosixPath:
     p = PurePosixPath(rel) if isinstance(rel, str) else None
     if p is None or p.is_absolute() or ".." in p.parts or not p.parts or "\\" in rel:
         raise ArtifactError(f"manifest lists an unsafe file path {rel!r}; refusing to read it.")
@@ -153,7 +162,7 @@ def read(path: str | os.PathLike, names: list[str]) -> tuple[dict[str, Any], dic
         raise ArtifactError(f"{root / MANIFEST}: no 'files' table; the artifact is damaged.")
     contents: dict[str, bytes] = {}
     for rel, entry in listed.items():
-        fpath = root / _safe_relpath(rel)
+        fpath = root / safe_relpath(rel)
         if not fpath.is_file():
             raise ArtifactError(f"{fpath}: listed in the manifest but missing; the artifact is incomplete.")
         data = fpath.read_bytes() if rel in names else None
@@ -170,3 +179,8 @@ def read(path: str | os.PathLike, names: list[str]) -> tuple[dict[str, Any], dic
         if rel not in contents:
             raise ArtifactError(f"{root / MANIFEST}: does not list {rel!r}, which this artifact needs.")
     return manifest, contents
+
+
+def verify_files(path: str | os.PathLike) -> dict[str, Any]:
+    """The manifest, after checking every listed file's size and digest."""
+    return read(path, [])[0]

@@ -45,8 +45,8 @@ def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] 
 
 def build_executable(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
                      kwargs: dict[str, Any] | None = None, platforms: Sequence[str] = ("cpu",),
-                     log: Callable[[str, float], None] | None = None) -> Executable:
-    """``compile`` with the build system's extra knobs: target ``platforms`` and a stage ``log``."""
+                     name: str | None = None, log: Callable[[str, float], None] | None = None) -> Executable:
+    """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``."""
     check_optimization_level(optimization_level)
     if not isinstance(args, (list, tuple)):
         raise SpecError(f"args= must be a list or tuple of arguments, got {type(args).__name__}.")
@@ -61,6 +61,8 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     leaves = runtime_leaves(arguments)
     collect_named_dims(leaves)
     flat = flat_function(func, arguments)
+    if name:
+        flat.__name__ = flat.__qualname__ = name
     exported, symbols = export(flat, leaves, platforms)
     exported_bytes = bytes(exported.serialize())
     outputs = output_infos(exported, leaves, symbols)

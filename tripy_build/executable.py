@@ -8,6 +8,7 @@ one dictionary lookup on top of jax's own dispatch.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import warnings
@@ -71,23 +72,68 @@ class Executable:
         self.metadata = dict(metadata or {})
         self._fallback = jax.jit(exported.call)
         self._by_shape = {p.shapes: p.call for p in self._precompiled if p.call is not None}
-        self._fast: dict[tuple, Callable] = {}
-        self._all_leaf_params = all("leaf" in p.template for p in self._parameters)
-        self._positional = [p for p in self._parameters if p.kind != "KEYWORD_ONLY"]
         self._named_uses: dict[str, list[tuple[int, int]]] = {}
         for li, (_, info) in enumerate(self._leaves):
             for d, n in info.dimension_names.items():
                 self._named_uses.setdefault(n, []).append((li, d))
+        self._bound: dict[str, tuple[Any, str]] = {}
+        self._derive()
+
+    def _derive(self) -> None:
+        """Recompute what depends on which parameters are bound."""
+        self._visible = [p for p in self._parameters if p.name not in self._bound]
+        self._positional = [p for p in self._visible if p.kind != "KEYWORD_ONLY"]
+        self._bound_leaves: dict[str, list[Any]] = {}
+        for name, (value, _) in self._bound.items():
+            leaves: list[Any] = []
+            flatten_like(next(p for p in self._parameters if p.name == name).template, value, name, leaves)
+            self._bound_leaves[name] = leaves
+        self._all_leaf_params = all("leaf" in p.template for p in self._visible)
+        self._fast: dict[tuple, Callable] = {}
         self.__signature__ = inspect.Signature(
-            [inspect.Parameter(p.name, getattr(inspect.Parameter, p.kind)) for p in self._parameters]
+            [inspect.Parameter(p.name, getattr(inspect.Parameter, p.kind)) for p in self._visible]
         )
-        self.__name__ = name
+        self.__name__ = self._name
+
+    def bind(self, **values: Any) -> "Executable":
+        """A new executable with some runtime inputs fixed to ``values`` (e.g. weights).
+
+        The bound inputs disappear from the signature; saving writes them as orbax checkpoints and
+        ``load`` restores them, so weights can be swapped without recompiling.
+        """
+        return self._with_bound(values, {n: f"bound/{n}" for n in values})
+
+    def _with_bound(self, values: dict[str, Any], dirs: dict[str, str]) -> "Executable":
+        """``bind``, with the artifact directory each bound input is saved to."""
+        names = {p.name for p in self._visible}
+        for name in values:
+            if name not in names:
+                raise CallError(f"bind(): {name!r} is not an unbound input; inputs are: {', '.join(sorted(names))}.")
+        new = copy.copy(self)
+        new._bound = dict(self._bound)
+        new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})
+        new._derive()
+        for name in values:
+            for value, (path, info) in zip(new._bound_leaves[name], new._leaves_of(name)):
+                _check_leaf(value, path, info)
+        return new
+
+    def _assemble_named(self, values: dict[str, Any]) -> list[Any]:
+        leaves: list[Any] = []
+        for p in self._parameters:
+            if p.name in self._bound_leaves:
+                leaves.extend(self._bound_leaves[p.name])
+            elif p.name in values:
+                flatten_like(p.template, values[p.name], p.name, leaves)
+            else:
+                leaves.extend([None] * _count_leaves(p.template))
+        return leaves
 
     # --- introspection ---------------------------------------------------------------------------
     @property
     def input_infos(self) -> dict[str, Any]:
         infos = [info for _, info in self._leaves]
-        return {p.name: rebuild(p.template, infos) for p in self._parameters}
+        return {p.name: rebuild(p.template, infos) for p in self._visible}
 
     @property
     def output_infos(self) -> list[InputInfo]:
@@ -116,11 +162,15 @@ class Executable:
             except AttributeError:
                 fn = None
             if fn is not None:
-                return fn(*args)
+                return fn(*args) if not self._bound else fn(*self._assemble_named(dict(zip(self._names, args))))
         return self._checked_call(args, kwargs)
 
-    def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
-        names = [p.name for p in self._parameters]
+    @property
+    def _names(self) -> list[str]:
+        return [p.name for p in self._visible]
+
+    def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        names = self._names
         if len(args) > len(self._positional):
             raise CallError(
                 f"{self._name}() takes {len(self._positional)} positional input(s) "
@@ -142,36 +192,11 @@ class Executable:
                 f"{self._name}() is missing input(s) {', '.join(repr(m) for m in missing)}; "
                 f"expected: {', '.join(f'{n}: {self.input_infos[n]!r}' for n in missing)}."
             )
-        return [values[n] for n in names]
+        return values
 
     def check_leaves(self, leaves: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
         """Validate flat inputs against the specs; the tuple of their shapes."""
-        shapes = []
-        for value, (path, info) in zip(leaves, self._leaves):
-            if not isinstance(value, _ARRAY_TYPES):
-                raise CallError(
-                    f"input '{path}' must be an array (numpy or jax) of {info!r}, got {type(value).__name__}."
-                )
-            shape = tuple(value.shape)
-            if len(shape) != info.rank:
-                raise CallError(
-                    f"input '{path}' has rank {len(shape)} (shape {shape}) but expected rank {info.rank}: {info!r}."
-                )
-            if value.dtype != info.dtype:
-                raise CallError(
-                    f"input '{path}' has dtype {np.dtype(value.dtype).name} but expected {info.dtype.name}; "
-                    f"convert it explicitly, e.g. x.astype('{info.dtype.name}') (no silent casts)."
-                )
-            for d, (size, lo, hi) in enumerate(zip(shape, info.shape_bounds.min, info.shape_bounds.max)):
-                if not lo <= size <= hi:
-                    name = info.dimension_names.get(d)
-                    label = f" (NamedDimension {name!r})" if name else ""
-                    expected = f"fixed at {lo}" if lo == hi else f"in range [{lo}, {hi}]"
-                    raise CallError(
-                        f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
-                        f"the input's shape is {shape}, declared as {info!r}."
-                    )
-            shapes.append(shape)
+        shapes = tuple(_check_leaf(v, path, info) for v, (path, info) in zip(leaves, self._leaves))
         for name, uses in self._named_uses.items():
             sizes = {shapes[li][d] for li, d in uses}
             if len(sizes) > 1:
@@ -180,12 +205,10 @@ class Executable:
         return tuple(shapes)
 
     def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        leaves: list[Any] = []
-        for param, value in zip(self._parameters, self._bind(args, kwargs)):
-            flatten_like(param.template, value, param.name, leaves)
+        leaves = self._assemble_named(self._bind(args, kwargs))
         shapes = self.check_leaves(leaves)
         fn = self._by_shape.get(shapes, self._fallback)
-        if self._all_leaf_params and not kwargs and len(args) == len(self._parameters):
+        if self._all_leaf_params and not kwargs and len(args) == len(self._visible):
             if len(self._fast) >= _FAST_CACHE_LIMIT:
                 self._fast.clear()
             self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = fn
@@ -207,14 +230,24 @@ class Executable:
                 dict(p.meta, file=f"executables/{i}.xla") for i, p in enumerate(self._precompiled)
             ],
             "toolchain": toolchain(),
+            "bound_inputs": {name: d for name, (_, d) in self._bound.items()},
             "metadata": self.metadata,
         }
 
     def save(self, path: str | os.PathLike) -> str:
         """Write this executable as an artifact directory; returns its path."""
+        return str(self.write(path))
+
+    def write(self, path: str | os.PathLike, writers: Sequence[Callable] = (), replace: bool = True):
+        """``save`` with extra files from ``writers(tmpdir)``; see ``artifact.write`` for ``replace``."""
+        from . import params as params_io
+
         files = {PROGRAM_FILE: self._exported_bytes}
         files.update({f"executables/{i}.xla": p.blob for i, p in enumerate(self._precompiled)})
-        return str(artifact.write(path, self.manifest(), files))
+        bound_writers = [
+            (lambda tmp, d=d, v=v: params_io.save(tmp / d, v)) for v, d in self._bound.values()
+        ]
+        return artifact.write(path, self.manifest(), files, [*bound_writers, *writers], replace=replace)
 
     @staticmethod
     def load(path: str | os.PathLike) -> "Executable":
@@ -250,12 +283,69 @@ class Executable:
                     CompatibilityWarning, stacklevel=2,
                 )
             precompiled.append(pre)
-        return Executable(
+        exe = Executable(
             exported=exported, exported_bytes=files[program_file], name=manifest["function"],
             parameters=parameters, leaves=leaves, outputs=outputs,
             optimization_level=manifest["optimization_level"], platforms=manifest["platforms"],
             precompiled=precompiled, metadata=manifest.get("metadata", {}),
         )
+        bound = manifest.get("bound_inputs") or {}
+        if bound:
+            exe = exe._restore_bound(path, bound)
+        return exe
+
+    def _restore_bound(self, path: str | os.PathLike, bound: dict[str, str]) -> "Executable":
+        """Bind inputs from the artifact's checkpoints (orbax is imported only for such artifacts)."""
+        from . import params as params_io
+
+        values = {}
+        for name, rel in bound.items():
+            param = next((p for p in self._parameters if p.name == name), None)
+            if param is None:
+                raise ArtifactError(f"{os.path.join(path, artifact.MANIFEST)}: bound input {name!r} is not an input.")
+            leaves = self._leaves_of(name)
+            like = rebuild(param.template, [jax.ShapeDtypeStruct(info.shape_bounds.opt, info.dtype) for _, info in leaves])
+            values[name] = params_io.restore(os.path.join(path, artifact.safe_relpath(rel)), like)
+        return self._with_bound(values, bound)
+
+    def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
+        start = 0
+        for p in self._parameters:
+            n = _count_leaves(p.template)
+            if p.name == name:
+                return self._leaves[start:start + n]
+            start += n
+        raise KeyError(name)
+
+
+def _check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
+    if not isinstance(value, _ARRAY_TYPES):
+        raise CallError(f"input '{path}' must be an array (numpy or jax) of {info!r}, got {type(value).__name__}.")
+    shape = tuple(value.shape)
+    if len(shape) != info.rank:
+        raise CallError(f"input '{path}' has rank {len(shape)} (shape {shape}) but expected rank {info.rank}: {info!r}.")
+    if value.dtype != info.dtype:
+        raise CallError(
+            f"input '{path}' has dtype {np.dtype(value.dtype).name} but expected {info.dtype.name}; "
+            f"convert it explicitly, e.g. x.astype('{info.dtype.name}') (no silent casts)."
+        )
+    for d, (size, lo, hi) in enumerate(zip(shape, info.shape_bounds.min, info.shape_bounds.max)):
+        if not lo <= size <= hi:
+            name = info.dimension_names.get(d)
+            label = f" (NamedDimension {name!r})" if name else ""
+            expected = f"fixed at {lo}" if lo == hi else f"in range [{lo}, {hi}]"
+            raise CallError(
+                f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
+                f"the input's shape is {shape}, declared as {info!r}."
+            )
+    return shape
+
+
+def _count_leaves(template: Any) -> int:
+    if "leaf" in template:
+        return 1
+    children = template.get("dict") or template.get("list") or template.get("tuple") or []
+    return sum(_count_leaves(c[1] if "dict" in template else c) for c in children)
 
 
 def _cannot_load(entry: dict[str, Any]) -> str | None:

@@ -1,0 +1,57 @@
+"""The model zoo: small plain-JAX models with hyperparameters as dataclass fields.
+
+Every model class has:
+
+- ``name``: its registry key (a class attribute);
+- ``init(key) -> params``: a nested dict (lists allowed) of float32 arrays;
+- ``apply(params, *inputs) -> array``: pure; inputs positional, in ``inputs()`` order;
+- ``inputs() -> {input name: shape}``: each dim an int (fixed width) or a dim name string
+  (``"batch"``, ``"seq"``, ``"height"``, ``"width"``); the same name means the same size;
+- ``input_dtypes() -> {input name: dtype name}``.
+
+``MODELS`` maps registry names to classes. ``input_infos(model, dims)`` turns ``inputs()`` into
+``tripy_build.InputInfo`` objects given ``{dim name: (min, opt, max)}``.
+
+Importing this package loads only the model modules (no tracing, no compiling, no parameters).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .convnet import ConvNet
+from .geglu import GEGLU
+from .mlp import MLP
+from .transformer import TransformerBlock
+
+MODELS: dict[str, type] = {
+    "geglu": GEGLU,
+    "mlp": MLP,
+    "transformer": TransformerBlock,
+    "convnet": ConvNet,
+}
+
+
+def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
+    """``{input name: InputInfo}`` for ``model``; every named dim becomes one shared ``NamedDimension``.
+
+    ``dims`` maps each dim name the model uses to ``(min, opt, max)`` or to a ``NamedDimension``.
+    """
+    from ..spec import InputInfo, NamedDimension
+
+    named: dict[str, NamedDimension] = {}
+    for name, value in dims.items():
+        named[name] = value if isinstance(value, NamedDimension) else NamedDimension(name, *value)
+    shapes, dtypes = model.inputs(), model.input_dtypes()
+    missing = sorted({d for shape in shapes.values() for d in shape if isinstance(d, str)} - set(named))
+    if missing:
+        raise ValueError(
+            f"{type(model).__name__} needs a (min, opt, max) range for dim(s) {', '.join(map(repr, missing))}."
+        )
+    return {
+        inp: InputInfo([named[d] if isinstance(d, str) else d for d in shape], dtypes[inp])
+        for inp, shape in shapes.items()
+    }
+
+
+__all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "input_infos"]

@@ -1,0 +1,171 @@
+"""Per-call latency of a loaded tripy_build artifact vs ``jax.jit`` vs eager, for GEGLU(512, 2048).
+
+Contenders, each called as ``f(x).block_until_ready()`` on a jax array ``x`` already on the device:
+
+- ``artifact opt=8``   ``tb.compile`` with batch NamedDimension("batch", 1, 8, 256), saved, ``tb.load``-ed.
+                       batch 8 runs its precompiled executable; batch 256 runs the exported program,
+                       compiled on first call (the warm-up) and cached.
+- ``artifact opt=256`` the same with opt=256: precompiled at batch 256, exported program at batch 8.
+- ``jax.jit``          ``jax.jit(partial(model.apply, params))`` (params closed over as constants).
+- ``eager``            ``model.apply(params, x)``, op by op.
+
+Contenders are interleaved in rounds (the order rotates each round), each is warmed up first, and
+every call is timed on its own; the table shows the median over all calls, the 10th/90th
+percentiles, and the spread of the per-round medians. By default the process is pinned to one CPU
+and XLA runs single-threaded (set before jax is imported), which makes timings far more stable;
+``--no-pin`` turns that off.
+
+    .venv/bin/python bench/call_overhead.py            # full run (about a minute)
+    .venv/bin/python bench/call_overhead.py --quick    # a few seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="a short run: fewer rounds and calls")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 7, quick 2)")
+    p.add_argument("--calls-small", type=int, help="timed calls per round at batch 8 (default 2000, quick 200)")
+    p.add_argument("--calls-large", type=int, help="timed calls per round at batch 256 (default 60, quick 10)")
+    p.add_argument("--no-pin", action="store_true", help="do not pin to one CPU / one XLA thread")
+    p.add_argument("--cpu", type=int, default=None, help="the CPU to pin to (default: the last allowed one)")
+    args = p.parse_args(argv)
+    args.rounds = args.rounds or (2 if args.quick else 7)
+    args.calls_small = args.calls_small or (200 if args.quick else 2000)
+    args.calls_large = args.calls_large or (10 if args.quick else 60)
+    return args
+
+
+ARGS = parse_args() if __name__ == "__main__" else None
+
+# Pinning must happen before jax is imported: XLA sizes its CPU thread pools at client creation.
+PINNED = None
+if ARGS is not None and not ARGS.no_pin:
+    allowed = sorted(os.sched_getaffinity(0))
+    PINNED = ARGS.cpu if ARGS.cpu is not None else allowed[-1]
+    os.sched_setaffinity(0, {PINNED})
+    # Only --xla_cpu_multi_thread_eigen is a real XLA flag; "intra_op_parallelism_threads=1" (the
+    # often-quoted companion) is a TensorFlow option that XLA silently ignores, so it is left out.
+    flag = "--xla_cpu_multi_thread_eigen=false"
+    if flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from functools import partial  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tripy_build as tb  # noqa: E402
+from tripy_build.models import GEGLU  # noqa: E402
+
+BATCHES = (8, 256)
+
+
+def build_artifact(model: GEGLU, params, opt: int, root: str):
+    info = tb.InputInfo([tb.NamedDimension("batch", 1, opt, 256), model.dim_in], "float32")
+    exe = tb.compile(model.apply, args=[params, info])
+    path = exe.save(os.path.join(root, f"geglu_opt{opt}"))
+    loaded = tb.load(path)
+    assert loaded.precompiled_shapes == [((opt, model.dim_in),)], loaded.precompiled_shapes
+    return loaded
+
+
+def time_calls(fn, x, n: int, out: list[float]) -> None:
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        t0 = clock()
+        fn(x).block_until_ready()
+        out.append(clock() - t0)
+
+
+def main(args: argparse.Namespace) -> None:
+    model = GEGLU(512, 2048)
+    params = model.init(jax.random.PRNGKey(0))
+    jax.block_until_ready(params)
+
+    with tempfile.TemporaryDirectory() as root:
+        t0 = time.perf_counter()
+        art8 = build_artifact(model, params, 8, root)
+        art256 = build_artifact(model, params, 256, root)
+        build_s = time.perf_counter() - t0
+    contenders = {
+        "artifact opt=8": art8,
+        "artifact opt=256": art256,
+        "jax.jit": jax.jit(partial(model.apply, params)),
+        "eager": partial(model.apply, params),
+    }
+
+    rng = np.random.default_rng(0)
+    xs = {b: jax.device_put(rng.standard_normal((b, model.dim_in)).astype(np.float32)) for b in BATCHES}
+    ref = {b: np.asarray(contenders["jax.jit"](xs[b])) for b in BATCHES}
+    for name, fn in contenders.items():  # warm up (compiles whatever is compiled lazily) and check
+        for b in BATCHES:
+            for _ in range(3):
+                y = fn(xs[b]).block_until_ready()
+            np.testing.assert_allclose(np.asarray(y), ref[b], rtol=1e-4, atol=1e-4)
+
+    calls = {8: args.calls_small, 256: args.calls_large}
+    warm = {8: 50, 256: 3}
+    samples = {(n, b): [] for n in contenders for b in BATCHES}
+    round_medians = {(n, b): [] for n in contenders for b in BATCHES}
+    names = list(contenders)
+    t0 = time.perf_counter()
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for b in BATCHES:
+            for name in order:
+                fn, x = contenders[name], xs[b]
+                time_calls(fn, x, warm[b], [])
+                this: list[float] = []
+                time_calls(fn, x, calls[b], this)
+                samples[(name, b)].extend(this)
+                round_medians[(name, b)].append(float(np.median(this)))
+    bench_s = time.perf_counter() - t0
+
+    print(f"GEGLU(dim_in={model.dim_in}, dim_out={model.dim_out}) float32, per-call latency "
+          f"(f(x).block_until_ready()), jax {jax.__version__}, backend {jax.default_backend()}")
+    pin = f"pinned to CPU {PINNED}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}" if PINNED is not None else "not pinned"
+    print(f"{args.rounds} interleaved rounds x {calls[8]} calls (batch 8) / {calls[256]} calls (batch 256) "
+          f"per contender; {pin}")
+    print(f"artifacts built+saved+loaded in {build_s:.1f}s; timed section {bench_s:.1f}s\n")
+
+    def path(name: str, b: int) -> str:
+        if name.startswith("artifact"):
+            return "precompiled" if name.endswith(f"={b}") else "exported program, JIT on 1st call"
+        return "jit" if name == "jax.jit" else "op by op"
+
+    header = f"{'batch':>5}  {'contender':<17} {'median us':>10} {'p10 us':>9} {'p90 us':>9} {'round medians us (min-max)':>27}  path"
+    print(header)
+    print("-" * len(header))
+    med = {}
+    for b in BATCHES:
+        for name in names:
+            s = np.asarray(samples[(name, b)]) / 1e3
+            rm = np.asarray(round_medians[(name, b)]) / 1e3
+            med[(name, b)] = float(np.median(s))
+            print(f"{b:>5}  {name:<17} {med[(name, b)]:>10.1f} {np.percentile(s, 10):>9.1f} "
+                  f"{np.percentile(s, 90):>9.1f} {f'{rm.min():.1f}-{rm.max():.1f}':>27}  {path(name, b)}")
+        print()
+
+    print("ratios of medians (vs jax.jit at the same batch):")
+    for b in BATCHES:
+        jit = med[("jax.jit", b)]
+        pre, other = f"artifact opt={b}", f"artifact opt={8 if b == 256 else 256}"
+        print(f"  batch {b:>3}: {pre} / jit = {med[(pre, b)] / jit:.3f}   "
+              f"{other} / jit = {med[(other, b)] / jit:.3f}   eager / jit = {med[('eager', b)] / jit:.3f}")
+    r8 = med[("artifact opt=8", 8)] / med[("jax.jit", 8)]
+    verdict = "MET" if r8 <= 1.05 else "NOT MET"
+    print(f"\ntarget (precompiled artifact within 5% of jax.jit at batch 8): {verdict} "
+          f"({(r8 - 1) * 100:+.1f}%, {med[('artifact opt=8', 8)] - med[('jax.jit', 8)]:+.1f} us)")
+
+
+if __name__ == "__main__":
+    main(ARGS)

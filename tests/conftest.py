@@ -1,0 +1,127 @@
+"""Shared fixtures for the core API tests.
+
+Compiles are the expensive part of this suite, so the executables and artifacts that many tests use
+are built once per session. Tests that modify an artifact copy it first (``artifact_copy``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tripy_build as tb
+
+RTOL = 1e-5
+ATOL = 1e-5
+
+DIM_IN = 16
+DIM_OUT = 32
+BATCH = (1, 4, 8)  # (min, opt, max) of the GEGLU's dynamic batch dim
+
+
+def geglu(x, params):
+    """GEGLU: a linear projection to 2 * dim_out, split into a value and a GELU gate."""
+    proj = x @ params["w"] + params["b"]
+    value, gate = jnp.split(proj, 2, axis=-1)
+    return value * jax.nn.gelu(gate)
+
+
+def make_geglu_params(dim_in: int = DIM_IN, dim_out: int = DIM_OUT, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "w": (rng.standard_normal((dim_in, 2 * dim_out)) / np.sqrt(dim_in)).astype(np.float32),
+        "b": (0.1 * rng.standard_normal(2 * dim_out)).astype(np.float32),
+    }
+
+
+def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL) -> None:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"shape {actual.shape} != expected {expected.shape}"
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype} != expected {expected.dtype}"
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+
+
+def info_summary(value):
+    """A plain-data description of an InputInfo (or a container of them), for comparisons."""
+    if isinstance(value, tb.InputInfo):
+        return {
+            "min": tuple(value.shape_bounds.min),
+            "opt": tuple(value.shape_bounds.opt),
+            "max": tuple(value.shape_bounds.max),
+            "dtype": np.dtype(value.dtype).name,
+            "names": {int(k): v for k, v in value.dimension_names.items()},
+        }
+    if isinstance(value, dict):
+        return {"dict": {k: info_summary(v) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return {type(value).__name__: [info_summary(v) for v in value]}
+    raise TypeError(f"not an InputInfo or container: {value!r}")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session")
+def geglu_params():
+    return make_geglu_params()
+
+
+@pytest.fixture(scope="session")
+def geglu_ref(geglu_params):
+    """Eager JAX reference for the session's GEGLU."""
+    return lambda x: geglu(jnp.asarray(x), geglu_params)
+
+
+@pytest.fixture(scope="session")
+def geglu_exe(geglu_params):
+    """GEGLU compiled for x: (batch in [1, 8], opt 4) x 16, float32; params are constants."""
+    return tb.compile(geglu, args=(tb.InputInfo((BATCH, DIM_IN), "float32"), geglu_params))
+
+
+@pytest.fixture(scope="session")
+def geglu_artifact(geglu_exe, tmp_path_factory) -> Path:
+    """The session's GEGLU saved once; never modified (copy it with ``artifact_copy``)."""
+    path = tmp_path_factory.mktemp("geglu") / "artifact"
+    geglu_exe.save(path)
+    return path
+
+
+@pytest.fixture
+def artifact_copy(geglu_artifact, tmp_path) -> Path:
+    """A private, writable copy of the GEGLU artifact."""
+    dest = tmp_path / "artifact"
+    shutil.copytree(geglu_artifact, dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def pair_exe():
+    """f(a, b) = (a + b, a * b) with a NamedDimension 'batch' shared by both inputs."""
+    batch = tb.NamedDimension("batch", 1, 3, 6)
+
+    def pair(a, b):
+        return a + b, a * b
+
+    return tb.compile(pair, args=(tb.InputInfo((batch, 5), "float32"), tb.InputInfo((batch, 5), "float32")))
+
+
+@pytest.fixture(scope="session")
+def nested_exe():
+    """A function of nested runtime inputs: d = {'a': x, 'b': [y, (u, v)]} and a scale constant."""
+
+    def nested(d, scale):
+        y, (u, v) = d["b"][0], d["b"][1]
+        return d["a"] * scale + y, u - v
+
+    d = {
+        "a": tb.InputInfo(((1, 2, 4), 3), "float32"),
+        "b": [tb.InputInfo((3,), "float32"), (tb.InputInfo((2,), "int32"), tb.InputInfo((2,), "int32"))],
+    }
+    return tb.compile(nested, args=(d, 2.5)), nested

@@ -1,0 +1,229 @@
+"""``build``: a validated config -> model, params, input specs -> compile -> artifact on disk.
+
+The artifact directory is named by the build key, a sha256 over everything that can change the
+output; a build whose key already exists and verifies is a cache hit that neither traces nor
+compiles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import artifact
+from .config import ValidBuild
+from .errors import ArtifactError, ConfigError
+from .spec import InputInfo, NamedDimension
+
+log = logging.getLogger("tripy_build.build")
+
+KEY_LENGTH = 16  # hex digits of the build key used in directory names
+
+
+@dataclass
+class BuildResult:
+    path: Path
+    key: str
+    model: str
+    cache_hit: bool
+    timings: dict[str, float] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(self.files.values())
+
+    def summary(self) -> str:
+        lines = [f"artifact: {self.path}" + ("  (cache hit)" if self.cache_hit else "")]
+        lines += [f"  input {name}: {desc}" for name, desc in self.inputs.items()]
+        if self.timings:
+            lines.append("  stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items()))
+        lines.append(f"  files ({_human(self.size)}): " + ", ".join(f"{k} {_human(v)}" for k, v in sorted(self.files.items())))
+        return "\n".join(lines)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def instantiate_model(model_cfg: dict[str, Any]) -> Any:
+    target = model_cfg["_target_"]
+    module_name, _, attr = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"model._target_: cannot import {target!r} ({e}); give a module.Class path.") from None
+    kwargs = {k: v for k, v in model_cfg.items() if k not in ("_target_", "name")}
+    try:
+        model = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()})
+    except TypeError as e:
+        raise ConfigError(f"model: {target} does not accept these settings ({e}).") from None
+    for method in ("init", "apply", "inputs"):
+        if not callable(getattr(model, method, None)):
+            raise ConfigError(f"model: {target} has no {method}() method; a model needs init(key), apply(params, *inputs) and inputs().")
+    return model
+
+
+def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str) -> dict[str, InputInfo]:
+    """The model's declared inputs with every named dim resolved from ``shapes.dims``."""
+    infos = {}
+    dtypes = model.input_dtypes() if hasattr(model, "input_dtypes") else {}
+    for name, shape in model.inputs().items():
+        resolved = []
+        for i, d in enumerate(shape):
+            if isinstance(d, str):
+                if d not in dims:
+                    raise ConfigError(
+                        f"shapes.dims.{d}: the model's input {name!r} dim {i} is named {d!r}, but the shapes "
+                        f"config does not define it; add shapes.dims.{d}=[min,opt,max] or ={'{size}'}."
+                    )
+                resolved.append(dims[d])
+            else:
+                resolved.append(d)
+        infos[name] = InputInfo(resolved, dtypes.get(name, dtype))
+    return infos
+
+
+def model_source_digest(model: Any) -> dict[str, str]:
+    """sha256 of the source file(s) defining the model's class, by content."""
+    out = {}
+    for cls in type(model).__mro__:
+        if cls is object:
+            continue
+        module = inspect.getmodule(cls)
+        path = getattr(module, "__file__", None)
+        if path and path.endswith(".py"):
+            out[module.__name__] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return out
+
+
+def _package_digest() -> str:
+    """sha256 over tripy_build's own sources: a code change without a version bump still rebuilds."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def key_parts(vb: ValidBuild, model: Any, params_identity: dict[str, Any]) -> dict[str, Any]:
+    from .executable import toolchain
+    from .xla_executable import host_features
+
+    config = {
+        "model": vb.model, "shapes": {k: v.bounds if isinstance(v, NamedDimension) else v for k, v in vb.shapes.items()},
+        "backend": vb.backend, "optimization_level": vb.optimization_level, "precision": vb.precision,
+        "params_mode": vb.params_mode,
+    }
+    host = host_features()
+    return {
+        "config": config,
+        "model_code": model_source_digest(model),
+        "params": params_identity,
+        "toolchain": dict(toolchain(), tripy_build_source=_package_digest()),
+        "target": {"platforms": [vb.backend], "machine": host["machine"], "system": host["system"],
+                   "cpu_features": host["cpu_features"]},
+        "compiler_options": {},
+    }
+
+
+def build_key(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def build(vb: ValidBuild) -> BuildResult:
+    """Build (or find in the cache) the artifact that ``vb`` describes."""
+    from . import params as params_io
+
+    timings: dict[str, float] = {}
+    model = instantiate_model(vb.model)
+    model_name = vb.model.get("name") or type(model).__name__.lower()
+    infos = input_infos(model, vb.shapes, vb.precision)
+
+    t0 = time.perf_counter()
+    params = None
+    if vb.params_checkpoint is None:
+        identity: dict[str, Any] = {"init": "random", "seed": vb.params_seed}
+    else:
+        import jax
+
+        like = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+        params = params_io.restore(vb.params_checkpoint, like)
+        identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
+        timings["restore params"] = time.perf_counter() - t0
+    parts = key_parts(vb, model, identity)
+    key = build_key(parts)
+    target = Path(vb.artifacts_dir) / model_name / key[:KEY_LENGTH]
+
+    if not vb.force and artifact.is_artifact(target):
+        try:
+            manifest = artifact.verify_files(target)
+            log.info("cache hit: %s (build key %s)", target, key[:KEY_LENGTH])
+            return _result(target, key, model_name, True, timings, manifest)
+        except ArtifactError as e:
+            log.warning("existing artifact is not intact, rebuilding: %s", e)
+
+    return _build(vb, model, model_name, infos, params, parts, key, target, timings)
+
+
+def _build(vb, model, model_name, infos, params, parts, key, target, timings) -> BuildResult:
+    import jax
+
+    from . import params as params_io
+    from .compiler import build_executable
+
+    def stage(name: str, seconds: float) -> None:
+        timings[name] = seconds
+        log.info("%-28s %8.1f ms", name, seconds * 1e3)
+
+    if params is None:
+        t0 = time.perf_counter()
+        params = jax.tree_util.tree_map(lambda a: jax.device_get(a), model.init(jax.random.PRNGKey(vb.params_seed)))
+        stage("init params", time.perf_counter() - t0)
+    apply_params = params
+    if vb.params_mode == "input":
+        apply_params = jax.tree_util.tree_map(lambda a: InputInfo(a.shape, a.dtype), params)
+    exe = build_executable(
+        model.apply, vb.optimization_level, args=[apply_params, *infos.values()],
+        platforms=[vb.backend], name=model_name, log=stage,
+    )
+    if vb.params_mode == "input":
+        exe = exe._with_bound({"params": params}, {"params": "params"})
+    exe.metadata.update(
+        build_key=key, build_key_parts=parts, model=model_name,
+        params={"mode": vb.params_mode, "checkpoint": "params", "sha256": params_io.digest(params),
+                **{k: v for k, v in parts["params"].items() if k != "sha256"}},
+    )
+    t0 = time.perf_counter()
+    writers = [] if vb.params_mode == "input" else [lambda tmp: params_io.save(tmp / "params", params)]
+    path = exe.write(target, writers, replace=vb.force)
+    stage("write", time.perf_counter() - t0)
+    manifest = artifact.read_manifest(path)
+    return _result(path, key, model_name, False, timings, manifest)
+
+
+def _result(path, key, model_name, cache_hit, timings, manifest) -> BuildResult:
+    inputs = {}
+    for spec in manifest.get("input_specs", []):
+        dims = []
+        for lo, opt, hi, n in zip(spec["min"], spec["opt"], spec["max"], spec["dim_names"]):
+            dims.append(str(lo) if lo == hi else f"{n + '=' if n else ''}[{lo}..{hi}, opt {opt}]")
+        inputs[spec["path"]] = f"{spec['dtype']}[{', '.join(dims)}]"
+    files: dict[str, int] = {}
+    for rel, entry in manifest.get("files", {}).items():
+        top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
+        files[top] = files.get(top, 0) + entry["size"]
+    return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, files)

@@ -1,0 +1,127 @@
+"""``python -m tripy_build``: the Hydra command, a thin layer over ``build``.
+
+A single run prints the artifact and exits non-zero with a one-line error on a bad config. In a
+sweep (``-m``) each job records its result in its output directory instead of raising, so one
+failed job neither hides the others nor skips the summary, which ``SweepSummary`` prints and writes
+(JSON and CSV) in the sweep directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from . import config
+from .errors import TripyBuildError
+
+VERSION_BASE = "1.3"
+CONFIG_PATH = "pkg://tripy_build.conf"
+RESULT_FILE = "build_result.json"
+
+config.register()
+log = logging.getLogger("tripy_build")
+
+
+def _check_added_keys(cfg: DictConfig) -> None:
+    """Hydra lets ``+key=value`` through a schema; refuse keys the schema does not have."""
+    for override in HydraConfig.get().overrides.task:
+        if override.startswith("+"):
+            key = override.lstrip("+").split("=", 1)[0]
+            if "@" in key or "/" in key or key in ("model", "shapes"):
+                continue  # a config group choice, checked by Hydra itself
+            raise TripyBuildError(
+                f"unknown config key {key!r} (added with '{override.split('=', 1)[0]}'): the build schema has "
+                "no such key. Check the spelling against `python -m tripy_build --cfg job`."
+            )
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Validate and build one config; the result as a JSON-able dict."""
+    from .build import build
+
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every step of a save at INFO
+    _check_added_keys(cfg)
+    vb = config.validate(cfg)
+    t0 = time.perf_counter()
+    result = build(vb)
+    return {
+        "status": "cache hit" if result.cache_hit else "built",
+        "path": str(result.path), "key": result.key, "model": result.model,
+        "build_seconds": round(time.perf_counter() - t0, 3), "size_bytes": result.size,
+        "summary": result.summary(),
+    }
+
+
+@hydra.main(version_base=VERSION_BASE, config_path=CONFIG_PATH, config_name="config")
+def main(cfg: DictConfig) -> None:
+    hc = HydraConfig.get()
+    sweep = hc.mode == RunMode.MULTIRUN
+    overrides = list(hc.overrides.task)
+    try:
+        record = run(cfg)
+        print(record["summary"], flush=True)
+    except TripyBuildError as e:
+        record = {"status": "failed", "error": f"{e}"}
+        if not sweep:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
+    except Exception as e:  # noqa: BLE001 - in a sweep one job's crash must not hide the rest
+        if not sweep:
+            raise
+        record = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    if sweep:
+        record.pop("summary", None)
+        record["overrides"] = overrides
+        record["job"] = hc.job.num
+        out = Path(hc.runtime.output_dir) / RESULT_FILE
+        out.write_text(json.dumps(record, indent=1))
+        if record["status"] == "failed":
+            log.error("job %s failed: %s", hc.job.num, record["error"])
+
+
+class SweepSummary(Callback):
+    """After a sweep: one table of every job, printed and written as summary.json and summary.csv."""
+
+    COLUMNS = ("job", "overrides", "status", "build_seconds", "size_bytes", "path", "error")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = []
+        for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
+            data = json.loads(path.read_text())
+            rows.append({c: data.get(c, "") for c in self.COLUMNS})
+        for row in rows:
+            row["overrides"] = " ".join(row["overrides"]) if isinstance(row["overrides"], list) else row["overrides"]
+        (sweep_dir / "summary.json").write_text(json.dumps(rows, indent=1))
+        with open(sweep_dir / "summary.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        print(format_table(rows), flush=True)
+        failed = sum(r["status"] == "failed" for r in rows)
+        print(f"{len(rows)} builds, {failed} failed; summary: {sweep_dir / 'summary.json'}", flush=True)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    headers = ("job", "overrides", "status", "time s", "size", "path / error")
+    body = [
+        (str(r["job"]), r["overrides"], r["status"], f"{r['build_seconds']}" if r["build_seconds"] != "" else "-",
+         f"{r['size_bytes'] / 1024:.0f} KB" if r["size_bytes"] != "" else "-",
+         r["path"] if r["status"] != "failed" else str(r["error"]).splitlines()[0][:100])
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, body)])

@@ -1,0 +1,163 @@
+"""The build configuration: dataclass schemas in Hydra's ConfigStore, and their validation.
+
+Hydra checks types and typo'd keys against these schemas while composing. ``validate`` adds what a
+schema cannot say (ranges, positive model dims, keys smuggled in with ``+``) and turns the composed
+config into plain typed values before anything is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .errors import ConfigError, SpecError
+from .spec import NamedDimension
+
+
+class Backend(enum.Enum):
+    cpu = "cpu"
+
+
+class Precision(enum.Enum):
+    float32 = "float32"
+
+
+class ParamsMode(enum.Enum):
+    constant = "constant"  # folded into the program
+    input = "input"  # runtime inputs, restored from the artifact's checkpoint by tb.load
+
+
+@dataclass
+class ParamsConfig:
+    seed: int = 0
+    checkpoint: Optional[str] = None
+    mode: ParamsMode = ParamsMode.constant
+
+
+@dataclass
+class ShapesConfig:
+    name: str = MISSING
+    dims: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BuildConfig:
+    model: Any = MISSING
+    shapes: ShapesConfig = field(default_factory=ShapesConfig)
+    backend: Backend = Backend.cpu
+    optimization_level: int = 3
+    precision: Precision = Precision.float32
+    params: ParamsConfig = field(default_factory=ParamsConfig)
+    artifacts_dir: str = "artifacts"
+    force: bool = False
+
+
+@functools.lru_cache(maxsize=None)
+def model_schema(model_cls: type) -> type:
+    """A schema for one zoo model: ``_target_``, ``name`` and the model dataclass's own fields."""
+    fields = [("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
+              ("name", str, field(default=model_cls.name))]
+    hints = typing.get_type_hints(model_cls)
+    for f in dataclasses.fields(model_cls):
+        default = f.default if f.default is not dataclasses.MISSING else MISSING
+        if isinstance(default, tuple):
+            fields.append((f.name, list[int], field(default_factory=lambda d=default: list(d))))
+        else:
+            kind = hints.get(f.name, Any)
+            fields.append((f.name, kind if kind in (int, float, str, bool) else Any, field(default=default)))
+    return dataclasses.make_dataclass(f"{model_cls.__name__}Config", fields)
+
+
+def register() -> None:
+    """Put the schemas in Hydra's ConfigStore (idempotent)."""
+    from .models import MODELS
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=BuildConfig)
+    cs.store(group="shapes", name="base_shapes", node=ShapesConfig)
+    for name, cls in MODELS.items():
+        cs.store(group="model", name=f"base_{name}", node=model_schema(cls))
+
+
+@dataclass(frozen=True)
+class ValidBuild:
+    """A validated build request in plain Python values."""
+
+    model: dict[str, Any]  # with _target_ and name
+    shapes: dict[str, int | NamedDimension]
+    shapes_name: str
+    backend: str
+    optimization_level: int
+    precision: str
+    params_seed: int
+    params_checkpoint: str | None
+    params_mode: str
+    artifacts_dir: str
+    force: bool
+
+
+def _one_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _dim(key: str, value: Any) -> int | NamedDimension:
+    name = key.rsplit(".", 1)[-1]
+    try:
+        if isinstance(value, (list, tuple, ListConfig)):
+            if len(value) != 3:
+                raise SpecError(f"a dynamic dim is [min, opt, max], got {list(value)} with {len(value)} entries")
+            return NamedDimension(name, *value)
+        NamedDimension(name, value, value, value)
+        return int(value)
+    except SpecError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+
+def validate(cfg: DictConfig) -> ValidBuild:
+    """Check a composed config; raise ``ConfigError`` naming the key and what is allowed."""
+    body = {k: v for k, v in cfg.items() if k != "hydra"} if isinstance(cfg, DictConfig) else cfg
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(BuildConfig), OmegaConf.create(body))
+        model = typed.model
+        target = model.get("_target_") if isinstance(model, DictConfig) else None
+        schema = _zoo_schema(target)
+        if schema is not None:
+            model = OmegaConf.merge(OmegaConf.structured(schema), model)
+        plain = OmegaConf.to_container(typed, resolve=True, throw_on_missing=True, enum_to_str=True)
+        plain["model"] = OmegaConf.to_container(model, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"invalid config{f' at {key!r}' if key else ''}: {_one_line(e)}") from None
+    if not isinstance(plain["model"], dict) or not plain["model"].get("_target_"):
+        raise ConfigError("model: needs a _target_ (the model class to build), e.g. model=geglu.")
+    level = plain["optimization_level"]
+    if not 0 <= level <= 5:
+        raise ConfigError(f"optimization_level: must be 0..5, got {level}.")
+    for key, value in plain["model"].items():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+                raise ConfigError(f"model.{key}: model dimensions must be at least 1, got {value}.")
+    dims = {name: _dim(f"shapes.dims.{name}", v) for name, v in plain["shapes"]["dims"].items()}
+    return ValidBuild(
+        model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], backend=plain["backend"],
+        optimization_level=level, precision=plain["precision"], params_seed=plain["params"]["seed"],
+        params_checkpoint=plain["params"]["checkpoint"], params_mode=plain["params"]["mode"],
+        artifacts_dir=plain["artifacts_dir"], force=plain["force"],
+    )
+
+
+def _zoo_schema(target: str | None) -> type | None:
+    from .models import MODELS
+
+    for cls in MODELS.values():
+        if target == f"{cls.__module__}.{cls.__qualname__}":
+            return model_schema(cls)
+    return None
