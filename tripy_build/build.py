@@ -191,7 +191,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings) ->
 
     if params is None:
         t0 = time.perf_counter()
-        params = jax.tree_util.tree_map(lambda a: jax.device_get(a), model.init(jax.random.PRNGKey(vb.params_seed)))
+        params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(vb.params_seed)))
         stage("init params", time.perf_counter() - t0)
     apply_params = params
     if vb.params_mode == "input":

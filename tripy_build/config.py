@@ -82,9 +82,9 @@ def register() -> None:
 
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=BuildConfig)
-    cs.store(group="shapes", name="base_shapes", node=ShapesConfig)
+    cs.store(group="schema", name="shapes", node=ShapesConfig)
     for name, cls in MODELS.items():
-        cs.store(group="model", name=f"base_{name}", node=model_schema(cls))
+        cs.store(group="schema/model", name=name, node=model_schema(cls))
 
 
 @dataclass(frozen=True)

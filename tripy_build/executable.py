@@ -99,16 +99,16 @@ class Executable:
         """A new executable with some runtime inputs fixed to ``values`` (e.g. weights).
 
         The bound inputs disappear from the signature; saving writes them as orbax checkpoints and
-        ``load`` restores them, so weights can be swapped without recompiling.
+        ``load`` restores them. Binding an already bound input swaps its value without recompiling.
         """
-        return self._with_bound(values, {n: f"bound/{n}" for n in values})
+        return self._with_bound(values, {n: self._bound.get(n, (None, f"bound/{n}"))[1] for n in values})
 
     def _with_bound(self, values: dict[str, Any], dirs: dict[str, str]) -> "Executable":
         """``bind``, with the artifact directory each bound input is saved to."""
-        names = {p.name for p in self._visible}
+        names = {p.name for p in self._parameters}
         for name in values:
             if name not in names:
-                raise CallError(f"bind(): {name!r} is not an unbound input; inputs are: {', '.join(sorted(names))}.")
+                raise CallError(f"bind(): {name!r} is not an input; inputs are: {', '.join(sorted(names))}.")
         new = copy.copy(self)
         new._bound = dict(self._bound)
         new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})

@@ -28,7 +28,11 @@ def digest(params: Any) -> str:
 
 
 def abstract(params: Any) -> Any:
-    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), params)
+    def spec(a: Any) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if hasattr(a, "dtype") else jax.ShapeDtypeStruct(
+            np.shape(a), np.asarray(a).dtype)
+
+    return jax.tree_util.tree_map(spec, params)
 
 
 def save(directory: str | os.PathLike, params: Any) -> None:

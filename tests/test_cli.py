@@ -1,0 +1,266 @@
+"""The Hydra build command: composed configs, the README command, sweeps, params, bad configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+
+import tripy_build as tb
+from tripy_build import config
+from tripy_build.build import build, instantiate_model
+from tripy_build.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {
+    "geglu": ["model.dim_in=16", "model.dim_out=8"],
+    "mlp": ["model.dim_in=16", "model.hidden=32", "model.dim_out=8", "model.layers=2"],
+    "transformer": ["model.d_model=16", "model.heads=2", "model.d_ff=32"],
+    "convnet": ["model.channels=[4,8]"],
+}
+SMALL_SHAPES = {
+    "dynamic": ["shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,4,8]", "shapes.dims.height=[4,8,12]",
+                "shapes.dims.width=[4,8,12]"],
+    "static": ["shapes.dims.batch=2", "shapes.dims.seq=4", "shapes.dims.height=8", "shapes.dims.width=8"],
+}
+
+
+def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tripy_build", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def compose_cfg(overrides: list[str]):
+    config.register()
+    with initialize_config_module(config_module="tripy_build.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def eager_reference(vb, x_by_name):
+    model = instantiate_model(vb.model)
+    params = model.init(jax.random.PRNGKey(vb.params_seed))
+    return np.asarray(model.apply(params, *x_by_name.values()))
+
+
+def sample_inputs(exe, which: str, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, info in exe.input_infos.items():
+        shape = getattr(info.shape_bounds, which)
+        out[name] = rng.standard_normal(shape).astype(info.dtype)
+    return out
+
+
+@pytest.mark.parametrize("shapes", ["static", "dynamic"])
+@pytest.mark.parametrize("model", ["geglu", "mlp", "transformer", "convnet"])
+def test_every_config_option_composes_builds_and_matches_eager(model, shapes, tmp_path):
+    cfg = compose_cfg([f"model={model}", f"shapes={shapes}", f"artifacts_dir={tmp_path}",
+                       "optimization_level=0", *SMALL[model], *SMALL_SHAPES[shapes]])
+    vb = config.validate(cfg)
+    result = build(vb)
+    assert not result.cache_hit and (result.path / "manifest.json").is_file()
+    assert result.path.parent == tmp_path / model
+    exe = tb.load(result.path)
+    for which in ("min", "max"):
+        xs = sample_inputs(exe, which)
+        np.testing.assert_allclose(np.asarray(exe(*xs.values())), eager_reference(vb, xs), rtol=2e-5, atol=2e-5)
+    infos = exe.input_infos
+    dims = [d for info in infos.values() for d in range(info.rank)]
+    if shapes == "static":
+        assert all(info.shape_bounds.min == info.shape_bounds.max for info in infos.values())
+    else:
+        assert any(info.dimension_names for info in infos.values()) and dims
+
+
+def test_readme_command_builds_default_artifact_and_it_loads_in_fresh_process(tmp_path):
+    proc = run_cli("model=geglu", "shapes=dynamic", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = Path(next(line.split(":", 1)[1].strip().split()[0] for line in proc.stdout.splitlines()
+                     if line.startswith("artifact:")))
+    assert path.is_dir() and path.parent == tmp_path / "arts" / "geglu"
+    assert "input x: float32[batch=[1..64, opt 8], 512]" in proc.stdout
+    assert "trace+export" in proc.stdout and "compile cpu 8x512" in proc.stdout and "program.jaxexport" in proc.stdout
+    # The build log names its stages with timings as it goes.
+    assert "trace+export" in proc.stderr + proc.stdout
+    check = textwrap.dedent(f"""
+        import jax, numpy as np, tripy_build as tb
+        from tripy_build.models.geglu import GEGLU
+        exe = tb.load({str(path)!r})
+        m = GEGLU(512, 2048); p = m.init(jax.random.PRNGKey(0))
+        for b in (1, 8, 33):
+            x = np.random.default_rng(b).standard_normal((b, 512)).astype(np.float32)
+            np.testing.assert_allclose(np.asarray(exe(x)), np.asarray(m.apply(p, x)), rtol=2e-5, atol=2e-5)
+        print("OK", list(exe.input_infos))
+    """)
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0 and "OK ['x']" in out.stdout, out.stderr[-3000:]
+    again = run_cli("model=geglu", "shapes=dynamic", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
+    assert again.returncode == 0 and "cache hit" in again.stdout
+
+
+def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = run_cli("-m", "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
+                   "model.dim_in=16", f"artifacts_dir={tmp_path / 'arts'}", f"hydra.sweep.dir={sweep_dir}",
+                   *SMALL_SHAPES["dynamic"][:1], cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((sweep_dir / "summary.json").read_text())
+    assert len(rows) == 8
+    failed = [r for r in rows if r["status"] == "failed"]
+    built = [r for r in rows if r["status"] == "built"]
+    assert len(failed) == 4 and all("optimization_level=9" in r["overrides"] for r in failed)
+    assert all("optimization_level" in r["error"] and "0..5" in r["error"] for r in failed)
+    assert len(built) == 4 and all(Path(r["path"]).is_dir() and r["size_bytes"] > 0 for r in built)
+    csv_text = (sweep_dir / "summary.csv").read_text()
+    assert csv_text.splitlines()[0].startswith("job,overrides,status") and len(csv_text.splitlines()) == 9
+    assert "8 builds, 4 failed" in proc.stdout
+    for r in built:
+        exe = tb.load(r["path"])
+        assert list(exe.input_infos) == ["x"]
+
+
+def _geglu_known_params():
+    return {"proj": {"weight": np.array([[1.0, 2.0], [0.5, -1.0]], np.float32),
+                     "bias": np.array([0.25, -0.5], np.float32)}}
+
+
+def _geglu_by_hand(params, x):
+    from math import erf
+
+    y = x @ params["proj"]["weight"].T + params["proj"]["bias"]
+    a, gate = y[:, :1], y[:, 1:]
+    gelu = gate * 0.5 * (1.0 + np.vectorize(erf)(gate / np.sqrt(2.0)))
+    return a * gelu
+
+
+def test_params_checkpoint_restores_known_weights(tmp_path):
+    import orbax.checkpoint as ocp
+
+    params = _geglu_known_params()
+    ckpt = tmp_path / "ckpt"
+    with ocp.StandardCheckpointer() as c:
+        c.save(ckpt, params)
+        c.wait_until_finished()
+    cfg = compose_cfg(["model=geglu", "model.dim_in=2", "model.dim_out=1", "shapes=dynamic",
+                       f"params.checkpoint={ckpt}", f"artifacts_dir={tmp_path / 'arts'}"])
+    result = build(config.validate(cfg))
+    exe = tb.load(result.path)
+    x = np.array([[1.0, 2.0], [-1.0, 0.5], [3.0, -2.0]], np.float32)
+    np.testing.assert_allclose(np.asarray(exe(x)), _geglu_by_hand(params, x), rtol=1e-6, atol=1e-6)
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert manifest["metadata"]["params"]["init"] == "checkpoint"
+
+
+def test_params_checkpoint_with_wrong_tree_is_a_config_error(tmp_path):
+    import orbax.checkpoint as ocp
+
+    ckpt = tmp_path / "ckpt"
+    with ocp.StandardCheckpointer() as c:
+        c.save(ckpt, {"proj": {"weight": np.ones((3, 3), np.float32)}})
+        c.wait_until_finished()
+    cfg = compose_cfg(["model=geglu", "model.dim_in=2", "model.dim_out=1", f"params.checkpoint={ckpt}",
+                       f"artifacts_dir={tmp_path / 'arts'}"])
+    with pytest.raises(ConfigError, match="params.checkpoint"):
+        build(config.validate(cfg))
+    assert not (tmp_path / "arts").exists()
+
+
+def test_params_mode_input_keeps_weights_swappable(tmp_path):
+    cfg = compose_cfg(["model=geglu", "model.dim_in=2", "model.dim_out=1", "shapes=dynamic",
+                       "params.mode=input", f"artifacts_dir={tmp_path / 'arts'}"])
+    vb = config.validate(cfg)
+    result = build(vb)
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert manifest["bound_inputs"] == {"params": "params"}
+    program_size = (result.path / "program.jaxexport").stat().st_size
+    exe = tb.load(result.path)
+    import inspect
+
+    assert list(inspect.signature(exe).parameters) == ["x"]
+    x = np.array([[1.0, 2.0], [-1.0, 0.5]], np.float32)
+    np.testing.assert_allclose(np.asarray(exe(x)), eager_reference(vb, {"x": x}), rtol=1e-6, atol=1e-6)
+    swapped = exe.bind(params=_geglu_known_params())
+    np.testing.assert_allclose(np.asarray(swapped(x)), _geglu_by_hand(_geglu_known_params(), x), rtol=1e-6, atol=1e-6)
+    assert swapped.precompiled_shapes == exe.precompiled_shapes
+    # the weights are not folded into the program
+    constant = build(config.validate(compose_cfg(["model=geglu", "model.dim_in=64", "model.dim_out=64",
+                                                   f"artifacts_dir={tmp_path / 'c'}"])))
+    as_input = build(config.validate(compose_cfg(["model=geglu", "model.dim_in=64", "model.dim_out=64",
+                                                   "params.mode=input", f"artifacts_dir={tmp_path / 'i'}"])))
+    assert (as_input.path / "program.jaxexport").stat().st_size < (constant.path / "program.jaxexport").stat().st_size / 4
+    assert program_size > 0
+
+
+BAD_CONFIGS = [
+    (["model.dim_inn=3"], "dim_inn"),
+    (["optimization_level=abc"], "optimization_level"),
+    (["model=foo"], "model/foo"),
+    (["shapes=foo"], "shapes/foo"),
+    (["shapes.name=???"], "shapes.name"),
+    (["shapes.dims.batch=[8,4,2]"], "shapes.dims.batch"),
+    (["shapes.dims.batch=[1,8,4]"], "shapes.dims.batch"),
+    (["shapes.dims.batch=0"], "shapes.dims.batch"),
+    (["optimization_level=9"], "optimization_level"),
+    (["model.dim_in=-4"], "model.dim_in"),
+    (["+new.key=1"], "new.key"),
+    (["+model.extra=1"], "model.extra"),
+    (["backend=tpu"], "backend"),
+]
+
+
+@pytest.mark.parametrize("overrides,names", BAD_CONFIGS, ids=[" ".join(o) for o, _ in BAD_CONFIGS])
+def test_bad_config_fails_fast_with_short_message_and_writes_nothing(overrides, names, tmp_path):
+    arts = tmp_path / "arts"
+    proc = run_cli(*overrides, f"artifacts_dir={arts}", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "0"})
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert names in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 15, proc.stderr
+    assert "trace+export" not in proc.stdout + proc.stderr
+    assert not arts.exists() or not any(arts.rglob("*"))
+
+
+def test_config_validation_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"shapes\.dims\.batch.*min <= opt <= max"):
+        config.validate(compose_cfg(["shapes.dims.batch=[8,4,2]"]))
+    with pytest.raises(ConfigError, match=r"model\.dim_out.*at least 1"):
+        config.validate(compose_cfg(["model.dim_out=0"]))
+
+
+def test_user_model_from_own_config_dir_without_touching_the_package(tmp_path):
+    (tmp_path / "my_models.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        import jax, jax.numpy as jnp
+
+        @dataclass(frozen=True)
+        class Scale:
+            width: int = 4
+            name = "scale"
+            def init(self, key):
+                return {"w": jax.random.normal(key, (self.width,))}
+            def apply(self, params, x):
+                return x * params["w"]
+            def inputs(self):
+                return {"x": ["batch", self.width]}
+    """))
+    (tmp_path / "my_conf" / "model").mkdir(parents=True)
+    (tmp_path / "my_conf" / "model" / "scale.yaml").write_text("_target_: my_models.Scale\nname: scale\nwidth: 3\n")
+    proc = run_cli("--config-dir", str(tmp_path / "my_conf"), "model=scale", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (path,) = (tmp_path / "arts" / "scale").iterdir()
+    exe = tb.load(path)
+    assert exe.input_infos["x"].shape_bounds.max == (64, 3)
+    x = np.ones((5, 3), np.float32)
+    w = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (3,)))
+    np.testing.assert_allclose(np.asarray(exe(x)), x * w, rtol=1e-6)
