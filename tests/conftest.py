@@ -125,3 +125,31 @@ def nested_exe():
         "b": [tb.InputInfo((3,), "float32"), (tb.InputInfo((2,), "int32"), tb.InputInfo((2,), "int32"))],
     }
     return tb.compile(nested, args=(d, 2.5)), nested
+
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+class CompileCounter:
+    """Counts XLA backend compiles (jax.monitoring events) while it is registered."""
+
+    def __init__(self):
+        self.events: list[str] = []
+
+    def __call__(self, event: str, duration: float, **kwargs) -> None:
+        if event == BACKEND_COMPILE_EVENT:
+            self.events.append(event)
+
+    @property
+    def count(self) -> int:
+        return len(self.events)
+
+
+@pytest.fixture
+def compile_counter():
+    counter = CompileCounter()
+    jax.monitoring.register_event_duration_secs_listener(counter)
+    try:
+        yield counter
+    finally:
+        jax.monitoring.unregister_event_duration_listener(counter)

@@ -225,7 +225,11 @@ def test_variadic_args_and_kwargs_are_frozen(rng):
     x, a0, a1, e = (rng.standard_normal(4).astype(np.float32) for _ in range(4))
     expected = f(*(jnp.asarray(v) for v in (x, a0, a1)), extra=jnp.asarray(e), scale=2.0)
     assert_close(exe(x, a0, a1, extra=e), expected)
-    assert_close(exe(x, a0, a1, e), expected)
+    assert_close(exe(x, args1=a1, args0=a0, extra=e), expected)
+    # an extra keyword of **kwargs stays keyword-only, as in the original function
+    assert _params(exe)[3].kind is inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(tb.TripyBuildError, match="positional"):
+        exe(x, a0, a1, e)
     with pytest.raises(tb.TripyBuildError, match="scale"):
         exe(x, a0, a1, extra=e, scale=1.0)
 

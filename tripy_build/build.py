@@ -97,16 +97,31 @@ def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str) -
 
 
 def model_source_digest(model: Any) -> dict[str, str]:
-    """sha256 of the source file(s) defining the model's class, by content."""
-    out = {}
-    for cls in type(model).__mro__:
-        if cls is object:
-            continue
-        module = inspect.getmodule(cls)
+    """sha256, by content, of the model class's module and of every module it uses from its own folder.
+
+    Following the module's globals (imported modules, functions and classes) catches helpers such
+    as a shared layers file, without hashing third-party libraries, which the toolchain covers.
+    """
+    import sys
+    import types
+
+    first = inspect.getmodule(type(model))
+    root = Path(first.__file__).resolve().parent if getattr(first, "__file__", None) else None
+    out: dict[str, str] = {}
+    todo = [first]
+    while todo:
+        module = todo.pop()
         path = getattr(module, "__file__", None)
-        if path and path.endswith(".py"):
-            out[module.__name__] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return out
+        if module is None or module.__name__ in out or not path or not path.endswith(".py"):
+            continue
+        if root is None or root not in Path(path).resolve().parents:
+            continue
+        out[module.__name__] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        for value in vars(module).values():
+            used = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None) or "")
+            if used is not None and used.__name__ not in out:
+                todo.append(used)
+    return dict(sorted(out.items()))
 
 
 def _package_digest() -> str:

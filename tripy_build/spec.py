@@ -78,10 +78,14 @@ def to_dtype(dtype: Any) -> np.dtype:
             return np.dtype(getattr(ml_dtypes, dtype))
     except ImportError:  # pragma: no cover - jax always installs ml_dtypes
         pass
-    try:
-        result = np.dtype(getattr(dtype, "dtype", dtype))
-    except TypeError:
-        result = None
+    result = None
+    if dtype is not None:  # np.dtype(None) would silently mean float64
+        for candidate in (dtype, getattr(dtype, "dtype", None)):
+            try:
+                result = np.dtype(candidate) if candidate is not None else None
+            except TypeError:
+                continue
+            break
     if result is None or result.kind not in "biufcV":
         raise SpecError(
             f"dtype {dtype!r} is not a tensor dtype; expected a name such as 'float32', 'bfloat16', "

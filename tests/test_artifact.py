@@ -1,0 +1,553 @@
+"""Artifacts: manifest contents, save/load round trips (also in a fresh process), integrity checks."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import pickle
+import platform
+import shutil
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+import pytest
+
+import tripy_build as tb
+from tripy_build.executable import CompatibilityWarning
+from conftest import BATCH, DIM_IN, DIM_OUT, assert_close, info_summary
+
+PROGRAM = "program.jaxexport"
+XLA = "executables/0.xla"
+
+
+def _read_manifest(path: Path) -> dict:
+    return json.loads((Path(path) / "manifest.json").read_text())
+
+
+def _write_manifest(path: Path, manifest: dict) -> None:
+    (Path(path) / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def _signature(exe) -> list[tuple[str, str]]:
+    return [(p.name, p.kind.name) for p in inspect.signature(exe).parameters.values()]
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _flip_byte(path: Path, offset: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    i = len(data) // 2 if offset is None else offset
+    data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+# --- what is written ------------------------------------------------------------------------------
+
+def test_artifact_layout(geglu_artifact):
+    files = {p.relative_to(geglu_artifact).as_posix() for p in geglu_artifact.rglob("*") if p.is_file()}
+    assert {"manifest.json", PROGRAM, XLA} <= files
+
+
+def test_save_returns_path(geglu_exe, tmp_path):
+    target = tmp_path / "nested" / "dir" / "art"
+    result = geglu_exe.save(target)
+    assert Path(result).resolve() == target.resolve()
+    assert (target / "manifest.json").is_file()
+
+
+def _io_bounds(manifest: dict, section: str, index: int, name: str | None = None) -> dict:
+    """min/opt/max of one input or output, wherever the manifest keeps them for that entry."""
+    entry = manifest[section][index]
+    if all(k in entry for k in ("min", "opt", "max")):
+        return entry
+    # inputs may keep their per-leaf shapes in a separate table keyed by the input's path
+    for table in ("input_specs",):
+        for spec in manifest.get(table, []):
+            if spec.get("path") == name:
+                return spec
+    raise AssertionError(f"no min/opt/max for {section}[{index}] in the manifest")
+
+
+def test_manifest_contents(geglu_artifact):
+    m = _read_manifest(geglu_artifact)
+    assert m["schema_version"] == 1
+    assert m["function"] == "geglu"
+    assert m["optimization_level"] == 3
+    assert m["platforms"] == ["cpu"]
+
+    assert [i["name"] for i in m["inputs"]] == ["x"]
+    x = _io_bounds(m, "inputs", 0, "x")
+    assert (list(x["min"]), list(x["opt"]), list(x["max"])) == (
+        [BATCH[0], DIM_IN], [BATCH[1], DIM_IN], [BATCH[2], DIM_IN])
+    assert x["dtype"] == "float32"
+    assert len(m["outputs"]) == 1
+    out = m["outputs"][0]
+    assert (out["min"], out["opt"], out["max"]) == ([BATCH[0], DIM_OUT], [BATCH[1], DIM_OUT], [BATCH[2], DIM_OUT])
+    assert out["dtype"] == "float32"
+
+    tc = m["toolchain"]
+    assert tc["python"] == platform.python_version()
+    assert tc["jax"] == jax.__version__
+    assert tc["jaxlib"] == jaxlib.__version__
+    assert tc["tripy_build"] == tb.__version__
+    assert tc["xla_flags"] == os.environ.get("XLA_FLAGS", "")
+
+
+def test_manifest_file_table(geglu_artifact):
+    m = _read_manifest(geglu_artifact)
+    on_disk = {p.relative_to(geglu_artifact).as_posix() for p in geglu_artifact.rglob("*") if p.is_file()}
+    assert set(m["files"]) == on_disk - {"manifest.json"}
+    for rel, entry in m["files"].items():
+        path = geglu_artifact / rel
+        assert entry["size"] == path.stat().st_size
+        assert entry["sha256"] == _sha256(path)
+
+
+def test_manifest_executables(geglu_artifact):
+    m = _read_manifest(geglu_artifact)
+    assert len(m["executables"]) >= 1
+    entry = m["executables"][0]
+    assert entry["file"] == XLA
+    assert XLA in m["files"]
+    deps = entry["depends_on"]
+    assert deps["jaxlib"] == jaxlib.__version__
+    assert isinstance(deps["cpu_features"], str)
+    if sys.platform.startswith("linux"):
+        assert deps["cpu_features"].split()  # the host's CPU flags are recorded
+    assert entry["input_shapes"] == [[BATCH[1], DIM_IN]]  # the opt shape is the precompiled one
+
+
+def test_manifest_records_named_dims_and_nested_structure(nested_exe, pair_exe, tmp_path):
+    pair_exe.save(tmp_path / "pair")
+    m = _read_manifest(tmp_path / "pair")
+    assert [i["name"] for i in m["inputs"]] == ["a", "b"]
+    assert "batch" in json.dumps(m["inputs"]) + json.dumps(m.get("input_specs", []))
+    assert all("batch" in json.dumps(o) for o in m["outputs"])
+
+    exe, _ = nested_exe
+    exe.save(tmp_path / "nested")
+    m = _read_manifest(tmp_path / "nested")
+    assert [i["name"] for i in m["inputs"]] == ["d"]
+    assert len(m["outputs"]) == 2
+
+
+# --- loading in this process ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("loader", [tb.load, tb.Executable.load], ids=["tb.load", "Executable.load"])
+def test_load_round_trip(loader, geglu_exe, geglu_artifact, geglu_ref, rng, compile_counter):
+    loaded = loader(geglu_artifact)
+    assert isinstance(loaded, tb.Executable)
+    assert _signature(loaded) == _signature(geglu_exe)
+    assert info_summary(loaded.input_infos) == info_summary(geglu_exe.input_infos)
+    assert info_summary(loaded.output_infos) == info_summary(geglu_exe.output_infos)
+    assert ((BATCH[1], DIM_IN),) in loaded.precompiled_shapes
+
+    x = rng.standard_normal((BATCH[1], DIM_IN)).astype(np.float32)
+    expected = np.asarray(geglu_ref(x))  # eager JAX compiles its ops: count only the loaded calls
+    x_jax = jnp.asarray(x)
+    before = compile_counter.count
+    out = loaded(x)
+    out_jax = loaded(x_jax)
+    assert compile_counter.count == before, "the opt shape must run without compiling"
+    assert isinstance(out, jax.Array)
+    assert_close(out, expected)
+    assert_close(out_jax, expected)
+    for batch in (BATCH[0], 3, BATCH[2]):
+        x = rng.standard_normal((batch, DIM_IN)).astype(np.float32)
+        assert_close(loaded(x), geglu_ref(x))
+
+
+def test_loaded_executable_validates_calls(geglu_artifact):
+    loaded = tb.load(geglu_artifact)
+    with pytest.raises(tb.TripyBuildError, match=r"\[1, 8\]"):
+        loaded(np.zeros((BATCH[2] + 1, DIM_IN), np.float32))
+    with pytest.raises(tb.TripyBuildError, match="float64"):
+        loaded(np.zeros((2, DIM_IN), np.float64))
+    with pytest.raises(tb.TripyBuildError, match="'y'"):
+        loaded(np.zeros((2, DIM_IN), np.float32), y=1)
+
+
+def test_load_accepts_str_and_path(geglu_artifact):
+    assert tb.load(str(geglu_artifact)).input_infos.keys() == tb.load(Path(geglu_artifact)).input_infos.keys()
+
+
+def test_resave_of_loaded_artifact(geglu_artifact, geglu_ref, tmp_path, rng):
+    loaded = tb.load(geglu_artifact)
+    loaded.save(tmp_path / "again")
+    assert _sha256(tmp_path / "again" / PROGRAM) == _sha256(geglu_artifact / PROGRAM)
+    again = tb.load(tmp_path / "again")
+    x = rng.standard_normal((2, DIM_IN)).astype(np.float32)
+    assert_close(again(x), geglu_ref(x))
+
+
+_PICKLE_AUDIT = {"active": False, "events": []}
+
+
+def _pickle_audit_hook(event, args):
+    # "pickle.find_class" is raised by every unpickler (C or Python) when it resolves a global.
+    if _PICKLE_AUDIT["active"] and event == "pickle.find_class":
+        _PICKLE_AUDIT["events"].append(args)
+
+
+def test_load_never_unpickles(geglu_artifact, geglu_ref, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("pickle used while loading an artifact")
+
+    if not getattr(sys, "_tripy_build_test_audit_hook", False):
+        sys.addaudithook(_pickle_audit_hook)  # audit hooks cannot be removed; it records only when active
+        sys._tripy_build_test_audit_hook = True
+
+    class ForbiddenUnpickler:
+        def __init__(self, *args, **kwargs):
+            forbidden()
+
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(pickle, "Unpickler", ForbiddenUnpickler)
+    inputs = {b: np.random.default_rng(b).standard_normal((b, DIM_IN)).astype(np.float32) for b in (BATCH[1], 2)}
+    expected = {b: np.asarray(geglu_ref(x)) for b, x in inputs.items()}
+    _PICKLE_AUDIT["events"].clear()
+    _PICKLE_AUDIT["active"] = True
+    try:
+        loaded = tb.load(geglu_artifact)
+        outputs = {b: loaded(x) for b, x in inputs.items()}
+    finally:
+        _PICKLE_AUDIT["active"] = False
+    assert _PICKLE_AUDIT["events"] == [], "an unpickler resolved globals while loading"
+    for b in inputs:
+        assert_close(outputs[b], expected[b])
+
+
+# --- loading in a fresh process -------------------------------------------------------------------
+
+FRESH_SCRIPT = textwrap.dedent(
+    """
+    import inspect, json, sys
+    import jax, numpy as np
+    import tripy_build as tb
+
+    unpickled = []
+    sys.addaudithook(lambda event, args: unpickled.append(str(args)) if event == "pickle.find_class" else None)
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kw: compiles.append(event)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+
+    def summary(v):
+        if isinstance(v, tb.InputInfo):
+            return {"min": list(v.shape_bounds.min), "opt": list(v.shape_bounds.opt),
+                    "max": list(v.shape_bounds.max), "dtype": np.dtype(v.dtype).name,
+                    "names": {str(k): n for k, n in v.dimension_names.items()}}
+        if isinstance(v, dict):
+            return {"dict": {k: summary(x) for k, x in v.items()}}
+        return {type(v).__name__: [summary(x) for x in v]}
+
+    def decode(v):
+        if "npy" in v:
+            return np.load(v["npy"])
+        if "dict" in v:
+            return {k: decode(x) for k, x in v["dict"].items()}
+        if "tuple" in v:
+            return tuple(decode(x) for x in v["tuple"])
+        return [decode(x) for x in v["list"]]
+
+    jobs = json.load(open(sys.argv[1]))
+    results = []
+    for job in jobs:
+        before_load = len(unpickled)
+        exe = tb.load(job["artifact"])
+        res = {
+            "signature": [[p.name, p.kind.name] for p in inspect.signature(exe).parameters.values()],
+            "inputs": summary(exe.input_infos),
+            "outputs": summary(exe.output_infos),
+            "precompiled": [[list(s) for s in shapes] for shapes in exe.precompiled_shapes],
+            "unpickled": unpickled[before_load:],
+            "calls": [],
+        }
+        for call in job["calls"]:
+            before = len(compiles)
+            out = exe(*[decode(a) for a in call["args"]])
+            leaves = jax.tree_util.tree_leaves(out)
+            for leaf, path in zip(leaves, call["out"]):
+                np.save(path, np.asarray(leaf))
+            res["calls"].append({"compiles": len(compiles) - before, "type": type(out).__name__,
+                                 "n_out": len(leaves),
+                                 "array_types": sorted({type(l).__module__.split(".")[0] for l in leaves})})
+        results.append(res)
+    print("RESULTS=" + json.dumps(results))
+    """
+)
+
+
+def _summary_json(value):
+    """info_summary in the subprocess's JSON form (lists, str keys)."""
+    s = info_summary(value)
+    return json.loads(json.dumps(s, default=list))
+
+
+def _encode(value, tmp: Path, prefix: str):
+    if isinstance(value, dict):
+        return {"dict": {k: _encode(v, tmp, f"{prefix}_{k}") for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return {type(value).__name__: [_encode(v, tmp, f"{prefix}_{i}") for i, v in enumerate(value)]}
+    path = tmp / f"{prefix}.npy"
+    np.save(path, np.asarray(value))
+    return {"npy": str(path)}
+
+
+@pytest.fixture(scope="module")
+def fresh_process(geglu_exe, geglu_artifact, pair_exe, nested_exe, tmp_path_factory):
+    """Save several executables, then load and call them all in one fresh Python process."""
+    tmp = tmp_path_factory.mktemp("fresh")
+    rng = np.random.default_rng(99)
+    nested, nested_fn = nested_exe
+    pair_exe.save(tmp / "pair")
+    nested.save(tmp / "nested")
+
+    def one_list(x):
+        return [x * 2.0 - 1.0]
+
+    one = tb.compile(one_list, args=(tb.InputInfo((tb.NamedDimension("n", 1, 2, 3), 2), "float32"),))
+    one.save(tmp / "one_list")
+
+    def geglu_x(b):
+        return rng.standard_normal((b, DIM_IN)).astype(np.float32)
+
+    def pair_ab(b):
+        return [rng.standard_normal((b, 5)).astype(np.float32) for _ in range(2)]
+
+    def nested_d(b):
+        return [{"a": rng.standard_normal((b, 3)).astype(np.float32),
+                 "b": [rng.standard_normal(3).astype(np.float32),
+                       (rng.integers(-9, 9, 2).astype(np.int32), rng.integers(-9, 9, 2).astype(np.int32))]}]
+
+    plan = [
+        ("geglu", geglu_exe, geglu_artifact, [[geglu_x(b)] for b in (BATCH[1], BATCH[0], 3, BATCH[2])]),
+        ("pair", pair_exe, tmp / "pair", [pair_ab(b) for b in (3, 1, 6)]),
+        ("nested", nested, tmp / "nested", [nested_d(b) for b in (2, 1, 4)]),
+        ("one_list", one, tmp / "one_list",
+         [[rng.standard_normal((b, 2)).astype(np.float32)] for b in (2, 3)]),
+    ]
+    jobs, expected = [], []
+    for name, exe, path, calls in plan:
+        job = {"artifact": str(path), "calls": []}
+        exp = []
+        for ci, args in enumerate(calls):
+            want = jax.tree_util.tree_leaves(exe(*args))
+            job["calls"].append({
+                "args": [_encode(a, tmp, f"{name}{ci}_in{ai}") for ai, a in enumerate(args)],
+                "out": [str(tmp / f"{name}{ci}_out{k}.npy") for k in range(len(want))],
+            })
+            exp.append((args, want, type(exe(*args)).__name__))
+        jobs.append(job)
+        expected.append((name, exe, exp))
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    (tmp / "script.py").write_text(FRESH_SCRIPT)
+
+    proc = subprocess.run(
+        [sys.executable, str(tmp / "script.py"), str(tmp / "jobs.json")],
+        capture_output=True, text=True, timeout=300, cwd=tmp,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULTS="))
+    return json.loads(line[len("RESULTS="):]), jobs, expected
+
+
+def test_fresh_process_same_signature_and_infos(fresh_process):
+    results, _, expected = fresh_process
+    for res, (name, exe, _) in zip(results, expected):
+        assert res["signature"] == [list(s) for s in _signature(exe)], name
+        assert res["inputs"] == _summary_json(exe.input_infos), name
+        assert res["outputs"] == _summary_json(exe.output_infos), name
+
+
+def test_fresh_process_load_does_not_unpickle(fresh_process):
+    results, _, expected = fresh_process
+    for res, (name, _, _) in zip(results, expected):
+        assert res["unpickled"] == [], name
+
+
+def test_fresh_process_same_outputs(fresh_process):
+    results, jobs, expected = fresh_process
+    for res, job, (name, exe, exp) in zip(results, jobs, expected):
+        for call_res, call, (_, want, want_type) in zip(res["calls"], job["calls"], exp):
+            assert call_res["type"] == want_type, name
+            assert call_res["n_out"] == len(want), name
+            assert call_res["array_types"] == ["jaxlib"], name  # jax arrays come out
+            for path, w in zip(call["out"], want):
+                assert_close(np.load(path), np.asarray(w))
+
+
+def test_fresh_process_runs_opt_shape_without_compiling(fresh_process):
+    results, _, expected = fresh_process
+    geglu_res = results[0]
+    assert [[BATCH[1], DIM_IN]] in geglu_res["precompiled"]
+    assert geglu_res["calls"][0]["compiles"] == 0  # first call: the opt shape
+    for res, (name, exe, _) in zip(results, expected):
+        opt = [list(info.shape_bounds.opt) for info in jax.tree_util.tree_leaves(
+            exe.input_infos, is_leaf=lambda v: isinstance(v, tb.InputInfo))]
+        assert opt in res["precompiled"], name
+        assert res["calls"][0]["compiles"] == 0, name
+
+
+# --- damaged, foreign and unsafe artifacts --------------------------------------------------------
+
+@pytest.mark.parametrize("rel", [PROGRAM, XLA])
+def test_tampered_file_is_rejected(artifact_copy, rel):
+    _flip_byte(artifact_copy / rel)
+    with pytest.raises(tb.TripyBuildError) as excinfo:
+        tb.load(artifact_copy)
+    assert rel in str(excinfo.value)
+
+
+@pytest.mark.parametrize("rel", [PROGRAM, XLA])
+def test_truncated_file_is_rejected(artifact_copy, rel):
+    path = artifact_copy / rel
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(tb.TripyBuildError) as excinfo:
+        tb.load(artifact_copy)
+    assert rel in str(excinfo.value)
+
+
+def test_missing_listed_file_is_rejected(artifact_copy):
+    (artifact_copy / XLA).unlink()
+    with pytest.raises(tb.TripyBuildError) as excinfo:
+        tb.load(artifact_copy)
+    assert XLA in str(excinfo.value)
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", None])
+def test_unknown_schema_version(artifact_copy, version):
+    m = _read_manifest(artifact_copy)
+    if version is None:
+        del m["schema_version"]
+    else:
+        m["schema_version"] = version
+    _write_manifest(artifact_copy, m)
+    with pytest.raises(tb.TripyBuildError, match="schema_version"):
+        tb.load(artifact_copy)
+
+
+def test_missing_manifest(artifact_copy):
+    (artifact_copy / "manifest.json").unlink()
+    with pytest.raises(tb.TripyBuildError, match="manifest.json"):
+        tb.load(artifact_copy)
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(tb.TripyBuildError, match="manifest.json"):
+        tb.load(tmp_path / "does-not-exist")
+
+
+def test_manifest_not_json(artifact_copy):
+    (artifact_copy / "manifest.json").write_text("{not json")
+    with pytest.raises(tb.TripyBuildError, match="manifest.json"):
+        tb.load(artifact_copy)
+
+
+@pytest.mark.parametrize("rel", ["../evil", "executables/../../evil", "/tmp/evil"])
+def test_unsafe_path_in_manifest(artifact_copy, rel):
+    # The file exists and its digest is right, so only the path check can refuse it.
+    evil = artifact_copy.parent / "evil"
+    evil.write_bytes(b"evil")
+    if rel.startswith("/"):
+        rel = str(evil)
+    m = _read_manifest(artifact_copy)
+    m["files"][rel] = {"size": 4, "sha256": hashlib.sha256(b"evil").hexdigest()}
+    _write_manifest(artifact_copy, m)
+    with pytest.raises(tb.TripyBuildError) as excinfo:
+        tb.load(artifact_copy)
+    assert rel in str(excinfo.value)
+
+
+def test_executable_path_outside_artifact(artifact_copy):
+    m = _read_manifest(artifact_copy)
+    m["executables"][0]["file"] = "../evil"
+    _write_manifest(artifact_copy, m)
+    with pytest.raises(tb.TripyBuildError, match="evil"):
+        tb.load(artifact_copy)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda deps: deps.update(jaxlib="0.0.1"), id="other-jaxlib"),
+        pytest.param(lambda deps: deps.update(cpu_features=deps["cpu_features"] + " future_isa_9000"),
+                     id="extra-cpu-feature"),
+    ],
+)
+def test_incompatible_executable_falls_back_to_program(artifact_copy, geglu_ref, rng, edit):
+    m = _read_manifest(artifact_copy)
+    edit(m["executables"][0]["depends_on"])
+    _write_manifest(artifact_copy, m)  # the manifest is not in its own file table
+    with pytest.warns(CompatibilityWarning) as record:
+        loaded = tb.load(artifact_copy)
+    assert any(XLA in str(w.message) for w in record)
+    assert ((BATCH[1], DIM_IN),) not in loaded.precompiled_shapes
+    for batch in (BATCH[1], 2):
+        x = rng.standard_normal((batch, DIM_IN)).astype(np.float32)
+        assert_close(loaded(x), geglu_ref(x))
+
+
+def test_compatible_artifact_loads_without_warnings(geglu_artifact):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tb.load(geglu_artifact)
+
+
+# --- saving over existing paths -------------------------------------------------------------------
+
+def test_save_refuses_non_artifact_directory(geglu_exe, tmp_path):
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "notes.txt").write_text("do not delete")
+    (target / "sub").mkdir()
+    (target / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    before, parent_before = _snapshot(target), sorted(os.listdir(tmp_path))
+    with pytest.raises(tb.TripyBuildError, match="precious"):
+        geglu_exe.save(target)
+    assert _snapshot(target) == before
+    assert sorted(os.listdir(tmp_path)) == parent_before  # no temporary directories left behind
+
+
+def test_save_refuses_existing_file(geglu_exe, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(tb.TripyBuildError):
+        geglu_exe.save(target)
+    assert target.read_text() == "x"
+
+
+def test_save_into_empty_directory(geglu_exe, geglu_ref, tmp_path, rng):
+    target = tmp_path / "empty"
+    target.mkdir()
+    geglu_exe.save(target)
+    x = rng.standard_normal((2, DIM_IN)).astype(np.float32)
+    assert_close(tb.load(target)(x), geglu_ref(x))
+
+
+def test_save_replaces_existing_artifact(artifact_copy, pair_exe, rng):
+    parent_before = sorted(os.listdir(artifact_copy.parent))
+    pair_exe.save(artifact_copy)
+    assert sorted(os.listdir(artifact_copy.parent)) == parent_before
+    loaded = tb.load(artifact_copy)
+    assert _signature(loaded) == _signature(pair_exe)
+    a = rng.standard_normal((2, 5)).astype(np.float32)
+    b = rng.standard_normal((2, 5)).astype(np.float32)
+    for got, want in zip(loaded(a, b), pair_exe(a, b)):
+        assert_close(got, want)
