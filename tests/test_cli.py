@@ -125,8 +125,35 @@ def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
     assert csv_text.splitlines()[0].startswith("job,overrides,status") and len(csv_text.splitlines()) == 9
     assert "8 builds, 4 failed" in proc.stdout
     for r in built:
-        exe = tb.load(r["path"])
-        assert list(exe.input_infos) == ["x"]
+        assert_matches_eager(Path(r["path"]))
+
+
+def assert_matches_eager(path: Path) -> None:
+    """Load an artifact and compare it with eager JAX on the params its manifest says it was built with."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    parts = manifest["metadata"]["build_key_parts"]
+    model = instantiate_model(parts["config"]["model"])
+    params = model.init(jax.random.PRNGKey(parts["params"]["seed"]))
+    exe = tb.load(path)
+    assert list(exe.input_infos) == list(model.inputs())
+    for which in ("min", "opt", "max"):
+        xs = sample_inputs(exe, which)
+        np.testing.assert_allclose(np.asarray(exe(*xs.values())), np.asarray(model.apply(params, *xs.values())),
+                                   rtol=2e-5, atol=2e-5)
+
+
+def test_parallel_sweep_with_submitit_local_runs_each_job_in_a_fresh_process(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = run_cli("-m", "hydra/launcher=submitit_local", "model=geglu", "model.dim_in=16", "model.dim_out=8",
+                   "shapes=static,dynamic", f"artifacts_dir={tmp_path / 'arts'}", f"hydra.sweep.dir={sweep_dir}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((sweep_dir / "summary.json").read_text())
+    assert [r["status"] for r in rows] == ["built", "built"], rows
+    pids = {json.loads(p.read_text())["pid"] for p in sweep_dir.glob("*/build_result.json")}
+    assert len(pids) == 2 and os.getpid() not in pids
+    for r in rows:
+        assert_matches_eager(Path(r["path"]))
 
 
 def _geglu_known_params():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -85,6 +86,7 @@ def main(cfg: DictConfig) -> None:
         record.pop("summary", None)
         record["overrides"] = overrides
         record["job"] = hc.job.num
+        record["pid"] = os.getpid()
         out = Path(hc.runtime.output_dir) / RESULT_FILE
         out.write_text(json.dumps(record, indent=1))
         if record["status"] == "failed":

@@ -126,18 +126,20 @@ def validate(cfg: DictConfig) -> ValidBuild:
     body = {k: v for k, v in cfg.items() if k != "hydra"} if isinstance(cfg, DictConfig) else cfg
     try:
         typed = OmegaConf.merge(OmegaConf.structured(BuildConfig), OmegaConf.create(body))
-        model = typed.model
-        target = model.get("_target_") if isinstance(model, DictConfig) else None
-        schema = _zoo_schema(target)
-        if schema is not None:
-            model = OmegaConf.merge(OmegaConf.structured(schema), model)
         plain = OmegaConf.to_container(typed, resolve=True, throw_on_missing=True, enum_to_str=True)
-        plain["model"] = OmegaConf.to_container(model, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError(f"invalid config{f' at {key!r}' if key else ''}: {_one_line(e)}") from None
     if not isinstance(plain["model"], dict) or not plain["model"].get("_target_"):
         raise ConfigError("model: needs a _target_ (the model class to build), e.g. model=geglu.")
+    zoo = _zoo_class(plain["model"]["_target_"])
+    if zoo is not None:
+        allowed = {"_target_", "name", *(f.name for f in dataclasses.fields(zoo))}
+        unknown = sorted(set(plain["model"]) - allowed)
+        if unknown:
+            raise ConfigError(
+                f"model.{unknown[0]}: {zoo.__name__} has no such setting; allowed: {', '.join(sorted(allowed))}."
+            )
     level = plain["optimization_level"]
     if not 0 <= level <= 5:
         raise ConfigError(f"optimization_level: must be 0..5, got {level}.")
@@ -154,10 +156,7 @@ def validate(cfg: DictConfig) -> ValidBuild:
     )
 
 
-def _zoo_schema(target: str | None) -> type | None:
+def _zoo_class(target: str) -> type | None:
     from .models import MODELS
 
-    for cls in MODELS.values():
-        if target == f"{cls.__module__}.{cls.__qualname__}":
-            return model_schema(cls)
-    return None
+    return next((c for c in MODELS.values() if target == f"{c.__module__}.{c.__qualname__}"), None)
