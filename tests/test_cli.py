@@ -291,3 +291,25 @@ def test_user_model_from_own_config_dir_without_touching_the_package(tmp_path):
     x = np.ones((5, 3), np.float32)
     w = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (3,)))
     np.testing.assert_allclose(np.asarray(exe(x)), x * w, rtol=1e-6)
+
+
+def test_installed_wheel_finds_its_packaged_configs(tmp_path):
+    """The configs ship inside the package: an installed wheel builds from any directory."""
+    wheel_dir, site = tmp_path / "wheel", tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(REPO)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import zipfile
+
+    (wheel,) = wheel_dir.glob("*.whl")
+    zipfile.ZipFile(wheel).extractall(site)
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    env = {"PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import tripy_build; print(tripy_build.__file__)"], cwd=workdir,
+                           capture_output=True, text=True, env={**os.environ, **env})
+    assert where.stdout.strip().startswith(str(site)), where
+    proc = run_cli("model=geglu", "model.dim_in=16", "model.dim_out=8", "shapes=static", "artifacts_dir=arts",
+                   cwd=workdir, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "artifact:" in proc.stdout and len(list((workdir / "arts" / "geglu").iterdir())) == 1
