@@ -19,7 +19,10 @@ from .errors import ArtifactError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+INDEX = "index.json"
 KIND = "tripy_build.artifact"
+INDEX_KIND = "tripy_build.index"
+UNSTABLE_PREFIXES = ("executables/", "params/", "bound/")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -47,20 +50,17 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        fd = os.open(dirpath, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_dir(Path(dirpath))
 
 
-def list_files(root: Path) -> dict[str, dict[str, Any]]:
-    """Size and sha256 of every file under ``root`` but the manifest, by relative POSIX path."""
+def list_files(root: Path, prefixes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of the files under ``root`` (all but manifest and index, or those under ``prefixes``)."""
     out = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
-        if rel != MANIFEST:
-            out[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        if rel in (MANIFEST, INDEX) or (prefixes is not None and not rel.startswith(tuple(prefixes))):
+            continue
+        out[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
     return out
 
 
@@ -68,10 +68,30 @@ def is_artifact(path: Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(parent: Path) -> None:
+    """Delete half-written artifacts left by builds that were killed (their process is gone)."""
+    for entry in parent.glob(".*.tmp-*-*"):
+        pid = entry.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
 def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, bytes],
           writers: Sequence[Callable[[Path], None]] = (), replace: bool = True) -> Path:
     """Write an artifact atomically: ``files`` by relative path, then ``writers(tmpdir)``, then the manifest.
 
+    Files under ``UNSTABLE_PREFIXES`` (XLA executables, orbax checkpoints: not byte-reproducible) are
+    listed in the sidecar ``index.json`` so that ``manifest.json`` stays byte-identical across rebuilds.
     An existing artifact at ``path`` is replaced, or with ``replace=False`` kept (a concurrent build of
     the same content got there first); any other existing non-empty directory is refused.
     """
@@ -82,7 +102,8 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
             "Choose a new directory or remove it."
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    remove_stale_temporaries(target.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     try:
         for rel, data in files.items():
             dest = tmp / PurePosixPath(rel)
@@ -90,7 +111,12 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
             dest.write_bytes(data)
         for writer in writers:
             writer(tmp)
-        full = dict(manifest, schema_version=SCHEMA_VERSION, kind=KIND, files=list_files(tmp))
+        everything = list_files(tmp)
+        unstable = {k: v for k, v in everything.items() if k.startswith(UNSTABLE_PREFIXES)}
+        stable = {k: v for k, v in everything.items() if k not in unstable}
+        (tmp / INDEX).write_bytes(dumps({"kind": INDEX_KIND, "files": unstable}))
+        full = dict(manifest, schema_version=SCHEMA_VERSION, kind=KIND, files=stable,
+                    index={"file": INDEX, "covers": list(UNSTABLE_PREFIXES)})
         (tmp / MANIFEST).write_bytes(dumps(full))
         _fsync_tree(tmp)
         os.chmod(tmp, 0o755)
@@ -103,10 +129,19 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
                 if not is_artifact(target):
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)
+        _fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _replace_dir(new: Path, target: Path) -> None:
@@ -153,28 +188,58 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def read(path: str | os.PathLike, names: list[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _check_entries(root: Path, listed: dict[str, Any], where: str, names: Sequence[str]) -> dict[str, bytes]:
+    contents: dict[str, bytes] = {}
+    for rel, entry in listed.items():
+        fpath = root / safe_relpath(rel)
+        if not isinstance(entry, dict):
+            raise ArtifactError(f"{root / where}: malformed entry for {rel!r}; the artifact is damaged.")
+        if not fpath.is_file():
+            raise ArtifactError(f"{fpath}: listed in {where} but missing; the artifact is incomplete.")
+        data = fpath.read_bytes() if rel in names else None
+        size = len(data) if data is not None else fpath.stat().st_size
+        if size != entry.get("size"):
+            raise ArtifactError(f"{fpath}: size {size} does not match {where} ({entry.get('size')}); "
+                                "the artifact is damaged or was modified.")
+        digest = sha256_bytes(data) if data is not None else sha256_file(fpath)
+        if digest != entry.get("sha256"):
+            raise ArtifactError(f"{fpath}: sha256 {digest[:16]}... does not match {where} "
+                                f"({str(entry.get('sha256'))[:16]}...); the artifact is damaged or was modified.")
+        if data is not None:
+            contents[rel] = data
+    return contents
+
+
+def read_index(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The sidecar index's file table; every path in it must lie under a prefix the manifest names."""
+    spec = manifest.get("index")
+    if not isinstance(spec, dict) or spec.get("file") != INDEX:
+        raise ArtifactError(f"{root / MANIFEST}: no 'index' entry; the artifact is damaged.")
+    ipath = root / INDEX
+    try:
+        index = json.loads(ipath.read_bytes())
+    except FileNotFoundError:
+        raise ArtifactError(f"{ipath}: missing; the artifact is incomplete.") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{ipath}: not valid JSON ({e}); the artifact is damaged.") from None
+    if not isinstance(index, dict) or index.get("kind") != INDEX_KIND or not isinstance(index.get("files"), dict):
+        raise ArtifactError(f"{ipath}: not a tripy_build index; the artifact is damaged.")
+    covers = tuple(spec.get("covers") or ())
+    for rel in index["files"]:
+        if not isinstance(rel, str) or not rel.startswith(covers):
+            raise ArtifactError(f"{ipath}: lists {rel!r}, outside the prefixes the manifest delegates to it ({', '.join(covers)}).")
+    return index["files"]
+
+
+def read(path: str | os.PathLike, names: Sequence[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and the bytes of ``names``, after checking the digest of every listed file."""
     root = Path(path)
     manifest = read_manifest(root)
     listed = manifest.get("files")
     if not isinstance(listed, dict):
         raise ArtifactError(f"{root / MANIFEST}: no 'files' table; the artifact is damaged.")
-    contents: dict[str, bytes] = {}
-    for rel, entry in listed.items():
-        fpath = root / safe_relpath(rel)
-        if not fpath.is_file():
-            raise ArtifactError(f"{fpath}: listed in the manifest but missing; the artifact is incomplete.")
-        data = fpath.read_bytes() if rel in names else None
-        size = len(data) if data is not None else fpath.stat().st_size
-        digest = sha256_bytes(data) if data is not None else sha256_file(fpath)
-        if size != entry.get("size") or digest != entry.get("sha256"):
-            raise ArtifactError(
-                f"{fpath}: content does not match the manifest (size {size} vs {entry.get('size')}, "
-                f"sha256 {digest[:12]}... vs {str(entry.get('sha256'))[:12]}...); the artifact is damaged or was modified."
-            )
-        if data is not None:
-            contents[rel] = data
+    contents = _check_entries(root, listed, MANIFEST, names)
+    contents.update(_check_entries(root, read_index(root, manifest), INDEX, names))
     for rel in names:
         if rel not in contents:
             raise ArtifactError(f"{root / MANIFEST}: does not list {rel!r}, which this artifact needs.")
@@ -184,3 +249,11 @@ def read(path: str | os.PathLike, names: list[str]) -> tuple[dict[str, Any], dic
 def verify_files(path: str | os.PathLike) -> dict[str, Any]:
     """The manifest, after checking every listed file's size and digest."""
     return read(path, [])[0]
+
+
+def unlisted_files(path: str | os.PathLike) -> list[str]:
+    """Files in the artifact that neither the manifest nor the index vouches for."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    known = set(manifest.get("files", {})) | set(read_index(root, manifest))
+    return [rel for rel in list_files(root) if rel not in known]

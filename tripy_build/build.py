@@ -7,6 +7,7 @@ compiles.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -20,7 +21,7 @@ from typing import Any
 from . import artifact
 from .config import ValidBuild
 from .errors import ArtifactError, ConfigError
-from .spec import InputInfo, NamedDimension
+from .spec import InputInfo, NamedDimension, structure_of
 
 log = logging.getLogger("tripy_build.build")
 
@@ -138,14 +139,9 @@ def key_parts(vb: ValidBuild, model: Any, params_identity: dict[str, Any]) -> di
     from .executable import toolchain
     from .xla_executable import host_features
 
-    config = {
-        "model": vb.model, "shapes": {k: v.bounds if isinstance(v, NamedDimension) else v for k, v in vb.shapes.items()},
-        "backend": vb.backend, "optimization_level": vb.optimization_level, "precision": vb.precision,
-        "params_mode": vb.params_mode,
-    }
     host = host_features()
     return {
-        "config": config,
+        "config": recorded_config(vb),
         "model_code": model_source_digest(model),
         "params": params_identity,
         "toolchain": dict(toolchain(), tripy_build_source=_package_digest()),
@@ -153,6 +149,32 @@ def key_parts(vb: ValidBuild, model: Any, params_identity: dict[str, Any]) -> di
                    "cpu_features": host["cpu_features"]},
         "compiler_options": {},
     }
+
+
+_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed")  # locations; params go by identity
+
+
+def recorded_config(vb: ValidBuild) -> dict[str, Any]:
+    """The resolved config as the build key and the manifest record it (output locations left out)."""
+    config = {k: v for k, v in dataclasses.asdict(vb).items() if k not in _NOT_IN_KEY}
+    config["shapes"] = {k: list(v.bounds) if isinstance(v, NamedDimension) else v for k, v in vb.shapes.items()}
+    return config
+
+
+def request_from_record(manifest: dict[str, Any], artifact_path: Path, artifacts_dir: Path) -> ValidBuild:
+    """The build request an artifact was made from, to rebuild it elsewhere (``verify --rebuild``)."""
+    try:
+        parts = manifest["metadata"]["build_key_parts"]
+        config, identity = dict(parts["config"]), parts["params"]
+    except (KeyError, TypeError):
+        raise ArtifactError(
+            f"{artifact_path}: records no build config (it was saved from the Python API, not built by "
+            "`python -m tripy_build`), so it cannot be rebuilt."
+        ) from None
+    config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
+    checkpoint = None if identity.get("init") == "random" else str(artifact_path / manifest["metadata"]["params"]["checkpoint"])
+    return ValidBuild(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
+                      artifacts_dir=str(artifacts_dir), force=True)
 
 
 def build_key(parts: dict[str, Any]) -> str:
@@ -217,9 +239,11 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings) ->
     )
     if vb.params_mode == "input":
         exe = exe._with_bound({"params": params}, {"params": "params"})
+    template, leaves = structure_of(jax.tree_util.tree_map(lambda a: InputInfo(a.shape, a.dtype), params), "params")
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
         params={"mode": vb.params_mode, "checkpoint": "params", "sha256": params_io.digest(params),
+                "structure": template, "leaves": [info.to_json() for _, info in leaves],
                 **{k: v for k, v in parts["params"].items() if k != "sha256"}},
     )
     t0 = time.perf_counter()
@@ -238,7 +262,7 @@ def _result(path, key, model_name, cache_hit, timings, manifest) -> BuildResult:
             dims.append(str(lo) if lo == hi else f"{n + '=' if n else ''}[{lo}..{hi}, opt {opt}]")
         inputs[spec["path"]] = f"{spec['dtype']}[{', '.join(dims)}]"
     files: dict[str, int] = {}
-    for rel, entry in manifest.get("files", {}).items():
+    for rel, entry in {**manifest.get("files", {}), **artifact.read_index(Path(path), manifest)}.items():
         top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
         files[top] = files.get(top, 0) + entry["size"]
     return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, files)

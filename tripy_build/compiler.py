@@ -84,5 +84,5 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     return Executable(
         exported=exported, exported_bytes=exported_bytes, name=flat.__name__, parameters=parameters,
         leaves=leaves, outputs=outputs, optimization_level=optimization_level, platforms=platforms,
-        precompiled=precompiled,
+        precompiled=precompiled, selftest_source=flat,
     )

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from . import artifact, xla_executable
+from . import artifact, selftest, xla_executable
 from .errors import ArtifactError, CallError
 from .spec import InputInfo, flatten_like, rebuild
 
@@ -59,7 +59,8 @@ class Executable:
     def __init__(self, *, exported: jax.export.Exported, exported_bytes: bytes, name: str,
                  parameters: Sequence[Parameter], leaves: Sequence[tuple[str, InputInfo]],
                  outputs: Sequence[InputInfo], optimization_level: int, platforms: Sequence[str],
-                 precompiled: Sequence[Precompiled], metadata: dict[str, Any] | None = None):
+                 precompiled: Sequence[Precompiled], metadata: dict[str, Any] | None = None,
+                 selftest_source: Callable | None = None, origin: tuple[str, list] | None = None):
         self._exported = exported
         self._exported_bytes = exported_bytes
         self._name = name
@@ -70,6 +71,9 @@ class Executable:
         self.platforms = tuple(platforms)
         self._precompiled = list(precompiled)
         self.metadata = dict(metadata or {})
+        self._selftest_source = selftest_source  # the traced function, run eagerly for self-test cases
+        self._origin = origin  # (artifact path, self-test entries) for a loaded executable
+        self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
         self._fallback = jax.jit(exported.call)
         self._by_shape = {p.shapes: p.call for p in self._precompiled if p.call is not None}
         self._named_uses: dict[str, list[tuple[int, int]]] = {}
@@ -112,6 +116,7 @@ class Executable:
         new = copy.copy(self)
         new._bound = dict(self._bound)
         new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})
+        new._selftest_cache = None
         new._derive()
         for name in values:
             for value, (path, info) in zip(new._bound_leaves[name], new._leaves_of(name)):
@@ -204,6 +209,34 @@ class Executable:
                 raise CallError(f"NamedDimension {name!r} must have one size in every input, but {parts}.")
         return tuple(shapes)
 
+    def _bound_by_index(self) -> dict[int, Any]:
+        out, start = {}, 0
+        for p in self._parameters:
+            n = _count_leaves(p.template)
+            for i, value in enumerate(self._bound_leaves.get(p.name, ())):
+                out[start + i] = value
+            start += n
+        return out
+
+    def call_flat(self, *leaves: Any) -> Any:
+        """Call with the unbound runtime inputs flattened in order (self-tests use this)."""
+        bound, it = self._bound_by_index(), iter(leaves)
+        full = [bound[i] if i in bound else next(it) for i in range(len(self._leaves))]
+        return self._by_shape.get(self.check_leaves(full), self._fallback)(*full)
+
+    def selftest_cases(self) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+        """Self-test manifest entries and files: made by running the function eagerly, or from the artifact."""
+        if self._selftest_cache is None:
+            if self._selftest_source is not None:
+                cases = selftest.make(self._selftest_source, self._leaves, self._bound_by_index())
+                self._selftest_cache = selftest.to_files(cases)
+            elif self._origin is not None:
+                path, entries = self._origin
+                self._selftest_cache = (entries, artifact.read(path, selftest.file_names(entries))[1])
+            else:
+                self._selftest_cache = ([], {})
+        return self._selftest_cache
+
     def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         leaves = self._assemble_named(self._bind(args, kwargs))
         shapes = self.check_leaves(leaves)
@@ -245,12 +278,14 @@ class Executable:
         """``save`` with extra files from ``writers(tmpdir)``; see ``artifact.write`` for ``replace``."""
         from . import params as params_io
 
-        files = {PROGRAM_FILE: self._exported_bytes}
+        entries, selftest_files = self.selftest_cases()
+        files = {PROGRAM_FILE: self._exported_bytes, **selftest_files}
         files.update({f"executables/{i}.xla": p.blob for i, p in enumerate(self._precompiled)})
         bound_writers = [
             (lambda tmp, d=d, v=v: params_io.save(tmp / d, v)) for v, d in self._bound.values()
         ]
-        return artifact.write(path, self.manifest(), files, [*bound_writers, *writers], replace=replace)
+        manifest = dict(self.manifest(), selftest=entries)
+        return artifact.write(path, manifest, files, [*bound_writers, *writers], replace=replace)
 
     @staticmethod
     def load(path: str | os.PathLike) -> "Executable":
@@ -291,6 +326,7 @@ class Executable:
             parameters=parameters, leaves=leaves, outputs=outputs,
             optimization_level=manifest["optimization_level"], platforms=manifest["platforms"],
             precompiled=precompiled, metadata=manifest.get("metadata", {}),
+            origin=(str(path), manifest.get("selftest", [])),
         )
         bound = manifest.get("bound_inputs") or {}
         if bound:

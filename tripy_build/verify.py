@@ -1,0 +1,177 @@
+"""``python -m tripy_build.verify PATH [--rebuild]``: prove an artifact intact and reproducible.
+
+One line per check and a verdict; the exit status is non-zero if any check failed. Checks: the
+manifest, every file's digest (manifest and sidecar index), no unlisted files, the params by value,
+loading, and the self-test run through the loaded executables. ``--rebuild`` rebuilds from the
+recorded config in a temporary directory and compares the byte-reproducible files by bytes and the
+rest by behaviour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from . import artifact, selftest
+from .errors import TripyBuildError
+
+
+class Report:
+    def __init__(self, out=sys.stdout):
+        self.out = out
+        self.failed = 0
+        self.passed = 0
+
+    def check(self, ok: bool, name: str, detail: str = "") -> bool:
+        self.passed += ok
+        self.failed += not ok
+        print(f"{'PASS' if ok else 'FAIL'}  {name}{'  ' + detail if detail else ''}", file=self.out, flush=True)
+        return ok
+
+    def note(self, name: str, detail: str) -> None:
+        print(f"WARN  {name}  {detail}", file=self.out, flush=True)
+
+    def attempt(self, name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except TripyBuildError as e:
+            self.check(False, name, str(e))
+            return None
+
+
+def _file_checks(report: Report, root: Path) -> dict[str, Any] | None:
+    manifest = report.attempt("manifest", lambda: artifact.read_manifest(root))
+    if manifest is None:
+        return None
+    report.check(True, "manifest", f"schema_version {manifest['schema_version']}, function {manifest.get('function')!r}")
+    index = report.attempt("index", lambda: artifact.read_index(root, manifest))
+    tables = [("manifest", manifest.get("files") or {})] + ([("index", index)] if index is not None else [])
+    for where, table in tables:
+        for rel, entry in sorted(table.items()):
+            ok = report.attempt(f"digest {rel}", lambda t={rel: entry}: artifact._check_entries(root, t, where, ()))
+            if ok is not None:
+                report.check(True, f"digest {rel}", f"sha256 {entry['sha256'][:16]}... ({where})")
+    if index is not None:
+        extra = artifact.unlisted_files(root)
+        report.check(not extra, "no unlisted files", ", ".join(extra[:5]))
+    return manifest
+
+
+def _params_check(report: Report, root: Path, manifest: dict[str, Any]) -> None:
+    info = (manifest.get("metadata") or {}).get("params")
+    if not info or "structure" not in info:
+        return
+    import jax
+
+    from . import params as params_io
+    from .spec import InputInfo, rebuild
+
+    like = rebuild(info["structure"], [jax.ShapeDtypeStruct(tuple(l["opt"]), InputInfo.from_json(l).dtype) for l in info["leaves"]])
+    values = report.attempt("params by value", lambda: params_io.restore(root / artifact.safe_relpath(info["checkpoint"]), like))
+    if values is not None:
+        digest = params_io.digest(values)
+        report.check(digest == info["sha256"], "params by value", f"sha256 {digest[:16]}... vs recorded {info['sha256'][:16]}...")
+
+
+def _selftest_checks(report: Report, exe: Any, manifest: dict[str, Any], files: dict[str, bytes], label: str = "") -> None:
+    entries = manifest.get("selftest") or []
+    report.check(bool(entries), f"{label}self-test present", f"{len(entries)} cases")
+    for case, rtol, atol in selftest.from_files(entries, files):
+        shapes = " ".join("x".join(map(str, a.shape)) or "scalar" for a in case.inputs)
+        try:
+            ok, err = selftest.check(exe.call_flat, case, rtol, atol)
+        except TripyBuildError as e:
+            report.check(False, f"{label}self-test {case.name}", str(e))
+            continue
+        report.check(ok, f"{label}self-test {case.name}", f"inputs {shapes}; max abs error {err:.2e} (rtol {rtol:g})")
+
+
+def _load(report: Report, root: Path, label: str = "") -> Any:
+    from .executable import CompatibilityWarning, Executable
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CompatibilityWarning)
+        exe = report.attempt(f"{label}load", lambda: Executable.load(root))
+    for w in caught:
+        if issubclass(w.category, CompatibilityWarning):
+            report.note(f"{label}load", str(w.message))
+    if exe is not None:
+        report.check(True, f"{label}load", f"{len(exe.precompiled_shapes)} precompiled executable(s) usable here")
+    return exe
+
+
+def _rebuild(report: Report, root: Path, manifest: dict[str, Any]) -> None:
+    from .build import build, request_from_record
+
+    tmp = Path(tempfile.mkdtemp(prefix="tripy_build-verify-"))
+    try:
+        request = report.attempt("rebuild", lambda: request_from_record(manifest, root.absolute(), tmp))
+        if request is None:
+            return
+        result = report.attempt("rebuild", lambda: build(request))
+        if result is None:
+            return
+        report.check(True, "rebuild", str(result.path))
+        recorded = manifest["metadata"]["build_key_parts"]
+        new = artifact.read_manifest(result.path)["metadata"]["build_key_parts"]
+        changed = [
+            f"{k}.{sub}" if isinstance(recorded.get(k), dict) and isinstance(new.get(k), dict) else k
+            for k in sorted(set(recorded) | set(new)) if recorded.get(k) != new.get(k)
+            for sub in (sorted(s for s in set(recorded.get(k) or {}) | set(new.get(k) or {})
+                               if (recorded.get(k) or {}).get(s) != (new.get(k) or {}).get(s))
+                        if isinstance(recorded.get(k), dict) and isinstance(new.get(k), dict) else [None])
+        ]
+        report.check(not changed, "rebuild: same build key", "differs in: " + ", ".join(changed) if changed else manifest["metadata"]["build_key"][:16])
+        for rel in ["manifest.json", *sorted(manifest.get("files", {}))]:
+            a, b = root / rel, result.path / rel
+            same = b.is_file() and a.read_bytes() == b.read_bytes()
+            report.check(same, f"rebuild: bytes {rel}", "identical" if same else "differ")
+        rebuilt_params = artifact.read_manifest(result.path)["metadata"].get("params", {}).get("sha256")
+        recorded_params = manifest["metadata"].get("params", {}).get("sha256")
+        report.check(rebuilt_params == recorded_params, "rebuild: params by value", (rebuilt_params or "")[:16])
+        exe = _load(report, result.path, "rebuild: ")
+        if exe is not None:
+            files = artifact.read(root, selftest.file_names(manifest.get("selftest") or []))[1]
+            _selftest_checks(report, exe, manifest, files, "rebuild: ")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def verify(path: str | Path, rebuild: bool = False, out=sys.stdout) -> bool:
+    """Run every check on the artifact at ``path``, printing one line each; True if all passed."""
+    report = Report(out)
+    root = Path(path)
+    manifest = _file_checks(report, root)
+    if manifest is not None and report.failed == 0:
+        _params_check(report, root, manifest)
+        exe = _load(report, root)
+        if exe is not None:
+            files = report.attempt("self-test files", lambda: artifact.read(root, selftest.file_names(manifest.get("selftest") or []))[1])
+            if files is not None:
+                _selftest_checks(report, exe, manifest, files)
+        if rebuild:
+            _rebuild(report, root, manifest)
+    verdict = "VERIFIED" if report.failed == 0 else "FAILED"
+    print(f"{verdict}: {root} ({report.passed} checks passed, {report.failed} failed)", file=out, flush=True)
+    return report.failed == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tripy-build verify", description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="an artifact directory")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild from the recorded config and compare")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    return 0 if verify(args.path, rebuild=args.rebuild) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
