@@ -153,3 +153,11 @@ def compile_counter():
         yield counter
     finally:
         jax.monitoring.unregister_event_duration_listener(counter)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_memo(tmp_path_factory):
+    """Build commands run by tests keep their invocation memo in a private cache directory."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
+        yield

@@ -19,13 +19,29 @@ from pathlib import Path
 from typing import Any
 
 from . import artifact
-from .config import ValidBuild
 from .errors import ArtifactError, ConfigError
 from .spec import InputInfo, NamedDimension, structure_of
 
 log = logging.getLogger("tripy_build.build")
 
 KEY_LENGTH = 16  # hex digits of the build key used in directory names
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What to build, validated, in plain Python values (``config.validate`` makes one from a Hydra config)."""
+
+    model: dict[str, Any]  # with _target_ and name
+    shapes: dict[str, int | NamedDimension]
+    shapes_name: str
+    backend: str
+    optimization_level: int
+    precision: str
+    params_seed: int
+    params_checkpoint: str | None
+    params_mode: str
+    artifacts_dir: str
+    force: bool
 
 
 @dataclass
@@ -37,6 +53,7 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # input files (model code, checkpoint) -> sha256
 
     @property
     def size(self) -> int:
@@ -97,8 +114,8 @@ def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str) -
     return infos
 
 
-def model_source_digest(model: Any) -> dict[str, str]:
-    """sha256, by content, of the model class's module and of every module it uses from its own folder.
+def model_sources(model: Any) -> list[tuple[str, str, str]]:
+    """(module, file, sha256) of the model class's module and every module it uses from its own folder.
 
     Following the module's globals (imported modules, functions and classes) catches helpers such
     as a shared layers file, without hashing third-party libraries, which the toolchain covers.
@@ -108,24 +125,24 @@ def model_source_digest(model: Any) -> dict[str, str]:
 
     first = inspect.getmodule(type(model))
     root = Path(first.__file__).resolve().parent if getattr(first, "__file__", None) else None
-    out: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}
     todo = [first]
     while todo:
         module = todo.pop()
         path = getattr(module, "__file__", None)
-        if module is None or module.__name__ in out or not path or not path.endswith(".py"):
+        if module is None or module.__name__ in found or not path or not path.endswith(".py"):
             continue
         if root is None or root not in Path(path).resolve().parents:
             continue
-        out[module.__name__] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        found[module.__name__] = (str(Path(path).resolve()), hashlib.sha256(Path(path).read_bytes()).hexdigest())
         for value in vars(module).values():
             used = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None) or "")
-            if used is not None and used.__name__ not in out:
+            if used is not None and used.__name__ not in found:
                 todo.append(used)
-    return dict(sorted(out.items()))
+    return [(name, path, digest) for name, (path, digest) in sorted(found.items())]
 
 
-def _package_digest() -> str:
+def package_digest() -> str:
     """sha256 over tripy_build's own sources: a code change without a version bump still rebuilds."""
     h = hashlib.sha256()
     root = Path(__file__).parent
@@ -135,16 +152,16 @@ def _package_digest() -> str:
     return h.hexdigest()
 
 
-def key_parts(vb: ValidBuild, model: Any, params_identity: dict[str, Any]) -> dict[str, Any]:
+def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any]) -> dict[str, Any]:
     from .executable import toolchain
     from .xla_executable import host_features
 
     host = host_features()
     return {
         "config": recorded_config(vb),
-        "model_code": model_source_digest(model),
+        "model_code": {name: digest for name, _, digest in sources},
         "params": params_identity,
-        "toolchain": dict(toolchain(), tripy_build_source=_package_digest()),
+        "toolchain": dict(toolchain(), tripy_build_source=package_digest()),
         "target": {"platforms": [vb.backend], "machine": host["machine"], "system": host["system"],
                    "cpu_features": host["cpu_features"]},
         "compiler_options": {},
@@ -154,14 +171,14 @@ def key_parts(vb: ValidBuild, model: Any, params_identity: dict[str, Any]) -> di
 _NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed")  # locations; params go by identity
 
 
-def recorded_config(vb: ValidBuild) -> dict[str, Any]:
+def recorded_config(vb: BuildRequest) -> dict[str, Any]:
     """The resolved config as the build key and the manifest record it (output locations left out)."""
     config = {k: v for k, v in dataclasses.asdict(vb).items() if k not in _NOT_IN_KEY}
     config["shapes"] = {k: list(v.bounds) if isinstance(v, NamedDimension) else v for k, v in vb.shapes.items()}
     return config
 
 
-def request_from_record(manifest: dict[str, Any], artifact_path: Path, artifacts_dir: Path) -> ValidBuild:
+def request_from_record(manifest: dict[str, Any], artifact_path: Path, artifacts_dir: Path) -> BuildRequest:
     """The build request an artifact was made from, to rebuild it elsewhere (``verify --rebuild``)."""
     try:
         parts = manifest["metadata"]["build_key_parts"]
@@ -173,7 +190,7 @@ def request_from_record(manifest: dict[str, Any], artifact_path: Path, artifacts
         ) from None
     config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
     checkpoint = None if identity.get("init") == "random" else str(artifact_path / manifest["metadata"]["params"]["checkpoint"])
-    return ValidBuild(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
+    return BuildRequest(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
                       artifacts_dir=str(artifacts_dir), force=True)
 
 
@@ -181,7 +198,7 @@ def build_key(parts: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def build(vb: ValidBuild) -> BuildResult:
+def build(vb: BuildRequest) -> BuildResult:
     """Build (or find in the cache) the artifact that ``vb`` describes."""
     from . import params as params_io
 
@@ -201,22 +218,27 @@ def build(vb: ValidBuild) -> BuildResult:
         params = params_io.restore(vb.params_checkpoint, like)
         identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
         timings["restore params"] = time.perf_counter() - t0
-    parts = key_parts(vb, model, identity)
+    sources = model_sources(model)
+    parts = key_parts(vb, sources, identity)
     key = build_key(parts)
     target = Path(vb.artifacts_dir) / model_name / key[:KEY_LENGTH]
+    inputs = {path: digest for _, path, digest in sources}
+    if vb.params_checkpoint is not None:
+        ckpt = Path(vb.params_checkpoint).resolve()
+        inputs.update({str(ckpt / rel): e["sha256"] for rel, e in artifact.list_files(ckpt).items()})
 
     if not vb.force and artifact.is_artifact(target):
         try:
             manifest = artifact.verify_files(target)
             log.info("cache hit: %s (build key %s)", target, key[:KEY_LENGTH])
-            return _result(target, key, model_name, True, timings, manifest)
+            return _result(target, key, model_name, True, timings, manifest, inputs)
         except ArtifactError as e:
             log.warning("existing artifact is not intact, rebuilding: %s", e)
 
-    return _build(vb, model, model_name, infos, params, parts, key, target, timings)
+    return _result(*_build(vb, model, model_name, infos, params, parts, key, target, timings), inputs)
 
 
-def _build(vb, model, model_name, infos, params, parts, key, target, timings) -> BuildResult:
+def _build(vb, model, model_name, infos, params, parts, key, target, timings) -> tuple:
     import jax
 
     from . import params as params_io
@@ -250,11 +272,10 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings) ->
     writers = [] if vb.params_mode == "input" else [lambda tmp: params_io.save(tmp / "params", params)]
     path = exe.write(target, writers, replace=vb.force)
     stage("write", time.perf_counter() - t0)
-    manifest = artifact.read_manifest(path)
-    return _result(path, key, model_name, False, timings, manifest)
+    return path, key, model_name, False, timings, artifact.read_manifest(path)
 
 
-def _result(path, key, model_name, cache_hit, timings, manifest) -> BuildResult:
+def _result(path, key, model_name, cache_hit, timings, manifest, sources) -> BuildResult:
     inputs = {}
     for spec in manifest.get("input_specs", []):
         dims = []
@@ -265,4 +286,4 @@ def _result(path, key, model_name, cache_hit, timings, manifest) -> BuildResult:
     for rel, entry in {**manifest.get("files", {}), **artifact.read_index(Path(path), manifest)}.items():
         top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
         files[top] = files.get(top, 0) + entry["size"]
-    return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, files)
+    return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, files, sources)

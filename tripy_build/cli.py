@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from . import config
+from . import config, memo
 from .errors import TripyBuildError
 
 VERSION_BASE = "1.3"
@@ -57,6 +57,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     vb = config.validate(cfg)
     t0 = time.perf_counter()
     result = build(vb)
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
+        memo.record(sys.argv[1:], result)
     return {
         "status": "cache hit" if result.cache_hit else "built",
         "path": str(result.path), "key": result.key, "model": result.model,

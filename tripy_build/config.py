@@ -19,6 +19,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError, SpecError
+from .build import BuildRequest
 from .spec import NamedDimension
 
 
@@ -87,23 +88,6 @@ def register() -> None:
         cs.store(group="schema/model", name=name, node=model_schema(cls))
 
 
-@dataclass(frozen=True)
-class ValidBuild:
-    """A validated build request in plain Python values."""
-
-    model: dict[str, Any]  # with _target_ and name
-    shapes: dict[str, int | NamedDimension]
-    shapes_name: str
-    backend: str
-    optimization_level: int
-    precision: str
-    params_seed: int
-    params_checkpoint: str | None
-    params_mode: str
-    artifacts_dir: str
-    force: bool
-
-
 def _one_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
@@ -121,7 +105,7 @@ def _dim(key: str, value: Any) -> int | NamedDimension:
         raise ConfigError(f"{key}: {e}") from None
 
 
-def validate(cfg: DictConfig) -> ValidBuild:
+def validate(cfg: DictConfig) -> BuildRequest:
     """Check a composed config; raise ``ConfigError`` naming the key and what is allowed."""
     body = {k: v for k, v in cfg.items() if k != "hydra"} if isinstance(cfg, DictConfig) else cfg
     try:
@@ -148,7 +132,7 @@ def validate(cfg: DictConfig) -> ValidBuild:
             if isinstance(v, int) and not isinstance(v, bool) and v < 1:
                 raise ConfigError(f"model.{key}: model dimensions must be at least 1, got {value}.")
     dims = {name: _dim(f"shapes.dims.{name}", v) for name, v in plain["shapes"]["dims"].items()}
-    return ValidBuild(
+    return BuildRequest(
         model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], backend=plain["backend"],
         optimization_level=level, precision=plain["precision"], params_seed=plain["params"]["seed"],
         params_checkpoint=plain["params"]["checkpoint"], params_mode=plain["params"]["mode"],
