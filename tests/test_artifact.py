@@ -108,11 +108,15 @@ def test_manifest_contents(geglu_artifact):
     assert tc["xla_flags"] == os.environ.get("XLA_FLAGS", "")
 
 
-def test_manifest_file_table(geglu_artifact):
+def test_manifest_and_index_file_tables_cover_every_file(geglu_artifact):
     m = _read_manifest(geglu_artifact)
+    index = json.loads((geglu_artifact / "index.json").read_text())
     on_disk = {p.relative_to(geglu_artifact).as_posix() for p in geglu_artifact.rglob("*") if p.is_file()}
-    assert set(m["files"]) == on_disk - {"manifest.json"}
-    for rel, entry in m["files"].items():
+    assert set(m["files"]) | set(index["files"]) == on_disk - {"manifest.json", "index.json"}
+    # executables are not byte-reproducible, so their digests live in the sidecar index
+    assert XLA in index["files"] and XLA not in m["files"] and "program.jaxexport" in m["files"]
+    assert m["index"] == {"file": "index.json", "covers": ["executables/", "params/", "bound/"]}
+    for rel, entry in {**m["files"], **index["files"]}.items():
         path = geglu_artifact / rel
         assert entry["size"] == path.stat().st_size
         assert entry["sha256"] == _sha256(path)
@@ -123,7 +127,6 @@ def test_manifest_executables(geglu_artifact):
     assert len(m["executables"]) >= 1
     entry = m["executables"][0]
     assert entry["file"] == XLA
-    assert XLA in m["files"]
     deps = entry["depends_on"]
     assert deps["jaxlib"] == jaxlib.__version__
     assert isinstance(deps["cpu_features"], str)
