@@ -80,6 +80,12 @@ class Executable:
         for li, (_, info) in enumerate(self._leaves):
             for d, n in info.dimension_names.items():
                 self._named_uses.setdefault(n, []).append((li, d))
+        self._leaf_slices: dict[str, slice] = {}
+        start = 0
+        for p in self._parameters:
+            n = _count_leaves(p.template)
+            self._leaf_slices[p.name] = slice(start, start + n)
+            start += n
         self._bound: dict[str, tuple[Any, str]] = {}
         self._derive()
 
@@ -117,6 +123,8 @@ class Executable:
         new._bound = dict(self._bound)
         new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})
         new._selftest_cache = None
+        if new._selftest_source is None:
+            new._origin = None  # the stored self-test outputs were computed with the old values
         new._derive()
         for name in values:
             for value, (path, info) in zip(new._bound_leaves[name], new._leaves_of(name)):
@@ -128,10 +136,8 @@ class Executable:
         for p in self._parameters:
             if p.name in self._bound_leaves:
                 leaves.extend(self._bound_leaves[p.name])
-            elif p.name in values:
-                flatten_like(p.template, values[p.name], p.name, leaves)
             else:
-                leaves.extend([None] * _count_leaves(p.template))
+                flatten_like(p.template, values[p.name], p.name, leaves)
         return leaves
 
     # --- introspection ---------------------------------------------------------------------------
@@ -210,13 +216,8 @@ class Executable:
         return tuple(shapes)
 
     def _bound_by_index(self) -> dict[int, Any]:
-        out, start = {}, 0
-        for p in self._parameters:
-            n = _count_leaves(p.template)
-            for i, value in enumerate(self._bound_leaves.get(p.name, ())):
-                out[start + i] = value
-            start += n
-        return out
+        return {self._leaf_slices[name].start + i: value
+                for name, values in self._bound_leaves.items() for i, value in enumerate(values)}
 
     def call_flat(self, *leaves: Any) -> Any:
         """Call with the unbound runtime inputs flattened in order (self-tests use this)."""
@@ -344,17 +345,12 @@ class Executable:
                 raise ArtifactError(f"{os.path.join(path, artifact.MANIFEST)}: bound input {name!r} is not an input.")
             leaves = self._leaves_of(name)
             like = rebuild(param.template, [jax.ShapeDtypeStruct(info.shape_bounds.opt, info.dtype) for _, info in leaves])
-            values[name] = params_io.restore(os.path.join(path, artifact.safe_relpath(rel)), like)
+            values[name] = params_io.restore(os.path.join(path, artifact.safe_relpath(rel)), like,
+                                             f"bound input {name!r}", ArtifactError)
         return self._with_bound(values, bound)
 
     def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
-        start = 0
-        for p in self._parameters:
-            n = _count_leaves(p.template)
-            if p.name == name:
-                return self._leaves[start:start + n]
-            start += n
-        raise KeyError(name)
+        return self._leaves[self._leaf_slices[name]]
 
 
 def _check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, TripyBuildError
 
 
 def digest(params: Any) -> str:
@@ -43,21 +43,25 @@ def save(directory: str | os.PathLike, params: Any) -> None:
         ckpt.wait_until_finished()
 
 
-def restore(directory: str | os.PathLike, like: Any) -> Any:
-    """Restore a StandardCheckpointer checkpoint whose tree matches ``like`` (arrays or shape structs)."""
+def restore(directory: str | os.PathLike, like: Any, what: str = "params.checkpoint",
+            error: type[TripyBuildError] = ConfigError) -> Any:
+    """Restore a StandardCheckpointer checkpoint whose tree matches ``like`` (arrays or shape structs).
+
+    ``what`` names the checkpoint in error messages, which raise ``error``.
+    """
     import orbax.checkpoint as ocp
 
     path = Path(directory).absolute()
     if not path.exists():
-        raise ConfigError(f"params.checkpoint: {str(path)!r} does not exist; pass a directory written by "
-                          "orbax.checkpoint.StandardCheckpointer().save(path, params).")
+        raise error(f"{what}: {str(path)!r} does not exist; pass a directory written by "
+                    "orbax.checkpoint.StandardCheckpointer().save(path, params).")
     target = abstract(like)
     try:
         with ocp.StandardCheckpointer() as ckpt:
             restored = ckpt.restore(path, target)
     except Exception as e:  # noqa: BLE001 - orbax raises many types for a mismatched tree
-        raise ConfigError(
-            f"params.checkpoint: cannot restore {str(path)!r} as this model's parameters "
+        raise error(
+            f"{what}: cannot restore {str(path)!r} as this model's parameters "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). The checkpoint must hold "
             "the tree that model.init returns: same keys, shapes and dtypes."
         ) from None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import artifact, selftest
-from .errors import TripyBuildError
+from .errors import ArtifactError, TripyBuildError
 
 
 class Report:
@@ -72,7 +72,8 @@ def _params_check(report: Report, root: Path, manifest: dict[str, Any]) -> None:
     from .spec import InputInfo, rebuild
 
     like = rebuild(info["structure"], [jax.ShapeDtypeStruct(tuple(l["opt"]), InputInfo.from_json(l).dtype) for l in info["leaves"]])
-    values = report.attempt("params by value", lambda: params_io.restore(root / artifact.safe_relpath(info["checkpoint"]), like))
+    ckpt = root / artifact.safe_relpath(info["checkpoint"])
+    values = report.attempt("params by value", lambda: params_io.restore(ckpt, like, "params", ArtifactError))
     if values is not None:
         digest = params_io.digest(values)
         report.check(digest == info["sha256"], "params by value", f"sha256 {digest[:16]}... vs recorded {info['sha256'][:16]}...")
