@@ -227,18 +227,20 @@ def build(vb: BuildRequest) -> BuildResult:
         ckpt = Path(vb.params_checkpoint).resolve()
         inputs.update({str(ckpt / rel): e["sha256"] for rel, e in artifact.list_files(ckpt).items()})
 
+    replace = vb.force
     if not vb.force and artifact.is_artifact(target):
         try:
             manifest = artifact.verify_files(target)
             log.info("cache hit: %s (build key %s)", target, key[:KEY_LENGTH])
             return _result(target, key, model_name, True, timings, manifest, inputs)
         except ArtifactError as e:
-            log.warning("existing artifact is not intact, rebuilding: %s", e)
+            log.warning("existing artifact is not intact, rebuilding and replacing it: %s", e)
+            replace = True
 
-    return _result(*_build(vb, model, model_name, infos, params, parts, key, target, timings), inputs)
+    return _result(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace), inputs)
 
 
-def _build(vb, model, model_name, infos, params, parts, key, target, timings) -> tuple:
+def _build(vb, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:
     import jax
 
     from . import params as params_io
@@ -270,7 +272,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings) ->
     )
     t0 = time.perf_counter()
     writers = [] if vb.params_mode == "input" else [lambda tmp: params_io.save(tmp / "params", params)]
-    path = exe.write(target, writers, replace=vb.force)
+    path = exe.write(target, writers, replace=replace)
     stage("write", time.perf_counter() - t0)
     return path, key, model_name, False, timings, artifact.read_manifest(path)
 
