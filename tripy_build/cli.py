@@ -25,7 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from . import config, memo
-from .errors import TripyBuildError
+from .errors import ConfigError, TripyBuildError
 
 VERSION_BASE = "1.3"
 CONFIG_PATH = "pkg://tripy_build.conf"
@@ -35,14 +35,14 @@ config.register()
 log = logging.getLogger("tripy_build")
 
 
-def _check_added_keys(cfg: DictConfig) -> None:
+def _check_added_keys() -> None:
     """Hydra lets ``+key=value`` through a schema; refuse keys the schema does not have."""
     for override in HydraConfig.get().overrides.task:
         if override.startswith("+"):
             key = override.lstrip("+").split("=", 1)[0]
             if "@" in key or "/" in key or key in ("model", "shapes"):
                 continue  # a config group choice, checked by Hydra itself
-            raise TripyBuildError(
+            raise ConfigError(
                 f"unknown config key {key!r} (added with '{override.split('=', 1)[0]}'): the build schema has "
                 "no such key. Check the spelling against `python -m tripy_build --cfg job`."
             )
@@ -53,7 +53,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from .build import build
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every step of a save at INFO
-    _check_added_keys(cfg)
+    _check_added_keys()
     vb = config.validate(cfg)
     t0 = time.perf_counter()
     result = build(vb)

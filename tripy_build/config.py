@@ -18,8 +18,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .errors import ConfigError, SpecError
 from .build import BuildRequest
+from .errors import ConfigError, SpecError
 from .spec import NamedDimension
 
 
