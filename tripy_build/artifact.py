@@ -231,15 +231,28 @@ def read_index(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return index["files"]
 
 
-def read(path: str | os.PathLike, names: Sequence[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest and the bytes of ``names``, after checking the digest of every listed file."""
+def read(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence[str] | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and the bytes of ``names``, after checking digests.
+
+    Every listed file is checked, or with ``prefixes`` given only ``names`` and the files under those
+    prefixes: a loader checks what it deserializes, ``verify`` checks everything.
+    """
     root = Path(path)
     manifest = read_manifest(root)
     listed = manifest.get("files")
     if not isinstance(listed, dict):
         raise ArtifactError(f"{root / MANIFEST}: no 'files' table; the artifact is damaged.")
-    contents = _check_entries(root, listed, MANIFEST, names)
-    contents.update(_check_entries(root, read_index(root, manifest), INDEX, names))
+    index = read_index(root, manifest)
+    for rel in [*listed, *index]:
+        safe_relpath(rel)
+
+    def wanted(table: dict[str, Any]) -> dict[str, Any]:
+        if prefixes is None:
+            return table
+        return {k: v for k, v in table.items() if k in names or k.startswith(tuple(prefixes))}
+
+    contents = _check_entries(root, wanted(listed), MANIFEST, names)
+    contents.update(_check_entries(root, wanted(index), INDEX, names))
     for rel in names:
         if rel not in contents:
             raise ArtifactError(f"{root / MANIFEST}: does not list {rel!r}, which this artifact needs.")

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from . import artifact, selftest, xla_executable
-from .errors import ArtifactError, CallError
+from .errors import ArtifactError, CallError, SpecError
 from .spec import InputInfo, flatten_like, rebuild
 
 PROGRAM_FILE = "program.jaxexport"
@@ -291,30 +291,32 @@ class Executable:
     @staticmethod
     def load(path: str | os.PathLike) -> "Executable":
         """Load an artifact written by ``save`` or the build command, without compiling."""
+        where = os.path.join(path, artifact.MANIFEST)
         manifest = artifact.read_manifest(path)
         try:
-            exe_entries = manifest["executables"]
-            names = [manifest["program"]["file"]] + [e["file"] for e in exe_entries]
-        except (KeyError, TypeError) as e:
-            raise ArtifactError(f"{os.path.join(path, artifact.MANIFEST)}: missing field {e}; the artifact is damaged.") from None
-        manifest, files = artifact.read(path, names)
-        program_file = manifest["program"]["file"]
+            name, level = str(manifest["function"]), int(manifest["optimization_level"])
+            platforms = [str(p) for p in manifest["platforms"]]
+            program_file = manifest["program"]["file"]
+            exe_entries = list(manifest["executables"])
+            shapes = [tuple(tuple(int(d) for d in s) for s in e["input_shapes"]) for e in exe_entries]
+            bound = {str(k): str(v) for k, v in (manifest.get("bound_inputs") or {}).items()}
+            leaves = [(s["path"], InputInfo.from_json(s)) for s in manifest["input_specs"]]
+            parameters = [Parameter(p["name"], p["kind"], p["structure"]) for p in manifest["inputs"]]
+            outputs = [InputInfo.from_json(o) for o in manifest["outputs"]]
+            names = [program_file] + [e["file"] for e in exe_entries]
+        except (KeyError, TypeError, ValueError, AttributeError, SpecError) as e:
+            raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is damaged.") from None
+        manifest, files = artifact.read(path, names, prefixes=[f"{d.rstrip('/')}/" for d in bound.values()])
         try:
             exported = jax.export.deserialize(bytearray(files[program_file]))
         except Exception as e:  # noqa: BLE001 - any failure here means the program file is unusable
             raise ArtifactError(f"{os.path.join(path, program_file)}: cannot deserialize the exported program ({e}).") from None
-        try:
-            leaves = [(s["path"], InputInfo.from_json(s)) for s in manifest["input_specs"]]
-            parameters = [Parameter(p["name"], p["kind"], p["structure"]) for p in manifest["inputs"]]
-            outputs = [InputInfo.from_json(o) for o in manifest["outputs"]]
-        except (KeyError, TypeError) as e:
-            raise ArtifactError(f"{os.path.join(path, artifact.MANIFEST)}: malformed signature ({e!r}).") from None
         precompiled = []
-        for entry in exe_entries:
-            pre = Precompiled(tuple(tuple(s) for s in entry["input_shapes"]), files[entry["file"]], entry)
+        for entry, entry_shapes in zip(exe_entries, shapes):
+            pre = Precompiled(entry_shapes, files[entry["file"]], entry)
             reason = _cannot_load(entry)
             if reason is None:
-                pre.call = xla_executable.load(pre.blob, entry, exported.out_tree, manifest["function"], entry["platform"])
+                pre.call = xla_executable.load(pre.blob, entry, exported.out_tree, name, entry["platform"])
             else:
                 warnings.warn(
                     f"{os.path.join(path, entry['file'])}: skipped ({reason}); the exported program will be "
@@ -323,16 +325,12 @@ class Executable:
                 )
             precompiled.append(pre)
         exe = Executable(
-            exported=exported, exported_bytes=files[program_file], name=manifest["function"],
-            parameters=parameters, leaves=leaves, outputs=outputs,
-            optimization_level=manifest["optimization_level"], platforms=manifest["platforms"],
+            exported=exported, exported_bytes=files[program_file], name=name, parameters=parameters,
+            leaves=leaves, outputs=outputs, optimization_level=level, platforms=platforms,
             precompiled=precompiled, metadata=manifest.get("metadata", {}),
             origin=(str(path), manifest.get("selftest", [])),
         )
-        bound = manifest.get("bound_inputs") or {}
-        if bound:
-            exe = exe._restore_bound(path, bound)
-        return exe
+        return exe._restore_bound(path, bound) if bound else exe
 
     def _restore_bound(self, path: str | os.PathLike, bound: dict[str, str]) -> "Executable":
         """Bind inputs from the artifact's checkpoints (orbax is imported only for such artifacts)."""
