@@ -254,16 +254,15 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
         t0 = time.perf_counter()
         params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(vb.params_seed)))
         stage("init params", time.perf_counter() - t0)
-    apply_params = params
-    if vb.params_mode == "input":
-        apply_params = jax.tree_util.tree_map(lambda a: InputInfo(a.shape, a.dtype), params)
+    param_specs = jax.tree_util.tree_map(lambda a: InputInfo(a.shape, a.dtype), params)
+    apply_params = param_specs if vb.params_mode == "input" else params
     exe = build_executable(
         model.apply, vb.optimization_level, args=[apply_params, *infos.values()],
         platforms=[vb.backend], name=model_name, log=stage,
     )
     if vb.params_mode == "input":
         exe = exe._with_bound({"params": params}, {"params": "params"})
-    template, leaves = structure_of(jax.tree_util.tree_map(lambda a: InputInfo(a.shape, a.dtype), params), "params")
+    template, leaves = structure_of(param_specs, "params")
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
         params={"mode": vb.params_mode, "checkpoint": "params", "sha256": params_io.digest(params),
