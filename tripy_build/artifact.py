@@ -231,14 +231,16 @@ def read_index(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return index["files"]
 
 
-def read(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence[str] | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+def read(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence[str] | None = None,
+         manifest: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and the bytes of ``names``, after checking digests.
 
     Every listed file is checked, or with ``prefixes`` given only ``names`` and the files under those
-    prefixes: a loader checks what it deserializes, ``verify`` checks everything.
+    prefixes: a loader checks what it deserializes, ``verify`` checks everything. A ``manifest``
+    already read by ``read_manifest`` is not read again.
     """
     root = Path(path)
-    manifest = read_manifest(root)
+    manifest = manifest if manifest is not None else read_manifest(root)
     listed = manifest.get("files")
     if not isinstance(listed, dict):
         raise ArtifactError(f"{root / MANIFEST}: no 'files' table; the artifact is damaged.")

@@ -232,12 +232,12 @@ def build(vb: BuildRequest) -> BuildResult:
         try:
             manifest = artifact.verify_files(target)
             log.info("cache hit: %s (build key %s)", target, key[:KEY_LENGTH])
-            return _result(target, key, model_name, True, timings, manifest, inputs)
+            return result_from_manifest(target, key, model_name, True, timings, manifest, inputs)
         except ArtifactError as e:
             log.warning("existing artifact is not intact, rebuilding and replacing it: %s", e)
             replace = True
 
-    return _result(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace), inputs)
+    return result_from_manifest(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace), inputs)
 
 
 def _build(vb, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:
@@ -276,7 +276,8 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
     return path, key, model_name, False, timings, artifact.read_manifest(path)
 
 
-def _result(path, key, model_name, cache_hit, timings, manifest, sources) -> BuildResult:
+def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, sources) -> BuildResult:
+    """The `BuildResult` of the artifact at `path`, described from its manifest and index."""
     inputs = {}
     for spec in manifest.get("input_specs", []):
         dims = []

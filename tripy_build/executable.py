@@ -306,7 +306,7 @@ class Executable:
             names = [program_file] + [e["file"] for e in exe_entries]
         except (KeyError, TypeError, ValueError, AttributeError, SpecError) as e:
             raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is damaged.") from None
-        manifest, files = artifact.read(path, names, prefixes=[f"{d.rstrip('/')}/" for d in bound.values()])
+        _, files = artifact.read(path, names, [f"{d.rstrip('/')}/" for d in bound.values()], manifest)
         try:
             exported = jax.export.deserialize(bytearray(files[program_file]))
         except Exception as e:  # noqa: BLE001 - any failure here means the program file is unusable

@@ -89,9 +89,9 @@ def lookup(argv: Sequence[str]) -> Any:
         return None
     if manifest.get("metadata", {}).get("build_key") != memo["key"]:
         return None
-    from .build import _result
+    from .build import result_from_manifest
 
-    return _result(path, memo["key"], memo["model"], True, {}, manifest, memo["sources"])
+    return result_from_manifest(path, memo["key"], memo["model"], True, {}, manifest, memo["sources"])
 
 
 def record(argv: Sequence[str], result: Any) -> None:

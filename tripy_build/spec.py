@@ -12,7 +12,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .errors import SpecError
+from .errors import CallError, SpecError
 
 
 def _check_size(value: Any, what: str) -> int:
@@ -264,8 +264,6 @@ def describe_structure(template: Any) -> str:
 
 def flatten_like(template: Any, value: Any, path: str, out: list[Any]) -> None:
     """Append ``value``'s leaves to ``out`` in template order; a mismatch names the path."""
-    from .errors import CallError
-
     if "leaf" in template:
         out.append(value)
         return

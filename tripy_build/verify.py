@@ -106,6 +106,20 @@ def _load(report: Report, root: Path, label: str = "") -> Any:
     return exe
 
 
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Which build-key parts differ, one level deep (``toolchain.tripy_build_source``)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{key}.{sub}" for sub in sorted(set(a) | set(b)) if a.get(sub) != b.get(sub)]
+        else:
+            out.append(key)
+    return out
+
+
 def _rebuild(report: Report, root: Path, manifest: dict[str, Any]) -> None:
     from .build import build, request_from_record
 
@@ -120,13 +134,7 @@ def _rebuild(report: Report, root: Path, manifest: dict[str, Any]) -> None:
         report.check(True, "rebuild", str(result.path))
         recorded = manifest["metadata"]["build_key_parts"]
         new = artifact.read_manifest(result.path)["metadata"]["build_key_parts"]
-        changed = [
-            f"{k}.{sub}" if isinstance(recorded.get(k), dict) and isinstance(new.get(k), dict) else k
-            for k in sorted(set(recorded) | set(new)) if recorded.get(k) != new.get(k)
-            for sub in (sorted(s for s in set(recorded.get(k) or {}) | set(new.get(k) or {})
-                               if (recorded.get(k) or {}).get(s) != (new.get(k) or {}).get(s))
-                        if isinstance(recorded.get(k), dict) and isinstance(new.get(k), dict) else [None])
-        ]
+        changed = _changed_keys(recorded, new)
         report.check(not changed, "rebuild: same build key", "differs in: " + ", ".join(changed) if changed else manifest["metadata"]["build_key"][:16])
         for rel in ["manifest.json", *sorted(manifest.get("files", {}))]:
             a, b = root / rel, result.path / rel

@@ -109,8 +109,8 @@ def load(blob: bytes, meta: dict[str, Any], out_tree: Any, name: str, platform_n
     return stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=True)
 
 
-def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], compiler_options: dict[str, Any] | None = None) -> jax.stages.Compiled:
+def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]]) -> jax.stages.Compiled:
     """Compile the exported program for one concrete shape per input."""
     specs = [jax.ShapeDtypeStruct(tuple(s), a.dtype) for s, a in zip(shapes, exported.in_avals)]
     lowered = jax.jit(exported.call).lower(*specs)
-    return lowered.compile(compiler_options or None)
+    return lowered.compile()
