@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build.executable import CompatibilityWarning
+from tripy_build import CompatibilityWarning
 from conftest import BATCH, DIM_IN, DIM_OUT, assert_close, info_summary
 
 PROGRAM = "program.jaxexport"

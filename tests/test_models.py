@@ -1,13 +1,15 @@
-"""The model zoo: parameter shapes, and tripy_build executables that match eager ``apply``.
+"""The model zoo: parameter shapes, padding declarations, and executables that match eager ``apply``.
 
-Each model is compiled once (params as a compile-time constant, every named dim a
-``NamedDimension``) with small hyperparameters, then run at its opt shape (the precompiled
-executable) and at a second in-range shape (the exported program, compiled on first use).
+Each model is compiled once with small hyperparameters, every named dim a ``NamedDimension``, its own
+padding declaration and (for masking models) ``DimSize`` lengths. Every in-range shape then runs a
+precompiled profile, padded where needed, and must match the model applied eagerly to the unpadded
+input: at each bucket, one above it, and at max.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 
 import jax
@@ -26,36 +28,36 @@ def shapes_of(params):
     return jax.tree_util.tree_map(lambda a: tuple(a.shape), params)
 
 
-# model, its dim ranges, expected param shapes, and two in-range dim assignments (the first = opt).
+# model, its dim ranges, explicit buckets (others: pow2), expected param shapes.
 CASES = {
     "geglu": (
         GEGLU(16, 32),
         {"batch": (1, 4, 9)},
+        {},
         {"proj": {"weight": (64, 16), "bias": (64,)}},
-        [{"batch": 4}, {"batch": 9}],
     ),
     "mlp": (
         MLP(dim_in=16, hidden=32, dim_out=8, layers=3),
         {"batch": (1, 4, 9)},
+        {},
         {"layers": [{"weight": (32, 16), "bias": (32,)}, {"weight": (32, 32), "bias": (32,)},
                     {"weight": (8, 32), "bias": (8,)}]},
-        [{"batch": 4}, {"batch": 1}],
     ),
     "transformer": (
         TransformerBlock(d_model=32, heads=4, d_ff=64),
         {"batch": (1, 2, 4), "seq": (1, 8, 16)},
+        {"seq": [4, 8, 16]},
         {"ln1": {"scale": (32,), "bias": (32,)},
          "attn": {n: {"weight": (32, 32), "bias": (32,)} for n in ("q", "k", "v", "out")},
          "ln2": {"scale": (32,), "bias": (32,)},
          "ffn": {"up": {"weight": (64, 32), "bias": (64,)}, "down": {"weight": (32, 64), "bias": (32,)}}},
-        [{"batch": 2, "seq": 8}, {"batch": 3, "seq": 13}],
     ),
     "convnet": (
         ConvNet(channels_in=3, channels=(8, 16), classes=5),
         {"batch": (1, 2, 4), "height": (1, 8, 17), "width": (1, 8, 17)},
+        {"batch": [2, 4], "height": [4, 8, 17], "width": [8, 17]},
         {"convs": [{"kernel": (3, 3, 3, 8), "bias": (8,)}, {"kernel": (3, 3, 8, 16), "bias": (16,)}],
          "head": {"weight": (5, 16), "bias": (5,)}},
-        [{"batch": 2, "height": 8, "width": 8}, {"batch": 3, "height": 17, "width": 5}],
     ),
 }
 
@@ -69,12 +71,28 @@ def concrete_inputs(model, sizes, seed):
     return out
 
 
+def compile_model(model, params, dims, buckets):
+    masks = {d: tb.DimSize(d) for d, kind in model.padding.items() if kind == "mask"}
+    return tb.compile(model.apply, args=[params, *input_infos(model, dims).values()],
+                      kwargs={"lengths": masks} if masks else None, buckets=buckets, padding=model.padding)
+
+
 @pytest.fixture(scope="module", params=sorted(CASES))
 def built(request):
-    model, dims, expected, sizes = CASES[request.param]
+    model, dims, buckets, expected = CASES[request.param]
     params = model.init(KEY)
-    exe = tb.compile(model.apply, args=[params, *input_infos(model, dims).values()])
-    return model, params, exe, expected, sizes
+    exe = compile_model(model, params, dims, buckets)
+    return model, params, exe, expected, dims
+
+
+def boundary_sizes(exe):
+    """Per dim: every bucket, one above each bucket (padded), and max; combined with the other dims at opt."""
+    points = []
+    for i, d in enumerate(exe.dims):
+        lo, _, hi = d.bounds
+        for n in sorted({*d.buckets, *(b + 1 for b in d.buckets if b < hi), hi, lo}):
+            points.append({e.name: (n if j == i else e.bounds[1]) for j, e in enumerate(exe.dims)})
+    return points
 
 
 def test_registry():
@@ -85,8 +103,13 @@ def test_registry():
         names = list(model.inputs())
         assert names == list(model.input_dtypes())
         assert set(model.input_dtypes().values()) == {"float32"}
-        # apply(params, *inputs): the inputs follow params, in inputs() order
-        assert list(inspect.signature(model.apply).parameters)[1:] == names
+        # apply(params, *inputs, lengths=None): the inputs follow params, in inputs() order
+        params = list(inspect.signature(model.apply).parameters.values())
+        assert [p.name for p in params[1:1 + len(names)]] == names
+        masked = {d for d, kind in model.padding.items() if kind == "mask"}
+        assert (params[-1].name == "lengths") == bool(masked)
+        used = {d for shape in model.inputs().values() for d in shape if isinstance(d, str)}
+        assert model.padding.get("batch") == "rows" and set(model.padding) == used
         for shape in model.inputs().values():
             assert all(isinstance(d, (int, str)) for d in shape)
 
@@ -100,18 +123,45 @@ def test_params(built):
     jax.tree_util.tree_map(np.testing.assert_array_equal, params, again)
 
 
-def test_matches_eager(built):
-    model, params, exe, _, sizes = built
+def test_every_in_range_shape_runs_precompiled_and_matches_eager(built, compile_counter):
+    model, params, exe, _, _ = built
     assert list(exe.input_infos) == list(model.inputs())
-    opt_shapes = exe.precompiled_shapes
-    for i, s in enumerate(sizes):
-        inputs = concrete_inputs(model, s, seed=i)
-        got = exe(*inputs)
-        want = model.apply(params, *inputs)
-        assert got.shape == want.shape and got.dtype == want.dtype
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), **TOL)
-        # the first assignment is the opt shape (precompiled), the second runs the exported program
-        assert (tuple(tuple(x.shape) for x in inputs) in opt_shapes) == (i == 0)
+    assert {d.strategy for d in exe.dims} == {"padded"}
+    points = boundary_sizes(exe)
+    inputs = [concrete_inputs(model, sizes, seed=i) for i, sizes in enumerate(points)]
+    before = compile_counter.count
+    results = [exe(*x) for x in inputs]
+    assert compile_counter.count == before, "a shape in range compiled at run time"
+    assert len(points) > 2 * len(exe.dims)
+    for sizes, x, got in zip(points, inputs, results):
+        want = model.apply(params, *[jnp.asarray(a) for a in x])  # eager, unpadded, no lengths
+        assert got.shape == want.shape and got.dtype == want.dtype, sizes
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), **TOL, err_msg=str(sizes))
+
+
+@pytest.mark.parametrize("name", ["transformer", "convnet"])
+def test_masking_makes_padding_exact_and_full_lengths_change_nothing(name):
+    """The models' own masking: padded input + true lengths == unpadded input; full lengths == no lengths."""
+    model = {"transformer": TransformerBlock(d_model=16, heads=2, d_ff=32), "convnet": ConvNet(3, (4, 8), 5)}[name]
+    params = model.init(KEY)
+    rng = np.random.default_rng(3)
+    if name == "transformer":
+        x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+        padded = np.concatenate([x, 9 * rng.standard_normal((2, 3, 16)).astype(np.float32)], axis=1)
+        got = model.apply(params, padded, lengths={"seq": jnp.int32(5)})[:, :5]
+        full = model.apply(params, x, lengths={"seq": jnp.int32(5)})
+    else:
+        x = rng.standard_normal((2, 7, 5, 3)).astype(np.float32)
+        padded = 9 * rng.standard_normal((2, 16, 8, 3)).astype(np.float32)
+        padded[:, :7, :5] = x
+        got = model.apply(params, padded, lengths={"height": jnp.int32(7), "width": jnp.int32(5)})
+        full = model.apply(params, x, lengths={"height": jnp.int32(7), "width": jnp.int32(5)})
+    want = model.apply(params, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), **TOL)
+    np.testing.assert_allclose(np.asarray(full), np.asarray(want), **TOL)
+    unmasked = model.apply(params, padded)
+    unmasked = unmasked[:, :5] if name == "transformer" else unmasked
+    assert np.abs(np.asarray(unmasked) - np.asarray(want)).max() > 1e-2  # without the mask, padding leaks
 
 
 def test_geglu_by_hand():

@@ -13,16 +13,16 @@ import os
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from .errors import ArtifactError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 INDEX = "index.json"
 KIND = "tripy_build.artifact"
 INDEX_KIND = "tripy_build.index"
-UNSTABLE_PREFIXES = ("executables/", "params/", "bound/")
+UNSTABLE_PREFIXES = ("executables/",)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -86,14 +86,15 @@ def remove_stale_temporaries(parent: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, bytes],
-          writers: Sequence[Callable[[Path], None]] = (), replace: bool = True) -> Path:
-    """Write an artifact atomically: ``files`` by relative path, then ``writers(tmpdir)``, then the manifest.
+def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, bytes], replace: bool = True,
+          index_extra: dict[str, Any] | None = None) -> Path:
+    """Write an artifact atomically: ``files`` by relative path, then the index and the manifest.
 
-    Files under ``UNSTABLE_PREFIXES`` (XLA executables, orbax checkpoints: not byte-reproducible) are
-    listed in the sidecar ``index.json`` so that ``manifest.json`` stays byte-identical across rebuilds.
-    An existing artifact at ``path`` is replaced, or with ``replace=False`` kept (a concurrent build of
-    the same content got there first); any other existing non-empty directory is refused.
+    Files under ``UNSTABLE_PREFIXES`` (XLA executables: not byte-reproducible) are listed in the
+    sidecar ``index.json``, with ``index_extra`` (build facts that vary, such as compile times), so that
+    ``manifest.json`` stays byte-identical across rebuilds. An existing artifact at ``path`` is
+    replaced, or with ``replace=False`` kept (a concurrent build of the same content got there first);
+    any other existing non-empty directory is refused.
     """
     target = Path(path).absolute()
     if target.exists() and not (target.is_dir() and (is_artifact(target) or not any(target.iterdir()))):
@@ -109,12 +110,10 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
             dest = tmp / PurePosixPath(rel)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
-        for writer in writers:
-            writer(tmp)
         everything = list_files(tmp)
         unstable = {k: v for k, v in everything.items() if k.startswith(UNSTABLE_PREFIXES)}
         stable = {k: v for k, v in everything.items() if k not in unstable}
-        (tmp / INDEX).write_bytes(dumps({"kind": INDEX_KIND, "files": unstable}))
+        (tmp / INDEX).write_bytes(dumps({**(index_extra or {}), "kind": INDEX_KIND, "files": unstable}))
         full = dict(manifest, schema_version=SCHEMA_VERSION, kind=KIND, files=stable,
                     index={"file": INDEX, "covers": list(UNSTABLE_PREFIXES)})
         (tmp / MANIFEST).write_bytes(dumps(full))
@@ -210,8 +209,11 @@ def _check_entries(root: Path, listed: dict[str, Any], where: str, names: Sequen
     return contents
 
 
-def read_index(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """The sidecar index's file table; every path in it must lie under a prefix the manifest names."""
+def read_index(root: Path, manifest: dict[str, Any], table: str = "files") -> dict[str, Any]:
+    """The sidecar index's file table (or another ``table`` in it, such as ``compile_seconds``).
+
+    Every path in its file table must lie under a prefix the manifest names.
+    """
     spec = manifest.get("index")
     if not isinstance(spec, dict) or spec.get("file") != INDEX:
         raise ArtifactError(f"{root / MANIFEST}: no 'index' entry; the artifact is damaged.")
@@ -228,7 +230,8 @@ def read_index(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     for rel in index["files"]:
         if not isinstance(rel, str) or not rel.startswith(covers):
             raise ArtifactError(f"{ipath}: lists {rel!r}, outside the prefixes the manifest delegates to it ({', '.join(covers)}).")
-    return index["files"]
+    extra = index.get(table, {})
+    return extra if isinstance(extra, dict) else {}
 
 
 def read(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence[str] | None = None,

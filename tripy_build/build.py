@@ -20,7 +20,7 @@ from typing import Any
 
 from . import artifact
 from .errors import ArtifactError, ConfigError
-from .spec import InputInfo, NamedDimension, structure_of
+from .spec import DimSize, InputInfo, NamedDimension
 
 log = logging.getLogger("tripy_build.build")
 
@@ -31,15 +31,16 @@ KEY_LENGTH = 16  # hex digits of the build key used in directory names
 class BuildRequest:
     """What to build, validated, in plain Python values (``config.validate`` makes one from a Hydra config)."""
 
-    model: dict[str, Any]  # with _target_ and name
+    model: dict[str, Any]  # with _target_ and name, and padding if the config overrides the model's
     shapes: dict[str, int | NamedDimension]
     shapes_name: str
+    buckets: dict[str, Any]  # dim name -> "pow2" | "none" | [sizes]; unlisted dims get "pow2"
+    max_profiles: int
     backend: str
     optimization_level: int
     precision: str
     params_seed: int
     params_checkpoint: str | None
-    params_mode: str
     artifacts_dir: str
     force: bool
 
@@ -76,6 +77,21 @@ def _human(n: int) -> str:
     return str(n)
 
 
+MODEL_CONFIG_KEYS = ("_target_", "name", "padding")  # model config keys that are not constructor arguments
+
+
+def model_padding(model: Any, model_cfg: dict[str, Any], dims: dict[str, Any]) -> dict[str, str]:
+    """The model's padding declaration (its class's, or the config's ``model.padding``) for its dynamic dims."""
+    declared = model_cfg.get("padding")
+    declared = dict(getattr(model, "padding", None) or {}) if declared is None else dict(declared)
+    used = {d for shape in model.inputs().values() for d in shape if isinstance(d, str)}
+    unknown = sorted(set(declared) - used)
+    if unknown:
+        raise ConfigError(f"model.padding: {', '.join(map(repr, unknown))} is not a dim of this model's inputs "
+                          f"(its dims: {', '.join(map(repr, sorted(used))) or 'none'}).")
+    return {d: k for d, k in declared.items() if isinstance(dims.get(d), NamedDimension)}
+
+
 def instantiate_model(model_cfg: dict[str, Any]) -> Any:
     target = model_cfg["_target_"]
     module_name, _, attr = target.rpartition(".")
@@ -83,7 +99,7 @@ def instantiate_model(model_cfg: dict[str, Any]) -> Any:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as e:
         raise ConfigError(f"model._target_: cannot import {target!r} ({e}); give a module.Class path.") from None
-    kwargs = {k: v for k, v in model_cfg.items() if k not in ("_target_", "name")}
+    kwargs = {k: v for k, v in model_cfg.items() if k not in MODEL_CONFIG_KEYS}
     try:
         model = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()})
     except TypeError as e:
@@ -153,7 +169,7 @@ def package_digest() -> str:
 
 
 def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any]) -> dict[str, Any]:
-    from .executable import toolchain
+    from .serialization import toolchain
     from .xla_executable import host_features
 
     host = host_features()
@@ -189,9 +205,9 @@ def request_from_record(manifest: dict[str, Any], artifact_path: Path, artifacts
             "`python -m tripy_build`), so it cannot be rebuilt."
         ) from None
     config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
-    checkpoint = None if identity.get("init") == "random" else str(artifact_path / manifest["metadata"]["params"]["checkpoint"])
+    checkpoint = None if identity.get("init") == "random" else str(artifact_path)  # its weights
     return BuildRequest(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
-                      artifacts_dir=str(artifacts_dir), force=True)
+                        artifacts_dir=str(artifacts_dir), force=True)
 
 
 def build_key(parts: dict[str, Any]) -> str:
@@ -245,6 +261,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
 
     from . import params as params_io
     from .compiler import build_executable
+    from .serialization import save
 
     def stage(name: str, seconds: float) -> None:
         timings[name] = seconds
@@ -254,24 +271,21 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
         t0 = time.perf_counter()
         params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(vb.params_seed)))
         stage("init params", time.perf_counter() - t0)
-    param_specs = jax.tree_util.tree_map(lambda a: InputInfo(a.shape, a.dtype), params)
-    apply_params = param_specs if vb.params_mode == "input" else params
+    padding = model_padding(model, vb.model, vb.shapes)
+    mask_dims = {d: DimSize(d) for d, kind in padding.items() if kind == "mask"}
+    used = {d for info in infos.values() for d in info.dimension_names.values()}
     exe = build_executable(
-        model.apply, vb.optimization_level, args=[apply_params, *infos.values()],
-        platforms=[vb.backend], name=model_name, log=stage,
+        model.apply, vb.optimization_level, args=[params, *infos.values()],
+        kwargs={"lengths": mask_dims} if mask_dims else None, platforms=[vb.backend], name=model_name,
+        log=stage, buckets={d: b for d, b in vb.buckets.items() if d in used}, padding=padding,
+        max_profiles=vb.max_profiles,
     )
-    if vb.params_mode == "input":
-        exe = exe._with_bound({"params": params}, {"params": "params"})
-    template, leaves = structure_of(param_specs, "params")
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
-        params={"mode": vb.params_mode, "checkpoint": "params", "sha256": params_io.digest(params),
-                "structure": template, "leaves": [info.to_json() for _, info in leaves],
-                **{k: v for k, v in parts["params"].items() if k != "sha256"}},
+        params={"sha256": params_io.digest(params), **{k: v for k, v in parts["params"].items() if k != "sha256"}},
     )
     t0 = time.perf_counter()
-    writers = [] if vb.params_mode == "input" else [lambda tmp: params_io.save(tmp / "params", params)]
-    path = exe.write(target, writers, replace=replace)
+    path = save(exe, target, replace=replace)
     stage("write", time.perf_counter() - t0)
     return path, key, model_name, False, timings, artifact.read_manifest(path)
 

@@ -1,25 +1,33 @@
-"""``tripy_build.compile``: trace once, export with symbolic shapes, compile ahead of time.
+"""``tripy_build.compile``: trace once, export with symbolic shapes, compile every profile ahead of time.
 
-The flow is spec -> trace -> export -> compile -> ``Executable``. The user's function is traced
-exactly once (for the export); executables for concrete shapes are compiled from the exported
-program, so what is precompiled and what is compiled later on a host are the same program.
+The flow is spec -> trace -> export (weights split off) -> profiles -> compile -> ``Executable``. The
+user's function is traced exactly once; every executable is compiled from the exported program, so
+what is precompiled and what a host compiles later are the same program. Profiles compile in a
+thread pool (XLA releases the GIL while it compiles). A padding declaration is proven on the built
+executables before the executable is returned: a false one fails the compile, naming the dim.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
+import numpy as np
 
+from . import profiles as profiles_lib
 from . import xla_executable
+from .dispatch import Dispatcher, output_axes
 from .errors import SpecError
 from .executable import Executable, Parameter, Precompiled
 from .export import export, output_infos
 from .spec import collect_named_dims
-from .trace import bind_arguments, flat_function, runtime_leaves
+from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
 
 OPTIMIZATION_LEVELS = range(0, 6)
+GARBAGE_SCALE = 8.0  # padding in the proof is filled with large random values, so any leak shows
 
 
 def check_optimization_level(level: Any) -> int:
@@ -32,20 +40,49 @@ def check_optimization_level(level: Any) -> int:
 
 
 def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
-            kwargs: dict[str, Any] | None = None) -> Executable:
+            kwargs: dict[str, Any] | None = None, buckets: Any = profiles_lib.DEFAULT_BUCKETS,
+            padding: Mapping[str, str] | None = None,
+            max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES) -> Executable:
     """Compile ``func`` for the runtime inputs described by ``InputInfo`` arguments.
 
     ``InputInfo`` arguments (also nested in dicts, lists and tuples) become the executable's inputs,
-    in ``func``'s parameter order; every other argument is a compile-time constant folded into the
-    program. The result runs without compiling at its opt shapes, validates every call against the
-    declared ranges, and can be saved as an artifact.
+    in ``func``'s parameter order; ``DimSize`` arguments receive the true size of a named dim at run
+    time; every other argument is a compile-time constant. Arrays in constants are weights: stored
+    once, prepared once, passed to every profile, and replaceable with ``Executable.bind``.
+
+    Args:
+        func: a pure function of arrays.
+        optimization_level: 0..5.
+        args, kwargs: ``func``'s arguments: ``InputInfo``, ``DimSize`` or constants.
+        buckets: the sizes to precompile along each dynamic dim: ``"pow2"`` (default: powers of two
+            clipped to the dim's range, plus its max), ``"none"`` (only opt), or a dict keyed by
+            ``NamedDimension`` name whose values are those policies or explicit size lists.
+        padding: ``{dim name: "rows" | "mask"}``: dims that may be padded up to a bucket. ``rows``:
+            slices along the dim are independent (a batch). ``mask``: ``func`` takes the dim's
+            ``DimSize`` and masks the padding itself. The declaration is checked on the compiled
+            executables; undeclared dims are never padded.
+        max_profiles: the budget of precompiled executables; a larger profile set is refused.
+
+    Returns:
+        An ``Executable``: every in-range shape runs a precompiled profile, padded where declared;
+        other shapes compile on first use, once.
+
+    Example::
+
+        batch = tb.NamedDimension("batch", 1, 8, 64)
+        exe = tb.compile(model.apply, args=[params, tb.InputInfo((batch, 512), "float32")],
+                         padding={"batch": "rows"})
+        y = exe(np.ones((37, 512), np.float32))  # runs the batch-64 profile on padded input
     """
-    return build_executable(func, optimization_level, args=args, kwargs=kwargs)
+    return build_executable(func, optimization_level, args=args, kwargs=kwargs, buckets=buckets,
+                            padding=padding, max_profiles=max_profiles)
 
 
 def build_executable(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
                      kwargs: dict[str, Any] | None = None, platforms: Sequence[str] = ("cpu",),
-                     name: str | None = None, log: Callable[[str, float], None] | None = None) -> Executable:
+                     name: str | None = None, log: Callable[[str, float], None] | None = None,
+                     buckets: Any = profiles_lib.DEFAULT_BUCKETS, padding: Mapping[str, str] | None = None,
+                     max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``."""
     check_optimization_level(optimization_level)
     if not isinstance(args, (list, tuple)):
@@ -54,35 +91,146 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
         raise SpecError(f"kwargs= must be a dict of keyword arguments, got {type(kwargs).__name__}.")
     if not callable(func):
         raise SpecError(f"compile() needs a callable, got {type(func).__name__}.")
+    if padding is not None and not isinstance(padding, Mapping):
+        raise SpecError(f"padding= must be a dict of dim name -> 'rows' or 'mask', got {padding!r}.")
     log = log or (lambda stage, seconds: None)
 
     t0 = time.perf_counter()
     arguments = bind_arguments(func, args, kwargs or {})
-    leaves = runtime_leaves(arguments)
+    leaves, sizes = runtime_leaves(arguments), size_leaves(arguments)
     collect_named_dims(leaves)
     flat = flat_function(func, arguments)
     if name:
         flat.__name__ = flat.__qualname__ = name
-    exported, symbols = export(flat, leaves, platforms)
-    exported_bytes = bytes(exported.serialize())
-    outputs = output_infos(exported, leaves, symbols)
+    program = export(flat, leaves, sizes, weight_owners(arguments), platforms)
+    dims = profiles_lib.plan_dims(program.symbols, [p for p, _ in leaves], buckets, padding)
+    size_names = [s.name for _, s in sizes]
+    for d in dims:
+        if d.padding == "mask" and d.name not in size_names:
+            raise SpecError(
+                f"padding[{d.name!r}] is 'mask', but {flat.__name__} does not receive the true size of "
+                f"{d.name!r}: pass tb.DimSize({d.name!r}) as the argument it masks with, or declare 'rows' "
+                "if slices along the dim are independent."
+            )
+    outputs = output_infos(program, leaves, len(sizes))
+    out_axes = output_axes(program.main.out_avals, dims)
+    targets = profiles_lib.profiles(dims, max_profiles)
+    dispatcher = Dispatcher(dims, [info.shape_bounds.opt for _, info in leaves], size_names, out_axes, targets)
+    exported_bytes = bytes(program.main.serialize())
+    prep_bytes = bytes(program.prep.serialize()) if program.prep is not None else None
     log("trace+export", time.perf_counter() - t0)
 
-    precompiled = []
     host_platform = jax.default_backend()
+    prep_exe, precompiled = None, []
     if host_platform in platforms:
-        opt_shapes = tuple(info.shape_bounds.opt for _, info in leaves)
+        if program.prep is not None:
+            t0 = time.perf_counter()
+            prep_exe = _compile_one(program.prep, [w.value.shape for w in program.weights], (), host_platform, "prep")
+            log("compile prep", time.perf_counter() - t0)
+        leading = [a.shape for a in program.leading_avals()]
+        shapes = [[*leading, *dispatcher.leaf_shapes(t), *[()] * len(sizes)] for t in targets]
         t0 = time.perf_counter()
-        compiled = xla_executable.compile_shapes(exported, opt_shapes)
-        blob, meta = xla_executable.serialize(compiled)
-        meta.update(platform=host_platform, profile="opt", depends_on=xla_executable.host_features())
-        precompiled.append(Precompiled(opt_shapes, blob, meta, compiled))
-        log(f"compile {host_platform} {' '.join('x'.join(map(str, s)) or 'scalar' for s in opt_shapes)}",
-            time.perf_counter() - t0)
+        precompiled = _compile_all(program.main, shapes, targets, host_platform, log, dims)
+        log(f"compile {len(precompiled)} profile(s)", time.perf_counter() - t0)
 
     parameters = [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime]
-    return Executable(
-        exported=exported, exported_bytes=exported_bytes, name=flat.__name__, parameters=parameters,
-        leaves=leaves, outputs=outputs, optimization_level=optimization_level, platforms=platforms,
-        precompiled=precompiled, selftest_source=flat,
+    exe = Executable(
+        program=program, program_bytes=exported_bytes, prep_bytes=prep_bytes, name=flat.__name__,
+        parameters=parameters, leaves=leaves, sizes=sizes, outputs=outputs, dims=dims, dispatcher=dispatcher,
+        optimization_level=optimization_level, platforms=platforms, precompiled=precompiled, prep_exe=prep_exe,
+        selftest_source=flat,
     )
+    if precompiled and any(d.strategy == "padded" for d in dims):
+        t0 = time.perf_counter()
+        prove_padding(exe)
+        log("prove padding", time.perf_counter() - t0)
+    return exe
+
+
+def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], target: tuple[int, ...],
+                 platform: str, profile: Any) -> Precompiled:
+    t0 = time.perf_counter()
+    compiled = xla_executable.compile_shapes(exported, shapes)
+    seconds = time.perf_counter() - t0
+    blob, meta = xla_executable.serialize(compiled)
+    meta.update(platform=platform, profile=profile, depends_on=xla_executable.host_features())
+    return Precompiled(tuple(target), blob, meta, compiled, seconds=seconds)
+
+
+def _compile_all(exported: jax.export.Exported, shapes: Sequence[Sequence[Sequence[int]]],
+                 targets: Sequence[tuple[int, ...]], platform: str, log: Callable[[str, float], None],
+                 dims: Sequence[Any]) -> list[Precompiled]:
+    """Compile every profile: the first alone (it warms up jax's lowering), the rest in a thread pool."""
+    def one(i: int) -> Precompiled:
+        profile = {d.name or d.symbol: n for d, n in zip(dims, targets[i])}
+        pre = _compile_one(exported, shapes[i], targets[i], platform, profile)
+        label = " ".join(f"{k}={v}" for k, v in profile.items()) or "static"
+        log(f"  profile {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
+        return pre
+
+    if not targets:
+        return []
+    first = one(0)
+    workers = max(1, min(len(targets) - 1, os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tripy_build-compile") as pool:
+        rest = list(pool.map(one, range(1, len(targets))))
+    return [first, *rest]
+
+
+def prove_padding(exe: Executable, seed: int = 0) -> None:
+    """Check every padding declaration on the compiled executables, at every bucket boundary.
+
+    For a padded dim with buckets ``b0 < b1 < ...`` and every pair ``(b_i, b_i+1)``: random inputs of
+    size ``b_i`` run exactly, and the same inputs filled up to ``b_i+1`` with large random values (not
+    zeros, so that a model mixing rows or ignoring its mask shows it) run the larger bucket with the
+    true size in ``DimSize``; the outputs, sliced back, must agree within the self-test tolerance.
+    The other dims sit at their smallest bucket. Raises ``SpecError`` naming the dim.
+    """
+    from .selftest import DEFAULT_RTOL, RTOL, sample
+
+    rng = np.random.default_rng(seed)
+    dispatcher = exe.dispatcher
+    base = [d.buckets[0] if d.buckets else d.bounds[1] for d in exe.dims]
+    for di, d in enumerate(exe.dims):
+        if d.strategy != "padded":
+            continue
+        for small, large in zip(d.buckets, d.buckets[1:]):
+            at_small = tuple(small if i == di else n for i, n in enumerate(base))
+            at_large = tuple(large if i == di else n for i, n in enumerate(base))
+            leaf_infos = [info for _, info in exe.flat_inputs]
+            inputs = [sample(info, s, (seed, di, small, li))
+                      for li, (info, s) in enumerate(zip(leaf_infos, dispatcher.leaf_shapes(at_small)))]
+            filled = [x if x.shape == big else _fill(x, big, rng) for x, big in zip(inputs, dispatcher.leaf_shapes(at_large))]
+            true_sizes = dispatcher.route([x.shape for x in inputs]).sizes
+            want = exe.run_profile(at_small, inputs, true_sizes)
+            got = exe.run_profile(at_large, filled, true_sizes)
+            for o, (w, g, axes) in enumerate(zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got),
+                                                 dispatcher.out_axes)):
+                g = np.asarray(g)[tuple(slice(0, at_small[a]) if a is not None else slice(None) for a in axes)]
+                w = np.asarray(w)
+                rtol = RTOL.get(w.dtype.name, DEFAULT_RTOL)
+                err = np.abs(g.astype(np.float64) - w.astype(np.float64))
+                bad = err > rtol + rtol * np.abs(w.astype(np.float64))
+                if g.shape != w.shape or bad.any():
+                    worst = float(err.max()) if g.shape == w.shape else float("inf")
+                    raise SpecError(
+                        f"padding[{d.name!r}] = {d.padding!r} is not exact for {exe.__name__}: with {d.name}={small} "
+                        f"padded to the bucket {large}, output {o} differs from the unpadded result by up to "
+                        f"{worst:.3g} (tolerance {rtol:g}). "
+                        + ("Slices along this dim are not independent; remove the declaration."
+                           if d.padding == "rows" else
+                           f"The model must mask every position at or beyond DimSize({d.name!r}); fix the "
+                           "masking or remove the declaration.")
+                    )
+
+
+def _fill(x: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """``x`` enlarged to ``shape``, the new positions filled with random values far from zero."""
+    if x.dtype.kind == "f":
+        out = (rng.standard_normal(shape) * GARBAGE_SCALE + GARBAGE_SCALE / 2).astype(x.dtype)
+    elif x.dtype.kind == "b":
+        out = rng.random(shape) < 0.5
+    else:
+        out = rng.integers(0, 4, shape).astype(x.dtype)
+    out[tuple(slice(0, n) for n in x.shape)] = x
+    return out

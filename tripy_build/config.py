@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .build import BuildRequest
 from .errors import ConfigError, SpecError
+from .profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, resolve_buckets
 from .spec import NamedDimension
 
 
@@ -31,22 +32,21 @@ class Precision(enum.Enum):
     float32 = "float32"
 
 
-class ParamsMode(enum.Enum):
-    constant = "constant"  # folded into the program
-    input = "input"  # runtime inputs, restored from the artifact's checkpoint by tb.load
-
-
 @dataclass
 class ParamsConfig:
-    seed: int = 0
-    checkpoint: Optional[str] = None
-    mode: ParamsMode = ParamsMode.constant
+    seed: int = 0  # random init from this seed, unless checkpoint is set
+    checkpoint: Optional[str] = None  # an orbax StandardCheckpointer directory or a built artifact
 
 
 @dataclass
 class ShapesConfig:
     name: str = MISSING
+    # dim name -> size (static) or [min, opt, max] (dynamic)
     dims: dict[str, Any] = field(default_factory=dict)
+    # dim name -> "pow2" (default), "none" or a list of sizes: the sizes precompiled along that dim
+    buckets: dict[str, Any] = field(default_factory=dict)
+    # the most executables one build may precompile (profiles are the product of the dims' buckets)
+    max_profiles: int = DEFAULT_MAX_PROFILES
 
 
 @dataclass
@@ -65,7 +65,9 @@ class BuildConfig:
 def model_schema(model_cls: type) -> type:
     """A schema for one zoo model: ``_target_``, ``name`` and the model dataclass's own fields."""
     fields = [("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
-              ("name", str, field(default=model_cls.name))]
+              ("name", str, field(default=model_cls.name)),
+              # dim name -> "rows" | "mask"; None keeps the model class's own declaration
+              ("padding", Optional[dict[str, str]], field(default=None))]
     hints = typing.get_type_hints(model_cls)
     for f in dataclasses.fields(model_cls):
         default = f.default if f.default is not dataclasses.MISSING else MISSING
@@ -118,7 +120,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
         raise ConfigError("model: needs a _target_ (the model class to build), e.g. model=geglu.")
     zoo = _zoo_class(plain["model"]["_target_"])
     if zoo is not None:
-        allowed = {"_target_", "name", *(f.name for f in dataclasses.fields(zoo))}
+        allowed = {"_target_", "name", "padding", *(f.name for f in dataclasses.fields(zoo))}
         unknown = sorted(set(plain["model"]) - allowed)
         if unknown:
             raise ConfigError(
@@ -128,15 +130,37 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if not 0 <= level <= 5:
         raise ConfigError(f"optimization_level: must be 0..5, got {level}.")
     for key, value in plain["model"].items():
+        if key == "padding":
+            continue
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, int) and not isinstance(v, bool) and v < 1:
                 raise ConfigError(f"model.{key}: model dimensions must be at least 1, got {value}.")
+    padding = plain["model"].get("padding")
+    if padding is not None:
+        if not isinstance(padding, dict):
+            raise ConfigError(f"model.padding: must map dim names to 'rows' or 'mask', got {padding!r}.")
+        for dim, kind in padding.items():
+            if kind not in PADDING_KINDS:
+                raise ConfigError(f"model.padding.{dim}: must be one of {', '.join(PADDING_KINDS)}, got {kind!r}.")
     dims = {name: _dim(f"shapes.dims.{name}", v) for name, v in plain["shapes"]["dims"].items()}
+    buckets = plain["shapes"]["buckets"]
+    for name, spec in buckets.items():
+        key = f"shapes.buckets.{name}"
+        if name not in dims:
+            raise ConfigError(f"{key}: no dim {name!r} in shapes.dims (dims: {', '.join(dims)}).")
+        if isinstance(dims[name], int):
+            raise ConfigError(f"{key}: dim {name!r} is static ({dims[name]}); only [min, opt, max] dims take buckets.")
+        try:
+            resolve_buckets(spec, dims[name].bounds, key)
+        except SpecError as e:
+            raise ConfigError(str(e)) from None
+    if plain["shapes"]["max_profiles"] < 1:
+        raise ConfigError(f"shapes.max_profiles: must be at least 1, got {plain['shapes']['max_profiles']}.")
     return BuildRequest(
-        model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], backend=plain["backend"],
-        optimization_level=level, precision=plain["precision"], params_seed=plain["params"]["seed"],
-        params_checkpoint=plain["params"]["checkpoint"], params_mode=plain["params"]["mode"],
-        artifacts_dir=plain["artifacts_dir"], force=plain["force"],
+        model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], buckets=buckets,
+        max_profiles=plain["shapes"]["max_profiles"], backend=plain["backend"], optimization_level=level,
+        precision=plain["precision"], params_seed=plain["params"]["seed"],
+        params_checkpoint=plain["params"]["checkpoint"], artifacts_dir=plain["artifacts_dir"], force=plain["force"],
     )
 
 

@@ -1,34 +1,40 @@
 """``Executable``: a compiled function with a signature, input checks and shape dispatch.
 
-Every call is checked against the declared specs before it reaches XLA. Shapes with a precompiled
-executable run it directly; any other in-range shape runs the exported program, compiled on first
-use and cached for the process. Calls whose shapes were already checked take a fast path that costs
-one dictionary lookup on top of jax's own dispatch.
+Every call is checked against the declared specs before it reaches XLA. ``dispatch`` then maps the
+call's shapes to a profile: a precompiled executable runs as is, or with the inputs padded up to a
+bucket and the outputs sliced back where the model declared that exact. A shape no profile covers
+is compiled from the exported program once, kept for the process and stored in the compile cache for
+the next one. Calls whose shapes were seen before take a fast path of one dictionary lookup on top of
+jax's own dispatch. The weights are device arrays held by the executable and passed to every call;
+``bind`` replaces them (or fixes runtime inputs) without recompiling.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
+import logging
 import os
-import warnings
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
-from . import artifact, selftest, xla_executable
-from .errors import ArtifactError, CallError, SpecError
-from .spec import InputInfo, flatten_like, rebuild
+from . import compile_cache, dispatch, selftest, xla_executable
+from .errors import CallError
+from .export import Program
+from .profiles import DimPlan
+from .spec import DimSize, InputInfo, count_leaves, flatten_like, rebuild
+from .weights import Weight, resolve
 
-PROGRAM_FILE = "program.jaxexport"
+log = logging.getLogger("tripy_build.executable")
+
 _FAST_CACHE_LIMIT = 4096
 _ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
-
-
-class CompatibilityWarning(UserWarning):
-    """A precompiled executable in an artifact cannot run on this host and was skipped."""
 
 
 @dataclass(frozen=True)
@@ -45,37 +51,52 @@ class Parameter:
 
 @dataclass
 class Precompiled:
-    """One precompiled executable: the shapes it serves, its bytes and what they depend on."""
+    """One executable compiled ahead of time: the profile it serves, its bytes and how to call it."""
 
-    shapes: tuple[tuple[int, ...], ...]
+    target: tuple[int, ...]  # the size of each dynamic dim (empty for the prep program)
     blob: bytes
-    meta: dict[str, Any]
-    call: Callable | None = None
+    meta: dict[str, Any]  # format, platform, shapes and dtypes of every program input, depends_on
+    call: Callable | None = None  # None until loaded (loading is deferred to first use)
+    loader: Callable[[], Callable] | None = field(default=None, repr=False)
+    seconds: float = 0.0  # compile time; recorded in the sidecar index, not the manifest
+
+    def ready(self) -> Callable | None:
+        if self.call is None and self.loader is not None:
+            self.call, self.loader = self.loader(), None
+        return self.call
 
 
 class Executable:
     """A compiled function. Call it like the original, with only the runtime inputs."""
 
-    def __init__(self, *, exported: jax.export.Exported, exported_bytes: bytes, name: str,
+    def __init__(self, *, program: Program, program_bytes: bytes, prep_bytes: bytes | None, name: str,
                  parameters: Sequence[Parameter], leaves: Sequence[tuple[str, InputInfo]],
-                 outputs: Sequence[InputInfo], optimization_level: int, platforms: Sequence[str],
-                 precompiled: Sequence[Precompiled], metadata: dict[str, Any] | None = None,
-                 selftest_source: Callable | None = None, origin: tuple[str, list] | None = None):
-        self._exported = exported
-        self._exported_bytes = exported_bytes
+                 sizes: Sequence[tuple[str, DimSize]], outputs: Sequence[InputInfo], dims: Sequence[DimPlan],
+                 dispatcher: dispatch.Dispatcher, optimization_level: int, platforms: Sequence[str],
+                 precompiled: Sequence[Precompiled], prep_exe: Precompiled | None = None,
+                 metadata: dict[str, Any] | None = None, selftest_source: Callable | None = None,
+                 origin: tuple[str, list] | None = None):
+        self._program = program
+        self._program_bytes = program_bytes
+        self._prep_bytes = prep_bytes
         self._name = name
         self._parameters = list(parameters)
         self._leaves = list(leaves)
+        self._sizes = list(sizes)
         self._outputs = list(outputs)
+        self.dims = list(dims)
+        self._dispatcher = dispatcher
         self.optimization_level = optimization_level
         self.platforms = tuple(platforms)
         self._precompiled = list(precompiled)
+        self._prep_exe = prep_exe
         self.metadata = dict(metadata or {})
-        self._selftest_source = selftest_source  # the traced function, run eagerly for self-test cases
+        self._selftest_source = selftest_source  # the traced function: the self-test reference
         self._origin = origin  # (artifact path, self-test entries) for a loaded executable
         self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
-        self._fallback = jax.jit(exported.call)
-        self._by_shape = {p.shapes: p.call for p in self._precompiled if p.call is not None}
+        self._by_target: dict[tuple[int, ...], Any] = {p.target: p for p in self._precompiled}
+        self._compile_lock = threading.Lock()
+        self._program_digest = hashlib.sha256(program_bytes).hexdigest()
         self._named_uses: dict[str, list[tuple[int, int]]] = {}
         for li, (_, info) in enumerate(self._leaves):
             for d, n in info.dimension_names.items():
@@ -83,9 +104,11 @@ class Executable:
         self._leaf_slices: dict[str, slice] = {}
         start = 0
         for p in self._parameters:
-            n = _count_leaves(p.template)
+            n = count_leaves(p.template)
             self._leaf_slices[p.name] = slice(start, start + n)
             start += n
+        self._weights: list[Weight] = list(program.weights)
+        self._leading = self._prepare()
         self._bound: dict[str, tuple[Any, str]] = {}
         self._derive()
 
@@ -100,31 +123,63 @@ class Executable:
             self._bound_leaves[name] = leaves
         self._all_leaf_params = all("leaf" in p.template for p in self._visible)
         self._fast: dict[tuple, Callable] = {}
+        self._runners: dict[tuple, Callable] = {}
         self.__signature__ = inspect.Signature(
             [inspect.Parameter(p.name, getattr(inspect.Parameter, p.kind)) for p in self._visible]
         )
         self.__name__ = self._name
 
-    def bind(self, **values: Any) -> "Executable":
-        """A new executable with some runtime inputs fixed to ``values`` (e.g. weights).
+    # --- weights ---------------------------------------------------------------------------------
+    def _prepare(self) -> list[Any]:
+        """The leading arguments of every call: the weights, with the prep program run on them."""
+        values = [w.value for w in self._weights]
+        if self._program.prep is None:
+            return resolve(self._program.sources, values, [])
+        run = self._prep_exe.ready() if self._prep_exe is not None else None
+        if run is None:
+            run = jax.jit(self._program.prep.call)
+        return resolve(self._program.sources, values, jax.tree_util.tree_leaves(run(*values)))
 
-        The bound inputs disappear from the signature; saving writes them as orbax checkpoints and
-        ``load`` restores them. Binding an already bound input swaps its value without recompiling.
+    @property
+    def weights(self) -> dict[str, Any]:
+        """The weights the program takes, by path (e.g. ``params['proj']['weight']``)."""
+        return {w.path: w.value for w in self._weights}
+
+    def bind(self, **values: Any) -> "Executable":
+        """A new executable with some arguments replaced, without recompiling.
+
+        A runtime input bound to a value disappears from the signature (``load`` restores it from the
+        artifact). A constant argument (e.g. ``params``) gets new weights: the same tree, shapes and
+        dtypes as at compile time (leaves the program does not use are ignored), never cast.
         """
-        return self._with_bound(values, {n: self._bound.get(n, (None, f"bound/{n}"))[1] for n in values})
+        runtime = {p.name for p in self._parameters}
+        constants = {w.argument for w in self._weights if w.argument}
+        for name in values:
+            if name not in runtime | constants:
+                raise CallError(
+                    f"bind(): {name!r} is not an input or a constant argument with weights; inputs: "
+                    f"{', '.join(sorted(runtime)) or 'none'}; constant arguments: {', '.join(sorted(constants)) or 'none'}."
+                )
+        new = self._with_bound({n: v for n, v in values.items() if n in runtime},
+                               {n: self._bound.get(n, (None, f"bound/{n}"))[1] for n in values if n in runtime})
+        swapped = {n: v for n, v in values.items() if n in constants and n not in runtime}
+        if swapped:
+            new._weights = [_replace_weight(w, swapped) if w.argument in swapped else w for w in self._weights]
+            new._leading = new._prepare()
+            new._selftest_cache = None
+            if new._selftest_source is None:
+                new._origin = None  # the stored self-test outputs were computed with the old weights
+            new._derive()
+        return new
 
     def _with_bound(self, values: dict[str, Any], dirs: dict[str, str]) -> "Executable":
-        """``bind``, with the artifact directory each bound input is saved to."""
-        names = {p.name for p in self._parameters}
-        for name in values:
-            if name not in names:
-                raise CallError(f"bind(): {name!r} is not an input; inputs are: {', '.join(sorted(names))}.")
+        """``bind`` for runtime inputs, with the artifact directory each bound input is saved to."""
         new = copy.copy(self)
         new._bound = dict(self._bound)
         new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})
         new._selftest_cache = None
-        if new._selftest_source is None:
-            new._origin = None  # the stored self-test outputs were computed with the old values
+        if values and new._selftest_source is None:
+            new._origin = None
         new._derive()
         for name in values:
             for value, (path, info) in zip(new._bound_leaves[name], new._leaves_of(name)):
@@ -157,9 +212,23 @@ class Executable:
         return self.output_infos
 
     @property
+    def profiles(self) -> list[dict[str, int]]:
+        """The precompiled profiles, each as ``{dim: size}`` (dims by name, or symbol if unnamed)."""
+        return [{d.name or d.symbol: n for d, n in zip(self.dims, p.target)} for p in self._precompiled]
+
+    @property
+    def dispatcher(self) -> dispatch.Dispatcher:
+        return self._dispatcher
+
+    @property
+    def flat_inputs(self) -> list[tuple[str, InputInfo]]:
+        """Every runtime input leaf in program order, by path (bound ones included)."""
+        return list(self._leaves)
+
+    @property
     def precompiled_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
-        """Input shapes that run without compiling (executables loaded or built in this process)."""
-        return list(self._by_shape)
+        """Input shapes that run a precompiled executable as they are (without padding or compiling)."""
+        return [self._dispatcher.leaf_shapes(p.target) for p in self._precompiled]
 
     def __repr__(self) -> str:
         args = ", ".join(f"{path}: {info!r}" for path, info in self._leaves)
@@ -173,7 +242,7 @@ class Executable:
             except AttributeError:
                 fn = None
             if fn is not None:
-                return fn(*args) if not self._bound else fn(*self._assemble_named(dict(zip(self._names, args))))
+                return fn(*args)
         return self._checked_call(args, kwargs)
 
     @property
@@ -223,132 +292,179 @@ class Executable:
         """Call with the unbound runtime inputs flattened in order (self-tests use this)."""
         bound, it = self._bound_by_index(), iter(leaves)
         full = [bound[i] if i in bound else next(it) for i in range(len(self._leaves))]
-        return self._by_shape.get(self.check_leaves(full), self._fallback)(*full)
+        return self._runner(self.check_leaves(full))(full)
 
+    def run_profile(self, target: Sequence[int], leaves: Sequence[Any], sizes: Sequence[int]) -> Any:
+        """Run the program compiled for ``target`` (sizes per dim) on inputs already of its shapes."""
+        return self._callable(tuple(target))(*self._leading, *leaves, *[np.int32(n) for n in sizes])
+
+    def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        leaves = self._assemble_named(self._bind(args, kwargs))
+        run = self._runner(self.check_leaves(leaves))
+        out = run(leaves)
+        if self._all_leaf_params and not kwargs and len(args) == len(self._visible):
+            if len(self._fast) >= _FAST_CACHE_LIMIT:
+                self._fast.clear()
+            self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = self._fast_path(run)
+        return out
+
+    def _fast_path(self, run: Callable) -> Callable:
+        """What later calls with the same argument shapes run: the compiled call itself where possible."""
+        exact = getattr(run, "exact", None)
+        if self._bound:
+            bound, n = self._bound_by_index(), len(self._leaves)
+
+            def assemble(*args: Any) -> Any:
+                it = iter(args)
+                return run([bound[i] if i in bound else next(it) for i in range(n)])
+            return assemble
+        if exact is not None:
+            fn, lead, sizes = exact
+            # A Compiled object's own dispatch function (made on its first call) skips a Python frame.
+            direct = getattr(fn, "_call", None) if isinstance(fn, jax.stages.Compiled) else fn
+            if direct is not None:
+                return lambda *args: direct(*lead, *args, *sizes)
+        return lambda *args: run(list(args))
+
+    def _runner(self, shapes: tuple[tuple[int, ...], ...]) -> Callable:
+        """A function of the flat (validated) inputs that runs them at this combination of shapes."""
+        run = self._runners.get(shapes)
+        if run is not None:
+            return run
+        route = self._dispatcher.route(shapes)
+        fn = self._callable(route.target)
+        lead, sizes = tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
+        if not route.padded and not any(s is not None for s in route.slices):
+            def run(leaves: Sequence[Any]) -> Any:
+                return fn(*lead, *leaves, *sizes)
+            run.exact = (fn, lead, sizes)  # type: ignore[attr-defined]
+        else:
+            pads, targets, slices = route.pad, route.shapes, route.slices
+
+            def run(leaves: Sequence[Any]) -> Any:
+                padded = [dispatch.pad(x, s) if p else x for x, p, s in zip(leaves, pads, targets)]
+                flat, tree = jax.tree_util.tree_flatten(fn(*lead, *padded, *sizes))
+                flat = [o if c is None else jax.device_put(np.asarray(o)[c]) for o, c in zip(flat, slices)]
+                return jax.tree_util.tree_unflatten(tree, flat)
+        if len(self._runners) >= _FAST_CACHE_LIMIT:
+            self._runners.clear()
+        self._runners[shapes] = run
+        return run
+
+    def _callable(self, target: tuple[int, ...]) -> Callable:
+        """The compiled program for one profile: precompiled, or compiled now (once) and cached."""
+        entry = self._by_target.get(target)
+        if isinstance(entry, Precompiled):
+            call = entry.ready()
+            if call is not None:
+                return call
+        elif entry is not None:
+            return entry
+        with self._compile_lock:
+            entry = self._by_target.get(target)
+            if entry is not None and not isinstance(entry, Precompiled):
+                return entry
+            fn = self._compile(target)
+            self._by_target[target] = fn
+            return fn
+
+    def _compile(self, target: tuple[int, ...]) -> Callable:
+        """Compile the exported program for ``target``, through the compile cache."""
+        shapes = [a.shape for a in self._program.leading_avals()]
+        shapes += list(self._dispatcher.leaf_shapes(target)) + [()] * len(self._sizes)
+        platform = jax.default_backend()
+        cache = compile_cache.shared() if xla_executable.tested_jax() else None
+        key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform,
+                                optimization_level=self.optimization_level,
+                                host=xla_executable.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
+        hit = cache.get(key) if cache is not None else None
+        label = ", ".join(f"{d.name or d.symbol}={n}" for d, n in zip(self.dims, target))
+        if hit is not None:
+            blob, meta = hit
+            try:
+                fn = xla_executable.load(blob, meta, self._program.main.out_tree, self._name, platform)
+                log.info("%s: %s loaded from the compile cache", self._name, label)
+                return fn
+            except Exception as e:  # noqa: BLE001 - a bad entry is recompiled, never fatal
+                log.warning("%s: compile cache entry for %s unusable (%s); compiling", self._name, label, e)
+        t0 = time.perf_counter()
+        compiled = xla_executable.compile_shapes(self._program.main, shapes)
+        log.info("%s: compiled %s on first use in %.0f ms (no profile covers it)", self._name, label,
+                 (time.perf_counter() - t0) * 1e3)
+        if cache is not None:
+            blob, meta = xla_executable.serialize(compiled)
+            cache.put(key, blob, meta)
+        return compiled
+
+    # --- self-test and saving --------------------------------------------------------------------
     def selftest_cases(self) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
-        """Self-test manifest entries and files: made by running the function eagerly, or from the artifact."""
+        """Self-test manifest entries and files: made from the traced function, or read from the artifact."""
         if self._selftest_cache is None:
             if self._selftest_source is not None:
-                cases = selftest.make(self._selftest_source, self._leaves, self._bound_by_index())
+                source = self._selftest_source
+
+                def reference(*leaves: Any) -> Any:
+                    sizes = self._dispatcher.route(tuple(np.shape(x) for x in leaves)).sizes
+                    return source(*leaves, *[jax.numpy.int32(n) for n in sizes])
+                cases = selftest.make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case())
                 self._selftest_cache = selftest.to_files(cases)
             elif self._origin is not None:
+                from . import artifact
+
                 path, entries = self._origin
                 self._selftest_cache = (entries, artifact.read(path, selftest.file_names(entries))[1])
             else:
                 self._selftest_cache = ([], {})
         return self._selftest_cache
 
-    def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        leaves = self._assemble_named(self._bind(args, kwargs))
-        shapes = self.check_leaves(leaves)
-        fn = self._by_shape.get(shapes, self._fallback)
-        out = fn(*leaves)
-        if self._all_leaf_params and not kwargs and len(args) == len(self._visible):
-            if len(self._fast) >= _FAST_CACHE_LIMIT:
-                self._fast.clear()
-            # A Compiled object's own dispatch function skips a Python frame per call.
-            direct = getattr(fn, "_call", None) if isinstance(fn, jax.stages.Compiled) else None
-            self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = direct or fn
-        return out
-
-    # --- saving and loading ----------------------------------------------------------------------
-    def manifest(self) -> dict[str, Any]:
-        """Everything the artifact's manifest says about this executable (files are added on write)."""
-        return {
-            "function": self._name,
-            "inputs": [p.to_json() for p in self._parameters],
-            "input_specs": [dict(info.to_json(), path=path) for path, info in self._leaves],
-            "outputs": [info.to_json() for info in self._outputs],
-            "optimization_level": self.optimization_level,
-            "platforms": list(self.platforms),
-            "program": {"file": PROGRAM_FILE, "format": "jax.export",
-                        "calling_convention_version": self._exported.calling_convention_version},
-            "executables": [
-                dict(p.meta, file=f"executables/{i}.xla") for i, p in enumerate(self._precompiled)
-            ],
-            "toolchain": toolchain(),
-            "bound_inputs": {name: d for name, (_, d) in self._bound.items()},
-            "metadata": self.metadata,
-        }
+    def _padded_case(self) -> dict[int, tuple[int, ...]] | None:
+        """Input shapes that need padding (each padded dim just above a bucket), for a self-test case."""
+        sizes, padded = [], False
+        for d in self.dims:
+            lo, opt, hi = d.bounds
+            above = [b + 1 for b in d.buckets if b + 1 <= hi and b + 1 not in d.buckets]
+            if d.strategy == "padded" and above:
+                sizes.append(min(above, key=lambda n: abs(n - opt)))
+                padded = True
+            else:
+                sizes.append(opt)
+        if not padded:
+            return None
+        return dict(enumerate(self._dispatcher.leaf_shapes(sizes)))
 
     def save(self, path: str | os.PathLike) -> str:
         """Write this executable as an artifact directory; returns its path."""
-        return str(self.write(path))
+        from .serialization import save
 
-    def write(self, path: str | os.PathLike, writers: Sequence[Callable] = (), replace: bool = True):
-        """``save`` with extra files from ``writers(tmpdir)``; see ``artifact.write`` for ``replace``."""
-        from . import params as params_io
-
-        entries, selftest_files = self.selftest_cases()
-        files = {PROGRAM_FILE: self._exported_bytes, **selftest_files}
-        files.update({f"executables/{i}.xla": p.blob for i, p in enumerate(self._precompiled)})
-        bound_writers = [
-            (lambda tmp, d=d, v=v: params_io.save(tmp / d, v)) for v, d in self._bound.values()
-        ]
-        manifest = dict(self.manifest(), selftest=entries)
-        return artifact.write(path, manifest, files, [*bound_writers, *writers], replace=replace)
+        return str(save(self, path))
 
     @staticmethod
     def load(path: str | os.PathLike) -> "Executable":
         """Load an artifact written by ``save`` or the build command, without compiling."""
-        where = os.path.join(path, artifact.MANIFEST)
-        manifest = artifact.read_manifest(path)
-        try:
-            name, level = str(manifest["function"]), int(manifest["optimization_level"])
-            platforms = [str(p) for p in manifest["platforms"]]
-            program_file = manifest["program"]["file"]
-            exe_entries = list(manifest["executables"])
-            shapes = [tuple(tuple(int(d) for d in s) for s in e["input_shapes"]) for e in exe_entries]
-            bound = {str(k): str(v) for k, v in (manifest.get("bound_inputs") or {}).items()}
-            leaves = [(s["path"], InputInfo.from_json(s)) for s in manifest["input_specs"]]
-            parameters = [Parameter(p["name"], p["kind"], p["structure"]) for p in manifest["inputs"]]
-            outputs = [InputInfo.from_json(o) for o in manifest["outputs"]]
-            names = [program_file] + [e["file"] for e in exe_entries]
-        except (KeyError, TypeError, ValueError, AttributeError, SpecError) as e:
-            raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is damaged.") from None
-        _, files = artifact.read(path, names, [f"{d.rstrip('/')}/" for d in bound.values()], manifest)
-        try:
-            exported = jax.export.deserialize(bytearray(files[program_file]))
-        except Exception as e:  # noqa: BLE001 - any failure here means the program file is unusable
-            raise ArtifactError(f"{os.path.join(path, program_file)}: cannot deserialize the exported program ({e}).") from None
-        precompiled = []
-        for entry, entry_shapes in zip(exe_entries, shapes):
-            pre = Precompiled(entry_shapes, files[entry["file"]], entry)
-            reason = _cannot_load(entry)
-            if reason is None:
-                pre.call = xla_executable.load(pre.blob, entry, exported.out_tree, name, entry["platform"])
-            else:
-                warnings.warn(
-                    f"{os.path.join(path, entry['file'])}: skipped ({reason}); the exported program will be "
-                    "compiled for these shapes on first use instead.",
-                    CompatibilityWarning, stacklevel=2,
-                )
-            precompiled.append(pre)
-        exe = Executable(
-            exported=exported, exported_bytes=files[program_file], name=name, parameters=parameters,
-            leaves=leaves, outputs=outputs, optimization_level=level, platforms=platforms,
-            precompiled=precompiled, metadata=manifest.get("metadata", {}),
-            origin=(str(path), manifest.get("selftest", [])),
-        )
-        return exe._restore_bound(path, bound) if bound else exe
+        from .serialization import load
 
-    def _restore_bound(self, path: str | os.PathLike, bound: dict[str, str]) -> "Executable":
-        """Bind inputs from the artifact's checkpoints (orbax is imported only for such artifacts)."""
-        from . import params as params_io
-
-        values = {}
-        for name, rel in bound.items():
-            param = next((p for p in self._parameters if p.name == name), None)
-            if param is None:
-                raise ArtifactError(f"{os.path.join(path, artifact.MANIFEST)}: bound input {name!r} is not an input.")
-            leaves = self._leaves_of(name)
-            like = rebuild(param.template, [jax.ShapeDtypeStruct(info.shape_bounds.opt, info.dtype) for _, info in leaves])
-            values[name] = params_io.restore(os.path.join(path, artifact.safe_relpath(rel)), like,
-                                             f"bound input {name!r}", ArtifactError)
-        return self._with_bound(values, bound)
+        return load(path)
 
     def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
         return self._leaves[self._leaf_slices[name]]
+
+
+def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:
+    """``weight`` with its value taken from the new value of its argument, checked, never cast."""
+    argument = weight.argument
+    leaves = {argument + jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(values[argument])[0]}
+    if weight.path not in leaves:
+        raise CallError(f"bind({argument}=...): the new value has no leaf {weight.path}, which the program uses; "
+                        "pass a tree with the same structure as at compile time.")
+    value = leaves[weight.path]
+    want = (tuple(weight.value.shape), np.dtype(weight.value.dtype))
+    got = (tuple(np.shape(value)), np.dtype(getattr(value, "dtype", np.asarray(value).dtype)))
+    if not isinstance(value, _ARRAY_TYPES) or got != want:
+        raise CallError(
+            f"bind({argument}=...): {weight.path} must be an array of shape {want[0]} and dtype {want[1].name}, "
+            f"got {type(value).__name__} of shape {got[0]} and dtype {got[1].name} (no silent casts)."
+        )
+    return Weight(weight.path, argument, jax.device_put(value))
 
 
 def _check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
@@ -372,39 +488,6 @@ def _check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
                 f"the input's shape is {shape}, declared as {info!r}."
             )
     return shape
-
-
-def _count_leaves(template: Any) -> int:
-    if "leaf" in template:
-        return 1
-    children = template.get("dict") or template.get("list") or template.get("tuple") or []
-    return sum(_count_leaves(c[1] if "dict" in template else c) for c in children)
-
-
-def _cannot_load(entry: dict[str, Any]) -> str | None:
-    if entry.get("format") != xla_executable.FORMAT:
-        return f"unknown executable format {entry.get('format')!r}"
-    platform = entry.get("platform")
-    try:
-        jax.devices(platform)
-    except RuntimeError:
-        return f"no {platform} device on this host"
-    return xla_executable.incompatibility(entry.get("depends_on", {}))
-
-
-def toolchain() -> dict[str, Any]:
-    import platform
-    import jaxlib
-
-    from . import __version__
-
-    return {
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "tripy_build": __version__,
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-    }
 
 
 def load(path: str | os.PathLike) -> Executable:

@@ -2,6 +2,10 @@
 
 Each unnamed dynamic dim gets its own symbol (``<input>_d<i>``); each ``NamedDimension`` one shared
 symbol, so the compiler may use the equality. The declared min/max become symbolic constraints.
+
+The function is traced once; ``weights`` splits the trace into the weights, a ``prep`` program (the
+work on the weights alone) and ``main``, and both programs are exported: ``main`` takes the prepared
+weights, then the runtime inputs, then the ``DimSize`` values.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jax
 
+from . import weights as weights_lib
 from .errors import TraceError
-from .spec import InputInfo, NamedDimension, collect_named_dims
+from .spec import DimSize, InputInfo, NamedDimension, collect_named_dims
 from .trace import translate_trace_error
 
 
@@ -121,28 +126,77 @@ def _independent_dims_error(err: Exception, symbols: Sequence[Symbol], fname: st
     )
 
 
-def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], platforms: Sequence[str]) -> tuple[jax.export.Exported, list[Symbol]]:
+@dataclass
+class Program:
+    """A traced function as exported programs plus the weights they take."""
+
+    main: jax.export.Exported  # (*leading, *inputs, *dim sizes) -> outputs
+    prep: jax.export.Exported | None  # (*weights) -> prepared weights; None if there is nothing to prepare
+    weights: list[weights_lib.Weight]
+    sources: list[weights_lib.Source]  # where each leading argument of main comes from
+    symbols: list[Symbol]
+
+    def leading_avals(self) -> list[jax.ShapeDtypeStruct]:
+        return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.main.in_avals[:len(self.sources)]]
+
+
+def _translated(err: Exception, symbols: Sequence[Symbol], fname: str) -> Exception | None:
+    if isinstance(err, TraceError):
+        return None
+    return translate_trace_error(err, fname) or _independent_dims_error(err, symbols, fname)
+
+
+def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Sequence[tuple[str, DimSize]],
+           owners: dict[int, tuple[str, str]], platforms: Sequence[str]) -> Program:
+    """Trace ``flat_fn(*leaves, *sizes)`` once, split off its weights and export ``main`` and ``prep``."""
     specs, symbols = symbolic_specs(leaves)
+    named = {s.named for s in symbols if s.named}
+    for path, size in sizes:
+        if size.name not in named:
+            raise TraceError(
+                f"argument '{path}' is {size!r}, but no input has a NamedDimension {size.name!r}; "
+                f"named dims: {', '.join(map(repr, sorted(named))) or 'none'}."
+            )
+    size_specs = [jax.ShapeDtypeStruct((), "int32") for _ in sizes]
     fname = getattr(flat_fn, "__name__", "function")
     try:
         with deterministic_locations():
-            exported = jax.export.export(jax.jit(flat_fn), platforms=tuple(platforms))(*specs)
-    except TraceError:
-        raise
+            closed, out_tree = weights_lib.trace(flat_fn, [*specs, *size_specs])
     except Exception as err:  # noqa: BLE001 - we translate what we recognise and re-raise the rest
-        translated = translate_trace_error(err, fname) or _independent_dims_error(err, symbols, fname)
+        translated = _translated(err, symbols, fname)
         if translated is None:
             raise
         raise translated.with_traceback(None) from None
-    return exported, symbols
+    split = weights_lib.split(closed, out_tree, owners)
+    split.main.__name__ = split.main.__qualname__ = fname
+    weight_specs = [jax.ShapeDtypeStruct(w.value.shape, w.value.dtype) for w in split.weights]
+    leading = [weight_specs[s.index] if s.kind == "weight" else
+               jax.ShapeDtypeStruct(split.prep_avals[s.index].shape, split.prep_avals[s.index].dtype)
+               for s in split.sources]
+    prep = None
+    with deterministic_locations():
+        if split.prep is not None:
+            split.prep.__name__ = split.prep.__qualname__ = f"{fname}_prep"
+            prep = jax.export.export(jax.jit(split.prep), platforms=tuple(platforms))(*weight_specs)
+        try:
+            main = jax.export.export(jax.jit(split.main), platforms=tuple(platforms))(*leading, *specs, *size_specs)
+        except Exception as err:  # noqa: BLE001
+            translated = _translated(err, symbols, fname)
+            if translated is None:
+                raise
+            raise translated.with_traceback(None) from None
+    return Program(main, prep, split.weights, split.sources, symbols)
 
 
-def output_infos(exported: jax.export.Exported, leaves: Sequence[tuple[str, InputInfo]], symbols: Sequence[Symbol]) -> list[InputInfo]:
+def output_infos(program: Program, leaves: Sequence[tuple[str, InputInfo]], n_sizes: int) -> list[InputInfo]:
     """Output specs with every range resolved, by shape inference at the min, opt and max shapes."""
+    exported, symbols = program.main, program.symbols
+    leading = program.leading_avals()
+    size_specs = [jax.ShapeDtypeStruct((), "int32")] * n_sizes
     shapes = []
     for k in range(3):
         concrete = [jax.ShapeDtypeStruct(info.shape_bounds[k], info.dtype) for _, info in leaves]
-        out = jax.eval_shape(exported.call, *concrete)
+        out = jax.eval_shape(exported.call, *leading, *concrete, *size_specs)
         shapes.append([o.shape for o in jax.tree_util.tree_leaves(out)])
     named = {s.name: s.named for s in symbols if s.named}
     infos = []

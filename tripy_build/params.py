@@ -1,7 +1,8 @@
 """Model parameters: random init from a seed, orbax checkpoints, and hashing by value.
 
 orbax writes file names and timestamps into a checkpoint, so two saves of the same params differ in
-bytes; identity is therefore a digest of the values (tree paths, dtypes, shapes and bytes).
+bytes; identity is therefore a digest of the values (tree paths, dtypes, shapes and bytes). A built
+artifact can serve as a checkpoint too: its weights are the params it was built with.
 """
 
 from __future__ import annotations
@@ -45,16 +46,50 @@ def save(directory: str | os.PathLike, params: Any) -> None:
 
 def restore(directory: str | os.PathLike, like: Any, what: str = "params.checkpoint",
             error: type[TripyBuildError] = ConfigError) -> Any:
-    """Restore a StandardCheckpointer checkpoint whose tree matches ``like`` (arrays or shape structs).
+    """Restore params whose tree matches ``like`` (arrays or shape structs): every leaf's shape and dtype.
 
-    ``what`` names the checkpoint in error messages, which raise ``error``.
+    ``directory`` is an orbax ``StandardCheckpointer`` checkpoint or a tripy_build artifact (its
+    weights). ``what`` names the checkpoint in error messages, which raise ``error``.
     """
-    import orbax.checkpoint as ocp
-
     path = Path(directory).absolute()
     if not path.exists():
         raise error(f"{what}: {str(path)!r} does not exist; pass a directory written by "
-                    "orbax.checkpoint.StandardCheckpointer().save(path, params).")
+                    "orbax.checkpoint.StandardCheckpointer().save(path, params), or a built artifact.")
+    restored = _from_artifact(path, like, what, error) if (path / "manifest.json").is_file() else \
+        _from_orbax(path, like, what, error)
+    for (key, want), got in zip(jax.tree_util.tree_flatten_with_path(abstract(like))[0],
+                                jax.tree_util.tree_leaves(restored)):
+        if (tuple(want.shape), np.dtype(want.dtype)) != (tuple(np.shape(got)), np.asarray(got).dtype):
+            raise error(f"{what}: params{jax.tree_util.keystr(key)} in {str(path)!r} has shape {tuple(np.shape(got))} "
+                        f"and dtype {np.asarray(got).dtype}, but the model needs {tuple(want.shape)} and "
+                        f"{np.dtype(want.dtype)}; the checkpoint is for a different model or config.")
+    return restored
+
+
+def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError]) -> Any:
+    from . import artifact
+    from .serialization import from_npy
+
+    try:
+        manifest = artifact.read_manifest(path)
+        entries = {w["path"]: w for w in manifest.get("weights", []) if w.get("argument") == "params"}
+        _, files = artifact.read(path, [e["file"] for e in entries.values()], [], manifest)
+    except TripyBuildError as e:
+        raise error(f"{what}: {e}") from None
+    paths, treedef = jax.tree_util.tree_flatten_with_path(like)
+    leaves = []
+    for key, _ in paths:
+        name = "params" + jax.tree_util.keystr(key)
+        if name not in entries:
+            raise error(f"{what}: the artifact {str(path)!r} stores no weight {name}; it was built from a "
+                        "different model.")
+        leaves.append(from_npy(files[entries[name]["file"]], str(path / entries[name]["file"])))
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError]) -> Any:
+    import orbax.checkpoint as ocp
+
     target = abstract(like)
     try:
         with ocp.StandardCheckpointer() as ckpt:

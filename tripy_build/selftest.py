@@ -1,4 +1,12 @@
-"""Self-test cases: seeded inputs at the min, opt and max shapes, with eager JAX's outputs for them.
+"""Self-test cases: seeded inputs at the min, opt and max shapes, with reference outputs for them.
+
+The reference is the function traced from its Python source by ``jax.jit`` at each case's concrete
+shapes: independent of everything an artifact adds (the symbolic export, the weight split and prep
+program, the profiles, padding). Eager, op-by-op JAX would be independent too but costs 3-4x more
+(each op compiles for each shape: 2-6 s per shape for the transformer block here).
+
+An executable that pads gets one more case, ``padded``, at shapes just above a bucket, so that the
+padding path is checked wherever the artifact is verified.
 
 Every artifact carries them so that ``verify`` can check, on any host, that the executables it
 loads compute what the model computed when it was built, without the model's code.
@@ -28,9 +36,8 @@ class Case:
     outputs: list[np.ndarray]
 
 
-def sample(info: InputInfo, which: str, seed: Sequence[int]) -> np.ndarray:
+def sample(info: InputInfo, shape: Sequence[int], seed: Sequence[int]) -> np.ndarray:
     rng = np.random.default_rng(list(seed))
-    shape = getattr(info.shape_bounds, which)
     kind = info.dtype.kind
     if kind == "b":
         return rng.random(shape) < 0.5
@@ -40,17 +47,22 @@ def sample(info: InputInfo, which: str, seed: Sequence[int]) -> np.ndarray:
 
 
 def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict[int, Any] | None = None,
-         seed: int = 0) -> list[Case]:
-    """Run ``flat_fn`` eagerly (op by op, as the model author would) on seeded inputs.
+         seed: int = 0, extra: dict[int, tuple[int, ...]] | None = None) -> list[Case]:
+    """Run ``flat_fn`` (traced from its source with ``jax.jit``) on seeded inputs.
 
     Leaves in ``fixed`` (bound inputs such as weights) take those values and are not stored in the case.
+    ``extra`` gives the shape of every leaf for one more case, ``padded``.
     """
     fixed = fixed or {}
+    shapes = {which: {li: getattr(info.shape_bounds, which) for li, (_, info) in enumerate(leaves)} for which in CASES}
+    if extra:
+        shapes["padded"] = extra
     cases = []
-    for ci, which in enumerate(CASES):
-        sampled = {li: sample(info, which, (seed, ci, li)) for li, (_, info) in enumerate(leaves) if li not in fixed}
+    for ci, (which, case_shapes) in enumerate(shapes.items()):
+        sampled = {li: sample(info, case_shapes[li], (seed, ci, li))
+                   for li, (_, info) in enumerate(leaves) if li not in fixed}
         full = [fixed[li] if li in fixed else sampled[li] for li in range(len(leaves))]
-        outputs = jax.tree_util.tree_leaves(flat_fn(*[jax.numpy.asarray(x) for x in full]))
+        outputs = jax.tree_util.tree_leaves(jax.jit(flat_fn)(*[jax.numpy.asarray(x) for x in full]))
         cases.append(Case(which, list(sampled.values()), [np.asarray(o) for o in outputs]))
     return cases
 

@@ -209,22 +209,63 @@ def _child_path(path: str, key: Any) -> str:
     return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
 
 
+class DimSize:
+    """The true size of a named dimension, passed to the function as a runtime ``int32`` scalar.
+
+    A function that masks (attention over a padded sequence, pooling over a padded image) needs the
+    size its input had before padding. Pass ``DimSize("seq")`` (or ``DimSize(seq_dim)``) where the
+    function expects that length; it is not part of the compiled executable's signature: every call
+    fills it from the shapes of the inputs, before any padding.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, dim: "str | NamedDimension"):
+        name = dim.name if isinstance(dim, NamedDimension) else dim
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"DimSize takes a NamedDimension or its name, got {dim!r}.")
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DimSize) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("DimSize", self.name))
+
+    def __repr__(self) -> str:
+        return f"DimSize({self.name!r})"
+
+
+RUNTIME_LEAVES = (InputInfo, DimSize)
+
+
+def leaf_kind(value: Any) -> type | None:
+    """``InputInfo`` or ``DimSize`` if ``value`` (or a leaf in its dicts, lists and tuples) is one."""
+    if isinstance(value, RUNTIME_LEAVES):
+        return type(value)
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return next((k for k in map(leaf_kind, children) if k is not None), None)
+
+
 def contains_input_info(value: Any) -> bool:
-    if isinstance(value, InputInfo):
-        return True
-    if isinstance(value, dict):
-        return any(contains_input_info(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(contains_input_info(v) for v in value)
-    return False
+    return leaf_kind(value) is not None
 
 
-def structure_of(value: Any, path: str) -> tuple[Any, list[tuple[str, InputInfo]]]:
-    """The template of a runtime argument and its (path, InputInfo) leaves in flattening order."""
-    leaves: list[tuple[str, InputInfo]] = []
+def structure_of(value: Any, path: str) -> tuple[Any, list[tuple[str, Any]]]:
+    """The template of a runtime argument and its (path, leaf) pairs in flattening order.
+
+    The leaves are all ``InputInfo`` (a runtime input) or all ``DimSize`` (filled in by the runtime).
+    """
+    leaves: list[tuple[str, Any]] = []
+    kind = leaf_kind(value)
 
     def walk(v: Any, p: str) -> Any:
-        if isinstance(v, InputInfo):
+        if isinstance(v, RUNTIME_LEAVES):
+            if not isinstance(v, kind):
+                raise SpecError(
+                    f"argument '{p}' is a {type(v).__name__} in a container of {kind.__name__}s; pass "
+                    "runtime inputs (InputInfo) and dim sizes (DimSize) as separate arguments."
+                )
             leaves.append((p, v))
             return {"leaf": len(leaves) - 1}
         if isinstance(v, dict):
@@ -240,6 +281,14 @@ def structure_of(value: Any, path: str) -> tuple[Any, list[tuple[str, InputInfo]
         )
 
     return walk(value, path), leaves
+
+
+def count_leaves(template: Any) -> int:
+    if "leaf" in template:
+        return 1
+    if "dict" in template:
+        return sum(count_leaves(c) for _, c in template["dict"])
+    return sum(count_leaves(c) for c in template.get("list", template.get("tuple", [])))
 
 
 def rebuild(template: Any, leaves: Sequence[Any]) -> Any:

@@ -1,8 +1,11 @@
 """From ``func`` plus compile arguments to a flat, pure function of the runtime inputs.
 
-``InputInfo`` leaves (top level or inside dicts, lists and tuples) become runtime inputs; every other
-argument is a compile-time constant closed over by the flat function. The flat function takes the
-runtime leaves positionally, in signature order, and returns what ``func`` returned.
+``InputInfo`` leaves (top level or inside dicts, lists and tuples) become runtime inputs and
+``DimSize`` leaves the true sizes of named dims; every other argument is a compile-time constant
+closed over by the flat function. Array leaves of constants are put on the device first: the
+function sees jax arrays (so indexing and gathers work on them), and ``weights`` recognises them in
+the traced program as weights that belong to that argument. The flat function takes the runtime
+leaves and then the dim sizes positionally, in signature order, and returns what ``func`` returned.
 """
 
 from __future__ import annotations
@@ -15,29 +18,43 @@ import jax
 import numpy as np
 
 from .errors import SpecError, TraceError, describe_frame, user_frame
-from .spec import InputInfo, contains_input_info, rebuild, structure_of
+from .spec import DimSize, InputInfo, leaf_kind, rebuild, structure_of
 
 
 @dataclass
 class Argument:
-    """One parameter of the compiled function: a runtime input (``template`` set) or a constant."""
+    """One parameter of the compiled function: runtime inputs, dim sizes, or a constant."""
 
     name: str
     kind: inspect._ParameterKind
     value: Any
     by_keyword: bool = False
-    template: Any = None
+    template: Any = None  # the structure of InputInfo or DimSize leaves; None for a constant
     leaves: list[tuple[str, InputInfo]] = field(default_factory=list)
+    sizes: list[tuple[str, DimSize]] = field(default_factory=list)
 
     @property
     def runtime(self) -> bool:
+        """A runtime input: part of the executable's signature."""
+        return bool(self.leaves)
+
+    @property
+    def traced(self) -> bool:
+        """Traced rather than closed over: a runtime input or a dim size."""
         return self.template is not None
 
 
+def _on_device(value: Any) -> Any:
+    return jax.tree_util.tree_map(lambda v: jax.device_put(v) if isinstance(v, np.ndarray) else v, value)
+
+
 def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keyword: bool = False) -> Argument:
-    if not contains_input_info(value):
-        return Argument(name, kind, value, by_keyword)
+    leaf = leaf_kind(value)
+    if leaf is None:
+        return Argument(name, kind, _on_device(value), by_keyword)
     template, leaves = structure_of(value, name)
+    if leaf is DimSize:
+        return Argument(name, kind, value, by_keyword, template, sizes=leaves)
     return Argument(name, kind, value, by_keyword, template, leaves)
 
 
@@ -102,6 +119,22 @@ def runtime_leaves(arguments: Sequence[Argument]) -> list[tuple[str, InputInfo]]
     return [leaf for arg in arguments for leaf in arg.leaves]
 
 
+def size_leaves(arguments: Sequence[Argument]) -> list[tuple[str, DimSize]]:
+    return [leaf for arg in arguments for leaf in arg.sizes]
+
+
+def weight_owners(arguments: Sequence[Argument]) -> dict[int, tuple[str, str]]:
+    """``id`` of every array in a constant argument -> (argument name, its path, e.g. ``params['w']``)."""
+    owners = {}
+    for arg in arguments:
+        if arg.traced:
+            continue
+        for path, leaf in jax.tree_util.tree_flatten_with_path(arg.value)[0]:
+            if isinstance(leaf, jax.Array):
+                owners.setdefault(id(leaf), (arg.name, arg.name + jax.tree_util.keystr(path)))
+    return owners
+
+
 def _check_outputs(result: Any, fname: str) -> None:
     def is_array(x: Any) -> bool:
         return isinstance(x, (jax.Array, np.ndarray))
@@ -124,17 +157,18 @@ def _check_outputs(result: Any, fname: str) -> None:
 
 
 def flat_function(func: Callable, arguments: Sequence[Argument]) -> Callable:
-    """A function of the runtime leaves alone, with constants substituted back in."""
+    """A function of the runtime leaves and then the dim sizes, with constants substituted back in."""
     fname = getattr(func, "__name__", type(func).__name__)
-    counts = [len(arg.leaves) for arg in arguments]
+    n_leaves = sum(len(arg.leaves) for arg in arguments)
 
-    def flat(*leaves):
-        call_args, call_kwargs, pos = [], {}, 0
-        for arg, n in zip(arguments, counts):
+    def flat(*values):
+        call_args, call_kwargs = [], {}
+        leaves, sizes = iter(values[:n_leaves]), iter(values[n_leaves:])
+        for arg in arguments:
             value = arg.value
-            if arg.runtime:
-                value = rebuild(arg.template, leaves[pos:pos + n])
-                pos += n
+            if arg.traced:
+                source = leaves if arg.leaves else sizes
+                value = rebuild(arg.template, [next(source) for _ in (arg.leaves or arg.sizes)])
             if arg.by_keyword:
                 call_kwargs[arg.name] = value
             else:

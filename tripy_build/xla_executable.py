@@ -67,10 +67,15 @@ def host_features() -> dict[str, Any]:
     }
 
 
+def tested_jax() -> bool:
+    """Whether this jax is a version whose executable wrapper ``load`` rebuilds was tested."""
+    return jax.__version__.startswith(TESTED_JAX_SERIES)
+
+
 def incompatibility(recorded: dict[str, Any]) -> str | None:
     """Why an executable built with ``recorded`` dependencies must not be loaded here, or None."""
     host = host_features()
-    if not any(host["jax"].startswith(s) for s in TESTED_JAX_SERIES):
+    if not tested_jax():
         return f"jax {host['jax']} is not a version this loader was tested with ({', '.join(TESTED_JAX_SERIES)}x)"
     for key in ("jaxlib", "machine", "system"):
         if recorded.get(key) != host[key]:

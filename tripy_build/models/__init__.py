@@ -4,10 +4,14 @@ Every model class has:
 
 - ``name``: its registry key (a class attribute);
 - ``init(key) -> params``: a nested dict (lists allowed) of float32 arrays;
-- ``apply(params, *inputs) -> array``: pure; inputs positional, in ``inputs()`` order;
+- ``apply(params, *inputs, lengths=None) -> array``: pure; inputs positional, in ``inputs()`` order;
+  ``lengths`` (only for models that mask) maps a dim name to its true size as an int32 scalar;
 - ``inputs() -> {input name: shape}``: each dim an int (fixed width) or a dim name string
   (``"batch"``, ``"seq"``, ``"height"``, ``"width"``); the same name means the same size;
-- ``input_dtypes() -> {input name: dtype name}``.
+- ``input_dtypes() -> {input name: dtype name}``;
+- ``padding``: ``{dim name: "rows" | "mask"}``, which dims may be padded up to a shape bucket
+  (``rows``: independent slices; ``mask``: ``apply`` masks beyond ``lengths[dim]``). The build
+  proves each declaration on the compiled executables.
 
 ``MODELS`` maps registry names to classes. ``input_infos(model, dims)`` turns ``inputs()`` into
 ``tripy_build.InputInfo`` objects given ``{dim name: (min, opt, max)}``.

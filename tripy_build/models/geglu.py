@@ -23,6 +23,7 @@ class GEGLU:
     dim_out: int = 2048
 
     name: ClassVar[str] = "geglu"
+    padding: ClassVar[dict[str, str]] = {"batch": "rows"}
 
     def init(self, key: jax.Array) -> Params:
         return {"proj": linear_init(key, self.dim_in, 2 * self.dim_out)}

@@ -23,6 +23,7 @@ class MLP:
     layers: int = 4
 
     name: ClassVar[str] = "mlp"
+    padding: ClassVar[dict[str, str]] = {"batch": "rows"}
 
     def __post_init__(self) -> None:
         if self.layers < 1:

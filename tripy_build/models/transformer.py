@@ -1,7 +1,12 @@
-"""A pre-LayerNorm Transformer encoder block (no mask, no dropout).
+"""A pre-LayerNorm Transformer encoder block (no dropout), with optional key-padding masking.
 
     h = x + Attention(LN1(x))
     y = h + Down(gelu(Up(LN2(h))))        # exact (erf) GELU
+
+``apply(params, x, lengths={"seq": n})`` attends only to the first ``n`` positions of each sequence
+(later keys get zero attention weight), so a sequence padded at the end gives, in its first ``n``
+rows, exactly the result of the unpadded one. Every other step acts on each position alone, and
+every batch row alone: hence ``padding = {"batch": "rows", "seq": "mask"}``.
 
 Params (Linear weights are ``[out, in]``)::
 
@@ -34,6 +39,7 @@ class TransformerBlock:
     d_ff: int = 1024
 
     name: ClassVar[str] = "transformer"
+    padding: ClassVar[dict[str, str]] = {"batch": "rows", "seq": "mask"}
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
@@ -56,17 +62,21 @@ class TransformerBlock:
         w = p["weight"].reshape(self.heads, dh, self.d_model)
         return jnp.einsum("bsd,hkd->bshk", x, w) + p["bias"].reshape(self.heads, dh)
 
-    def attention(self, p: Params, x: jax.Array) -> jax.Array:
+    def attention(self, p: Params, x: jax.Array, length: jax.Array | None = None) -> jax.Array:
+        """Multi-head self-attention; with ``length``, keys at positions ``>= length`` are masked out."""
         dh = self.d_model // self.heads
         q, k, v = (self._heads(p[n], x) for n in ("q", "k", "v"))
         scores = jnp.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(dh)
+        if length is not None:
+            keep = jnp.arange(scores.shape[-1]) < length
+            scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
         probs = jax.nn.softmax(scores, axis=-1)
         ctx = jnp.einsum("bhqs,bshk->bqhk", probs, v)
         w_out = p["out"]["weight"].reshape(self.d_model, self.heads, dh)
         return jnp.einsum("bqhk,dhk->bqd", ctx, w_out) + p["out"]["bias"]
 
-    def apply(self, params: Params, x: jax.Array) -> jax.Array:
-        h = x + self.attention(params["attn"], layer_norm(params["ln1"], x))
+    def apply(self, params: Params, x: jax.Array, lengths: dict[str, jax.Array] | None = None) -> jax.Array:
+        h = x + self.attention(params["attn"], layer_norm(params["ln1"], x), (lengths or {}).get("seq"))
         ff = linear(params["ffn"]["up"], layer_norm(params["ln2"], h))
         ff = linear(params["ffn"]["down"], jax.nn.gelu(ff, approximate=False))
         return h + ff
