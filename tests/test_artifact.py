@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import os
 import pickle
 import platform
@@ -85,7 +86,7 @@ def _io_bounds(manifest: dict, section: str, index: int, name: str | None = None
 
 def test_manifest_contents(geglu_artifact):
     m = _read_manifest(geglu_artifact)
-    assert m["schema_version"] == 1
+    assert m["schema_version"] == 2
     assert m["function"] == "geglu"
     assert m["optimization_level"] == 3
     assert m["platforms"] == ["cpu"]
@@ -115,7 +116,11 @@ def test_manifest_and_index_file_tables_cover_every_file(geglu_artifact):
     assert set(m["files"]) | set(index["files"]) == on_disk - {"manifest.json", "index.json"}
     # executables are not byte-reproducible, so their digests live in the sidecar index
     assert XLA in index["files"] and XLA not in m["files"] and "program.jaxexport" in m["files"]
-    assert m["index"] == {"file": "index.json", "covers": ["executables/", "params/", "bound/"]}
+    assert m["index"] == {"file": "index.json", "covers": ["executables/"]}
+    # the weights are stored once, as .npy files, and they are byte-reproducible
+    assert sorted(w["file"] for w in m["weights"]) == sorted(f for f in m["files"] if f.startswith("weights/"))
+    compiled = [*m["executables"], *([m["prep"]["executable"]] if m["prep"] else [])]
+    assert set(index["compile_seconds"]) == {e["file"] for e in compiled} == set(index["files"])
     for rel, entry in {**m["files"], **index["files"]}.items():
         path = geglu_artifact / rel
         assert entry["size"] == path.stat().st_size
@@ -132,7 +137,12 @@ def test_manifest_executables(geglu_artifact):
     assert isinstance(deps["cpu_features"], str)
     if sys.platform.startswith("linux"):
         assert deps["cpu_features"].split()  # the host's CPU flags are recorded
-    assert entry["input_shapes"] == [[BATCH[1], DIM_IN]]  # the opt shape is the precompiled one
+    # the first profile is opt; the program's inputs are the (prepared) weights, then x
+    assert entry["target"] == [BATCH[1]]
+    *weights, x = entry["input_shapes"]
+    assert x == [BATCH[1], DIM_IN]
+    assert sorted(math.prod(s) for s in weights) == sorted(math.prod(w["shape"]) for w in m["weights"])
+    assert [e["target"] for e in m["executables"]] == [[4], [1], [2], [8]]  # opt, then pow2 buckets
 
 
 def test_manifest_records_named_dims_and_nested_structure(nested_exe, pair_exe, tmp_path):
@@ -434,7 +444,7 @@ def test_missing_listed_file_is_rejected(artifact_copy):
     assert XLA in str(excinfo.value)
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+@pytest.mark.parametrize("version", [1, 3, 0, "2", None])
 def test_unknown_schema_version(artifact_copy, version):
     m = _read_manifest(artifact_copy)
     if version is None:

@@ -89,9 +89,12 @@ def test_readme_command_builds_default_artifact_and_it_loads_in_fresh_process(tm
                      if line.startswith("artifact:")))
     assert path.is_dir() and path.parent == tmp_path / "arts" / "geglu"
     assert "input x: float32[batch=[1..64, opt 8], 512]" in proc.stdout
-    assert "trace+export" in proc.stdout and "compile cpu 8x512" in proc.stdout and "program.jaxexport" in proc.stdout
-    # The build log names its stages with timings as it goes.
-    assert "trace+export" in proc.stderr + proc.stdout
+    assert "trace+export" in proc.stdout and "program.jaxexport" in proc.stdout
+    assert "dim batch [1..64]: padded (rows), buckets 1 2 4 8 16 32 64" in proc.stdout
+    assert "profiles: 7 precompiled" in proc.stdout
+    # The build log names its stages with timings as it goes, one line per profile.
+    log = proc.stderr + proc.stdout
+    assert all(f"profile batch={b} (" in log for b in (1, 2, 4, 8, 16, 32, 64)) and "prove padding" in log
     check = textwrap.dedent(f"""
         import jax, numpy as np, tripy_build as tb
         from tripy_build.models.geglu import GEGLU
@@ -202,30 +205,30 @@ def test_params_checkpoint_with_wrong_tree_is_a_config_error(tmp_path):
     assert not (tmp_path / "arts").exists()
 
 
-def test_params_mode_input_keeps_weights_swappable(tmp_path):
+def test_weights_are_stored_once_and_swappable_after_load(tmp_path):
     cfg = compose_cfg(["model=geglu", "model.dim_in=2", "model.dim_out=1", "shapes=dynamic",
-                       "params.mode=input", f"artifacts_dir={tmp_path / 'arts'}"])
+                       "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'arts'}"])
     vb = config.validate(cfg)
     result = build(vb)
     manifest = json.loads((result.path / "manifest.json").read_text())
-    assert manifest["bound_inputs"] == {"params": "params"}
-    program_size = (result.path / "program.jaxexport").stat().st_size
+    assert sorted(w["path"] for w in manifest["weights"]) == ["params['proj']['bias']", "params['proj']['weight']"]
+    assert {w["argument"] for w in manifest["weights"]} == {"params"}
     exe = tb.load(result.path)
     import inspect
 
     assert list(inspect.signature(exe).parameters) == ["x"]
-    x = np.array([[1.0, 2.0], [-1.0, 0.5]], np.float32)
+    x = np.array([[1.0, 2.0], [-1.0, 0.5], [3.0, 0.0]], np.float32)  # batch 3 runs the padded batch-4 profile
     np.testing.assert_allclose(np.asarray(exe(x)), eager_reference(vb, {"x": x}), rtol=1e-6, atol=1e-6)
     swapped = exe.bind(params=_geglu_known_params())
     np.testing.assert_allclose(np.asarray(swapped(x)), _geglu_by_hand(_geglu_known_params(), x), rtol=1e-6, atol=1e-6)
     assert swapped.precompiled_shapes == exe.precompiled_shapes
-    # the weights are not folded into the program
-    constant = build(config.validate(compose_cfg(["model=geglu", "model.dim_in=64", "model.dim_out=64",
-                                                   f"artifacts_dir={tmp_path / 'c'}"])))
-    as_input = build(config.validate(compose_cfg(["model=geglu", "model.dim_in=64", "model.dim_out=64",
-                                                   "params.mode=input", f"artifacts_dir={tmp_path / 'i'}"])))
-    assert (as_input.path / "program.jaxexport").stat().st_size < (constant.path / "program.jaxexport").stat().st_size / 4
-    assert program_size > 0
+    # the weights are not folded into the program or the executables: their bytes appear once
+    big = build(config.validate(compose_cfg(["model=geglu", "model.dim_in=256", "model.dim_out=256",
+                                             "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'big'}"])))
+    weight_bytes = 256 * 512 * 4
+    assert (big.path / "program.jaxexport").stat().st_size < weight_bytes / 4
+    assert all(p.stat().st_size < weight_bytes / 2 for p in (big.path / "executables").iterdir())
+    assert sum(p.stat().st_size for p in (big.path / "weights").iterdir()) < weight_bytes * 1.1
 
 
 BAD_CONFIGS = [

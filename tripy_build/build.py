@@ -53,6 +53,8 @@ class BuildResult:
     cache_hit: bool
     timings: dict[str, float] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
+    dims: list[str] = field(default_factory=list)  # per dynamic dim: its buckets and strategy
+    profiles: str = ""
     files: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # input files (model code, checkpoint) -> sha256
 
@@ -63,6 +65,9 @@ class BuildResult:
     def summary(self) -> str:
         lines = [f"artifact: {self.path}" + ("  (cache hit)" if self.cache_hit else "")]
         lines += [f"  input {name}: {desc}" for name, desc in self.inputs.items()]
+        lines += [f"  dim {d}" for d in self.dims]
+        if self.profiles:
+            lines.append(f"  profiles: {self.profiles}")
         if self.timings:
             lines.append("  stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items()))
         lines.append(f"  files ({_human(self.size)}): " + ", ".join(f"{k} {_human(v)}" for k, v in sorted(self.files.items())))
@@ -264,8 +269,9 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
     from .serialization import save
 
     def stage(name: str, seconds: float) -> None:
-        timings[name] = seconds
-        log.info("%-28s %8.1f ms", name, seconds * 1e3)
+        if not name.startswith(" "):  # indented lines (one per profile) are details for the log only
+            timings[name] = seconds
+        log.info("%-32s %8.1f ms", name, seconds * 1e3)
 
     if params is None:
         t0 = time.perf_counter()
@@ -298,8 +304,17 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
         for lo, opt, hi, n in zip(spec["min"], spec["opt"], spec["max"], spec["dim_names"]):
             dims.append(str(lo) if lo == hi else f"{n + '=' if n else ''}[{lo}..{hi}, opt {opt}]")
         inputs[spec["path"]] = f"{spec['dtype']}[{', '.join(dims)}]"
+    dims = [f"{d['name'] or d['symbol']} [{d['min']}..{d['max']}]: {d['strategy']}"
+            + (f" ({d['padding']})" if d["strategy"] == "padded" else "")
+            + (f", buckets {' '.join(map(str, d['buckets']))}" if d["buckets"] else "")
+            for d in manifest.get("dims", [])]
     files: dict[str, int] = {}
-    for rel, entry in {**manifest.get("files", {}), **artifact.read_index(Path(path), manifest)}.items():
+    index = artifact.read_index(Path(path), manifest)
+    for rel, entry in {**manifest.get("files", {}), **index}.items():
         top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
         files[top] = files.get(top, 0) + entry["size"]
-    return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, files, sources)
+    executables = manifest.get("executables", [])
+    seconds = artifact.read_index(Path(path), manifest, "compile_seconds")
+    profiles = (f"{len(executables)} precompiled, {_human(sum(index.get(e['file'], {}).get('size', 0) for e in executables))}, "
+                f"{sum(seconds.get(e['file'], 0) for e in executables):.1f} s of compile time") if executables else ""
+    return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, dims, profiles, files, sources)

@@ -125,7 +125,7 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     if host_platform in platforms:
         if program.prep is not None:
             t0 = time.perf_counter()
-            prep_exe = _compile_one(program.prep, [w.value.shape for w in program.weights], (), host_platform, "prep")
+            prep_exe = _compile_one(program.prep, [w.value.shape for w in program.weights], (), host_platform, None)
             log("compile prep", time.perf_counter() - t0)
         leading = [a.shape for a in program.leading_avals()]
         shapes = [[*leading, *dispatcher.leaf_shapes(t), *[()] * len(sizes)] for t in targets]

@@ -230,6 +230,10 @@ class Executable:
         """Input shapes that run a precompiled executable as they are (without padding or compiling)."""
         return [self._dispatcher.leaf_shapes(p.target) for p in self._precompiled]
 
+    def load_all(self) -> int:
+        """Deserialize every precompiled profile now (loading defers each to its first use); their count."""
+        return sum(p.ready() is not None for p in self._precompiled)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{path}: {info!r}" for path, info in self._leaves)
         return f"<tripy_build.Executable {self._name}({args})>"

@@ -65,17 +65,18 @@ def from_npy(data: bytes, where: str) -> np.ndarray:
         raise ArtifactError(f"{where}: not a readable .npy array ({e}).") from None
 
 
-def _executable_file(i: int, pre: Precompiled) -> str:
-    return "executables/prep.xla" if pre.meta.get("profile") == "prep" else f"executables/{i}.xla"
+PREP_EXECUTABLE = "executables/prep.xla"
 
 
 def manifest(exe: Executable) -> dict[str, Any]:
     """Everything the artifact's manifest says about ``exe`` (``artifact.write`` adds the file table)."""
     program = exe._program
     leaf_paths = [p for p, _ in exe._leaves]
-    executables = [dict(p.meta, file=_executable_file(i, p), target=list(p.target)) for i, p in enumerate(exe._precompiled)]
-    if exe._prep_exe is not None:
-        executables.append(dict(exe._prep_exe.meta, file=_executable_file(0, exe._prep_exe), target=[]))
+    executables = [dict(p.meta, file=f"executables/{i}.xla", target=list(p.target)) for i, p in enumerate(exe._precompiled)]
+    prep = None
+    if program.prep is not None:
+        prep = {"file": PREP_FILE, "format": "jax.export",
+                "executable": None if exe._prep_exe is None else dict(exe._prep_exe.meta, file=PREP_EXECUTABLE)}
     return {
         "function": exe._name,
         "inputs": [p.to_json() for p in exe._parameters],
@@ -86,7 +87,7 @@ def manifest(exe: Executable) -> dict[str, Any]:
         "platforms": list(exe.platforms),
         "program": {"file": PROGRAM_FILE, "format": "jax.export",
                     "calling_convention_version": program.main.calling_convention_version},
-        "prep": None if program.prep is None else {"file": PREP_FILE, "format": "jax.export"},
+        "prep": prep,
         "weights": [{"file": f"weights/{i}.npy", "path": w.path, "argument": w.argument,
                      "dtype": np.dtype(w.value.dtype).name, "shape": list(w.value.shape)}
                     for i, w in enumerate(exe._weights)],
@@ -110,9 +111,11 @@ def save(exe: Executable, path: str | os.PathLike, replace: bool = True) -> Path
         leaves: list[Any] = []
         flatten_like(next(p for p in exe._parameters if p.name == name).template, value, name, leaves)
         files.update({f"{rel}/{i}.npy": npy(leaf) for i, leaf in enumerate(leaves)})
-    compiled = [*exe._precompiled, *([exe._prep_exe] if exe._prep_exe is not None else [])]
-    files.update({_executable_file(i, p): p.blob for i, p in enumerate(compiled)})
-    seconds = {_executable_file(i, p): round(p.seconds, 4) for i, p in enumerate(compiled)}
+    compiled = {f"executables/{i}.xla": p for i, p in enumerate(exe._precompiled)}
+    if exe._prep_exe is not None:
+        compiled[PREP_EXECUTABLE] = exe._prep_exe
+    files.update({rel: p.blob for rel, p in compiled.items()})
+    seconds = {rel: round(p.seconds, 4) for rel, p in compiled.items()}
     return artifact.write(path, dict(manifest(exe), selftest=entries), files, replace=replace,
                           index_extra={"compile_seconds": seconds})
 
@@ -133,6 +136,7 @@ def load(path: str | os.PathLike) -> Executable:
         sources = [Source.from_json(s) for s in m["leading"]]
         dims = [DimPlan.from_json(d, leaf_paths) for d in m["dims"]]
         exe_entries = list(m["executables"])
+        prep_entry = (m.get("prep") or {}).get("executable")
         bound = {str(k): str(v) for k, v in (m.get("bound_inputs") or {}).items()}
         program_file = m["program"]["file"]
         prep_file = m["prep"]["file"] if m.get("prep") else None
@@ -143,7 +147,8 @@ def load(path: str | os.PathLike) -> Executable:
                 raise ArtifactError(f"{where}: bound input {pname!r} is not an input of {name}.")
             bound_files[pname] = [f"{rel}/{i}.npy" for i in range(count_leaves(param.template))]
         names = [program_file, *([prep_file] if prep_file else []), *(w["file"] for w in weight_entries),
-                 *(e["file"] for e in exe_entries), *(f for fs in bound_files.values() for f in fs)]
+                 *(e["file"] for e in [*exe_entries, *([prep_entry] if prep_entry else [])]),
+                 *(f for fs in bound_files.values() for f in fs)]
     except (KeyError, TypeError, ValueError, AttributeError, SpecError) as e:
         raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is damaged.") from None
     _, files = artifact.read(path, names, [], m)
@@ -158,32 +163,34 @@ def load(path: str | os.PathLike) -> Executable:
     prep = program(prep_file) if prep_file else None
     weights = [Weight(w["path"], w["argument"], jax.device_put(from_npy(files[w["file"]], os.path.join(path, w["file"]))))
                for w in weight_entries]
-    precompiled, prep_exe = [], None
-    for entry in exe_entries:
-        is_prep = entry.get("profile") == "prep"
+    def precompiled(entry: dict[str, Any], exported: jax.export.Exported, label: str) -> Precompiled | None:
         pre = Precompiled(tuple(int(n) for n in entry.get("target", [])), files[entry["file"]], entry)
         reason = _cannot_load(entry)
-        if reason is None:
-            out_tree = (prep if is_prep else main).out_tree
-            pre.loader = (lambda blob=pre.blob, entry=entry, out_tree=out_tree, label=name + ("_prep" if is_prep else ""):
-                          xla_executable.load(blob, entry, out_tree, label, entry["platform"]))
-        else:
+        if reason is not None:
             warnings.warn(f"{os.path.join(path, entry['file'])}: skipped ({reason}); the exported program will be "
                           "compiled for these shapes on first use instead.", CompatibilityWarning, stacklevel=3)
-        if is_prep:
-            prep_exe = pre if reason is None else None
-        else:
-            precompiled.append(pre)
+            return None
+        def loader() -> Any:
+            try:
+                return xla_executable.load(pre.blob, entry, exported.out_tree, label, entry["platform"])
+            except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
+                raise ArtifactError(f"{os.path.join(path, entry['file'])}: cannot deserialize the executable "
+                                    f"({type(e).__name__}: {str(e)[:200]}).") from None
+        pre.loader = loader
+        return pre
+
+    profiles = [p for p in (precompiled(e, main, name) for e in exe_entries) if p is not None]
+    prep_exe = precompiled(prep_entry, prep, f"{name}_prep") if prep_entry and prep is not None else None
     try:
         dispatcher = Dispatcher(dims, [info.shape_bounds.opt for _, info in leaves], [s.name for _, s in sizes],
-                                output_axes(main.out_avals, dims), [p.target for p in precompiled])
+                                output_axes(main.out_avals, dims), [p.target for p in profiles])
     except (SpecError, KeyError) as e:
         raise ArtifactError(f"{where}: the dims do not match the exported program ({e}).") from None
     exe = Executable(
         program=Program(main, prep, weights, sources, []), program_bytes=files[program_file],
         prep_bytes=files.get(prep_file) if prep_file else None, name=name, parameters=parameters, leaves=leaves,
         sizes=sizes, outputs=outputs, dims=dims, dispatcher=dispatcher, optimization_level=level,
-        platforms=platforms, precompiled=[p for p in precompiled if p.loader is not None], prep_exe=prep_exe,
+        platforms=platforms, precompiled=profiles, prep_exe=prep_exe,
         metadata=m.get("metadata", {}), origin=(str(path), m.get("selftest", [])),
     )
     if not bound:
