@@ -1,7 +1,8 @@
 """``python -m tripy_build`` and the ``tripy-build`` script.
 
 An unchanged command is answered from the memo before Hydra is even imported; anything else runs
-the Hydra app in ``cli``. ``tripy-build verify PATH`` runs the verifier.
+the Hydra app in ``cli``. ``tripy-build verify PATH`` runs the verifier, ``tripy-build bench PATH``
+the deployment benchmark.
 """
 
 import sys
@@ -12,6 +13,10 @@ def console() -> None:
         from .verify import main as verify_main
 
         sys.exit(verify_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["bench"]:
+        from .bench import main as bench_main
+
+        sys.exit(bench_main(sys.argv[2:]))
     if sys.argv[1:2] == ["build"]:
         del sys.argv[1]
     from .memo import answer

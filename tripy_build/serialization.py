@@ -120,8 +120,13 @@ def save(exe: Executable, path: str | os.PathLike, replace: bool = True) -> Path
                           index_extra={"compile_seconds": seconds})
 
 
-def load(path: str | os.PathLike) -> Executable:
-    """Load an artifact written by ``save`` or the build command, without compiling."""
+WARMUPS = ("background", "now", "none")
+
+
+def load(path: str | os.PathLike, warmup: str = "background") -> Executable:
+    """Load an artifact written by ``save`` or the build command, without compiling (``tripy_build.load``)."""
+    if warmup not in WARMUPS:
+        raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
     where = os.path.join(path, artifact.MANIFEST)
     m = artifact.read_manifest(path)
     try:
@@ -193,12 +198,14 @@ def load(path: str | os.PathLike) -> Executable:
         platforms=platforms, precompiled=profiles, prep_exe=prep_exe,
         metadata=m.get("metadata", {}), origin=(str(path), m.get("selftest", [])),
     )
-    if not bound:
-        return exe
-    values = {pname: rebuild(next(p for p in parameters if p.name == pname).template,
-                             [from_npy(files[f], os.path.join(path, f)) for f in fs])
-              for pname, fs in bound_files.items()}
-    return exe._with_bound(values, bound)
+    if bound:
+        values = {pname: rebuild(next(p for p in parameters if p.name == pname).template,
+                                 [from_npy(files[f], os.path.join(path, f)) for f in fs])
+                  for pname, fs in bound_files.items()}
+        exe = exe._with_bound(values, bound)
+    if warmup != "none":
+        exe.warm_up(background=warmup == "background")
+    return exe
 
 
 def _cannot_load(entry: dict[str, Any]) -> str | None:

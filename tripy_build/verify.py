@@ -81,7 +81,7 @@ def _load(report: Report, root: Path, label: str = "") -> Any:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CompatibilityWarning)
-        exe = report.attempt(f"{label}load", lambda: load(root))
+        exe = report.attempt(f"{label}load", lambda: load(root, warmup="none"))
     for w in caught:
         if issubclass(w.category, CompatibilityWarning):
             report.note(f"{label}load", str(w.message))
