@@ -255,3 +255,55 @@ def test_compile_cache_is_bounded(tmp_path):
     stored = sorted(p.name for p in (tmp_path / "c").glob("*-cache"))
     assert len(stored) == 2 and stored == ["k3-cache", "k4-cache"]  # least recently used went first
     assert cache.get("k4") == (bytes([4]) * 1000, {"i": 4}) and cache.get("k0") is None
+
+
+# --- splitting a rows dim -------------------------------------------------------------------------
+
+def test_split_plan_prefers_fewer_wasted_rows_when_calls_are_cheap():
+    from tripy_build.dispatch import split_plan
+
+    linear = {1: 1e-3, 2: 2e-3, 4: 4e-3, 8: 8e-3, 16: 16e-3, 32: 32e-3, 64: 64e-3}  # compute-bound
+    assert split_plan(39, list(linear), linear.get) == [32, 4, 2, 1]  # every row real, four calls, not 64 rows
+    padded_tail = {**linear, 1: 4e-3, 2: 4e-3}  # small buckets cost as much as 4 rows: pad the tail instead
+    tail = split_plan(39, list(padded_tail), padded_tail.get)  # 32 + 8 buckets, one of them not full
+    assert sum(tail) == 39 and sorted(next(b for b in padded_tail if b >= c) for c in tail) == [8, 32]
+    assert split_plan(63, list(linear), linear.get) is None  # one row of padding: not worth a call
+    flat = {b: 1e-3 for b in linear}  # overhead-bound: one padded call is cheapest
+    assert split_plan(39, list(flat), flat.get) is None
+    assert split_plan(39, list(linear), lambda b: None if b == 8 else linear[b]) is None  # not measured yet
+
+
+def test_split_rows_match_unpadded_eager(padded_exe, compile_counter):
+    exe, params = padded_exe
+    split = exe.bind()  # a copy with its own routes; the latency table is shared, so restore it after
+    saved = dict(split._latency)
+    try:
+        split._latency.clear()
+        split._latency.update({(1,): 1e-3, (2,): 2e-3, (4,): 4e-3, (8,): 8e-3, (16,): 16e-3, (20,): 40e-3})
+        split._runners.clear()
+        route = split.dispatcher.route([(19, 8)], split._latency)
+        assert route.split is not None and [(a, b) for a, b, _ in route.split[1]] == [(0, 16), (16, 18), (18, 19)]
+        before = compile_counter.count
+        got = [split(_x(n)) for n in (9, 19, 13)]
+        assert compile_counter.count == before
+        for n, y in zip((9, 19, 13), got):
+            assert isinstance(y, jax.Array) and y.shape == (n, 6)
+            assert_close(y, affine(jnp.asarray(_x(n)), params))
+    finally:
+        split._latency.clear()
+        split._latency.update(saved)
+
+
+def test_warm_up_prepares_every_profile_and_measures_it(tmp_path):
+    params = affine_params()
+    tb.compile(affine, args=[batch_info(), params], padding=ROWS).save(tmp_path / "a")
+    exe = tb.load(tmp_path / "a", warmup="now")
+    assert all(p.warm and p.call is not None for p in exe._precompiled)
+    assert set(exe._latency) == {(n,) for n in (1, 2, 4, 8, 16, 20)} and all(v > 0 for v in exe._latency.values())
+    lazy = tb.load(tmp_path / "a", warmup="none")
+    assert not any(p.warm or p.call is not None for p in lazy._precompiled) and not lazy._latency
+    assert_close(lazy(_x(5)), affine(_x(5), params))
+    background = tb.load(tmp_path / "a")
+    assert_close(background(_x(7)), affine(_x(7), params))  # served while the thread warms up
+    with pytest.raises(tb.TripyBuildError, match="warmup='later'"):
+        tb.load(tmp_path / "a", warmup="later")

@@ -70,7 +70,9 @@ def _steady(fns: dict[str, Any], args: dict[str, Sequence[Any]], budget_s: float
 
 
 def _route_label(exe: Any, shapes: Sequence[Sequence[int]]) -> str:
-    route = exe.dispatcher.route(shapes)
+    route = exe.dispatcher.route(shapes, exe._latency)
+    if route.split is not None:
+        return "split " + "+".join(",".join(map(str, sub.target)) for _, _, sub in route.split[1])
     target = ",".join(map(str, route.target))
     if route.target in exe.dispatcher.profiles:
         return f"padded->{target}" if route.padded else "exact"
@@ -205,11 +207,11 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"  stream of {s['calls']} random in-range shapes (seed {s['seed']}): median {s['median_ms']:.2f} ms, "
                  f"p99 {s['p99_ms']:.2f} ms; stalls {s['stalls']} ({s['stall_rule']}); "
                  f"p99 / steady {s['p99_ratio_to_steady']:.2f}x, worst {s['worst_ratio_to_steady']:.2f}x")
-    header = f"  {'shape':<10} {'sizes':<26} {'route':<18} {'median':>9} {'p90':>9} {'p99':>9} {'jax.jit':>9} {'ratio':>6}"
+    header = f"  {'shape':<10} {'sizes':<26} {'route':<22} {'median':>9} {'p90':>9} {'p99':>9} {'jax.jit':>9} {'ratio':>6}"
     lines += ["", header, "  " + "-" * (len(header) - 2)]
     for r in result["shapes"]:
         sizes = " ".join(f"{k}={v}" for k, v in r["sizes"].items())
-        lines.append(f"  {r['label']:<10} {sizes:<26} {r['route']:<18} {r['median_ms']:>7.3f}ms {r['p90_ms']:>7.3f}ms "
+        lines.append(f"  {r['label']:<10} {sizes:<26} {r['route']:<22} {r['median_ms']:>7.3f}ms {r['p90_ms']:>7.3f}ms "
                      f"{r['p99_ms']:>7.3f}ms {r['jit_median_ms']:>7.3f}ms {r['overhead']:>5.2f}x")
     lines.append(f"  padding overhead (median over shapes of tripy_build / exact-shape jax.jit): "
                  f"{result['padding_overhead_median']:.2f}x")

@@ -5,6 +5,10 @@ up to its smallest covering bucket: the inputs are padded with zeros on the host
 outputs sliced back on the host, never with jax ops, which would compile once per shape. Dims
 without declared padding keep their size; if the resulting shapes are no profile's, the caller
 compiles them on first use. ``DimSize`` inputs always receive the true (unpadded) sizes.
+
+A ``rows`` dim may instead be split: 39 rows run as 32 + 8 (7 of them real) rather than as 64, when
+the profiles' measured latencies say two calls cost less than one padded call (``split_plan``).
+Padding wastes up to half the work at power-of-two buckets; compute-bound models feel that.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,10 +33,41 @@ class Route:
     pad: tuple[bool, ...]  # per flat input: whether it must be padded to its shape in ``shapes``
     slices: tuple[tuple[slice, ...] | None, ...]  # per flat output: the slice back to true sizes, or None
     sizes: tuple[int, ...]  # the values of the DimSize inputs (true sizes of their dims)
+    # A split along one rows dim: (dim index, [(start, stop, route of that slice)]); None: one call.
+    split: tuple[int, tuple[tuple[int, int, "Route"], ...]] | None = None
 
     @property
     def padded(self) -> bool:
         return any(self.pad)
+
+
+SPLIT_CALL_COST_S = 50e-6  # one more call plus concatenating outputs, charged against a split
+SPLIT_MIN_GAIN = 0.8  # split only if estimated at most this fraction of the padded call (estimates vary ~30%)
+
+
+def split_plan(n: int, buckets: Sequence[int], cost: Callable[[int], float | None]) -> list[int] | None:
+    """Chunk sizes for ``n`` rows that minimise estimated latency, or None if one padded call is best.
+
+    ``cost(bucket)`` is a profile's measured latency (None if not measured yet: then no split). Each
+    chunk runs at the smallest bucket covering it; every chunk after the first costs
+    ``SPLIT_CALL_COST_S`` more.
+    """
+    costs = {b: cost(b) for b in buckets}
+    if any(c is None for c in costs.values()) or n <= 1:
+        return None
+    cover = lambda m: min((b for b in buckets if b >= m), key=lambda b: costs[b], default=None)  # noqa: E731
+    best: dict[int, tuple[float, list[int]]] = {0: (0.0, [])}
+    for m in range(1, n + 1):
+        options = [(costs[b] + SPLIT_CALL_COST_S + best[m - b][0], [b, *best[m - b][1]]) for b in buckets if b < m]
+        c = cover(m)
+        if c is not None:
+            options.append((costs[c] + SPLIT_CALL_COST_S, [m]))
+        best[m] = min(options, key=lambda o: o[0])
+    single = cover(n)
+    total, chunks = best[n]
+    if single is None or len(chunks) < 2 or total - SPLIT_CALL_COST_S > SPLIT_MIN_GAIN * costs[single]:
+        return None
+    return sorted(chunks, reverse=True)
 
 
 def output_axes(out_avals: Sequence[Any], dims: Sequence[DimPlan], what: str = "output") -> list[list[int | None]]:
@@ -82,6 +117,10 @@ class Dispatcher:
         self.profiles = set(profiles)
         self._opt = tuple(d.bounds[1] for d in self.dims)
 
+    def axes_of(self, leaf: int) -> dict[int, int]:
+        """{axis: dim index} of one flat input."""
+        return dict(self._axes[leaf])
+
     def sizes_of(self, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
         return tuple(shapes[leaf][axis] for leaf, axis in self._probe)
 
@@ -92,7 +131,30 @@ class Dispatcher:
             out.append(tuple(sizes[axes[a]] if a in axes else n for a, n in enumerate(static)))
         return tuple(out)
 
-    def route(self, shapes: Sequence[Sequence[int]]) -> Route:
+    def route(self, shapes: Sequence[Sequence[int]], latency: dict[tuple[int, ...], float] | None = None) -> Route:
+        """How to run ``shapes``; with measured ``latency`` per profile, a padded rows dim may be split."""
+        single = self._route(shapes)
+        if latency and single.padded:
+            sizes = self.sizes_of(shapes)
+            for di, d in enumerate(self.dims):
+                n = sizes[di]
+                if d.padding != "rows" or single.target[di] == n:
+                    continue
+                chunks = split_plan(n, d.buckets, lambda b: latency.get(single.target[:di] + (b,) + single.target[di + 1:]))
+                if chunks:
+                    parts, start = [], 0
+                    for c in chunks:
+                        stop = min(start + c, n)
+                        sub = [tuple(stop - start if (li, a) in d.uses else k for a, k in enumerate(s))
+                               for li, s in enumerate(shapes)]
+                        parts.append((start, stop, self._route(sub)))
+                        start = stop
+                    return Route(single.target, single.shapes, single.pad, single.slices, single.sizes,
+                                 (di, tuple(parts)))
+                break
+        return single
+
+    def _route(self, shapes: Sequence[Sequence[int]]) -> Route:
         sizes = self.sizes_of(shapes)
         target = tuple(d.target(n) for d, n in zip(self.dims, sizes))
         if target != self._opt and self._opt in self.profiles and self._covers(self._opt, sizes) and (

@@ -101,6 +101,7 @@ class Executable:
         self._origin = origin  # (artifact path, self-test entries) for a loaded executable
         self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
         self._by_target: dict[tuple[int, ...], Any] = {p.target: p for p in self._precompiled}
+        self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile, measured by warm_up
         self._compile_lock = threading.Lock()
         self._program_digest = hashlib.sha256(program_bytes).hexdigest()
         self._named_uses: dict[str, list[tuple[int, int]]] = {}
@@ -264,6 +265,8 @@ class Executable:
                 if _STOPPING.is_set():
                     break
                 self._warm(p)
+            self._runners.clear()  # routes planned before the latencies were known
+            self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it
             log.warning("%s: background warm-up stopped: %s", self._name, e)
         finally:
@@ -279,8 +282,9 @@ class Executable:
                 return
             shapes = self._dispatcher.leaf_shapes(p.target)
             zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
-            route = self._dispatcher.route(shapes)
-            jax.block_until_ready(call(*self._leading, *zeros, *[np.int32(n) for n in route.sizes]))
+            args = (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
+            jax.block_until_ready(call(*args))
+            self._latency[p.target] = _fastest_run(call, args)
             p.warm = True
 
     def __repr__(self) -> str:
@@ -384,24 +388,57 @@ class Executable:
         run = self._runners.get(shapes)
         if run is not None:
             return run
-        route = self._dispatcher.route(shapes)
+        route = self._dispatcher.route(shapes, self._latency)
+        if route.split is not None:
+            run = self._split_runner(route)
+        else:
+            run = self._single_runner(route)
+        if len(self._runners) >= _FAST_CACHE_LIMIT:
+            self._runners.clear()
+        self._runners[shapes] = run
+        return run
+
+    def _split_runner(self, route: dispatch.Route) -> Callable:
+        """Run the slices of a split rows dim one by one and join the outputs along that dim."""
+        di, parts = route.split
+        in_axes = [next((a for a, d in self._dispatcher.axes_of(li).items() if d == di), None)
+                   for li in range(len(self._leaves))]
+        out_axes = [next((a for a, d in enumerate(axes) if d == di), None) for axes in self._dispatcher.out_axes]
+        runs = [(start, stop, self._single_runner(sub, host=True)) for start, stop, sub in parts]
+
+        def run(leaves: Sequence[Any]) -> Any:
+            pieces = []
+            for start, stop, part in runs:
+                cut = [x if a is None else np.asarray(x)[(slice(None),) * a + (slice(start, stop),)]
+                       for x, a in zip(leaves, in_axes)]
+                pieces.append(part(cut))
+            tree = pieces[0][1]
+            joined = [np.concatenate([p[0][i] for p in pieces], axis=a) if a is not None else pieces[0][0][i]
+                      for i, a in enumerate(out_axes)]
+            return jax.tree_util.tree_unflatten(tree, [jax.device_put(o) for o in joined])
+        return run
+
+    def _single_runner(self, route: dispatch.Route, host: bool = False) -> Callable:
+        """Run one profile; with ``host``, return (flat outputs as numpy arrays, output tree)."""
         fn = self._callable(route.target)
         lead, sizes = tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
+        pads, targets, slices = route.pad, route.shapes, route.slices
+        if host:
+            def run(leaves: Sequence[Any]) -> Any:
+                padded = [dispatch.pad(x, s) if p else x for x, p, s in zip(leaves, pads, targets)]
+                flat, tree = jax.tree_util.tree_flatten(fn(*lead, *padded, *sizes))
+                return [np.asarray(o) if c is None else np.asarray(o)[c] for o, c in zip(flat, slices)], tree
+            return run
         if not route.padded and not any(s is not None for s in route.slices):
             def run(leaves: Sequence[Any]) -> Any:
                 return fn(*lead, *leaves, *sizes)
             run.exact = (fn, lead, sizes)  # type: ignore[attr-defined]
         else:
-            pads, targets, slices = route.pad, route.shapes, route.slices
-
             def run(leaves: Sequence[Any]) -> Any:
                 padded = [dispatch.pad(x, s) if p else x for x, p, s in zip(leaves, pads, targets)]
                 flat, tree = jax.tree_util.tree_flatten(fn(*lead, *padded, *sizes))
                 flat = [o if c is None else jax.device_put(np.asarray(o)[c]) for o, c in zip(flat, slices)]
                 return jax.tree_util.tree_unflatten(tree, flat)
-        if len(self._runners) >= _FAST_CACHE_LIMIT:
-            self._runners.clear()
-        self._runners[shapes] = run
         return run
 
     def _callable(self, target: tuple[int, ...]) -> Callable:
@@ -504,6 +541,17 @@ class Executable:
 
     def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
         return self._leaves[self._leaf_slices[name]]
+
+
+def _fastest_run(call: Callable, args: Sequence[Any], budget_s: float = 0.004, most: int = 10) -> float:
+    """A profile's latency for planning splits: the fastest of a few runs (at least one, ~4 ms in all)."""
+    best, spent, n = float("inf"), 0.0, 0
+    while n < most and (n < 2 or spent < budget_s) and not (n >= 1 and spent > budget_s):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call(*args))
+        t = time.perf_counter() - t0
+        best, spent, n = min(best, t), spent + t, n + 1
+    return best
 
 
 _WARMUPS: set[threading.Thread] = set()
