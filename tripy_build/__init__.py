@@ -1,12 +1,30 @@
-"""tripy_build: declarative, ahead-of-time builds of JAX models into self-describing artifacts."""
+"""tripy_build: declarative, ahead-of-time builds of JAX models into self-describing artifacts.
+
+The names that need jax (``compile``, ``load``, ``Executable``) are imported on first use, so that
+``tripy_build.runtime``, which runs a built artifact without jax, starts fast.
+"""
 
 __version__ = "0.1.0"
 
-from .compiler import compile  # noqa: E402
 from .errors import TripyBuildError  # noqa: E402
-from .executable import Executable, load  # noqa: E402
-from .serialization import CompatibilityWarning  # noqa: E402
 from .spec import DimSize, InputInfo, NamedDimension  # noqa: E402
+
+_LAZY = {"compile": "compiler", "load": "executable", "Executable": "executable",
+         "CompatibilityWarning": "serialization"}
 
 __all__ = ["compile", "load", "Executable", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
            "CompatibilityWarning", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tripy_build' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

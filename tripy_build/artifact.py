@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
@@ -80,6 +78,8 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale_temporaries(parent: Path) -> None:
     """Delete half-written artifacts left by builds that were killed (their process is gone)."""
+    import shutil
+
     for entry in parent.glob(".*.tmp-*-*"):
         pid = entry.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
@@ -96,6 +96,9 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
     replaced, or with ``replace=False`` kept (a concurrent build of the same content got there first);
     any other existing non-empty directory is refused.
     """
+    import shutil
+    import tempfile
+
     target = Path(path).absolute()
     if target.exists() and not (target.is_dir() and (is_artifact(target) or not any(target.iterdir()))):
         raise ArtifactError(
@@ -145,6 +148,9 @@ def _fsync_dir(path: Path) -> None:
 
 def _replace_dir(new: Path, target: Path) -> None:
     """Move ``new`` to ``target``; an old artifact there is swapped out first and then deleted."""
+    import shutil
+    import tempfile
+
     try:
         os.rename(new, target)
         return

@@ -94,33 +94,42 @@ COLD_START_CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
-import tripy_build as tb
+if sys.argv[2] == "runtime":
+    from tripy_build import runtime as loader
+else:
+    import tripy_build as loader
 t1 = time.perf_counter()
-exe = tb.load(sys.argv[1], warmup=sys.argv[2])
+exe = loader.load(sys.argv[1], warmup=sys.argv[3])
 t2 = time.perf_counter()
-from tripy_build.bench import _inputs
-x = _inputs(exe, [d.bounds[1] for d in exe.dims], 0)
-y = np.asarray(__import__("jax").tree_util.tree_leaves(exe(*x))[0])
+rng = np.random.default_rng(0)
+x = [rng.standard_normal(info.shape_bounds.opt).astype(info.dtype) for _, info in exe._leaves]
+y = exe(*x)
+y = np.asarray(y if not isinstance(y, (list, tuple, dict)) else sorted(y.values())[0] if isinstance(y, dict) else y[0])
 t3 = time.perf_counter()
-print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_call": t3 - t2, "checksum": float(y.ravel()[0])}))
+print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_call": t3 - t2, "jax_imported": "jax" in sys.modules,
+                  "checksum": float(y.ravel()[0])}), flush=True)
 """
 
 
-def cold_start(path: str, rounds: int, warmup: str = "background") -> dict[str, Any]:
-    """Spawn -> first result (at opt) of ``tripy_build.load`` in a new process, timed from here.
+def cold_start(path: str, rounds: int, loader: str = "tripy_build", warmup: str = "background") -> dict[str, Any]:
+    """Spawn -> first result (at opt) in a new process, timed from here, loading with ``tripy_build.load``
+    (``loader="tripy_build"``) or ``tripy_build.runtime.load`` (``"runtime"``, no jax).
 
-    The child reports its own split: ``import tripy_build`` (mostly ``import jax``), ``load`` and the
-    first call; the rest is the interpreter starting and exiting.
+    The child reports its own split: the import (for ``tripy_build.load`` mostly ``import jax``),
+    ``load`` and the first call; the rest is the interpreter starting. The clock stops when the
+    result reaches this process, not when the child exits.
     """
     runs = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", COLD_START_CHILD, path, warmup], capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.Popen([sys.executable, "-c", COLD_START_CHILD, path, loader, warmup],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = proc.stdout.readline()
         wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise RuntimeError(f"cold-start child failed:\n{proc.stderr[-2000:]}")
-        runs.append(dict(json.loads(proc.stdout.strip().splitlines()[-1]), seconds=wall))
+        _, err = proc.communicate(timeout=600)
+        if proc.returncode != 0 or not line.strip():
+            raise RuntimeError(f"cold-start child failed:\n{err[-2000:]}")
+        runs.append(dict(json.loads(line), seconds=wall))
     median = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
     return {**median, "all": [r["seconds"] for r in runs]}
 
@@ -132,7 +141,10 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
 
     import tripy_build as tb
 
-    cold = cold_start(path, cold_rounds, warmup) if cold_rounds else None
+    cold = None
+    if cold_rounds:
+        cold = {"tripy_build.load": cold_start(path, cold_rounds, "tripy_build", warmup),
+                "tripy_build.runtime.load": cold_start(path, cold_rounds, "runtime", "none")}
     t0 = time.perf_counter()
     exe = tb.load(path, warmup=warmup)
     load_s = time.perf_counter() - t0
@@ -196,11 +208,11 @@ def report(result: dict[str, Any]) -> str:
     for d in result["dims"]:
         lines.append(f"  dim {d['name']} [{d['min']}..{d['max']}] opt {d['opt']}: {d['strategy']}"
                      + (f", buckets {' '.join(map(str, d['buckets']))}" if d["buckets"] else ""))
-    cold = result["cold_start"]
-    if cold:
-        lines.append(f"  cold start (spawn -> first result): {cold['seconds'] * 1e3:.0f} ms = import "
+    for loader, cold in (result["cold_start"] or {}).items():
+        lines.append(f"  cold start, {loader + ':':<26} {cold['seconds'] * 1e3:4.0f} ms spawn -> first result = import "
                      f"{cold['import'] * 1e3:.0f} ms + load {cold['load'] * 1e3:.0f} ms + first call "
-                     f"{cold['first_call'] * 1e3:.1f} ms + interpreter start and exit")
+                     f"{cold['first_call'] * 1e3:.1f} ms + interpreter start"
+                     + ("" if cold["jax_imported"] else " (jax never imported)"))
     lines.append(f"  this process (warmup={result['warmup']}): load {result['load_seconds'] * 1e3:.0f} ms, "
                  f"first call {result['first_call_seconds'] * 1e3:.1f} ms")
     s = result["stream"]

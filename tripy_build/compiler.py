@@ -21,7 +21,8 @@ from . import profiles as profiles_lib
 from . import xla_executable
 from .dispatch import Dispatcher, output_axes
 from .errors import SpecError
-from .executable import Executable, Parameter, Precompiled
+from .executable import Executable, Precompiled
+from .signature import Parameter
 from .export import export, output_infos
 from .spec import collect_named_dims
 from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners

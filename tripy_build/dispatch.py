@@ -99,6 +99,16 @@ def output_axes(out_avals: Sequence[Any], dims: Sequence[DimPlan], what: str = "
     return axes
 
 
+def output_axes_static(outputs: Sequence[Any], dims: Sequence[DimPlan]) -> list[list[int | None]]:
+    """``output_axes`` from the output specs alone (an artifact's manifest, without the program).
+
+    An output spec names a dim only where the output axis is exactly that dim's symbol, so this
+    agrees with ``output_axes`` on every artifact ``output_axes`` accepted when it was built.
+    """
+    by_name = {d.name: i for i, d in enumerate(dims) if d.name}
+    return [[by_name.get(info.dimension_names.get(a)) for a in range(info.rank)] for info in outputs]
+
+
 class Dispatcher:
     """Maps input shapes to a ``Route`` over a set of profiles (sizes per dim)."""
 
@@ -116,10 +126,6 @@ class Dispatcher:
         self.out_axes = [list(a) for a in out_axes]
         self.profiles = set(profiles)
         self._opt = tuple(d.bounds[1] for d in self.dims)
-
-    def axes_of(self, leaf: int) -> dict[int, int]:
-        """{axis: dim index} of one flat input."""
-        return dict(self._axes[leaf])
 
     def sizes_of(self, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
         return tuple(shapes[leaf][axis] for leaf, axis in self._probe)
@@ -170,6 +176,28 @@ class Dispatcher:
 
     def _covers(self, profile: tuple[int, ...], sizes: tuple[int, ...]) -> bool:
         return all(p == n or (d.padding is not None and p >= n) for d, p, n in zip(self.dims, profile, sizes))
+
+
+    def run(self, route: Route, leaves: Sequence[Any], run_profile: Callable[..., Sequence[Any]]) -> list[np.ndarray]:
+        """Run a route that pads or splits: the flat outputs, sliced back to the true sizes, on the host.
+
+        ``run_profile(target, inputs, dim_sizes)`` runs one profile on inputs of its shapes and returns
+        its flat outputs (arrays numpy can view).
+        """
+        if route.split is None:
+            padded = [pad(x, s) if p else x for x, p, s in zip(leaves, route.pad, route.shapes)]
+            outs = run_profile(route.target, padded, route.sizes)
+            return [np.asarray(o) if c is None else np.asarray(o)[c] for o, c in zip(outs, route.slices)]
+        di, parts = route.split
+        in_axes = [next((a for a, d in self._axes[li].items() if d == di), None) for li in range(len(leaves))]
+        pieces = []
+        for start, stop, sub in parts:
+            cut = [x if a is None else np.asarray(x)[(slice(None),) * a + (slice(start, stop),)]
+                   for x, a in zip(leaves, in_axes)]
+            pieces.append(self.run(sub, cut, run_profile))
+        out_axes = [next((a for a, d in enumerate(axes) if d == di), None) for axes in self.out_axes]
+        return [np.concatenate([p[i] for p in pieces], axis=a) if a is not None else pieces[0][i]
+                for i, a in enumerate(out_axes)]
 
 
 def pad(x: Any, shape: tuple[int, ...]) -> np.ndarray:

@@ -30,25 +30,13 @@ from . import compile_cache, dispatch, selftest, xla_executable
 from .errors import CallError
 from .export import Program
 from .profiles import DimPlan
+from .signature import Parameter, array_types, bind_call, check_leaf, check_leaves, named_uses
 from .spec import DimSize, InputInfo, count_leaves, flatten_like, rebuild
 from .weights import Weight, resolve
 
 log = logging.getLogger("tripy_build.executable")
 
 _FAST_CACHE_LIMIT = 4096
-_ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """A runtime parameter of the executable: its name, how it may be passed, its structure."""
-
-    name: str
-    kind: str  # an inspect.Parameter kind name
-    template: Any
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "structure": self.template}
 
 
 @dataclass
@@ -104,10 +92,7 @@ class Executable:
         self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile, measured by warm_up
         self._compile_lock = threading.Lock()
         self._program_digest = hashlib.sha256(program_bytes).hexdigest()
-        self._named_uses: dict[str, list[tuple[int, int]]] = {}
-        for li, (_, info) in enumerate(self._leaves):
-            for d, n in info.dimension_names.items():
-                self._named_uses.setdefault(n, []).append((li, d))
+        self._named_uses = named_uses(self._leaves)
         self._leaf_slices: dict[str, slice] = {}
         start = 0
         for p in self._parameters:
@@ -190,7 +175,7 @@ class Executable:
         new._derive()
         for name in values:
             for value, (path, info) in zip(new._bound_leaves[name], new._leaves_of(name)):
-                _check_leaf(value, path, info)
+                check_leaf(value, path, info)
         return new
 
     def _assemble_named(self, values: dict[str, Any]) -> list[Any]:
@@ -307,39 +292,11 @@ class Executable:
         return [p.name for p in self._visible]
 
     def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        names = self._names
-        if len(args) > len(self._positional):
-            raise CallError(
-                f"{self._name}() takes {len(self._positional)} positional input(s) "
-                f"({', '.join(p.name for p in self._positional)}) but {len(args)} were given."
-            )
-        values: dict[str, Any] = {p.name: a for p, a in zip(self._positional, args)}
-        for key, value in kwargs.items():
-            if key not in names:
-                raise CallError(
-                    f"{self._name}() got an unexpected keyword argument {key!r}; its inputs are: "
-                    f"{', '.join(names)} (compile-time constants cannot be passed)."
-                )
-            if key in values:
-                raise CallError(f"{self._name}() got multiple values for input {key!r}.")
-            values[key] = value
-        missing = [n for n in names if n not in values]
-        if missing:
-            raise CallError(
-                f"{self._name}() is missing input(s) {', '.join(repr(m) for m in missing)}; "
-                f"expected: {', '.join(f'{n}: {self.input_infos[n]!r}' for n in missing)}."
-            )
-        return values
+        return bind_call(self._name, self._visible, args, kwargs, lambda n: repr(self.input_infos[n]))
 
     def check_leaves(self, leaves: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
         """Validate flat inputs against the specs; the tuple of their shapes."""
-        shapes = tuple(_check_leaf(v, path, info) for v, (path, info) in zip(leaves, self._leaves))
-        for name, uses in self._named_uses.items():
-            sizes = {shapes[li][d] for li, d in uses}
-            if len(sizes) > 1:
-                parts = ", ".join(f"input '{self._leaves[li][0]}' dim {d} is {shapes[li][d]}" for li, d in uses)
-                raise CallError(f"NamedDimension {name!r} must have one size in every input, but {parts}.")
-        return tuple(shapes)
+        return check_leaves(leaves, self._leaves, self._named_uses)
 
     def _bound_by_index(self) -> dict[int, Any]:
         return {self._leaf_slices[name].start + i: value
@@ -351,9 +308,9 @@ class Executable:
         full = [bound[i] if i in bound else next(it) for i in range(len(self._leaves))]
         return self._runner(self.check_leaves(full))(full)
 
-    def run_profile(self, target: Sequence[int], leaves: Sequence[Any], sizes: Sequence[int]) -> Any:
-        """Run the program compiled for ``target`` (sizes per dim) on inputs already of its shapes."""
-        return self._callable(tuple(target))(*self._leading, *leaves, *[np.int32(n) for n in sizes])
+    def run_profile(self, target: Sequence[int], leaves: Sequence[Any], sizes: Sequence[int]) -> list[Any]:
+        """Run the program compiled for ``target`` (sizes per dim) on inputs already of its shapes; flat outputs."""
+        return self._run_flat(tuple(target), leaves, sizes)
 
     def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         leaves = self._assemble_named(self._bind(args, kwargs))
@@ -389,57 +346,28 @@ class Executable:
         if run is not None:
             return run
         route = self._dispatcher.route(shapes, self._latency)
-        if route.split is not None:
-            run = self._split_runner(route)
+        if route.split is None and not route.padded and not any(c is not None for c in route.slices):
+            fn = self._callable(route.target)
+            lead, sizes = tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
+
+            def run(leaves: Sequence[Any]) -> Any:
+                return fn(*lead, *leaves, *sizes)
+            run.exact = (fn, lead, sizes)  # type: ignore[attr-defined]
         else:
-            run = self._single_runner(route)
+            tree = self._program.main.out_tree
+
+            def run(leaves: Sequence[Any]) -> Any:
+                outs = self._dispatcher.run(route, leaves, self._run_flat)
+                return jax.tree_util.tree_unflatten(tree, [jax.device_put(o) for o in outs])
         if len(self._runners) >= _FAST_CACHE_LIMIT:
             self._runners.clear()
         self._runners[shapes] = run
         return run
 
-    def _split_runner(self, route: dispatch.Route) -> Callable:
-        """Run the slices of a split rows dim one by one and join the outputs along that dim."""
-        di, parts = route.split
-        in_axes = [next((a for a, d in self._dispatcher.axes_of(li).items() if d == di), None)
-                   for li in range(len(self._leaves))]
-        out_axes = [next((a for a, d in enumerate(axes) if d == di), None) for axes in self._dispatcher.out_axes]
-        runs = [(start, stop, self._single_runner(sub, host=True)) for start, stop, sub in parts]
-
-        def run(leaves: Sequence[Any]) -> Any:
-            pieces = []
-            for start, stop, part in runs:
-                cut = [x if a is None else np.asarray(x)[(slice(None),) * a + (slice(start, stop),)]
-                       for x, a in zip(leaves, in_axes)]
-                pieces.append(part(cut))
-            tree = pieces[0][1]
-            joined = [np.concatenate([p[0][i] for p in pieces], axis=a) if a is not None else pieces[0][0][i]
-                      for i, a in enumerate(out_axes)]
-            return jax.tree_util.tree_unflatten(tree, [jax.device_put(o) for o in joined])
-        return run
-
-    def _single_runner(self, route: dispatch.Route, host: bool = False) -> Callable:
-        """Run one profile; with ``host``, return (flat outputs as numpy arrays, output tree)."""
-        fn = self._callable(route.target)
-        lead, sizes = tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
-        pads, targets, slices = route.pad, route.shapes, route.slices
-        if host:
-            def run(leaves: Sequence[Any]) -> Any:
-                padded = [dispatch.pad(x, s) if p else x for x, p, s in zip(leaves, pads, targets)]
-                flat, tree = jax.tree_util.tree_flatten(fn(*lead, *padded, *sizes))
-                return [np.asarray(o) if c is None else np.asarray(o)[c] for o, c in zip(flat, slices)], tree
-            return run
-        if not route.padded and not any(s is not None for s in route.slices):
-            def run(leaves: Sequence[Any]) -> Any:
-                return fn(*lead, *leaves, *sizes)
-            run.exact = (fn, lead, sizes)  # type: ignore[attr-defined]
-        else:
-            def run(leaves: Sequence[Any]) -> Any:
-                padded = [dispatch.pad(x, s) if p else x for x, p, s in zip(leaves, pads, targets)]
-                flat, tree = jax.tree_util.tree_flatten(fn(*lead, *padded, *sizes))
-                flat = [o if c is None else jax.device_put(np.asarray(o)[c]) for o, c in zip(flat, slices)]
-                return jax.tree_util.tree_unflatten(tree, flat)
-        return run
+    def _run_flat(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[Any]:
+        """One profile on inputs of its shapes: its flat outputs."""
+        out = self._callable(tuple(target))(*self._leading, *leaves, *[np.int32(n) for n in sizes])
+        return jax.tree_util.tree_leaves(out)
 
     def _callable(self, target: tuple[int, ...]) -> Callable:
         """The compiled program for one profile: precompiled, or compiled now (once) and cached."""
@@ -583,35 +511,12 @@ def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:
     value = leaves[weight.path]
     want = (tuple(weight.value.shape), np.dtype(weight.value.dtype))
     got = (tuple(np.shape(value)), np.dtype(getattr(value, "dtype", np.asarray(value).dtype)))
-    if not isinstance(value, _ARRAY_TYPES) or got != want:
+    if not isinstance(value, array_types()) or got != want:
         raise CallError(
             f"bind({argument}=...): {weight.path} must be an array of shape {want[0]} and dtype {want[1].name}, "
             f"got {type(value).__name__} of shape {got[0]} and dtype {got[1].name} (no silent casts)."
         )
     return Weight(weight.path, argument, jax.device_put(value))
-
-
-def _check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
-    if not isinstance(value, _ARRAY_TYPES):
-        raise CallError(f"input '{path}' must be an array (numpy or jax) of {info!r}, got {type(value).__name__}.")
-    shape = tuple(value.shape)
-    if len(shape) != info.rank:
-        raise CallError(f"input '{path}' has rank {len(shape)} (shape {shape}) but expected rank {info.rank}: {info!r}.")
-    if value.dtype != info.dtype:
-        raise CallError(
-            f"input '{path}' has dtype {np.dtype(value.dtype).name} but expected {info.dtype.name}; "
-            f"convert it explicitly, e.g. x.astype('{info.dtype.name}') (no silent casts)."
-        )
-    for d, (size, lo, hi) in enumerate(zip(shape, info.shape_bounds.min, info.shape_bounds.max)):
-        if not lo <= size <= hi:
-            name = info.dimension_names.get(d)
-            label = f" (NamedDimension {name!r})" if name else ""
-            expected = f"fixed at {lo}" if lo == hi else f"in range [{lo}, {hi}]"
-            raise CallError(
-                f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
-                f"the input's shape is {shape}, declared as {info!r}."
-            )
-    return shape
 
 
 def load(path: str | os.PathLike, warmup: str = "background") -> Executable:

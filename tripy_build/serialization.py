@@ -1,11 +1,12 @@
 """An ``Executable`` to and from an artifact directory (``artifact`` does the files; this says what is in them).
 
 Saving writes the exported programs, the weights once (``.npy``, no pickle), one executable per
-profile, the self-test and a manifest that describes all of it (docs/artifact.md). Loading checks
-every file it will use against its digest first, then deserializes the programs, puts the weights on
-the device and runs the prep program once. Precompiled executables are deserialized on first use,
-so a process that serves a few shapes pays only for those; one built for another host is skipped
-with a ``CompatibilityWarning`` and its shapes compile from the exported program instead.
+profile, the self-test and a manifest that describes all of it (docs/artifact.md). ``read`` parses
+the manifest and checks every file a loader will use against its digest, without jax, for both
+loaders: ``load`` (here: jax arrays, every feature) and ``runtime.load`` (numpy, no jax).
+Precompiled executables are deserialized on first use, so a process that serves a few shapes pays
+only for those; one built for another host is skipped with a ``CompatibilityWarning`` and its shapes
+compile from the exported program instead.
 """
 
 from __future__ import annotations
@@ -13,23 +14,22 @@ from __future__ import annotations
 import io
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
-from . import artifact, xla_executable
-from .dispatch import Dispatcher, output_axes
+from . import artifact, host
 from .errors import ArtifactError, SpecError
-from .executable import Executable, Parameter, Precompiled
-from .export import Program
 from .profiles import DimPlan
+from .signature import Parameter
 from .spec import DimSize, InputInfo, count_leaves, flatten_like, rebuild
-from .weights import Source, Weight
 
 PROGRAM_FILE = "program.jaxexport"
 PREP_FILE = "prep.jaxexport"
+PREP_EXECUTABLE = "executables/prep.xla"
+WARMUPS = ("background", "now", "none")
 
 
 class CompatibilityWarning(UserWarning):
@@ -39,14 +39,12 @@ class CompatibilityWarning(UserWarning):
 def toolchain() -> dict[str, Any]:
     import platform
 
-    import jaxlib
-
     from . import __version__
 
     return {
         "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
+        "jax": host.version("jax"),
+        "jaxlib": host.version("jaxlib"),
         "tripy_build": __version__,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
@@ -65,11 +63,25 @@ def from_npy(data: bytes, where: str) -> np.ndarray:
         raise ArtifactError(f"{where}: not a readable .npy array ({e}).") from None
 
 
-PREP_EXECUTABLE = "executables/prep.xla"
+def structure_template(tree: Any) -> Any:
+    """A JSON template (``spec.rebuild``'s format) of a pytree whose leaves are their flat indices, or None."""
+    if isinstance(tree, int):
+        return {"leaf": tree}
+    if isinstance(tree, dict) and all(isinstance(k, str) for k in tree):
+        children = [[k, structure_template(tree[k])] for k in sorted(tree)]
+        return None if any(c is None for _, c in children) else {"dict": children}
+    if type(tree) in (list, tuple):
+        children = [structure_template(c) for c in tree]
+        return None if any(c is None for c in children) else {type(tree).__name__: children}
+    return None
 
 
-def manifest(exe: Executable) -> dict[str, Any]:
+# --- writing -------------------------------------------------------------------------------------
+
+def manifest(exe: Any) -> dict[str, Any]:
     """Everything the artifact's manifest says about ``exe`` (``artifact.write`` adds the file table)."""
+    import jax
+
     program = exe._program
     leaf_paths = [p for p, _ in exe._leaves]
     executables = [dict(p.meta, file=f"executables/{i}.xla", target=list(p.target)) for i, p in enumerate(exe._precompiled)]
@@ -77,12 +89,14 @@ def manifest(exe: Executable) -> dict[str, Any]:
     if program.prep is not None:
         prep = {"file": PREP_FILE, "format": "jax.export",
                 "executable": None if exe._prep_exe is None else dict(exe._prep_exe.meta, file=PREP_EXECUTABLE)}
+    out_tree = program.main.out_tree
     return {
         "function": exe._name,
         "inputs": [p.to_json() for p in exe._parameters],
         "input_specs": [dict(info.to_json(), path=path) for path, info in exe._leaves],
         "sizes": [{"path": path, "dim": size.name} for path, size in exe._sizes],
         "outputs": [info.to_json() for info in exe._outputs],
+        "output_structure": structure_template(jax.tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves))),
         "optimization_level": exe.optimization_level,
         "platforms": list(exe.platforms),
         "program": {"file": PROGRAM_FILE, "format": "jax.export",
@@ -100,7 +114,7 @@ def manifest(exe: Executable) -> dict[str, Any]:
     }
 
 
-def save(exe: Executable, path: str | os.PathLike, replace: bool = True) -> Path:
+def save(exe: Any, path: str | os.PathLike, replace: bool = True) -> Path:
     """Write ``exe`` as an artifact; an existing artifact at ``path`` is replaced (or kept: ``replace=False``)."""
     entries, selftest_files = exe.selftest_cases()
     files = {PROGRAM_FILE: exe._program_bytes, **selftest_files}
@@ -120,100 +134,159 @@ def save(exe: Executable, path: str | os.PathLike, replace: bool = True) -> Path
                           index_extra={"compile_seconds": seconds})
 
 
-WARMUPS = ("background", "now", "none")
+# --- reading (no jax) ----------------------------------------------------------------------------
+
+@dataclass
+class Contents:
+    """What a manifest says, parsed, and the checked bytes of every file a loader uses."""
+
+    path: str
+    manifest: dict[str, Any]
+    name: str
+    optimization_level: int
+    platforms: list[str]
+    parameters: list[Parameter]
+    leaves: list[tuple[str, InputInfo]]
+    sizes: list[tuple[str, DimSize]]
+    outputs: list[InputInfo]
+    output_structure: Any  # a spec.rebuild template, or None (outputs come back as a list)
+    dims: list[DimPlan]
+    weights: list[dict[str, Any]]  # manifest entries: file, path, argument, dtype, shape
+    sources: list[tuple[str, int]]  # per leading argument of main: ("weight" | "prep", index)
+    executables: list[dict[str, Any]]  # one per profile
+    prep_executable: dict[str, Any] | None
+    program_file: str
+    prep_file: str | None
+    bound: dict[str, str]  # parameter name -> directory of its .npy leaves
+    bound_files: dict[str, list[str]]
+    files: dict[str, bytes]
+
+    def where(self, rel: str = artifact.MANIFEST) -> str:
+        return os.path.join(self.path, rel)
+
+    def array(self, rel: str) -> np.ndarray:
+        return from_npy(self.files[rel], self.where(rel))
+
+    def bound_values(self) -> dict[str, Any]:
+        return {name: rebuild(next(p for p in self.parameters if p.name == name).template,
+                              [self.array(f) for f in files]) for name, files in self.bound_files.items()}
+
+    def usable(self, entry: dict[str, Any]) -> bool:
+        """Whether a precompiled executable can run here; warns with the reason when it cannot."""
+        reason = _cannot_load(entry)
+        if reason is not None:
+            warnings.warn(f"{self.where(entry['file'])}: skipped ({reason}); the exported program will be "
+                          "compiled for these shapes on first use instead.", CompatibilityWarning, stacklevel=4)
+        return reason is None
 
 
-def load(path: str | os.PathLike, warmup: str = "background") -> Executable:
-    """Load an artifact written by ``save`` or the build command, without compiling (``tripy_build.load``)."""
-    if warmup not in WARMUPS:
-        raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
+def read(path: str | os.PathLike) -> Contents:
+    """Parse an artifact's manifest and read every file a loader needs, each checked against its digest."""
+    path = str(path)
     where = os.path.join(path, artifact.MANIFEST)
     m = artifact.read_manifest(path)
     try:
-        name, level = str(m["function"]), int(m["optimization_level"])
-        platforms = [str(p) for p in m["platforms"]]
         leaves = [(s["path"], InputInfo.from_json(s)) for s in m["input_specs"]]
         leaf_paths = [p for p, _ in leaves]
-        sizes = [(str(s["path"]), DimSize(str(s["dim"]))) for s in m["sizes"]]
         parameters = [Parameter(p["name"], p["kind"], p["structure"]) for p in m["inputs"]]
-        outputs = [InputInfo.from_json(o) for o in m["outputs"]]
-        weight_entries = list(m["weights"])
-        sources = [Source.from_json(s) for s in m["leading"]]
-        dims = [DimPlan.from_json(d, leaf_paths) for d in m["dims"]]
-        exe_entries = list(m["executables"])
-        prep_entry = (m.get("prep") or {}).get("executable")
         bound = {str(k): str(v) for k, v in (m.get("bound_inputs") or {}).items()}
-        program_file = m["program"]["file"]
-        prep_file = m["prep"]["file"] if m.get("prep") else None
         bound_files = {}
         for pname, rel in bound.items():
             param = next((p for p in parameters if p.name == pname), None)
             if param is None:
-                raise ArtifactError(f"{where}: bound input {pname!r} is not an input of {name}.")
+                raise ArtifactError(f"{where}: bound input {pname!r} is not an input of {m['function']}.")
             bound_files[pname] = [f"{rel}/{i}.npy" for i in range(count_leaves(param.template))]
-        names = [program_file, *([prep_file] if prep_file else []), *(w["file"] for w in weight_entries),
-                 *(e["file"] for e in [*exe_entries, *([prep_entry] if prep_entry else [])]),
-                 *(f for fs in bound_files.values() for f in fs)]
+        prep = m.get("prep") or {}
+        contents = Contents(
+            path=path, manifest=m, name=str(m["function"]), optimization_level=int(m["optimization_level"]),
+            platforms=[str(p) for p in m["platforms"]], parameters=parameters, leaves=leaves,
+            sizes=[(str(s["path"]), DimSize(str(s["dim"]))) for s in m["sizes"]],
+            outputs=[InputInfo.from_json(o) for o in m["outputs"]], output_structure=m.get("output_structure"),
+            dims=[DimPlan.from_json(d, leaf_paths) for d in m["dims"]], weights=list(m["weights"]),
+            sources=[(str(k), int(i)) for entry in m["leading"] for k, i in entry.items()],
+            executables=list(m["executables"]),
+            prep_executable=prep.get("executable"), program_file=m["program"]["file"],
+            prep_file=prep.get("file"), bound=bound, bound_files=bound_files, files={},
+        )
     except (KeyError, TypeError, ValueError, AttributeError, SpecError) as e:
         raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is damaged.") from None
-    _, files = artifact.read(path, names, [], m)
+    names = [contents.program_file, *([contents.prep_file] if contents.prep_file else []),
+             *(w["file"] for w in contents.weights),
+             *(e["file"] for e in [*contents.executables, *([contents.prep_executable] if contents.prep_executable else [])]),
+             *(f for fs in bound_files.values() for f in fs)]
+    contents.files = artifact.read(path, names, [], m)[1]
+    return contents
+
+
+def _cannot_load(entry: dict[str, Any]) -> str | None:
+    if entry.get("format") != host.FORMAT:
+        return f"unknown executable format {entry.get('format')!r}"
+    if entry.get("platform") != "cpu":
+        import jax
+
+        try:
+            jax.devices(entry.get("platform"))
+        except RuntimeError:
+            return f"no {entry.get('platform')} device on this host"
+    return host.incompatibility(entry.get("depends_on", {}))
+
+
+# --- loading as an Executable (jax) --------------------------------------------------------------
+
+def load(path: str | os.PathLike, warmup: str = "background") -> Any:
+    """Load an artifact written by ``save`` or the build command, without compiling (``tripy_build.load``)."""
+    if warmup not in WARMUPS:
+        raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
+    import jax
+
+    from . import xla_executable
+    from .dispatch import Dispatcher, output_axes
+    from .executable import Executable, Precompiled
+    from .export import Program
+    from .weights import Source, Weight
+
+    c = read(path)
 
     def program(file: str) -> jax.export.Exported:
         try:
-            return jax.export.deserialize(bytearray(files[file]))
+            return jax.export.deserialize(bytearray(c.files[file]))
         except Exception as e:  # noqa: BLE001 - any failure here means the program file is unusable
-            raise ArtifactError(f"{os.path.join(path, file)}: cannot deserialize the exported program ({e}).") from None
+            raise ArtifactError(f"{c.where(file)}: cannot deserialize the exported program ({e}).") from None
 
-    main = program(program_file)
-    prep = program(prep_file) if prep_file else None
-    weights = [Weight(w["path"], w["argument"], jax.device_put(from_npy(files[w["file"]], os.path.join(path, w["file"]))))
-               for w in weight_entries]
+    main = program(c.program_file)
+    prep = program(c.prep_file) if c.prep_file else None
+    weights = [Weight(w["path"], w["argument"], jax.device_put(c.array(w["file"]))) for w in c.weights]
+
     def precompiled(entry: dict[str, Any], exported: jax.export.Exported, label: str) -> Precompiled | None:
-        pre = Precompiled(tuple(int(n) for n in entry.get("target", [])), files[entry["file"]], entry)
-        reason = _cannot_load(entry)
-        if reason is not None:
-            warnings.warn(f"{os.path.join(path, entry['file'])}: skipped ({reason}); the exported program will be "
-                          "compiled for these shapes on first use instead.", CompatibilityWarning, stacklevel=3)
+        if not c.usable(entry):
             return None
+        pre = Precompiled(tuple(int(n) for n in entry.get("target", [])), c.files[entry["file"]], entry)
+
         def loader() -> Any:
             try:
                 return xla_executable.load(pre.blob, entry, exported.out_tree, label, entry["platform"])
             except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
-                raise ArtifactError(f"{os.path.join(path, entry['file'])}: cannot deserialize the executable "
+                raise ArtifactError(f"{c.where(entry['file'])}: cannot deserialize the executable "
                                     f"({type(e).__name__}: {str(e)[:200]}).") from None
         pre.loader = loader
         return pre
 
-    profiles = [p for p in (precompiled(e, main, name) for e in exe_entries) if p is not None]
-    prep_exe = precompiled(prep_entry, prep, f"{name}_prep") if prep_entry and prep is not None else None
+    profiles = [p for p in (precompiled(e, main, c.name) for e in c.executables) if p is not None]
+    prep_exe = precompiled(c.prep_executable, prep, f"{c.name}_prep") if c.prep_executable and prep else None
     try:
-        dispatcher = Dispatcher(dims, [info.shape_bounds.opt for _, info in leaves], [s.name for _, s in sizes],
-                                output_axes(main.out_avals, dims), [p.target for p in profiles])
+        dispatcher = Dispatcher(c.dims, [info.shape_bounds.opt for _, info in c.leaves], [s.name for _, s in c.sizes],
+                                output_axes(main.out_avals, c.dims), [p.target for p in profiles])
     except (SpecError, KeyError) as e:
-        raise ArtifactError(f"{where}: the dims do not match the exported program ({e}).") from None
+        raise ArtifactError(f"{c.where()}: the dims do not match the exported program ({e}).") from None
     exe = Executable(
-        program=Program(main, prep, weights, sources, []), program_bytes=files[program_file],
-        prep_bytes=files.get(prep_file) if prep_file else None, name=name, parameters=parameters, leaves=leaves,
-        sizes=sizes, outputs=outputs, dims=dims, dispatcher=dispatcher, optimization_level=level,
-        platforms=platforms, precompiled=profiles, prep_exe=prep_exe,
-        metadata=m.get("metadata", {}), origin=(str(path), m.get("selftest", [])),
+        program=Program(main, prep, weights, [Source(k, i) for k, i in c.sources], []), program_bytes=c.files[c.program_file],
+        prep_bytes=c.files.get(c.prep_file) if c.prep_file else None, name=c.name, parameters=c.parameters,
+        leaves=c.leaves, sizes=c.sizes, outputs=c.outputs, dims=c.dims, dispatcher=dispatcher,
+        optimization_level=c.optimization_level, platforms=c.platforms, precompiled=profiles, prep_exe=prep_exe,
+        metadata=c.manifest.get("metadata", {}), origin=(c.path, c.manifest.get("selftest", [])),
     )
-    if bound:
-        values = {pname: rebuild(next(p for p in parameters if p.name == pname).template,
-                                 [from_npy(files[f], os.path.join(path, f)) for f in fs])
-                  for pname, fs in bound_files.items()}
-        exe = exe._with_bound(values, bound)
+    if c.bound:
+        exe = exe._with_bound(c.bound_values(), c.bound)
     if warmup != "none":
         exe.warm_up(background=warmup == "background")
     return exe
-
-
-def _cannot_load(entry: dict[str, Any]) -> str | None:
-    if entry.get("format") != xla_executable.FORMAT:
-        return f"unknown executable format {entry.get('format')!r}"
-    platform = entry.get("platform")
-    try:
-        jax.devices(platform)
-    except RuntimeError:
-        return f"no {platform} device on this host"
-    return xla_executable.incompatibility(entry.get("depends_on", {}))

@@ -9,15 +9,12 @@ program instead.
 
 from __future__ import annotations
 
-import platform
-from functools import lru_cache
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 
-FORMAT = "pjrt-executable-v1"
-TESTED_JAX_SERIES = ("0.10.",)
+from .host import FORMAT, host_features, incompatibility, tested_jax  # noqa: F401 - re-exported
 
 
 def _backend(platform_name: str):
@@ -37,54 +34,6 @@ def serialize(compiled: jax.stages.Compiled) -> tuple[bytes, dict[str, Any]]:
         "kept_inputs": sorted(unloaded.kept_var_idx),
     }
     return blob, meta
-
-
-@lru_cache(maxsize=None)
-def host_features() -> dict[str, Any]:
-    """What an XLA CPU executable built here depends on: jaxlib, the machine and its CPU flags."""
-    flags: list[str] = []
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("flags", "Features") and not flags:
-                    flags = sorted(set(value.split()))
-                elif key in ("model name", "CPU part") and not model:
-                    model = value.strip()
-    except OSError:
-        pass
-    import jaxlib
-
-    return {
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "machine": platform.machine(),
-        "system": platform.system(),
-        "cpu_model": model,
-        "cpu_features": " ".join(flags),
-    }
-
-
-def tested_jax() -> bool:
-    """Whether this jax is a version whose executable wrapper ``load`` rebuilds was tested."""
-    return jax.__version__.startswith(TESTED_JAX_SERIES)
-
-
-def incompatibility(recorded: dict[str, Any]) -> str | None:
-    """Why an executable built with ``recorded`` dependencies must not be loaded here, or None."""
-    host = host_features()
-    if not tested_jax():
-        return f"jax {host['jax']} is not a version this loader was tested with ({', '.join(TESTED_JAX_SERIES)}x)"
-    for key in ("jaxlib", "machine", "system"):
-        if recorded.get(key) != host[key]:
-            return f"built for {key} {recorded.get(key)!r}, this host has {host[key]!r}"
-    missing = sorted(set(recorded.get("cpu_features", "").split()) - set(host["cpu_features"].split()))
-    if missing:
-        shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
-        return f"built on a CPU with features this host lacks ({shown})"
-    return None
 
 
 def load(blob: bytes, meta: dict[str, Any], out_tree: Any, name: str, platform_name: str = "cpu") -> jax.stages.Compiled:

@@ -1,0 +1,139 @@
+"""``tripy_build.runtime``: a built artifact run without importing jax, against ``tripy_build.load``.
+
+The runtime shares validation, profiles and padding with ``Executable``; these tests check that it
+agrees with it (values, structure, errors), that it really never imports jax, and that a shape no
+profile covers still works (through the full executable).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tripy_build as tb
+from tripy_build import runtime
+from conftest import DIM_IN, assert_close
+
+ROWS = {"batch": "rows"}
+
+
+def affine(x, params):
+    return jnp.tanh(x @ params["w"] + params["b"])
+
+
+@pytest.fixture(scope="module")
+def affine_artifact(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((8, 6)).astype(np.float32), "b": rng.standard_normal(6).astype(np.float32)}
+    batch = tb.NamedDimension("batch", 1, 4, 20)
+    path = tmp_path_factory.mktemp("rt") / "affine"
+    tb.compile(affine, args=[tb.InputInfo((batch, 8), "float32"), params], padding=ROWS,
+               buckets={"batch": [1, 4, 8, 16]}).save(path)
+    return path, params
+
+
+def _x(n, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
+
+
+def test_runtime_matches_the_executable_exact_and_padded(affine_artifact):
+    path, params = affine_artifact
+    rt, exe = runtime.load(path), tb.load(path, warmup="none")
+    for n in (1, 3, 4, 5, 8, 16):
+        y = rt(_x(n, n))
+        assert isinstance(y, np.ndarray) and y.shape == (n, 6) and y.dtype == np.float32
+        assert not y.flags.writeable  # a view of the result buffer
+        assert_close(y, np.asarray(exe(_x(n, n))), rtol=1e-6, atol=1e-6)
+        assert_close(y, affine(jnp.asarray(_x(n, n)), params))
+    assert list(rt.input_infos) == ["x"] and rt.output_infos == exe.output_infos
+
+
+def test_runtime_never_imports_jax(affine_artifact, tmp_path):
+    path, params = affine_artifact
+    np.save(tmp_path / "x.npy", _x(3))
+    code = textwrap.dedent(f"""
+        import json, sys
+        import numpy as np
+        from tripy_build import runtime
+        rt = runtime.load({str(path)!r}, warmup="now")
+        y = rt(np.load({str(tmp_path / 'x.npy')!r}))
+        print(json.dumps({{"jax": "jax" in sys.modules, "y": y.tolist()}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["jax"] is False
+    assert_close(np.asarray(out["y"], np.float32), affine(jnp.asarray(_x(3)), params))
+    assert "pjrt_client" not in proc.stderr  # jaxlib's INFO lines stay quiet, as under jax
+
+
+def test_uncovered_shape_falls_back_to_the_full_executable(affine_artifact):
+    path, params = affine_artifact
+    rt = runtime.load(path)
+    y = rt(_x(19))  # batch 19 > the largest bucket (16): compiled once, through jax
+    assert isinstance(y, np.ndarray) and y.shape == (19, 6)
+    assert_close(y, affine(jnp.asarray(_x(19)), params))
+
+
+def test_runtime_errors_are_the_executables(affine_artifact):
+    path, _ = affine_artifact
+    rt, exe = runtime.load(path), tb.load(path, warmup="none")
+    for bad in ([_x(21)], [_x(3).astype(np.float64)], [_x(3), _x(3)], [[1.0] * 8], []):
+        with pytest.raises(tb.TripyBuildError) as ours:
+            rt(*bad)
+        with pytest.raises(tb.TripyBuildError) as theirs:
+            exe(*bad)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_runtime_keeps_structure_named_dims_and_bound_inputs(pair_exe, nested_exe, tmp_path, rng):
+    pair_exe.save(tmp_path / "pair")
+    rt = runtime.load(tmp_path / "pair")
+    a, b = rng.standard_normal((5, 5)).astype(np.float32), rng.standard_normal((5, 5)).astype(np.float32)
+    s, p = rt(a, b)
+    assert_close(s, a + b)
+    assert_close(p, a * b)
+    with pytest.raises(tb.TripyBuildError, match="NamedDimension 'batch' must have one size"):
+        rt(a, b[:4])
+
+    exe, fn = nested_exe
+    exe.save(tmp_path / "nested")
+    d = {"a": rng.standard_normal((2, 3)).astype(np.float32),
+         "b": [rng.standard_normal(3).astype(np.float32), (np.arange(2, dtype=np.int32), np.ones(2, np.int32))]}
+    got = runtime.load(tmp_path / "nested")(d=d)
+    want = fn(d, 2.5)
+    assert type(got) is type(want) and len(got) == 2
+    for g, w in zip(got, want):
+        assert_close(g, np.asarray(w))
+
+    def scaled(x, scale):
+        return x * scale
+
+    batch = tb.NamedDimension("batch", 1, 2, 4)
+    exe = tb.compile(scaled, args=[tb.InputInfo((batch, 5), "float32"), tb.InputInfo((5,), "float32")])
+    exe.bind(scale=np.arange(5, dtype=np.float32)).save(tmp_path / "bound")
+    rt = runtime.load(tmp_path / "bound")
+    assert list(rt.input_infos) == ["x"]
+    assert_close(rt(a[:3]), a[:3] * np.arange(5, dtype=np.float32))
+
+
+def test_runtime_checks_digests_first(affine_artifact, tmp_path):
+    import shutil
+
+    path, _ = affine_artifact
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    weight = next((copy / "weights").iterdir())
+    data = bytearray(weight.read_bytes())
+    data[-1] ^= 0xFF
+    weight.write_bytes(bytes(data))
+    with pytest.raises(tb.TripyBuildError, match=f"weights/{weight.name}: sha256"):
+        runtime.load(copy)
+    with pytest.raises(tb.TripyBuildError, match="warmup='soon'"):
+        runtime.load(path, warmup="soon")
