@@ -554,7 +554,7 @@ def main(argv=None) -> int:
     def available(peer) -> bool:
         try:
             return all(importlib.util.find_spec(m) is not None for m in peer.modules)
-        except ModuleNotFoundError:
+        except (ImportError, ValueError):  # a parent package missing, or a module set to None
             return False
     peers = [BY_KEY[k] for k in args.peers if available(BY_KEY[k])]
     for key in args.peers:
