@@ -22,7 +22,8 @@ Peers (each a class below with ``build`` / ``imports`` / ``load``; a missing one
                    module per shape used, marked "(static)".
 - ``torch-aoti``   the same math as an ``nn.Module`` (Linear weights [out, in], exact erf GELU),
                    ``torch.export`` with dynamic ``Dim``s, ``aoti_compile_and_package`` (fresh TorchInductor
-                   cache per model), loaded with ``aoti_load_package``.
+                   cache per model), loaded with ``aoti_load_package`` (which imports ``torch._inductor``
+                   and probes the CPU's vector ISA with compiled test programs in subprocesses).
 
 All in fresh processes with one intra-op thread each (``THREAD_ENV``, ORT ``intra_op_num_threads=1``,
 ``torch.set_num_threads(1)``, IREE's ``local-sync``), pinned to one CPU before any import (``--no-pin``):
@@ -217,7 +218,7 @@ class Iree:
             return {"files": {"*": "dynamic.vmfb"}}
         except Exception as e:  # iree.compiler.CompilerToolError: dynamic shapes it cannot lower
             errors = [ln.strip() for ln in str(e).splitlines() if "error:" in ln] or [str(e).splitlines()[0]]
-            reason = errors[0].split("error:", 1)[-1].strip()[:200]
+            reason = errors[0].split("error:", 1)[-1].split(": %")[0].strip()[:200]
         rejected_s, files = clock() - t, {}
         for s in ("small", "large"):
             shape = MODELS[name][s]
