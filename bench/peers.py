@@ -13,7 +13,9 @@ Shapes: small = batch 1 (transformer 1 x 16), large = batch 64 (transformer 8 x 
 
 Peers (each a class below with ``build`` / ``imports`` / ``load``; a missing one is skipped):
 
-- ``tripy_build``  ``tb.compile(model.apply, args=[params, tb.InputInfo(...)])``, ``exe.save``, ``tb.load``.
+- ``tripy_build``  ``tb.compile(model.apply, args=[params, tb.InputInfo(...)], padding=model.padding)``
+  (with ``DimSize`` lengths for masked dims, as the build command does), ``exe.save``, ``tb.load``.
+- ``tripy_build.runtime``  the same artifact loaded by ``tripy_build.runtime.load``: no ``import jax``.
 - ``jax.jit``      from source: import the model, ``np.load`` the weights, ``jax.jit`` (its cold start
                    traces and compiles). No build; its "artifact" is the weights' .npz.
 - ``onnxruntime``  ``jax2onnx.to_onnx`` with symbolic dims, run by an ``InferenceSession`` (CPU provider).
@@ -129,14 +131,17 @@ class TripyBuild:
     key, label, modules = "tripy_build", "tripy_build", ("tripy_build",)
 
     def build(self, name, params, art):
+        """As ``python -m tripy_build`` builds a zoo model: its padding declaration, DimSize lengths, pow2 buckets."""
         import tripy_build as tb
-        spec = MODELS[name]
+        spec, model = MODELS[name], zoo_model(name)
         shape = [d if isinstance(d, int) else tb.NamedDimension(d[0], d[1], opt, d[2])
                  for d, opt in zip(spec["dims"], spec["small"])]
-        exe = tb.compile(zoo_model(name).apply, args=[params, tb.InputInfo(shape, "float32")])
+        masks = {d: tb.DimSize(d) for d, kind in model.padding.items() if kind == "mask"}
+        exe = tb.compile(model.apply, args=[params, tb.InputInfo(shape, "float32")],
+                         kwargs={"lengths": masks} if masks else None, padding=model.padding)
         t = clock()
         exe.save(art / "artifact")
-        return {"save_s": clock() - t}
+        return {"save_s": clock() - t, "profiles": len(exe.profiles)}
 
     def imports(self):
         import tripy_build  # noqa: F401
@@ -146,6 +151,19 @@ class TripyBuild:
         import tripy_build as tb
         exe = tb.load(art / "artifact")
         return lambda x: np.asarray(exe(x))
+
+
+class TripyRuntime(TripyBuild):
+    """The same artifact, loaded by ``tripy_build.runtime`` (jaxlib's PJRT client, never ``import jax``)."""
+
+    key, label, modules = "tripy_build.runtime", "tripy_build.runtime (no jax)", ("tripy_build",)
+
+    def imports(self):
+        from tripy_build import runtime  # noqa: F401
+
+    def load(self, name, art, meta):
+        from tripy_build import runtime
+        return runtime.load(art / "artifact")
 
 
 class JaxJit:
@@ -328,7 +346,7 @@ def torch_module(name: str, params: dict):
     return make[name]().eval()
 
 
-PEERS = [TripyBuild(), JaxJit(), OnnxRuntime(), Iree(), TorchAoti()]
+PEERS = [TripyBuild(), TripyRuntime(), JaxJit(), OnnxRuntime(), Iree(), TorchAoti()]
 BY_KEY = {p.key: p for p in PEERS}
 
 

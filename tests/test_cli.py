@@ -316,3 +316,59 @@ def test_installed_wheel_finds_its_packaged_configs(tmp_path):
                    cwd=workdir, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "artifact:" in proc.stdout and len(list((workdir / "arts" / "geglu").iterdir())) == 1
+
+
+# --- measuring what was built ---------------------------------------------------------------------
+
+def test_bench_json_reports_cold_start_stream_and_padding_overhead(tmp_path):
+    cfg = compose_cfg(["model=geglu", "model.dim_in=16", "model.dim_out=8", "shapes=dynamic",
+                       "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'arts'}"])
+    path = build(config.validate(cfg)).path
+    proc = subprocess.run([sys.executable, "-m", "tripy_build.bench", str(path), "--json", "-", "--stream", "30",
+                           "--shapes", "2", "--cold-rounds", "1", "--budget", "0.02"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
+    assert r["function"] == "geglu" and r["profiles"] == 4 and r["warmup"] == "background"
+    assert r["dims"] == [{"name": "batch", "min": 1, "opt": 2, "max": 8, "buckets": [1, 2, 4, 8],
+                          "padding": "rows", "strategy": "padded"}]
+    for loader in ("tripy_build.load", "tripy_build.runtime.load"):
+        cold = r["cold_start"][loader]
+        assert cold["seconds"] > cold["import"] + cold["load"] + cold["first_call"] > 0
+    assert r["cold_start"]["tripy_build.runtime.load"]["jax_imported"] is False
+    assert r["cold_start"]["tripy_build.load"]["jax_imported"] is True
+    s = r["stream"]
+    assert s["calls"] == 30 and len(s["points"]) == 30 and s["stalls"] == len(s["stalled"])
+    assert all(1 <= p["sizes"][0] <= 8 and p["ms"] > 0 and p["steady_ms"] > 0 for p in s["points"])
+    labels = [x["label"] for x in r["shapes"]]
+    assert labels[:3] == ["min", "opt", "max"] and len(labels) == 5
+    for x in r["shapes"]:
+        assert x["route"] in ("exact", "padded->4", "padded->8") or x["route"].startswith("split ")
+        assert x["median_ms"] <= x["p90_ms"] <= x["p99_ms"] and x["overhead"] == pytest.approx(x["median_ms"] / x["jit_median_ms"])
+    assert r["padding_overhead_median"] > 0
+
+
+def test_sweep_with_bench_adds_latency_and_marks_the_pareto_front(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = run_cli("-m", "model=geglu", "model.dim_in=16", "model.dim_out=8,32", "shapes.dims.batch=[1,2,4]",
+                   "bench=true", f"artifacts_dir={tmp_path / 'arts'}", f"hydra.sweep.dir={sweep_dir}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((sweep_dir / "summary.json").read_text())
+    assert len(rows) == 2 and all(r["status"] == "built" for r in rows)
+    for r in rows:
+        assert r["latency_ms"] > 0 and r["p99_ms"] >= r["latency_ms"] and r["stalls"] >= 0 and r["cold_start_ms"] > 0
+    assert any(r["pareto"] == "*" for r in rows)
+    smaller = min(rows, key=lambda r: r["size_bytes"])
+    assert smaller["pareto"] == "*" or smaller["build_seconds"] > max(r["build_seconds"] for r in rows if r is not smaller)
+    header = (sweep_dir / "summary.csv").read_text().splitlines()[0]
+    assert header.endswith("latency_ms,p99_ms,stalls,cold_start_ms,padding_overhead,pareto")
+    assert "p50 ms" in proc.stdout and "pareto" in proc.stdout
+
+
+def test_mark_pareto():
+    from tripy_build.cli import mark_pareto
+
+    rows = [{"a": 1, "b": 5}, {"a": 2, "b": 2}, {"a": 3, "b": 3}, {"a": 1, "b": 5}, {"a": "", "b": 1}]
+    mark_pareto(rows, ("a", "b"))
+    assert [r["pareto"] for r in rows] == ["*", "*", "", "*", ""]

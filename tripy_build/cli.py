@@ -59,11 +59,38 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     result = build(vb)
     if HydraConfig.get().mode != RunMode.MULTIRUN:
         memo.record(sys.argv[1:], result)
-    return {
+    record = {
         "status": "cache hit" if result.cache_hit else "built",
         "path": str(result.path), "key": result.key, "model": result.model,
         "build_seconds": round(time.perf_counter() - t0, 3), "size_bytes": result.size,
         "summary": result.summary(),
+    }
+    if cfg.get("bench"):
+        record.update(measure(result.path))
+        record["summary"] += "\n" + record.pop("bench_report")
+    return record
+
+
+BENCH_STREAM = 50  # calls in the random-shape stream of a sweep's bench (the full bench: 200)
+
+
+def measure(path: Path) -> dict[str, Any]:
+    """``tripy_build.bench`` on a fresh process: the columns a sweep's summary shows."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "tripy_build.bench", str(path), "--json", "-",
+                           "--stream", str(BENCH_STREAM), "--shapes", "2", "--cold-rounds", "1"],
+                          capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise TripyBuildError(f"bench of {path} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    result = json.loads(proc.stdout)
+    from .bench import report
+
+    stream = result["stream"]
+    return {
+        "latency_ms": round(stream["median_ms"], 3), "p99_ms": round(stream["p99_ms"], 3), "stalls": stream["stalls"],
+        "cold_start_ms": round(result["cold_start"]["tripy_build.runtime.load"]["seconds"] * 1e3, 1),
+        "padding_overhead": round(result["padding_overhead_median"], 3), "bench_report": report(result),
     }
 
 
@@ -96,21 +123,32 @@ def main(cfg: DictConfig) -> None:
 
 
 class SweepSummary(Callback):
-    """After a sweep: one table of every job, printed and written as summary.json and summary.csv."""
+    """After a sweep: one table of every job, printed and written as summary.json and summary.csv.
+
+    With ``bench=true`` each job also measured its artifact: latency columns are added, and the
+    jobs on the Pareto front of build time, size and median latency (no other job at least as good
+    in all three and better in one) are marked in the ``pareto`` column.
+    """
 
     COLUMNS = ("job", "overrides", "status", "build_seconds", "size_bytes", "path", "error")
+    BENCH_COLUMNS = ("latency_ms", "p99_ms", "stalls", "cold_start_ms", "padding_overhead", "pareto")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = []
         for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
             data = json.loads(path.read_text())
-            rows.append({c: data.get(c, "") for c in self.COLUMNS})
+            rows.append({c: data.get(c, "") for c in (*self.COLUMNS, *self.BENCH_COLUMNS)})
         for row in rows:
             row["overrides"] = " ".join(row["overrides"]) if isinstance(row["overrides"], list) else row["overrides"]
+        benched = any(r["latency_ms"] != "" for r in rows)
+        columns = (*self.COLUMNS, *self.BENCH_COLUMNS) if benched else self.COLUMNS
+        if benched:
+            mark_pareto(rows, ("build_seconds", "size_bytes", "latency_ms"))
+        rows = [{c: r[c] for c in columns} for r in rows]
         (sweep_dir / "summary.json").write_text(json.dumps(rows, indent=1))
         with open(sweep_dir / "summary.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)
         print(format_table(rows), flush=True)
@@ -118,11 +156,25 @@ class SweepSummary(Callback):
         print(f"{len(rows)} builds, {failed} failed; summary: {sweep_dir / 'summary.json'}", flush=True)
 
 
+def mark_pareto(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
+    """Set ``pareto`` to ``*`` on rows no other row beats: at least as good in every key, better in one."""
+    scored = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in keys)]
+    for r in rows:
+        r["pareto"] = ""
+    for r in scored:
+        if not any(all(o[k] <= r[k] for k in keys) and any(o[k] < r[k] for k in keys) for o in scored if o is not r):
+            r["pareto"] = "*"
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    headers = ("job", "overrides", "status", "time s", "size", "path / error")
+    benched = "latency_ms" in (rows[0] if rows else {})
+    headers = ("job", "overrides", "status", "time s", "size", *(("p50 ms", "p99 ms", "stalls", "pareto") if benched else ()),
+               "path / error")
     body = [
         (str(r["job"]), r["overrides"], r["status"], f"{r['build_seconds']}" if r["build_seconds"] != "" else "-",
          f"{r['size_bytes'] / 1024:.0f} KB" if r["size_bytes"] != "" else "-",
+         *((str(r["latency_ms"] or "-"), str(r["p99_ms"] or "-"), str(r["stalls"] if r["stalls"] != "" else "-"),
+            r["pareto"]) if benched else ()),
          r["path"] if r["status"] != "failed" else str(r["error"]).splitlines()[0][:100])
         for r in rows
     ]

@@ -59,6 +59,9 @@ class BuildConfig:
     params: ParamsConfig = field(default_factory=ParamsConfig)
     artifacts_dir: str = "artifacts"
     force: bool = False
+    # after building, measure the artifact in a fresh process (tripy_build.bench): latency columns
+    # in a sweep's summary, with the Pareto front of build time, size and latency marked
+    bench: bool = False
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,7 +5,7 @@ build, the memo records under a fingerprint of the command line, working directo
 tripy_build's sources, toolchain, relevant environment and host which artifact the command produced,
 and which input files (model sources, params checkpoint) went into it. The same command later
 rechecks those files and the artifact's digests and prints the cache hit. Whatever the memo cannot
-vouch for (sweeps, ``force=true``, ``hydra.searchpath``, configs reading the environment) takes the
+vouch for (sweeps, ``force=true``, ``bench=true``, ``hydra.searchpath``, configs reading the environment) takes the
 full path, which recomputes the build key from scratch.
 """
 
@@ -40,7 +40,7 @@ def _config_dirs(argv: Sequence[str]) -> list[Path] | None:
             dirs.append(Path(arg.split("=", 1)[1]))
         elif arg.startswith("-") or "=" not in arg:
             return None  # -m, --cfg, --help, ...: not a plain build
-        elif arg.lstrip("+~").split("=", 1)[0] in ("force", "hydra.searchpath"):
+        elif arg.lstrip("+~").split("=", 1)[0] in ("force", "bench", "hydra.searchpath"):
             return None
     return dirs
 
