@@ -372,3 +372,36 @@ def test_mark_pareto():
     rows = [{"a": 1, "b": 5}, {"a": 2, "b": 2}, {"a": 3, "b": 3}, {"a": 1, "b": 5}, {"a": "", "b": 1}]
     mark_pareto(rows, ("a", "b"))
     assert [r["pareto"] for r in rows] == ["*", "*", "", "*", ""]
+
+
+@pytest.mark.parametrize("model", ["geglu", "mlp", "transformer", "convnet"])
+def test_default_dynamic_build_serves_the_whole_range_without_compiling(model):
+    """The default shapes=dynamic config: every dim padded up to its max, within the default budget."""
+    from tripy_build.build import input_infos, model_padding
+    from tripy_build.export import make_symbols
+    from tripy_build.profiles import plan_dims, profiles
+
+    vb = config.validate(compose_cfg([f"model={model}", "shapes=dynamic"]))
+    m = instantiate_model(vb.model)
+    infos = input_infos(m, vb.shapes, vb.precision)
+    leaves = list(infos.items())
+    _, symbols = make_symbols(leaves)
+    used = {d for info in infos.values() for d in info.dimension_names.values()}
+    dims = plan_dims(symbols, [p for p, _ in leaves], {d: b for d, b in vb.buckets.items() if d in used},
+                     model_padding(m, vb.model, vb.shapes))
+    assert dims and all(d.strategy == "padded" and d.buckets[-1] == d.bounds[2] for d in dims)
+    assert len(profiles(dims, vb.max_profiles)) <= vb.max_profiles == 64
+
+
+def test_bench_plot_draws_latency_against_shape(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (pip install -e '.[plot]'); CI installs it")
+    cfg = compose_cfg(["model=geglu", "model.dim_in=16", "model.dim_out=8", "shapes=dynamic",
+                       "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'arts'}"])
+    path = build(config.validate(cfg)).path
+    png = tmp_path / "latency.png"
+    proc = subprocess.run([sys.executable, "-m", "tripy_build.bench", str(path), "--plot", str(png), "--stream", "10",
+                           "--shapes", "1", "--cold-rounds", "0", "--budget", "0.02"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "padding overhead" in proc.stdout
