@@ -251,7 +251,24 @@ def load(path: str | os.PathLike, warmup: str = "none") -> Runtime:
         from .errors import SpecError
 
         raise SpecError(f"runtime.load(warmup={warmup!r}): must be 'none' or 'now'.")
-    rt = Runtime(read(path))
+    # Importing jaxlib (~30 ms) and checking the files' digests (hashing releases the GIL) overlap.
+    started: list[BaseException] = []
+
+    def start_client() -> None:
+        try:
+            _pjrt()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, in the caller's thread
+            started.append(e)
+
+    thread = threading.Thread(target=start_client, name="tripy_build-jaxlib")
+    thread.start()
+    try:
+        contents = read(path)
+    finally:
+        thread.join()
+    if started:
+        raise started[0]
+    rt = Runtime(contents)
     if warmup == "now":
         rt.warm_up()
     return rt
