@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> None:
     contenders = {
         "artifact": art,
         "raw executable": lambda x: raw[x.shape[0]](x),
-        "runtime": rt,
+        "runtime": lambda x: rt(np.asarray(x)),  # numpy in, as it is used without jax
         "jax.jit": jax.jit(partial(model.apply, params)),
         "eager": partial(model.apply, params),
     }

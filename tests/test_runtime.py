@@ -137,3 +137,15 @@ def test_runtime_checks_digests_first(affine_artifact, tmp_path):
         runtime.load(copy)
     with pytest.raises(tb.TripyBuildError, match="warmup='soon'"):
         runtime.load(path, warmup="soon")
+
+
+def test_runtime_takes_jax_arrays_from_a_process_that_uses_jax(affine_artifact):
+    """jax's arrays live in jax's PJRT client, not the runtime's: they are read as host arrays."""
+    import jax
+
+    path, params = affine_artifact
+    rt = runtime.load(path)
+    rt(_x(4))  # numpy first: the fast path for this shape must still convert jax arrays
+    x = jax.device_put(_x(4))
+    assert_close(rt(x), affine(x, params))
+    assert_close(rt(jax.device_put(_x(5))), affine(jnp.asarray(_x(5)), params))  # padded
