@@ -266,6 +266,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
 
     from . import params as params_io
     from .compiler import build_executable
+    from .selftest import run_once
     from .serialization import save
 
     def stage(name: str, seconds: float) -> None:
@@ -275,7 +276,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
 
     if params is None:
         t0 = time.perf_counter()
-        params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(vb.params_seed)))
+        params = jax.device_get(run_once(model.init, jax.random.PRNGKey(vb.params_seed)))
         stage("init params", time.perf_counter() - t0)
     padding = model_padding(model, vb.model, vb.shapes)
     mask_dims = {d: DimSize(d) for d, kind in padding.items() if kind == "mask"}

@@ -222,6 +222,13 @@ class Executable:
         """Input shapes that run a precompiled executable as they are (without padding or compiling)."""
         return [self._dispatcher.leaf_shapes(p.target) for p in self._precompiled]
 
+    def add_profiles(self, precompiled: Sequence[Precompiled]) -> None:
+        """Serve these precompiled profiles too (the compiler adds them once they are built)."""
+        self._precompiled.extend(precompiled)
+        self._by_target.update({p.target: p for p in precompiled})
+        self._runners.clear()
+        self._fast.clear()
+
     def load_all(self) -> int:
         """Deserialize every precompiled profile now (loading defers each to its first use); their count."""
         return sum(p.ready() is not None for p in self._precompiled)
