@@ -9,7 +9,6 @@ import math
 import os
 import pickle
 import platform
-import shutil
 import subprocess
 import sys
 import textwrap

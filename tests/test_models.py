@@ -9,7 +9,6 @@ input: at each bucket, one above it, and at max.
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
 
 import jax

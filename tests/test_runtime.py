@@ -18,7 +18,7 @@ import pytest
 
 import tripy_build as tb
 from tripy_build import runtime
-from conftest import DIM_IN, assert_close
+from conftest import assert_close
 
 ROWS = {"batch": "rows"}
 

@@ -175,7 +175,7 @@ def package_digest() -> str:
 
 def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any]) -> dict[str, Any]:
     from .serialization import toolchain
-    from .xla_executable import host_features
+    from .host import host_features
 
     host = host_features()
     return {

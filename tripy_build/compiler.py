@@ -22,8 +22,9 @@ from . import xla_executable
 from .dispatch import Dispatcher, output_axes
 from .errors import SpecError
 from .executable import Executable, Precompiled
-from .signature import Parameter
 from .export import export, output_infos
+from .host import host_features
+from .signature import Parameter
 from .spec import collect_named_dims
 from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
 
@@ -155,7 +156,7 @@ def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
     compiled = xla_executable.compile_shapes(exported, shapes)
     seconds = time.perf_counter() - t0
     blob, meta = xla_executable.serialize(compiled)
-    meta.update(platform=platform, profile=profile, depends_on=xla_executable.host_features())
+    meta.update(platform=platform, profile=profile, depends_on=host_features())
     return Precompiled(tuple(target), blob, meta, compiled, seconds=seconds)
 
 

@@ -26,12 +26,12 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from . import compile_cache, dispatch, selftest, xla_executable
+from . import compile_cache, dispatch, host, selftest, xla_executable
 from .errors import CallError
 from .export import Program
 from .profiles import DimPlan
-from .signature import Parameter, array_types, bind_call, check_leaf, check_leaves, named_uses
-from .spec import DimSize, InputInfo, count_leaves, flatten_like, rebuild
+from .signature import Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses
+from .spec import DimSize, InputInfo, count_leaves, flatten_like
 from .weights import Weight, resolve
 
 log = logging.getLogger("tripy_build.executable")
@@ -107,7 +107,6 @@ class Executable:
     def _derive(self) -> None:
         """Recompute what depends on which parameters are bound."""
         self._visible = [p for p in self._parameters if p.name not in self._bound]
-        self._positional = [p for p in self._visible if p.kind != "KEYWORD_ONLY"]
         self._bound_leaves: dict[str, list[Any]] = {}
         for name, (value, _) in self._bound.items():
             leaves: list[Any] = []
@@ -190,8 +189,7 @@ class Executable:
     # --- introspection ---------------------------------------------------------------------------
     @property
     def input_infos(self) -> dict[str, Any]:
-        infos = [info for _, info in self._leaves]
-        return {p.name: rebuild(p.template, infos) for p in self._visible}
+        return input_infos(self._leaves, self._visible)
 
     @property
     def output_infos(self) -> list[InputInfo]:
@@ -404,10 +402,10 @@ class Executable:
         shapes = [a.shape for a in self._program.leading_avals()]
         shapes += list(self._dispatcher.leaf_shapes(target)) + [()] * len(self._sizes)
         platform = jax.default_backend()
-        cache = compile_cache.shared() if xla_executable.tested_jax() else None
+        cache = compile_cache.shared() if host.tested_jax() else None
         key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform,
                                 optimization_level=self.optimization_level,
-                                host=xla_executable.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
+                                host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
         hit = cache.get(key) if cache is not None else None
         label = ", ".join(f"{d.name or d.symbol}={n}" for d, n in zip(self.dims, target))
         if hit is not None:

@@ -55,7 +55,7 @@ def fingerprint(argv: Sequence[str]) -> str | None:
     import jaxlib
 
     from .build import package_digest
-    from .xla_executable import host_features
+    from .host import host_features
 
     configs = {}
     for d in dirs:

@@ -28,7 +28,7 @@ from . import host
 from .dispatch import Dispatcher, output_axes_static
 from .errors import ArtifactError
 from .serialization import Contents, read
-from .signature import bind_call, check_leaves, named_uses
+from .signature import bind_call, check_leaves, input_infos, named_uses
 from .spec import flatten_like, rebuild, to_dtype
 
 _client = None
@@ -167,8 +167,7 @@ class Runtime:
 
     @property
     def input_infos(self) -> dict[str, Any]:
-        infos = [info for _, info in self._leaves]
-        return {p.name: rebuild(p.template, infos) for p in self._visible}
+        return input_infos(self._leaves, self._visible)
 
     @property
     def output_infos(self) -> list[Any]:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import CallError
-from .spec import InputInfo
+from .spec import InputInfo, rebuild
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,12 @@ def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
                 f"the input's shape is {shape}, declared as {info!r}."
             )
     return shape
+
+
+def input_infos(leaves: Sequence[tuple[str, InputInfo]], visible: Sequence[Parameter]) -> dict[str, Any]:
+    """Each visible parameter's spec: an ``InputInfo``, or its dicts, lists and tuples of them."""
+    infos = [info for _, info in leaves]
+    return {p.name: rebuild(p.template, infos) for p in visible}
 
 
 def named_uses(leaves: Sequence[tuple[str, InputInfo]]) -> dict[str, list[tuple[int, int]]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import artifact, selftest
-from .errors import ArtifactError, TripyBuildError
+from .errors import TripyBuildError
 
 
 class Report:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from .host import FORMAT, host_features, incompatibility, tested_jax  # noqa: F401 - re-exported
+from .host import FORMAT
 
 
 def _backend(platform_name: str):
