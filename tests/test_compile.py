@@ -400,6 +400,32 @@ def test_optimization_levels(level, rng):
     assert_close(exe(x), f(jnp.asarray(x)))
 
 
+def test_optimization_levels_resolve_to_compiler_options_that_change_the_code(rng):
+    """0..2 set LLVM's backend level; 3..5 are XLA's defaults on the CPU (tripy_build/options.py)."""
+    from tripy_build.options import compiler_options
+
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+
+    def f(x, w):
+        return jnp.tanh(x @ w) * 2.0
+
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    blobs = {}
+    for level in (0, 1, 3, 4, 5):
+        exe = tb.compile(f, level, args=[II((4, 8), "float32"), w], buckets="none")
+        (pre,) = exe._precompiled
+        assert pre.meta["compiler_options"] == compiler_options(level, "cpu")
+        assert_close(exe(x), f(jnp.asarray(x), w))
+        blobs[level] = pre.blob
+    assert compiler_options(0, "cpu") == {"xla_backend_optimization_level": 0} and compiler_options(4, "cpu") == {}
+
+    def same_code(a, b):  # two compiles of the same code differ only in a few embedded ids
+        return len(a) == len(b) and sum(x != y for x, y in zip(a, b)) < 16
+
+    assert same_code(blobs[3], blobs[4]) and same_code(blobs[3], blobs[5])
+    assert not same_code(blobs[0], blobs[3]) and not same_code(blobs[1], blobs[3])
+
+
 @pytest.mark.parametrize("level", [6, -1, 2.0, "3", True, None], ids=repr)
 def test_bad_optimization_level(level):
     def f(x):

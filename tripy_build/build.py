@@ -174,8 +174,9 @@ def package_digest() -> str:
 
 
 def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any]) -> dict[str, Any]:
-    from .serialization import toolchain
     from .host import host_features
+    from .options import compiler_options
+    from .serialization import toolchain
 
     host = host_features()
     return {
@@ -185,7 +186,7 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
         "toolchain": dict(toolchain(), tripy_build_source=package_digest()),
         "target": {"platforms": [vb.backend], "machine": host["machine"], "system": host["system"],
                    "cpu_features": host["cpu_features"]},
-        "compiler_options": {},
+        "compiler_options": {p: compiler_options(vb.optimization_level, p) for p in [vb.backend]},
     }
 
 

@@ -24,21 +24,12 @@ from .errors import SpecError
 from .executable import Executable, Precompiled
 from .export import export, output_infos
 from .host import host_features
+from .options import check_level, compiler_options
 from .signature import Parameter
 from .spec import collect_named_dims
 from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
 
-OPTIMIZATION_LEVELS = range(0, 6)
 GARBAGE_SCALE = 8.0  # padding in the proof is filled with large random values, so any leak shows
-
-
-def check_optimization_level(level: Any) -> int:
-    if isinstance(level, bool) or not isinstance(level, int) or level not in OPTIMIZATION_LEVELS:
-        raise SpecError(
-            f"optimization_level must be an integer from 0 to 5, got {level!r}. "
-            "Higher levels may compile longer for faster code; 3 is the default."
-        )
-    return level
 
 
 def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
@@ -86,7 +77,7 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
                      buckets: Any = profiles_lib.DEFAULT_BUCKETS, padding: Mapping[str, str] | None = None,
                      max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``."""
-    check_optimization_level(optimization_level)
+    check_level(optimization_level)
     if not isinstance(args, (list, tuple)):
         raise SpecError(f"args= must be a list or tuple of arguments, got {type(args).__name__}.")
     if kwargs is not None and not isinstance(kwargs, dict):
@@ -126,7 +117,8 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     prep_exe = None
     if host_platform in platforms and program.prep is not None:
         t0 = time.perf_counter()
-        prep_exe = _compile_one(program.prep, [w.value.shape for w in program.weights], (), host_platform, None)
+        prep_exe = _compile_one(program.prep, [w.value.shape for w in program.weights], (), host_platform, None,
+                                compiler_options(optimization_level, host_platform))
         log("compile prep", time.perf_counter() - t0)
     parameters = [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime]
     exe = Executable(
@@ -140,7 +132,8 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
         leading = [a.shape for a in program.leading_avals()]
         shapes = [[*leading, *dispatcher.leaf_shapes(t), *[()] * len(sizes)] for t in targets]
         t0 = time.perf_counter()
-        precompiled = _compile_all(program.main, shapes, targets, host_platform, log, dims)
+        precompiled = _compile_all(program.main, shapes, targets, host_platform, log, dims,
+                                   compiler_options(optimization_level, host_platform))
         exe.add_profiles(precompiled)
         log(f"compile {len(precompiled)} profile(s)", time.perf_counter() - t0)
     if precompiled and any(d.strategy == "padded" for d in dims):
@@ -151,18 +144,18 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
 
 
 def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], target: tuple[int, ...],
-                 platform: str, profile: Any) -> Precompiled:
+                 platform: str, profile: Any, options: dict[str, Any]) -> Precompiled:
     t0 = time.perf_counter()
-    compiled = xla_executable.compile_shapes(exported, shapes)
+    compiled = xla_executable.compile_shapes(exported, shapes, options)
     seconds = time.perf_counter() - t0
     blob, meta = xla_executable.serialize(compiled)
-    meta.update(platform=platform, profile=profile, depends_on=host_features())
+    meta.update(platform=platform, profile=profile, depends_on=host_features(), compiler_options=options)
     return Precompiled(tuple(target), blob, meta, compiled, seconds=seconds)
 
 
 def _compile_all(exported: jax.export.Exported, shapes: Sequence[Sequence[Sequence[int]]],
                  targets: Sequence[tuple[int, ...]], platform: str, log: Callable[[str, float], None],
-                 dims: Sequence[Any]) -> list[Precompiled]:
+                 dims: Sequence[Any], options: dict[str, Any]) -> list[Precompiled]:
     """Compile every profile in a thread pool (XLA releases the GIL).
 
     One XLA compile already keeps ~1.6 of this machine's 2 cores busy (parallel codegen), so two
@@ -170,7 +163,7 @@ def _compile_all(exported: jax.export.Exported, shapes: Sequence[Sequence[Sequen
     """
     def one(i: int) -> Precompiled:
         profile = {d.name or d.symbol: n for d, n in zip(dims, targets[i])}
-        pre = _compile_one(exported, shapes[i], targets[i], platform, profile)
+        pre = _compile_one(exported, shapes[i], targets[i], platform, profile, options)
         label = " ".join(f"{k}={v}" for k, v in profile.items()) or "static"
         log(f"  profile {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
         return pre

@@ -131,7 +131,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
             )
     level = plain["optimization_level"]
     if not 0 <= level <= 5:
-        raise ConfigError(f"optimization_level: must be 0..5, got {level}.")
+        raise ConfigError(f"optimization_level: must be 0..5 (see tripy_build/options.py), got {level}.")
     for key, value in plain["model"].items():
         if key == "padding":
             continue

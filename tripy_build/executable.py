@@ -29,6 +29,7 @@ import numpy as np
 from . import compile_cache, dispatch, host, selftest, xla_executable
 from .errors import CallError
 from .export import Program
+from .options import compiler_options
 from .profiles import DimPlan
 from .signature import Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses
 from .spec import DimSize, InputInfo, count_leaves, flatten_like
@@ -402,9 +403,9 @@ class Executable:
         shapes = [a.shape for a in self._program.leading_avals()]
         shapes += list(self._dispatcher.leaf_shapes(target)) + [()] * len(self._sizes)
         platform = jax.default_backend()
+        options = compiler_options(self.optimization_level, platform)
         cache = compile_cache.shared() if host.tested_jax() else None
-        key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform,
-                                optimization_level=self.optimization_level,
+        key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform, options=options,
                                 host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
         hit = cache.get(key) if cache is not None else None
         label = ", ".join(f"{d.name or d.symbol}={n}" for d, n in zip(self.dims, target))
@@ -417,7 +418,7 @@ class Executable:
             except Exception as e:  # noqa: BLE001 - a bad entry is recompiled, never fatal
                 log.warning("%s: compile cache entry for %s unusable (%s); compiling", self._name, label, e)
         t0 = time.perf_counter()
-        compiled = xla_executable.compile_shapes(self._program.main, shapes)
+        compiled = xla_executable.compile_shapes(self._program.main, shapes, options)
         log.info("%s: compiled %s on first use in %.0f ms (no profile covers it)", self._name, label,
                  (time.perf_counter() - t0) * 1e3)
         if cache is not None:

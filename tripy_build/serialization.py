@@ -22,6 +22,7 @@ import numpy as np
 
 from . import artifact, host
 from .errors import ArtifactError, SpecError
+from .options import compiler_options
 from .profiles import DimPlan
 from .signature import Parameter
 from .spec import DimSize, InputInfo, count_leaves, flatten_like, rebuild
@@ -98,6 +99,7 @@ def manifest(exe: Any) -> dict[str, Any]:
         "outputs": [info.to_json() for info in exe._outputs],
         "output_structure": structure_template(jax.tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves))),
         "optimization_level": exe.optimization_level,
+        "compiler_options": {p: compiler_options(exe.optimization_level, p) for p in exe.platforms},
         "platforms": list(exe.platforms),
         "program": {"file": PROGRAM_FILE, "format": "jax.export",
                     "calling_convention_version": program.main.calling_convention_version},

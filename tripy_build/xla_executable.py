@@ -63,8 +63,9 @@ def load(blob: bytes, meta: dict[str, Any], out_tree: Any, name: str, platform_n
     return stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=True)
 
 
-def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]]) -> jax.stages.Compiled:
-    """Compile the exported program for one concrete shape per input."""
+def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
+                   options: dict[str, Any] | None = None) -> jax.stages.Compiled:
+    """Compile the exported program for one concrete shape per input, with XLA ``options``."""
     specs = [jax.ShapeDtypeStruct(tuple(s), a.dtype) for s, a in zip(shapes, exported.in_avals)]
     lowered = jax.jit(exported.call).lower(*specs)
-    return lowered.compile()
+    return lowered.compile(compiler_options=options or None)
