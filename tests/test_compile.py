@@ -449,3 +449,27 @@ def test_geglu_other_sizes():
     x = np.random.default_rng(5).standard_normal((3, 8)).astype(np.float32)
     assert_close(exe(x), geglu(jnp.asarray(x), params))
     assert exe.output_infos[0].shape_bounds.opt == (3, 4)
+
+
+def test_disable_compile_runs_eagerly_with_the_same_checks(monkeypatch, rng, capsys):
+    monkeypatch.setenv("TRIPY_BUILD_DISABLE_COMPILE", "1")
+    seen = []
+
+    def f(x, length, scale):
+        print("tracing" if isinstance(x, jax.core.Tracer) else f"eager x {x.shape}")
+        seen.append(int(length))  # a concrete value: impossible while tracing
+        return x * scale
+
+    batch = tb.NamedDimension("batch", 1, 2, 4)
+    fn = tb.compile(f, args=[II((batch, 3), "float32"), tb.DimSize(batch), 2.0])
+    x = rng.standard_normal((3, 3)).astype(np.float32)
+    assert_close(fn(x), x * 2.0)
+    assert seen == [3] and "eager x (3, 3)" in capsys.readouterr().out
+    assert list(fn.input_infos) == ["x"]
+    with pytest.raises(tb.TripyBuildError, match="dim 0 \\(NamedDimension 'batch'\\) is 5"):
+        fn(rng.standard_normal((5, 3)).astype(np.float32))
+    with pytest.raises(tb.TripyBuildError, match="TRIPY_BUILD_DISABLE_COMPILE"):
+        fn.save("nowhere")
+    monkeypatch.setenv("TRIPY_BUILD_DISABLE_COMPILE", "0")  # compiled, the same line cannot run
+    with pytest.raises(tb.TripyBuildError, match="Cannot evaluate a tensor while compiling"):
+        tb.compile(f, args=[II((batch, 3), "float32"), tb.DimSize(batch), 2.0])

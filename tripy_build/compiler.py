@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from . import eager
 from . import profiles as profiles_lib
 from . import xla_executable
 from .dispatch import Dispatcher, output_axes
@@ -58,7 +59,9 @@ def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] 
 
     Returns:
         An ``Executable``: every in-range shape runs a precompiled profile, padded where declared;
-        other shapes compile on first use, once.
+        other shapes compile on first use, once. With ``TRIPY_BUILD_DISABLE_COMPILE=1`` in the
+        environment, nothing compiles: the function runs eagerly on every call (``print`` and
+        breakpoints work), with the same signature and input checks.
 
     Example::
 
@@ -95,6 +98,9 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     flat = flat_function(func, arguments)
     if name:
         flat.__name__ = flat.__qualname__ = name
+    if eager.disabled():
+        return eager.EagerFunction(flat, [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime],
+                                   leaves, sizes)
     program = export(flat, leaves, sizes, weight_owners(arguments), platforms)
     dims = profiles_lib.plan_dims(program.symbols, [p for p, _ in leaves], buckets, padding)
     size_names = [s.name for _, s in sizes]
