@@ -2,7 +2,7 @@
 
 An unchanged command is answered from the memo before Hydra is even imported; anything else runs
 the Hydra app in ``cli``. ``tripy-build verify PATH`` runs the verifier, ``tripy-build bench PATH``
-the deployment benchmark.
+the deployment benchmark, ``tripy-build inspect PATH`` describes an artifact.
 """
 
 import sys
@@ -17,6 +17,10 @@ def console() -> None:
         from .bench import main as bench_main
 
         sys.exit(bench_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["inspect"]:
+        from .inspect import main as inspect_main
+
+        sys.exit(inspect_main(sys.argv[2:]))
     if sys.argv[1:2] == ["build"]:
         del sys.argv[1]
     from .memo import answer
