@@ -245,6 +245,18 @@ BAD_CONFIGS = [
     (["+new.key=1"], "new.key"),
     (["+model.extra=1"], "model.extra"),
     (["backend=tpu"], "backend"),
+    (["precision=float64"], "precision/float64"),
+    (["precision.dtype=int8"], "precision.dtype"),
+    (["precision.max_error=-1"], "precision.max_error"),
+    (["precision.max_error=abc"], "precision.max_error"),
+    (["shapes.buckets.batch=pow3"], "shapes.buckets.batch"),
+    (["shapes.buckets.batch=[0,8]"], "shapes.buckets.batch"),
+    (["shapes.buckets.nodim=pow2"], "shapes.buckets.nodim"),
+    (["shapes=static", "shapes.buckets.batch=pow2"], "shapes.buckets.batch"),
+    (["shapes.max_profiles=0"], "shapes.max_profiles"),
+    (["model.padding.batch=columns"], "model.padding.batch"),
+    (["model.padding.seq=mask"], "model.padding"),
+    (["model=transformer", "shapes.max_profiles=10"], "exceed the budget of 10"),
 ]
 
 
@@ -258,6 +270,37 @@ def test_bad_config_fails_fast_with_short_message_and_writes_nothing(overrides, 
     assert len(proc.stderr.strip().splitlines()) <= 15, proc.stderr
     assert "trace+export" not in proc.stdout + proc.stderr
     assert not arts.exists() or not any(arts.rglob("*"))
+
+
+def test_reduced_precision_build_stores_weights_at_that_precision_and_records_its_error(tmp_path):
+    cfg = compose_cfg(["model=mlp", *SMALL["mlp"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
+                       "precision=bfloat16", f"artifacts_dir={tmp_path / 'arts'}"])
+    vb = config.validate(cfg)
+    assert (vb.precision, vb.max_error) == ("bfloat16", 0.02)
+    result = build(vb)
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert {w["dtype"] for w in manifest["weights"]} == {"bfloat16"}
+    assert [s["dtype"] for s in manifest["input_specs"]] == ["float32"] and manifest["outputs"][0]["dtype"] == "float32"
+    p = manifest["metadata"]["precision"]
+    assert p["dtype"] == "bfloat16" and 0 < p["max_rel_error"] <= 0.02 and p["max_error"] == 0.02
+    assert "precision: bfloat16, error against float32" in result.summary()
+    over = run_cli("model=mlp", *SMALL["mlp"], "shapes.dims.batch=[1,2,4]", "precision=bfloat16",
+                   "precision.max_error=1e-9", f"artifacts_dir={tmp_path / 'over'}", cwd=tmp_path)
+    assert over.returncode != 0 and "Traceback" not in over.stderr
+    assert "precision bfloat16: the outputs differ from float32 by up to" in over.stderr
+    assert "over the budget max_error=1e-09" in over.stderr and not (tmp_path / "over").exists()
+    exe = tb.load(result.path)
+    x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    y = exe(x)
+    want = eager_reference(vb, {"x": x})
+    assert y.dtype == np.float32 and 0 < np.abs(np.asarray(y) - want).max() <= 0.02 * np.abs(want).max()
+    full = build(config.validate(compose_cfg(["model=mlp", *SMALL["mlp"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
+                                              f"artifacts_dir={tmp_path / 'arts'}"])))
+    def weight_bytes(path):
+        entries = json.loads((path / "manifest.json").read_text())["weights"]
+        return sum(int(np.prod(w["shape"])) * np.dtype(tb.InputInfo((1,), w["dtype"]).dtype).itemsize for w in entries)
+
+    assert weight_bytes(full.path) == 2 * weight_bytes(result.path) and full.key != result.key
 
 
 def test_config_validation_errors_name_the_key():
@@ -383,7 +426,7 @@ def test_default_dynamic_build_serves_the_whole_range_without_compiling(model):
 
     vb = config.validate(compose_cfg([f"model={model}", "shapes=dynamic"]))
     m = instantiate_model(vb.model)
-    infos = input_infos(m, vb.shapes, vb.precision)
+    infos = input_infos(m, vb.shapes, "float32")
     leaves = list(infos.items())
     _, symbols = make_symbols(leaves)
     used = {d for info in infos.values() for d in info.dimension_names.values()}
@@ -405,3 +448,17 @@ def test_bench_plot_draws_latency_against_shape(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "padding overhead" in proc.stdout
+
+
+def test_model_padding_in_the_config_overrides_the_class_per_dim():
+    from tripy_build.build import model_padding
+
+    vb = config.validate(compose_cfg(["model=transformer", "shapes=dynamic", "model.padding.seq=none"]))
+    assert model_padding(instantiate_model(vb.model), vb.model, vb.shapes) == {"batch": "rows"}
+    vb = config.validate(compose_cfg(["model=geglu", "shapes=dynamic"]))
+    assert model_padding(instantiate_model(vb.model), vb.model, vb.shapes) == {"batch": "rows"}
+    vb = config.validate(compose_cfg(["model=geglu", "shapes=dynamic", "model.padding.batch=none"]))
+    assert model_padding(instantiate_model(vb.model), vb.model, vb.shapes) == {}
+    vb = config.validate(compose_cfg(["model=geglu", "shapes=dynamic", "+model.padding.seq=mask"]))
+    with pytest.raises(ConfigError, match="model.padding: 'seq' is not a dim of this model's inputs"):
+        model_padding(instantiate_model(vb.model), vb.model, vb.shapes)

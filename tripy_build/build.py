@@ -38,7 +38,8 @@ class BuildRequest:
     max_profiles: int
     backend: str
     optimization_level: int
-    precision: str
+    precision: str  # the compute dtype: float32, bfloat16 or float16
+    max_error: float | None  # the error budget against float32, relative to each output's scale
     params_seed: int
     params_checkpoint: str | None
     artifacts_dir: str
@@ -55,6 +56,7 @@ class BuildResult:
     inputs: dict[str, str] = field(default_factory=dict)
     dims: list[str] = field(default_factory=list)  # per dynamic dim: its buckets and strategy
     profiles: str = ""
+    precision: str = ""  # the measured error of a reduced-precision build
     files: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # input files (model code, checkpoint) -> sha256
 
@@ -68,6 +70,8 @@ class BuildResult:
         lines += [f"  dim {d}" for d in self.dims]
         if self.profiles:
             lines.append(f"  profiles: {self.profiles}")
+        if self.precision:
+            lines.append(f"  precision: {self.precision}")
         if self.timings:
             lines.append("  stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items()))
         lines.append(f"  files ({_human(self.size)}): " + ", ".join(f"{k} {_human(v)}" for k, v in sorted(self.files.items())))
@@ -86,11 +90,13 @@ MODEL_CONFIG_KEYS = ("_target_", "name", "padding")  # model config keys that ar
 
 
 def model_padding(model: Any, model_cfg: dict[str, Any], dims: dict[str, Any]) -> dict[str, str]:
-    """The model's padding declaration (its class's, or the config's ``model.padding``) for its dynamic dims."""
-    declared = model_cfg.get("padding")
-    declared = dict(getattr(model, "padding", None) or {}) if declared is None else dict(declared)
+    """The padding declaration for the model's dynamic dims: the config's ``model.padding`` (for a zoo
+    model it starts as the class's), else the class's ``padding``; ``none`` means not padded."""
+    configured = model_cfg.get("padding")
+    declared = dict(getattr(model, "padding", None) or {}) if configured is None else dict(configured)
     used = {d for shape in model.inputs().values() for d in shape if isinstance(d, str)}
     unknown = sorted(set(declared) - used)
+    declared = {d: k for d, k in declared.items() if k != "none"}
     if unknown:
         raise ConfigError(f"model.padding: {', '.join(map(repr, unknown))} is not a dim of this model's inputs "
                           f"(its dims: {', '.join(map(repr, sorted(used))) or 'none'}).")
@@ -227,7 +233,7 @@ def build(vb: BuildRequest) -> BuildResult:
     timings: dict[str, float] = {}
     model = instantiate_model(vb.model)
     model_name = vb.model.get("name") or type(model).__name__.lower()
-    infos = input_infos(model, vb.shapes, vb.precision)
+    infos = input_infos(model, vb.shapes, "float32")
 
     t0 = time.perf_counter()
     params = None
@@ -286,7 +292,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
         model.apply, vb.optimization_level, args=[params, *infos.values()],
         kwargs={"lengths": mask_dims} if mask_dims else None, platforms=[vb.backend], name=model_name,
         log=stage, buckets={d: b for d, b in vb.buckets.items() if d in used}, padding=padding,
-        max_profiles=vb.max_profiles,
+        max_profiles=vb.max_profiles, precision=vb.precision, max_error=vb.max_error,
     )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
@@ -319,4 +325,8 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
     seconds = artifact.read_index(Path(path), manifest, "compile_seconds")
     profiles = (f"{len(executables)} precompiled, {_human(sum(index.get(e['file'], {}).get('size', 0) for e in executables))}, "
                 f"{sum(seconds.get(e['file'], 0) for e in executables):.1f} s of compile time") if executables else ""
-    return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, dims, profiles, files, sources)
+    p = (manifest.get("metadata") or {}).get("precision")
+    precision = (f"{p['dtype']}, error against float32 {p['max_rel_error']:.3%} of the output scale (max abs "
+                 f"{p['max_abs_error']:.3g})" + (f", budget {p['max_error']:.2%}" if p.get("max_error") else "")) if p else ""
+    return BuildResult(Path(path).absolute(), key, model_name, cache_hit, timings, inputs, dims, profiles, precision,
+                       files, sources)

@@ -40,8 +40,10 @@ def _check_added_keys() -> None:
     for override in HydraConfig.get().overrides.task:
         if override.startswith("+"):
             key = override.lstrip("+").split("=", 1)[0]
-            if "@" in key or "/" in key or key in ("model", "shapes"):
+            if "@" in key or "/" in key or key in ("model", "shapes", "precision"):
                 continue  # a config group choice, checked by Hydra itself
+            if key.startswith(("model.padding.", "shapes.buckets.")):
+                continue  # a new dim in a dict keyed by dim names, checked against the model's dims
             raise ConfigError(
                 f"unknown config key {key!r} (added with '{override.split('=', 1)[0]}'): the build schema has "
                 "no such key. Check the spelling against `python -m tripy_build --cfg job`."

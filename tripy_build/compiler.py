@@ -10,6 +10,7 @@ executables before the executable is returned: a false one fails the compile, na
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -18,12 +19,13 @@ import jax
 import numpy as np
 
 from . import eager
+from . import precision as precision_lib
 from . import profiles as profiles_lib
 from . import xla_executable
 from .dispatch import Dispatcher, output_axes
 from .errors import SpecError
 from .executable import Executable, Precompiled
-from .export import export, output_infos
+from .export import export, output_infos, symbolic_specs
 from .host import host_features
 from .options import check_level, compiler_options
 from .signature import Parameter
@@ -35,8 +37,8 @@ GARBAGE_SCALE = 8.0  # padding in the proof is filled with large random values, 
 
 def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
             kwargs: dict[str, Any] | None = None, buckets: Any = profiles_lib.DEFAULT_BUCKETS,
-            padding: Mapping[str, str] | None = None,
-            max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES) -> Executable:
+            padding: Mapping[str, str] | None = None, max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES,
+            precision: str | None = None, max_error: float | None = None) -> Executable:
     """Compile ``func`` for the runtime inputs described by ``InputInfo`` arguments.
 
     ``InputInfo`` arguments (also nested in dicts, lists and tuples) become the executable's inputs,
@@ -56,6 +58,11 @@ def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] 
             ``DimSize`` and masks the padding itself. The declaration is checked on the compiled
             executables; undeclared dims are never padded.
         max_profiles: the budget of precompiled executables; a larger profile set is refused.
+        precision: ``"bfloat16"`` or ``"float16"``: weights stored and compute done at that precision,
+            floating inputs and outputs keep their dtypes; the error against float32 is measured on
+            the self-test inputs (``exe.metadata["precision"]``). ``"float32"`` or None: unchanged.
+        max_error: the largest error allowed, relative to each output's scale (default 0.02 for
+            bfloat16, 0.005 for float16); a larger one fails the compile.
 
     Returns:
         An ``Executable``: every in-range shape runs a precompiled profile, padded where declared;
@@ -71,14 +78,15 @@ def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] 
         y = exe(np.ones((37, 512), np.float32))  # runs the batch-64 profile on padded input
     """
     return build_executable(func, optimization_level, args=args, kwargs=kwargs, buckets=buckets,
-                            padding=padding, max_profiles=max_profiles)
+                            padding=padding, max_profiles=max_profiles, precision=precision, max_error=max_error)
 
 
 def build_executable(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
                      kwargs: dict[str, Any] | None = None, platforms: Sequence[str] = ("cpu",),
                      name: str | None = None, log: Callable[[str, float], None] | None = None,
                      buckets: Any = profiles_lib.DEFAULT_BUCKETS, padding: Mapping[str, str] | None = None,
-                     max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES) -> Executable:
+                     max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES, precision: str | None = None,
+                     max_error: float | None = None) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``."""
     check_level(optimization_level)
     if not isinstance(args, (list, tuple)):
@@ -91,13 +99,22 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
         raise SpecError(f"padding= must be a dict of dim name -> 'rows' or 'mask', got {padding!r}.")
     log = log or (lambda stage, seconds: None)
 
+    reduced, budget = precision_lib.check(precision, max_error)
     t0 = time.perf_counter()
     arguments = bind_arguments(func, args, kwargs or {})
     leaves, sizes = runtime_leaves(arguments), size_leaves(arguments)
     collect_named_dims(leaves)
+    reference = flat_function(func, arguments)  # float32: the error of a reduced precision is measured against it
+    if reduced:
+        arguments = [a if a.traced else dataclasses.replace(a, value=precision_lib.cast_constant(a.value, reduced))
+                     for a in arguments]
     flat = flat_function(func, arguments)
+    if reduced:
+        specs, _ = symbolic_specs(leaves)
+        flat = precision_lib.wrap(flat, reduced, [*specs, *[jax.ShapeDtypeStruct((), "int32")] * len(sizes)])
     if name:
-        flat.__name__ = flat.__qualname__ = name
+        for f in (flat, reference):
+            f.__name__ = f.__qualname__ = name
     if eager.disabled():
         return eager.EagerFunction(flat, [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime],
                                    leaves, sizes)
@@ -133,6 +150,7 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
         optimization_level=optimization_level, platforms=platforms, precompiled=[], prep_exe=prep_exe,
         selftest_source=flat,
     )
+    exe.tolerance = precision_lib.TOLERANCE.get(reduced)
     precompiled = []
     if host_platform in platforms:
         leading = [a.shape for a in program.leading_avals()]
@@ -146,7 +164,33 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
         t0 = time.perf_counter()
         prove_padding(exe)
         log("prove padding", time.perf_counter() - t0)
+    if reduced:
+        t0 = time.perf_counter()
+        measure_precision(exe, reference, reduced, budget)
+        log(f"measure {reduced} error", time.perf_counter() - t0)
     return exe
+
+
+def measure_precision(exe: Executable, reference: Callable, dtype: str, budget: float | None) -> None:
+    """Compare ``exe`` with the float32 ``reference`` on the self-test inputs; record it; enforce the budget."""
+    from .selftest import from_files, run_once
+
+    worst_abs, worst_rel, names = 0.0, 0.0, []
+    for case, _, _ in from_files(*exe.selftest_cases()):
+        got = jax.tree_util.tree_leaves(exe.call_flat(*case.inputs))
+        sizes = exe.dispatcher.route([np.shape(x) for x in case.inputs]).sizes
+        want = jax.tree_util.tree_leaves(run_once(reference, *case.inputs, *[np.int32(n) for n in sizes]))
+        a, r = precision_lib.error(got, want)
+        worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
+        names.append(case.name)
+    exe.metadata["precision"] = {"dtype": dtype, "max_abs_error": worst_abs, "max_rel_error": worst_rel,
+                                 "max_error": budget, "measured_on": names}
+    if budget is not None and worst_rel > budget:
+        raise SpecError(
+            f"precision {dtype}: the outputs differ from float32 by up to {worst_rel:.3g} of their scale (max abs "
+            f"{worst_abs:.3g}) on the self-test inputs ({', '.join(names)}), over the budget max_error={budget:g}. "
+            "Raise the budget, or build in float16 or float32."
+        )
 
 
 def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], target: tuple[int, ...],
@@ -210,7 +254,7 @@ def prove_padding(exe: Executable, seed: int = 0) -> None:
                                                  dispatcher.out_axes)):
                 g = np.asarray(g)[tuple(slice(0, at_small[a]) if a is not None else slice(None) for a in axes)]
                 w = np.asarray(w)
-                rtol = RTOL.get(w.dtype.name, DEFAULT_RTOL)
+                rtol = exe.tolerance or RTOL.get(w.dtype.name, DEFAULT_RTOL)
                 err = np.abs(g.astype(np.float64) - w.astype(np.float64))
                 bad = err > rtol + rtol * np.abs(w.astype(np.float64))
                 if g.shape != w.shape or bad.any():

@@ -30,6 +30,16 @@ class Backend(enum.Enum):
 
 class Precision(enum.Enum):
     float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+@dataclass
+class PrecisionConfig:
+    # weights stored and compute done in this dtype; inputs and outputs keep theirs
+    dtype: Precision = Precision.float32
+    # the largest error against float32 allowed, relative to each output's scale (null: no budget)
+    max_error: Optional[float] = None
 
 
 @dataclass
@@ -55,7 +65,7 @@ class BuildConfig:
     shapes: ShapesConfig = field(default_factory=ShapesConfig)
     backend: Backend = Backend.cpu
     optimization_level: int = 3
-    precision: Precision = Precision.float32
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     params: ParamsConfig = field(default_factory=ParamsConfig)
     artifacts_dir: str = "artifacts"
     force: bool = False
@@ -69,8 +79,9 @@ def model_schema(model_cls: type) -> type:
     """A schema for one zoo model: ``_target_``, ``name`` and the model dataclass's own fields."""
     fields = [("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
               ("name", str, field(default=model_cls.name)),
-              # dim name -> "rows" | "mask"; None keeps the model class's own declaration
-              ("padding", Optional[dict[str, str]], field(default=None))]
+              # dim name -> "rows" | "mask" | "none" (not padded): which dims may be padded up to a bucket;
+              # the model class's declaration by default
+              ("padding", dict[str, str], field(default_factory=lambda: dict(getattr(model_cls, "padding", {}))))]
     hints = typing.get_type_hints(model_cls)
     for f in dataclasses.fields(model_cls):
         default = f.default if f.default is not dataclasses.MISSING else MISSING
@@ -89,6 +100,7 @@ def register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=BuildConfig)
     cs.store(group="schema", name="shapes", node=ShapesConfig)
+    cs.store(group="schema", name="precision", node=PrecisionConfig)
     for name, cls in MODELS.items():
         cs.store(group="schema/model", name=name, node=model_schema(cls))
 
@@ -138,13 +150,12 @@ def validate(cfg: DictConfig) -> BuildRequest:
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, int) and not isinstance(v, bool) and v < 1:
                 raise ConfigError(f"model.{key}: model dimensions must be at least 1, got {value}.")
-    padding = plain["model"].get("padding")
-    if padding is not None:
-        if not isinstance(padding, dict):
-            raise ConfigError(f"model.padding: must map dim names to 'rows' or 'mask', got {padding!r}.")
-        for dim, kind in padding.items():
-            if kind not in PADDING_KINDS:
-                raise ConfigError(f"model.padding.{dim}: must be one of {', '.join(PADDING_KINDS)}, got {kind!r}.")
+    padding = plain["model"].get("padding") or {}
+    if not isinstance(padding, dict):
+        raise ConfigError(f"model.padding: must map dim names to 'rows', 'mask' or 'none', got {padding!r}.")
+    for dim, kind in padding.items():
+        if kind not in (*PADDING_KINDS, "none"):
+            raise ConfigError(f"model.padding.{dim}: must be one of {', '.join((*PADDING_KINDS, 'none'))}, got {kind!r}.")
     dims = {name: _dim(f"shapes.dims.{name}", v) for name, v in plain["shapes"]["dims"].items()}
     buckets = plain["shapes"]["buckets"]
     for name, spec in buckets.items():
@@ -157,12 +168,17 @@ def validate(cfg: DictConfig) -> BuildRequest:
             resolve_buckets(spec, dims[name].bounds, key)
         except SpecError as e:
             raise ConfigError(str(e)) from None
+    max_error = plain["precision"]["max_error"]
+    if max_error is not None and max_error <= 0:
+        raise ConfigError(f"precision.max_error: must be a positive number (error relative to the output's scale), "
+                          f"got {max_error}.")
     if plain["shapes"]["max_profiles"] < 1:
         raise ConfigError(f"shapes.max_profiles: must be at least 1, got {plain['shapes']['max_profiles']}.")
     return BuildRequest(
         model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], buckets=buckets,
         max_profiles=plain["shapes"]["max_profiles"], backend=plain["backend"], optimization_level=level,
-        precision=plain["precision"], params_seed=plain["params"]["seed"],
+        precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
+        params_seed=plain["params"]["seed"],
         params_checkpoint=plain["params"]["checkpoint"], artifacts_dir=plain["artifacts_dir"], force=plain["force"],
     )
 

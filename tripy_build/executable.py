@@ -91,6 +91,7 @@ class Executable:
         self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
         self._by_target: dict[tuple[int, ...], Any] = {p.target: p for p in self._precompiled}
         self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile, measured by warm_up
+        self.tolerance: float | None = None  # the self-test's, when compute runs at reduced precision
         self._compile_lock = threading.Lock()
         self._program_digest = hashlib.sha256(program_bytes).hexdigest()
         self._named_uses = named_uses(self._leaves)
@@ -437,7 +438,7 @@ class Executable:
                     sizes = self._dispatcher.route(tuple(np.shape(x) for x in leaves)).sizes
                     return source(*leaves, *[jax.numpy.int32(n) for n in sizes])
                 cases = selftest.make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case())
-                self._selftest_cache = selftest.to_files(cases)
+                self._selftest_cache = selftest.to_files(cases, self.tolerance)
             elif self._origin is not None:
                 from . import artifact
 

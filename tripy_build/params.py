@@ -83,7 +83,7 @@ def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError
         if name not in entries:
             raise error(f"{what}: the artifact {str(path)!r} stores no weight {name}; it was built from a "
                         "different model.")
-        leaves.append(from_npy(files[entries[name]["file"]], str(path / entries[name]["file"])))
+        leaves.append(from_npy(files[entries[name]["file"]], str(path / entries[name]["file"]), entries[name]["dtype"]))
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 

@@ -156,7 +156,7 @@ class Runtime:
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them (falling back to jax without one)."""
         c = self._contents
-        weights = [self._device.put(c.array(w["file"]), _Aval(w["shape"], to_dtype(w["dtype"]))) for w in c.weights]
+        weights = [self._device.put(c.weight(w), _Aval(w["shape"], to_dtype(w["dtype"]))) for w in c.weights]
         prepared: list[Any] = []
         if any(kind == "prep" for kind, _ in c.sources):
             entry = c.prep_executable

@@ -86,27 +86,32 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def to_files(cases: Sequence[Case]) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
-    """Manifest entries and file contents (``.npy``, no pickle) for ``cases``."""
+def to_files(cases: Sequence[Case], rtol: float | None = None) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """Manifest entries and file contents (``.npy``, no pickle) for ``cases``; ``rtol`` overrides the per-dtype one."""
     entries, files = [], {}
     for case in cases:
-        entry = {"name": case.name, "inputs": [], "outputs": []}
+        entry = {"name": case.name, "inputs": [], "outputs": [],
+                 "dtypes": [np.dtype(a.dtype).name for a in (*case.inputs, *case.outputs)]}
         for kind, arrays in (("inputs", case.inputs), ("outputs", case.outputs)):
             for i, a in enumerate(arrays):
                 rel = f"{PREFIX}/{case.name}/{kind[:-1]}{i}.npy"
                 files[rel] = _npy(a)
                 entry[kind].append(rel)
-        entry["rtol"] = max((RTOL.get(np.dtype(o.dtype).name, DEFAULT_RTOL) for o in case.outputs), default=DEFAULT_RTOL)
+        entry["rtol"] = rtol or max((RTOL.get(np.dtype(o.dtype).name, DEFAULT_RTOL) for o in case.outputs),
+                                    default=DEFAULT_RTOL)
         entry["atol"] = entry["rtol"]
         entries.append(entry)
     return entries, files
 
 
 def from_files(entries: Sequence[dict[str, Any]], files: dict[str, bytes]) -> list[tuple[Case, float, float]]:
+    from .serialization import from_npy
+
     out = []
     for e in entries:
-        load = lambda rel: np.load(io.BytesIO(files[rel]), allow_pickle=False)  # noqa: E731
-        case = Case(e["name"], [load(r) for r in e["inputs"]], [load(r) for r in e["outputs"]])
+        rels = [*e["inputs"], *e["outputs"]]
+        arrays = [from_npy(files[r], r, d) for r, d in zip(rels, e.get("dtypes") or [None] * len(rels))]
+        case = Case(e["name"], arrays[:len(e["inputs"])], arrays[len(e["inputs"]):])
         out.append((case, float(e["rtol"]), float(e["atol"])))
     return out
 

@@ -25,7 +25,7 @@ from .errors import ArtifactError, SpecError
 from .options import compiler_options
 from .profiles import DimPlan
 from .signature import Parameter
-from .spec import DimSize, InputInfo, count_leaves, flatten_like, rebuild
+from .spec import DimSize, InputInfo, count_leaves, flatten_like, rebuild, to_dtype
 
 PROGRAM_FILE = "program.jaxexport"
 PREP_FILE = "prep.jaxexport"
@@ -57,11 +57,24 @@ def npy(array: Any) -> bytes:
     return buf.getvalue()
 
 
-def from_npy(data: bytes, where: str) -> np.ndarray:
+def from_npy(data: bytes, where: str, dtype: Any = None) -> np.ndarray:
+    """An array from ``.npy`` bytes; with ``dtype``, checked against it.
+
+    numpy has no bfloat16 (or fp8) of its own: ``.npy`` stores those as raw void items of the same
+    size, which are viewed as ``dtype`` here.
+    """
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        array = np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as e:
         raise ArtifactError(f"{where}: not a readable .npy array ({e}).") from None
+    if dtype is None:
+        return array
+    want = to_dtype(dtype)
+    if array.dtype == want:
+        return array
+    if array.dtype.kind == "V" and array.dtype.itemsize == want.itemsize:
+        return array.view(want)
+    raise ArtifactError(f"{where}: holds {array.dtype.name} data, but the manifest says {want.name}; the artifact is damaged.")
 
 
 def structure_template(tree: Any) -> Any:
@@ -166,12 +179,22 @@ class Contents:
     def where(self, rel: str = artifact.MANIFEST) -> str:
         return os.path.join(self.path, rel)
 
-    def array(self, rel: str) -> np.ndarray:
-        return from_npy(self.files[rel], self.where(rel))
+    def array(self, rel: str, dtype: Any = None) -> np.ndarray:
+        return from_npy(self.files[rel], self.where(rel), dtype)
+
+    def weight(self, entry: dict[str, Any]) -> np.ndarray:
+        return self.array(entry["file"], entry["dtype"])
 
     def bound_values(self) -> dict[str, Any]:
-        return {name: rebuild(next(p for p in self.parameters if p.name == name).template,
-                              [self.array(f) for f in files]) for name, files in self.bound_files.items()}
+        values, start = {}, 0
+        for p in self.parameters:
+            n = count_leaves(p.template)
+            if p.name in self.bound_files:
+                infos = [info for _, info in self.leaves[start:start + n]]
+                values[p.name] = rebuild(p.template, [self.array(f, info.dtype)
+                                                      for f, info in zip(self.bound_files[p.name], infos)])
+            start += n
+        return values
 
     def usable(self, entry: dict[str, Any]) -> bool:
         """Whether a precompiled executable can run here; warns with the reason when it cannot."""
@@ -257,7 +280,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
 
     main = program(c.program_file)
     prep = program(c.prep_file) if c.prep_file else None
-    weights = [Weight(w["path"], w["argument"], jax.device_put(c.array(w["file"]))) for w in c.weights]
+    weights = [Weight(w["path"], w["argument"], jax.device_put(c.weight(w))) for w in c.weights]
 
     def precompiled(entry: dict[str, Any], exported: jax.export.Exported, label: str) -> Precompiled | None:
         if not c.usable(entry):
