@@ -204,3 +204,21 @@ def test_bad_hyperparameters():
     with pytest.raises(ValueError, match="at least one layer"):
         MLP(layers=0)
     assert ConvNet(channels=[4, 8]).channels == (4, 8)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reduced_precision_stays_within_its_budget(name, precision):
+    model, dims, buckets, _ = CASES[name]
+    params = model.init(KEY)
+    masks = {d: tb.DimSize(d) for d, kind in model.padding.items() if kind == "mask"}
+    exe = tb.compile(model.apply, args=[params, *input_infos(model, dims).values()],
+                     kwargs={"lengths": masks} if masks else None, padding=model.padding,
+                     buckets={d: [r[1], r[2]] for d, r in dims.items()}, precision=precision)
+    p = exe.metadata["precision"]
+    assert p["dtype"] == precision and 0 < p["max_rel_error"] <= p["max_error"]
+    assert {np.dtype(v.dtype).name for v in exe.weights.values()} == {precision}
+    sizes = {d: r[2] for d, r in dims.items()}
+    x = concrete_inputs(model, sizes, seed=5)
+    got, want = np.asarray(exe(*x)), np.asarray(model.apply(params, *x))
+    assert got.dtype == np.float32 and np.abs(got - want).max() <= p["max_error"] * np.abs(want).max()

@@ -111,7 +111,7 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     flat = flat_function(func, arguments)
     if reduced:
         specs, _ = symbolic_specs(leaves)
-        flat = precision_lib.wrap(flat, reduced, [*specs, *[jax.ShapeDtypeStruct((), "int32")] * len(sizes)])
+        flat = precision_lib.wrap(flat, reference, reduced, [*specs, *[jax.ShapeDtypeStruct((), "int32")] * len(sizes)])
     if name:
         for f in (flat, reference):
             f.__name__ = f.__qualname__ = name

@@ -49,9 +49,10 @@ def cast_constant(value: Any, dtype: str) -> Any:
     return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype) if _floating(v) and np.ndim(v) else v, value)
 
 
-def wrap(flat: Callable, dtype: str, specs: Sequence[jax.ShapeDtypeStruct]) -> Callable:
-    """``flat`` computing in ``dtype``: floating inputs cast on entry, outputs back to their float32 dtypes."""
-    out_dtypes = [o.dtype for o in jax.tree_util.tree_leaves(jax.eval_shape(flat, *specs))]
+def wrap(flat: Callable, reference: Callable, dtype: str, specs: Sequence[jax.ShapeDtypeStruct]) -> Callable:
+    """``flat`` computing in ``dtype``: floating inputs cast on entry, outputs back to the dtypes the float32
+    ``reference`` returns for ``specs``."""
+    out_dtypes = [o.dtype for o in jax.tree_util.tree_leaves(jax.eval_shape(reference, *specs))]
 
     def reduced(*args: Any) -> Any:
         out = flat(*[a.astype(dtype) if _floating(a) else a for a in args])
