@@ -499,8 +499,9 @@ def test_executable_path_outside_artifact(artifact_copy):
     "edit",
     [
         pytest.param(lambda deps: deps.update(jaxlib="0.0.1"), id="other-jaxlib"),
-        pytest.param(lambda deps: deps.update(cpu_features=deps["cpu_features"] + " future_isa_9000"),
-                     id="extra-cpu-feature"),
+        pytest.param(lambda deps: deps.update(isa=[*deps["isa"], "future-isa-9000"]), id="isa-this-host-lacks"),
+        pytest.param(lambda deps: (deps.pop("isa"), deps.update(cpu_features=deps["cpu_features"] + " future_isa_9000")),
+                     id="no-isa-recorded-build-host-flag-this-host-lacks"),
     ],
 )
 def test_incompatible_executable_falls_back_to_program(artifact_copy, geglu_ref, rng, edit):
@@ -514,6 +515,19 @@ def test_incompatible_executable_falls_back_to_program(artifact_copy, geglu_ref,
     for batch in (BATCH[1], 2):
         x = rng.standard_normal((batch, DIM_IN)).astype(np.float32)
         assert_close(loaded(x), geglu_ref(x))
+
+
+def test_compatibility_is_judged_by_the_executables_own_isa_not_the_build_hosts_flags(artifact_copy, geglu_ref, rng):
+    m = _read_manifest(artifact_copy)
+    deps = m["executables"][0]["depends_on"]
+    assert deps["isa"] and deps["target_cpu"]  # what LLVM compiled for, read from the executable's bytes
+    deps["cpu_features"] += " future_isa_9000"  # a build host with more than the code uses
+    deps["isa"] = [f for f in deps["isa"] if not f.startswith("avx512")]  # e.g. a portable (AVX2) build
+    _write_manifest(artifact_copy, m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = tb.load(artifact_copy)
+    assert ((BATCH[1], DIM_IN),) in loaded.precompiled_shapes
 
 
 def test_compatible_artifact_loads_without_warnings(geglu_artifact):

@@ -36,7 +36,8 @@ class BuildRequest:
     shapes_name: str
     buckets: dict[str, Any]  # dim name -> "pow2" | "none" | [sizes]; unlisted dims get "pow2"
     max_profiles: int
-    backend: str
+    platforms: list[str]  # XLA platforms the program is exported for; executables for the build host's
+    target_cpu: str  # host | portable | an instruction-set ceiling (--xla_cpu_max_isa)
     optimization_level: int
     precision: str  # the compute dtype: float32, bfloat16 or float16
     max_error: float | None  # the error budget against float32, relative to each output's scale
@@ -190,9 +191,9 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
         "model_code": {name: digest for name, _, digest in sources},
         "params": params_identity,
         "toolchain": dict(toolchain(), tripy_build_source=package_digest()),
-        "target": {"platforms": [vb.backend], "machine": host["machine"], "system": host["system"],
-                   "cpu_features": host["cpu_features"]},
-        "compiler_options": {p: compiler_options(vb.optimization_level, p) for p in [vb.backend]},
+        "target": {"platforms": vb.platforms, "cpu": vb.target_cpu, "machine": host["machine"],
+                   "system": host["system"], "cpu_features": host["cpu_features"]},
+        "compiler_options": {p: compiler_options(vb.optimization_level, p) for p in vb.platforms},
     }
 
 
@@ -230,6 +231,10 @@ def build(vb: BuildRequest) -> BuildResult:
     """Build (or find in the cache) the artifact that ``vb`` describes."""
     from . import params as params_io
 
+    from .host import apply_cpu_target
+    from .xla_executable import backend_started
+
+    apply_cpu_target(vb.target_cpu, backend_started())
     timings: dict[str, float] = {}
     model = instantiate_model(vb.model)
     model_name = vb.model.get("name") or type(model).__name__.lower()
@@ -290,7 +295,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
     used = {d for info in infos.values() for d in info.dimension_names.values()}
     exe = build_executable(
         model.apply, vb.optimization_level, args=[params, *infos.values()],
-        kwargs={"lengths": mask_dims} if mask_dims else None, platforms=[vb.backend], name=model_name,
+        kwargs={"lengths": mask_dims} if mask_dims else None, platforms=vb.platforms, name=model_name,
         log=stage, buckets={d: b for d, b in vb.buckets.items() if d in used}, padding=padding,
         max_profiles=vb.max_profiles, precision=vb.precision, max_error=vb.max_error,
     )

@@ -26,7 +26,7 @@ from .dispatch import Dispatcher, output_axes
 from .errors import SpecError
 from .executable import Executable, Precompiled
 from .export import export, output_infos, symbolic_specs
-from .host import host_features
+from .host import host_features, target_of
 from .options import check_level, compiler_options
 from .signature import Parameter
 from .spec import collect_named_dims
@@ -137,6 +137,12 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     log("trace+export", time.perf_counter() - t0)
 
     host_platform = jax.default_backend()
+    if host_platform not in platforms:
+        raise SpecError(
+            f"platforms {list(platforms)}: this host runs {host_platform!r}, and a build runs what it compiles (the "
+            f"self-test, the padding proof); include {host_platform!r} (e.g. backend=[{host_platform},{platforms[0]}]), "
+            f"or build on a {platforms[0]} host. The others compile from the portable program where the artifact loads."
+        )
     prep_exe = None
     if host_platform in platforms and program.prep is not None:
         t0 = time.perf_counter()
@@ -199,7 +205,11 @@ def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
     compiled = xla_executable.compile_shapes(exported, shapes, options)
     seconds = time.perf_counter() - t0
     blob, meta = xla_executable.serialize(compiled)
-    meta.update(platform=platform, profile=profile, depends_on=host_features(), compiler_options=options)
+    depends = dict(host_features())
+    built_for = target_of(blob) if platform == "cpu" else None
+    if built_for is not None:
+        depends.update(target_cpu=built_for["cpu"], isa=built_for["isa"])
+    meta.update(platform=platform, profile=profile, depends_on=depends, compiler_options=options)
     return Precompiled(tuple(target), blob, meta, compiled, seconds=seconds)
 
 

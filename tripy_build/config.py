@@ -24,8 +24,14 @@ from .profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, resolve_buckets
 from .spec import NamedDimension
 
 
-class Backend(enum.Enum):
-    cpu = "cpu"
+PLATFORMS = ("cpu", "cuda")
+
+
+@dataclass
+class TargetConfig:
+    # "host": this machine's CPU; "portable": a baseline every recent server has (AVX2 on x86-64, NEON on
+    # arm64); or an instruction-set ceiling XLA knows (SSE4_2, AVX, AVX2, AVX512, ...): --xla_cpu_max_isa
+    cpu: str = "host"
 
 
 class Precision(enum.Enum):
@@ -63,7 +69,9 @@ class ShapesConfig:
 class BuildConfig:
     model: Any = MISSING
     shapes: ShapesConfig = field(default_factory=ShapesConfig)
-    backend: Backend = Backend.cpu
+    # cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable program for the rest)
+    backend: Any = "cpu"
+    target: TargetConfig = field(default_factory=TargetConfig)
     optimization_level: int = 3
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     params: ParamsConfig = field(default_factory=ParamsConfig)
@@ -174,9 +182,18 @@ def validate(cfg: DictConfig) -> BuildRequest:
                           f"got {max_error}.")
     if plain["shapes"]["max_profiles"] < 1:
         raise ConfigError(f"shapes.max_profiles: must be at least 1, got {plain['shapes']['max_profiles']}.")
+    backend = plain["backend"]
+    platforms = [backend] if isinstance(backend, str) else backend
+    if not isinstance(platforms, list) or not platforms or any(p not in PLATFORMS for p in platforms):
+        raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS)} or a list of them, "
+                          "e.g. backend=[cpu,cuda].")
+    from .host import max_isa
+
+    max_isa(plain["target"]["cpu"])  # refuses a name XLA does not know here
     return BuildRequest(
         model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], buckets=buckets,
-        max_profiles=plain["shapes"]["max_profiles"], backend=plain["backend"], optimization_level=level,
+        max_profiles=plain["shapes"]["max_profiles"], platforms=list(dict.fromkeys(platforms)),
+        target_cpu=plain["target"]["cpu"], optimization_level=level,
         precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
         params_seed=plain["params"]["seed"],
         params_checkpoint=plain["params"]["checkpoint"], artifacts_dir=plain["artifacts_dir"], force=plain["force"],

@@ -134,6 +134,7 @@ class Runtime:
 
     def __init__(self, contents: Contents):
         c = contents
+        c.check_platform("cpu")
         self._contents = c
         self.__name__ = c.name
         self._device = _Device()
@@ -142,7 +143,8 @@ class Runtime:
         bound = c.bound_values() if c.bound else {}
         self._bound = {n: _flat(next(p for p in c.parameters if p.name == n).template, v, n) for n, v in bound.items()}
         self._visible = [p for p in c.parameters if p.name not in bound]
-        self._profiles = {tuple(int(n) for n in e["target"]): e for e in c.executables if c.usable(e)}
+        self._profiles = {tuple(int(n) for n in e["target"]): e for e in c.executables
+                          if e.get("platform") == "cpu" and c.usable(e, _client)}
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._lock = threading.Lock()
         self._full: Any = None
@@ -160,7 +162,7 @@ class Runtime:
         prepared: list[Any] = []
         if any(kind == "prep" for kind, _ in c.sources):
             entry = c.prep_executable
-            if entry is None or not c.usable(entry):
+            if entry is None or not c.usable(entry, _client):
                 return [self._full_executable()._leading[i] for i in range(len(c.sources))]
             prepared = _Compiled(self._device, c.files[entry["file"]], entry, c.where(entry["file"])).device_outputs(weights)
         return [weights[i] if kind == "weight" else prepared[i] for kind, i in c.sources]

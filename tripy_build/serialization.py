@@ -196,13 +196,23 @@ class Contents:
             start += n
         return values
 
-    def usable(self, entry: dict[str, Any]) -> bool:
-        """Whether a precompiled executable can run here; warns with the reason when it cannot."""
-        reason = _cannot_load(entry)
+    def usable(self, entry: dict[str, Any], client: Any = None) -> bool:
+        """Whether a precompiled executable can run here (``client``: the PJRT client that would run it,
+        asked which CPU features it compiles for); warns with the reason when it cannot."""
+        reason = _cannot_load(entry, client)
         if reason is not None:
             warnings.warn(f"{self.where(entry['file'])}: skipped ({reason}); the exported program will be "
                           "compiled for these shapes on first use instead.", CompatibilityWarning, stacklevel=4)
         return reason is None
+
+    def check_platform(self, platform: str) -> None:
+        """Refuse an artifact whose program was not exported for ``platform`` (this host's)."""
+        if platform not in self.platforms:
+            raise ArtifactError(
+                f"{self.where()}: built for {', '.join(self.platforms)} only, and this host runs {platform}: the "
+                f"program cannot run here. Rebuild with backend=[{', '.join([*self.platforms, platform])}] (a "
+                "multi-platform artifact: executables for the build host, the portable program for the rest)."
+            )
 
 
 def read(path: str | os.PathLike) -> Contents:
@@ -243,7 +253,7 @@ def read(path: str | os.PathLike) -> Contents:
     return contents
 
 
-def _cannot_load(entry: dict[str, Any]) -> str | None:
+def _cannot_load(entry: dict[str, Any], client: Any = None) -> str | None:
     if entry.get("format") != host.FORMAT:
         return f"unknown executable format {entry.get('format')!r}"
     if entry.get("platform") != "cpu":
@@ -253,7 +263,7 @@ def _cannot_load(entry: dict[str, Any]) -> str | None:
             jax.devices(entry.get("platform"))
         except RuntimeError:
             return f"no {entry.get('platform')} device on this host"
-    return host.incompatibility(entry.get("depends_on", {}))
+    return host.incompatibility(entry.get("depends_on", {}), client if entry.get("platform") == "cpu" else None)
 
 
 # --- loading as an Executable (jax) --------------------------------------------------------------
@@ -271,6 +281,8 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
     from .weights import Source, Weight
 
     c = read(path)
+    c.check_platform(jax.default_backend())
+    client = jax.devices()[0].client
 
     def program(file: str) -> jax.export.Exported:
         try:
@@ -283,7 +295,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
     weights = [Weight(w["path"], w["argument"], jax.device_put(c.weight(w))) for w in c.weights]
 
     def precompiled(entry: dict[str, Any], exported: jax.export.Exported, label: str) -> Precompiled | None:
-        if not c.usable(entry):
+        if entry.get("platform") != jax.default_backend() or not c.usable(entry, client):
             return None
         pre = Precompiled(tuple(int(n) for n in entry.get("target", [])), c.files[entry["file"]], entry)
 

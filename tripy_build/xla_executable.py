@@ -17,6 +17,13 @@ import numpy as np
 from .host import FORMAT
 
 
+def backend_started() -> bool:
+    """Whether jax has created its backends in this process (after which ``XLA_FLAGS`` are read)."""
+    from jax._src import xla_bridge
+
+    return bool(xla_bridge._backends)
+
+
 def _backend(platform_name: str):
     return jax.devices(platform_name)[0].client
 
