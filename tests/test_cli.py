@@ -246,6 +246,7 @@ BAD_CONFIGS = [
     (["+model.extra=1"], "model.extra"),
     (["backend=tpu"], "backend"),
     (["backend=[cpu,tpu]"], "backend"),
+    (["backend=[cpu,iree]"], "backend"),
     (["target.cpu=pentium"], "target.cpu"),
     (["+target.gpu=sm90"], "target.gpu"),
     (["precision=float64"], "precision/float64"),

@@ -37,6 +37,7 @@ class BuildRequest:
     buckets: dict[str, Any]  # dim name -> "pow2" | "none" | [sizes]; unlisted dims get "pow2"
     max_profiles: int
     platforms: list[str]  # XLA platforms the program is exported for; executables for the build host's
+    compiler: str  # xla, or iree (CPU only): which compiler makes the executables
     target_cpu: str  # host | portable | an instruction-set ceiling (--xla_cpu_max_isa)
     optimization_level: int
     precision: str  # the compute dtype: float32, bfloat16 or float16
@@ -193,7 +194,8 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
         "toolchain": dict(toolchain(), tripy_build_source=package_digest()),
         "target": {"platforms": vb.platforms, "cpu": vb.target_cpu, "machine": host["machine"],
                    "system": host["system"], "cpu_features": host["cpu_features"]},
-        "compiler_options": {p: compiler_options(vb.optimization_level, p) for p in vb.platforms},
+        "compiler_options": ({p: compiler_options(vb.optimization_level, p) for p in vb.platforms}
+                             if vb.compiler == "xla" else {"iree": iree_options()}),
     }
 
 
@@ -218,9 +220,16 @@ def request_from_record(manifest: dict[str, Any], artifact_path: Path, artifacts
             "`python -m tripy_build`), so it cannot be rebuilt."
         ) from None
     config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
+    config.setdefault("compiler", "xla")
     checkpoint = None if identity.get("init") == "random" else str(artifact_path)  # its weights
     return BuildRequest(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
                         artifacts_dir=str(artifacts_dir), force=True)
+
+
+def iree_options() -> dict[str, Any]:
+    from . import iree_backend
+
+    return {"flags": list(iree_backend.FLAGS), **iree_backend.versions()}
 
 
 def build_key(parts: dict[str, Any]) -> str:
@@ -297,7 +306,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
         model.apply, vb.optimization_level, args=[params, *infos.values()],
         kwargs={"lengths": mask_dims} if mask_dims else None, platforms=vb.platforms, name=model_name,
         log=stage, buckets={d: b for d, b in vb.buckets.items() if d in used}, padding=padding,
-        max_profiles=vb.max_profiles, precision=vb.precision, max_error=vb.max_error,
+        max_profiles=vb.max_profiles, precision=vb.precision, max_error=vb.max_error, backend=vb.compiler,
     )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
@@ -319,7 +328,7 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
         inputs[spec["path"]] = f"{spec['dtype']}[{', '.join(dims)}]"
     dims = [f"{d['name'] or d['symbol']} [{d['min']}..{d['max']}]: {d['strategy']}"
             + (f" ({d['padding']})" if d["strategy"] == "padded" else "")
-            + (f", buckets {' '.join(map(str, d['buckets']))}" if d["buckets"] else "")
+            + (f", buckets {' '.join(map(str, d['buckets']))}" if d["buckets"] and d["strategy"] != "dynamic" else "")
             for d in manifest.get("dims", [])]
     files: dict[str, int] = {}
     index = artifact.read_index(Path(path), manifest)
@@ -328,7 +337,11 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
         files[top] = files.get(top, 0) + entry["size"]
     executables = manifest.get("executables", [])
     seconds = artifact.read_index(Path(path), manifest, "compile_seconds")
-    profiles = (f"{len(executables)} precompiled, {_human(sum(index.get(e['file'], {}).get('size', 0) for e in executables))}, "
+    compiler = manifest.get("compiler") or {"name": "xla"}
+    by = f" by {compiler['name'].upper()}" + (f" ({compiler['mode']})" if compiler.get("mode") else "")
+    if compiler.get("why"):
+        by += f", as it cannot compile the dynamic program ({compiler['why']})"
+    profiles = (f"{len(executables)} precompiled{by}, {_human(sum(index.get(e['file'], {}).get('size', 0) for e in executables))}, "
                 f"{sum(seconds.get(e['file'], 0) for e in executables):.1f} s of compile time") if executables else ""
     p = (manifest.get("metadata") or {}).get("precision")
     precision = (f"{p['dtype']}, error against float32 {p['max_rel_error']:.3%} of the output scale (max abs "

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from . import eager
+from . import eager, iree_backend
 from . import precision as precision_lib
 from . import profiles as profiles_lib
 from . import xla_executable
@@ -38,7 +38,7 @@ GARBAGE_SCALE = 8.0  # padding in the proof is filled with large random values, 
 def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
             kwargs: dict[str, Any] | None = None, buckets: Any = profiles_lib.DEFAULT_BUCKETS,
             padding: Mapping[str, str] | None = None, max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES,
-            precision: str | None = None, max_error: float | None = None) -> Executable:
+            precision: str | None = None, max_error: float | None = None, backend: str = "xla") -> Executable:
     """Compile ``func`` for the runtime inputs described by ``InputInfo`` arguments.
 
     ``InputInfo`` arguments (also nested in dicts, lists and tuples) become the executable's inputs,
@@ -63,6 +63,9 @@ def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] 
             the self-test inputs (``exe.metadata["precision"]``). ``"float32"`` or None: unchanged.
         max_error: the largest error allowed, relative to each output's scale (default 0.02 for
             bfloat16, 0.005 for float16); a larger one fails the compile.
+        backend: ``"xla"`` (default) or ``"iree"``: the same program compiled by IREE for the host CPU
+            (one dynamic-shape module where IREE accepts it, else one module per profile); needs
+            ``pip install -e '.[iree]'``.
 
     Returns:
         An ``Executable``: every in-range shape runs a precompiled profile, padded where declared;
@@ -78,7 +81,8 @@ def compile(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] 
         y = exe(np.ones((37, 512), np.float32))  # runs the batch-64 profile on padded input
     """
     return build_executable(func, optimization_level, args=args, kwargs=kwargs, buckets=buckets,
-                            padding=padding, max_profiles=max_profiles, precision=precision, max_error=max_error)
+                            padding=padding, max_profiles=max_profiles, precision=precision, max_error=max_error,
+                            backend=backend)
 
 
 def build_executable(func: Callable, optimization_level: int = 3, *, args: Sequence[Any] = (),
@@ -86,7 +90,7 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
                      name: str | None = None, log: Callable[[str, float], None] | None = None,
                      buckets: Any = profiles_lib.DEFAULT_BUCKETS, padding: Mapping[str, str] | None = None,
                      max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES, precision: str | None = None,
-                     max_error: float | None = None) -> Executable:
+                     max_error: float | None = None, backend: str = "xla") -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``."""
     check_level(optimization_level)
     if not isinstance(args, (list, tuple)):
@@ -100,6 +104,10 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
     log = log or (lambda stage, seconds: None)
 
     reduced, budget = precision_lib.check(precision, max_error)
+    if backend not in ("xla", "iree"):
+        raise SpecError(f"backend must be 'xla' or 'iree', got {backend!r}.")
+    if backend == "iree":
+        iree_backend.require()
     t0 = time.perf_counter()
     arguments = bind_arguments(func, args, kwargs or {})
     leaves, sizes = runtime_leaves(arguments), size_leaves(arguments)
@@ -157,16 +165,18 @@ def build_executable(func: Callable, optimization_level: int = 3, *, args: Seque
         selftest_source=flat,
     )
     exe.tolerance = precision_lib.TOLERANCE.get(reduced)
-    precompiled = []
-    if host_platform in platforms:
-        leading = [a.shape for a in program.leading_avals()]
-        shapes = [[*leading, *dispatcher.leaf_shapes(t), *[()] * len(sizes)] for t in targets]
+    leading = [a.shape for a in program.leading_avals()]
+    shapes = [[*leading, *dispatcher.leaf_shapes(t), *[()] * len(sizes)] for t in targets]
+    if backend == "iree":
+        precompiled = _compile_iree(exe, program, shapes, targets, dims, len(sizes), log)
+    else:
         t0 = time.perf_counter()
-        precompiled = _compile_all(program.main, shapes, targets, host_platform, log, dims,
-                                   compiler_options(optimization_level, host_platform))
+        options = compiler_options(optimization_level, host_platform)
+        precompiled = _compile_all(lambda i, profile: _compile_one(program.main, shapes[i], targets[i], host_platform,
+                                                                   profile, options), targets, log, dims)
         exe.add_profiles(precompiled)
         log(f"compile {len(precompiled)} profile(s)", time.perf_counter() - t0)
-    if precompiled and any(d.strategy == "padded" for d in dims):
+    if precompiled and exe._universal is None and any(d.strategy == "padded" for d in dims):
         t0 = time.perf_counter()
         prove_padding(exe)
         log("prove padding", time.perf_counter() - t0)
@@ -199,6 +209,40 @@ def measure_precision(exe: Executable, reference: Callable, dtype: str, budget: 
         )
 
 
+def _compile_iree(exe: Executable, program: Any, shapes: Sequence[Sequence[Sequence[int]]],
+                  targets: Sequence[tuple[int, ...]], dims: Sequence[Any], n_sizes: int,
+                  log: Callable[[str, float], None]) -> list[Precompiled]:
+    """IREE modules: one for every shape if IREE accepts the dynamic program, else one per profile."""
+    depends = dict(host_features(), **iree_backend.versions())
+    base = {"format": iree_backend.FORMAT, "platform": "cpu", "flags": list(iree_backend.FLAGS), "depends_on": depends}
+    specs, _ = symbolic_specs(exe.flat_inputs)
+    vmfb, reason, seconds = iree_backend.compile_dynamic(program.main, exe._leading,
+                                                         [*specs, *[jax.ShapeDtypeStruct((), "int32")] * n_sizes])
+    n_lead = len(program.sources)
+    out_tree = program.main.out_tree
+    if vmfb is not None:
+        meta = dict(base, dynamic=True, profile={})
+        pre = Precompiled((), vmfb, meta, iree_backend.loader(vmfb, meta, out_tree, n_lead, "iree")(), seconds=seconds)
+        exe.set_universal(pre)
+        exe.compiler = {"name": "iree", "mode": "dynamic", "flags": list(iree_backend.FLAGS)}
+        log("compile (one dynamic-shape module)", seconds)
+        return [pre]
+    log(f"  IREE rejected the dynamic program ({reason}); one module per profile", seconds)
+
+    def one(i: int, profile: dict[str, int]) -> Precompiled:
+        blob, secs = iree_backend.compile_static(program.main, shapes[i])
+        meta = dict(base, profile=profile)
+        return Precompiled(tuple(targets[i]), blob, meta, iree_backend.loader(blob, meta, out_tree, n_lead, "iree")(),
+                           seconds=secs)
+
+    t0 = time.perf_counter()
+    compiled = _compile_all(one, targets, log, dims)
+    exe.add_profiles(compiled)
+    exe.compiler = {"name": "iree", "mode": "profiles", "why": reason, "flags": list(iree_backend.FLAGS)}
+    log(f"compile {len(compiled)} profile(s)", time.perf_counter() - t0)
+    return compiled
+
+
 def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], target: tuple[int, ...],
                  platform: str, profile: Any, options: dict[str, Any]) -> Precompiled:
     t0 = time.perf_counter()
@@ -213,17 +257,16 @@ def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
     return Precompiled(tuple(target), blob, meta, compiled, seconds=seconds)
 
 
-def _compile_all(exported: jax.export.Exported, shapes: Sequence[Sequence[Sequence[int]]],
-                 targets: Sequence[tuple[int, ...]], platform: str, log: Callable[[str, float], None],
-                 dims: Sequence[Any], options: dict[str, Any]) -> list[Precompiled]:
-    """Compile every profile in a thread pool (XLA releases the GIL).
+def _compile_all(compile_one: Callable[[int, dict[str, int]], Precompiled], targets: Sequence[tuple[int, ...]],
+                 log: Callable[[str, float], None], dims: Sequence[Any]) -> list[Precompiled]:
+    """Compile every profile in a thread pool (XLA releases the GIL; IREE compiles in a subprocess).
 
     One XLA compile already keeps ~1.6 of this machine's 2 cores busy (parallel codegen), so two
     threads gain ~10%; on larger hosts they gain more.
     """
     def one(i: int) -> Precompiled:
         profile = {d.name or d.symbol: n for d, n in zip(dims, targets[i])}
-        pre = _compile_one(exported, shapes[i], targets[i], platform, profile, options)
+        pre = compile_one(i, profile)
         label = " ".join(f"{k}={v}" for k, v in profile.items()) or "static"
         log(f"  profile {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
         return pre

@@ -25,6 +25,7 @@ from .spec import NamedDimension
 
 
 PLATFORMS = ("cpu", "cuda")
+COMPILERS = ("iree",)  # backends that name a compiler other than XLA (for the CPU)
 
 
 @dataclass
@@ -69,7 +70,8 @@ class ShapesConfig:
 class BuildConfig:
     model: Any = MISSING
     shapes: ShapesConfig = field(default_factory=ShapesConfig)
-    # cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable program for the rest)
+    # cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable program for the rest);
+    # iree: the CPU program compiled by IREE instead of XLA (pip install -e '.[iree]')
     backend: Any = "cpu"
     target: TargetConfig = field(default_factory=TargetConfig)
     optimization_level: int = 3
@@ -183,16 +185,25 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if plain["shapes"]["max_profiles"] < 1:
         raise ConfigError(f"shapes.max_profiles: must be at least 1, got {plain['shapes']['max_profiles']}.")
     backend = plain["backend"]
+    compiler = "xla"
+    if backend in COMPILERS:
+        from . import iree_backend
+
+        try:
+            iree_backend.require()
+        except SpecError as e:
+            raise ConfigError(f"backend: {backend}: {e}") from None
+        compiler, backend = backend, "cpu"
     platforms = [backend] if isinstance(backend, str) else backend
     if not isinstance(platforms, list) or not platforms or any(p not in PLATFORMS for p in platforms):
-        raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS)} or a list of them, "
-                          "e.g. backend=[cpu,cuda].")
+        raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS + COMPILERS)} or a list of "
+                          f"{' and '.join(PLATFORMS)}, e.g. backend=[cpu,cuda].")
     from .host import max_isa
 
     max_isa(plain["target"]["cpu"])  # refuses a name XLA does not know here
     return BuildRequest(
         model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], buckets=buckets,
-        max_profiles=plain["shapes"]["max_profiles"], platforms=list(dict.fromkeys(platforms)),
+        max_profiles=plain["shapes"]["max_profiles"], platforms=list(dict.fromkeys(platforms)), compiler=compiler,
         target_cpu=plain["target"]["cpu"], optimization_level=level,
         precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
         params_seed=plain["params"]["seed"],

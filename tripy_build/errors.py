@@ -35,6 +35,10 @@ class ConfigError(TripyBuildError):
     """A build configuration is invalid."""
 
 
+class CompileError(TripyBuildError):
+    """A compiler refused a program that tripy_build gave it (IREE's first error is quoted)."""
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 

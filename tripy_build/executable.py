@@ -91,6 +91,8 @@ class Executable:
         self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
         self._by_target: dict[tuple[int, ...], Any] = {p.target: p for p in self._precompiled}
         self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile, measured by warm_up
+        self._universal: Precompiled | None = None  # one executable for every shape (IREE's dynamic module)
+        self.compiler: dict[str, Any] = {"name": "xla"}  # which compiler made the executables, and how
         self.tolerance: float | None = None  # the self-test's, when compute runs at reduced precision
         self._compile_lock = threading.Lock()
         self._program_digest = hashlib.sha256(program_bytes).hexdigest()
@@ -156,6 +158,9 @@ class Executable:
         new = self._with_bound({n: v for n, v in values.items() if n in runtime},
                                {n: self._bound.get(n, (None, f"bound/{n}"))[1] for n in values if n in runtime})
         swapped = {n: v for n, v in values.items() if n in constants and n not in runtime}
+        if swapped and self._universal is not None and self.compiler.get("name") == "iree":
+            raise CallError(f"bind({', '.join(swapped)}=...): this IREE module holds its weights as constants (IREE packs "
+                            "them when it compiles); build again with the new params.")
         if swapped:
             new._weights = [_replace_weight(w, swapped) if w.argument in swapped else w for w in self._weights]
             new._leading = new._prepare()
@@ -222,6 +227,12 @@ class Executable:
         """Input shapes that run a precompiled executable as they are (without padding or compiling)."""
         return [self._dispatcher.leaf_shapes(p.target) for p in self._precompiled]
 
+    def set_universal(self, executable: Precompiled) -> None:
+        """Serve every in-range shape with one executable, exactly as given (no padding, no profiles)."""
+        self._universal = executable
+        self._runners.clear()
+        self._fast.clear()
+
     def add_profiles(self, precompiled: Sequence[Precompiled]) -> None:
         """Serve these precompiled profiles too (the compiler adds them once they are built)."""
         self._precompiled.extend(precompiled)
@@ -241,6 +252,8 @@ class Executable:
         are served (XLA releases the GIL); a call that needs a profile first warms it itself.
         """
         profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
+        if self._universal is not None:
+            profiles = [self._universal]
         if not background:
             for p in profiles:
                 self._warm(p)
@@ -273,7 +286,8 @@ class Executable:
         with p.lock:
             if p.target in self._latency or call is None:
                 return
-            shapes = self._dispatcher.leaf_shapes(p.target)
+            shapes = self._dispatcher.leaf_shapes(p.target if p is not self._universal else
+                                                  tuple(d.bounds[1] for d in self.dims))
             zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
             args = (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
             if not p.warm:
@@ -355,7 +369,12 @@ class Executable:
         if run is not None:
             return run
         route = self._dispatcher.route(shapes, self._latency)
-        if route.split is None and not route.padded and not any(c is not None for c in route.slices):
+        if self._universal is not None:  # every shape runs as it is
+            fn, lead, sizes = self._universal.ready(), tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
+
+            def run(leaves: Sequence[Any]) -> Any:
+                return fn(*lead, *leaves, *sizes)
+        elif route.split is None and not route.padded and not any(c is not None for c in route.slices):
             fn = self._callable(route.target)
             lead, sizes = tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
 
@@ -404,7 +423,13 @@ class Executable:
         shapes = [a.shape for a in self._program.leading_avals()]
         shapes += list(self._dispatcher.leaf_shapes(target)) + [()] * len(self._sizes)
         platform = jax.default_backend()
-        options = compiler_options(self.optimization_level, platform)
+        iree = self.compiler.get("name") == "iree"
+        if iree:
+            from . import iree_backend
+
+            options = {"iree": list(iree_backend.FLAGS), **iree_backend.versions()}
+        else:
+            options = compiler_options(self.optimization_level, platform)
         cache = compile_cache.shared() if host.tested_jax() else None
         key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform, options=options,
                                 host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
@@ -413,17 +438,23 @@ class Executable:
         if hit is not None:
             blob, meta = hit
             try:
-                fn = xla_executable.load(blob, meta, self._program.main.out_tree, self._name, platform)
+                fn = (iree_backend.Module(blob, 0, self._program.main.out_tree, "compile cache") if iree else
+                      xla_executable.load(blob, meta, self._program.main.out_tree, self._name, platform))
                 log.info("%s: %s loaded from the compile cache", self._name, label)
                 return fn
             except Exception as e:  # noqa: BLE001 - a bad entry is recompiled, never fatal
                 log.warning("%s: compile cache entry for %s unusable (%s); compiling", self._name, label, e)
         t0 = time.perf_counter()
-        compiled = xla_executable.compile_shapes(self._program.main, shapes, options)
+        if iree:
+            blob, _ = iree_backend.compile_static(self._program.main, shapes)
+            compiled, meta = iree_backend.Module(blob, 0, self._program.main.out_tree, self._name), {}
+        else:
+            compiled = xla_executable.compile_shapes(self._program.main, shapes, options)
         log.info("%s: compiled %s on first use in %.0f ms (no profile covers it)", self._name, label,
                  (time.perf_counter() - t0) * 1e3)
         if cache is not None:
-            blob, meta = xla_executable.serialize(compiled)
+            if not iree:
+                blob, meta = xla_executable.serialize(compiled)
             cache.put(key, blob, meta)
         return compiled
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import artifact
+from . import artifact, host
 from .errors import TripyBuildError
 
 
@@ -50,6 +50,8 @@ def _costs(path: Path) -> dict[str, Any]:
     exe = load(path, warmup="none")
     out = {}
     for i, pre in enumerate(exe._precompiled):
+        if pre.meta.get("format") != host.FORMAT:  # IREE's modules have no cost analysis
+            continue
         compiled = pre.ready()
         cost = compiled.cost_analysis() or {}
         mem = compiled.memory_analysis()
@@ -83,10 +85,15 @@ def describe(path: str | os.PathLike, costs: dict[str, Any] | None = None) -> st
     rows = []
     for e in m.get("executables", []):
         c = (costs or {}).get(e["file"], {})
-        rows.append([" ".join(f"{k}={v}" for k, v in (e.get("profile") or {}).items()) or "static", e["file"],
+        label = "every shape" if e.get("dynamic") else " ".join(f"{k}={v}" for k, v in (e.get("profile") or {}).items())
+        rows.append([label or "static", e["file"],
                      _human(index.get(e["file"], {}).get("size", 0)), f"{seconds.get(e['file'], 0):.2f}",
                      f"{c['flops'] / 1e6:.1f}" if c.get("flops") is not None else "-",
                      _human(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
+    compiler = m.get("compiler") or {"name": "xla"}
+    out += ["", f"compiler: {compiler['name']}" + (f", {compiler['mode']}" if compiler.get("mode") else "")
+            + (f" (the dynamic program was refused: {compiler['why']})" if compiler.get("why") else "")
+            + (f", flags {' '.join(compiler['flags'])}" if compiler.get("flags") else "")]
     out += ["", f"profiles ({len(rows)})"] + _table(["profile", "file", "size", "compile s", "MFLOP", "temp"], rows)
     if m.get("weights"):
         out += ["", "weights"] + _table(["weight", "argument", "dtype", "shape", "file"], [
@@ -124,6 +131,8 @@ def dump(path: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
         (out / "prep.mlir").write_text(exe._program.prep.mlir_module())
         written.append(out / "prep.mlir")
     for pre in exe._precompiled:
+        if pre.meta.get("format") != host.FORMAT:  # an IREE module: its input is program.mlir
+            continue
         name = "_".join(f"{k}{v}" for k, v in (pre.meta.get("profile") or {}).items()) or "static"
         target = out / f"profile_{name}.hlo"
         target.write_text(pre.ready().as_text())

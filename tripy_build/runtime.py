@@ -12,7 +12,11 @@ deserialized, the same input validation and error messages, the same profiles, p
 profile covers needs a compile; the first such call loads the full ``Executable`` (and jax) once
 and delegates to it.
 
-Outputs are read-only numpy arrays that view the result buffers (no copy). jaxlib's private API is
+An IREE artifact whose one dynamic-shape module runs here needs neither jax nor jaxlib: the module
+is loaded by ``iree.runtime`` and serves every in-range shape. IREE's per-profile modules (and its
+artifacts where IREE is not installed) are served through ``tripy_build.load``.
+
+XLA's outputs are read-only numpy arrays that view the result buffers (no copy). jaxlib's private API is
 pinned with jax (0.10.x); on another version ``load`` raises, and ``tripy_build.load`` works.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -137,21 +142,22 @@ class Runtime:
         c.check_platform("cpu")
         self._contents = c
         self.__name__ = c.name
-        self._device = _Device()
+        self._iree = _iree_module(c)  # IREE's dynamic module serves every shape, without jaxlib
+        self._device = _Device() if self._iree is None else None
         self._leaves = c.leaves
         self._uses = named_uses(c.leaves)
         bound = c.bound_values() if c.bound else {}
         self._bound = {n: _flat(next(p for p in c.parameters if p.name == n).template, v, n) for n, v in bound.items()}
         self._visible = [p for p in c.parameters if p.name not in bound]
-        self._profiles = {tuple(int(n) for n in e["target"]): e for e in c.executables
-                          if e.get("platform") == "cpu" and c.usable(e, _client)}
+        self._profiles = {tuple(int(n) for n in e["target"]): e for e in c.executables  # XLA's; IREE's: tb.load
+                          if e.get("platform") == "cpu" and e.get("format") == host.FORMAT and c.usable(e, _client)}
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._lock = threading.Lock()
         self._full: Any = None
         self._dispatcher = Dispatcher(c.dims, [info.shape_bounds.opt for _, info in c.leaves],
                                       [s.name for _, s in c.sizes], output_axes_static(c.outputs, c.dims),
                                       list(self._profiles))
-        self._leading = self._prepare()
+        self._leading = self._prepare() if self._iree is None else []
         self._fast: dict[tuple, Any] = {}  # (type, shape, dtype) per positional numpy input -> its route
         self._simple = not self._bound and all("leaf" in p.template for p in self._visible)
 
@@ -180,6 +186,11 @@ class Runtime:
 
     def warm_up(self) -> None:
         """Deserialize every profile and run it once on zeros (their first run costs more than the next)."""
+        if self._iree is not None:
+            opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
+            shapes = self._dispatcher.leaf_shapes(opt)
+            self._iree.flat([*[np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)],
+                             *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]])
         for target in sorted(self._profiles, key=lambda t: int(np.prod(t))):
             shapes = self._dispatcher.leaf_shapes(target)
             zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
@@ -202,12 +213,17 @@ class Runtime:
         # np.asarray of it is a view, not a copy).
         leaves = [x if type(x) is np.ndarray else np.asarray(x) for x in leaves]
         route = self._dispatcher.route(shapes)
-        if route.target not in self._profiles:
+        if self._iree is not None:
+            sizes = [np.asarray(n, np.int32) for n in route.sizes]
+
+            def run(xs: Sequence[Any]) -> Any:
+                return self._structure(self._iree.flat([*xs, *sizes]))
+        elif route.target not in self._profiles:
             import jax
 
             outs = self._full_executable()(*args, **kwargs)
             return self._structure([np.asarray(o) for o in jax.tree_util.tree_leaves(outs)])
-        if not route.padded:
+        elif not route.padded:
             def run(xs: Sequence[Any]) -> Any:
                 return self._structure(self._run_profile(route.target, xs, route.sizes))
         else:
@@ -241,6 +257,24 @@ class Runtime:
 
                 self._full = full_load(self._contents.path, warmup="none")
         return self._full
+
+
+def _iree_entry(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The artifact's IREE dynamic-shape module if it can run here (IREE installed, same release and CPU)."""
+    from . import iree_backend
+
+    entry = next((e for e in manifest.get("executables", []) if e.get("format") == iree_backend.FORMAT
+                  and e.get("dynamic")), None)
+    return entry if entry is not None and iree_backend.incompatibility(entry.get("depends_on", {})) is None else None
+
+
+def _iree_module(c: Contents) -> Any:
+    entry = _iree_entry(c.manifest)
+    if entry is None:
+        return None
+    from . import iree_backend
+
+    return iree_backend.Module(c.files[entry["file"]], 0, None, c.where(entry["file"]))
 
 
 def _flat(template: Any, value: Any, path: str) -> list[Any]:
@@ -279,12 +313,20 @@ def load(path: str | os.PathLike, warmup: str = "none") -> Runtime:
         except BaseException as e:  # noqa: BLE001 - re-raised below, in the caller's thread
             started.append(e)
 
+    from . import artifact
+
     thread = threading.Thread(target=start_client, name="tripy_build-jaxlib")
-    thread.start()
+    try:
+        needs_jaxlib = _iree_entry(artifact.read_manifest(Path(path))) is None
+    except ArtifactError:
+        needs_jaxlib = True  # read() below says what is wrong
+    if needs_jaxlib:
+        thread.start()
     try:
         contents = read(path)
     finally:
-        thread.join()
+        if needs_jaxlib:
+            thread.join()
     if started:
         raise started[0]
     rt = Runtime(contents)

@@ -33,6 +33,10 @@ PREP_EXECUTABLE = "executables/prep.xla"
 WARMUPS = ("background", "now", "none")
 
 
+def executable_file(i: int, meta: dict[str, Any]) -> str:
+    return f"executables/{i}.{'vmfb' if meta.get('format') == 'iree-vmfb' else 'xla'}"
+
+
 class CompatibilityWarning(UserWarning):
     """A precompiled executable in an artifact cannot run on this host and was skipped."""
 
@@ -98,7 +102,8 @@ def manifest(exe: Any) -> dict[str, Any]:
 
     program = exe._program
     leaf_paths = [p for p, _ in exe._leaves]
-    executables = [dict(p.meta, file=f"executables/{i}.xla", target=list(p.target)) for i, p in enumerate(exe._precompiled)]
+    compiled = [exe._universal] if exe._universal is not None else exe._precompiled
+    executables = [dict(p.meta, file=executable_file(i, p.meta), target=list(p.target)) for i, p in enumerate(compiled)]
     prep = None
     if program.prep is not None:
         prep = {"file": PREP_FILE, "format": "jax.export",
@@ -121,7 +126,9 @@ def manifest(exe: Any) -> dict[str, Any]:
                      "dtype": np.dtype(w.value.dtype).name, "shape": list(w.value.shape)}
                     for i, w in enumerate(exe._weights)],
         "leading": [s.to_json() for s in program.sources],
-        "dims": [d.to_json(leaf_paths) for d in exe.dims],
+        "dims": [dict(d.to_json(leaf_paths), **({"strategy": "dynamic"} if exe._universal is not None else {}))
+                 for d in exe.dims],
+        "compiler": exe.compiler,
         "executables": executables,
         "toolchain": toolchain(),
         "bound_inputs": {name: d for name, (_, d) in exe._bound.items()},
@@ -140,7 +147,8 @@ def save(exe: Any, path: str | os.PathLike, replace: bool = True) -> Path:
         leaves: list[Any] = []
         flatten_like(next(p for p in exe._parameters if p.name == name).template, value, name, leaves)
         files.update({f"{rel}/{i}.npy": npy(leaf) for i, leaf in enumerate(leaves)})
-    compiled = {f"executables/{i}.xla": p for i, p in enumerate(exe._precompiled)}
+    compiled = {executable_file(i, p.meta): p
+                for i, p in enumerate([exe._universal] if exe._universal is not None else exe._precompiled)}
     if exe._prep_exe is not None:
         compiled[PREP_EXECUTABLE] = exe._prep_exe
     files.update({rel: p.blob for rel, p in compiled.items()})
@@ -254,6 +262,10 @@ def read(path: str | os.PathLike) -> Contents:
 
 
 def _cannot_load(entry: dict[str, Any], client: Any = None) -> str | None:
+    if entry.get("format") == "iree-vmfb":
+        from . import iree_backend
+
+        return iree_backend.incompatibility(entry.get("depends_on", {}))
     if entry.get("format") != host.FORMAT:
         return f"unknown executable format {entry.get('format')!r}"
     if entry.get("platform") != "cpu":
@@ -274,7 +286,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
         raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
     import jax
 
-    from . import xla_executable
+    from . import iree_backend, xla_executable
     from .dispatch import Dispatcher, output_axes
     from .executable import Executable, Precompiled
     from .export import Program
@@ -298,6 +310,9 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
         if entry.get("platform") != jax.default_backend() or not c.usable(entry, client):
             return None
         pre = Precompiled(tuple(int(n) for n in entry.get("target", [])), c.files[entry["file"]], entry)
+        if entry.get("format") == iree_backend.FORMAT:
+            pre.loader = iree_backend.loader(pre.blob, entry, exported.out_tree, len(c.sources), c.where(entry["file"]))
+            return pre
 
         def loader() -> Any:
             try:
@@ -309,6 +324,8 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
         return pre
 
     profiles = [p for p in (precompiled(e, main, c.name) for e in c.executables) if p is not None]
+    universal = next((p for p in profiles if p.meta.get("dynamic")), None)
+    profiles = [p for p in profiles if p is not universal]
     prep_exe = precompiled(c.prep_executable, prep, f"{c.name}_prep") if c.prep_executable and prep else None
     try:
         dispatcher = Dispatcher(c.dims, [info.shape_bounds.opt for _, info in c.leaves], [s.name for _, s in c.sizes],
@@ -322,6 +339,9 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
         optimization_level=c.optimization_level, platforms=c.platforms, precompiled=profiles, prep_exe=prep_exe,
         metadata=c.manifest.get("metadata", {}), origin=(c.path, c.manifest.get("selftest", [])),
     )
+    exe.compiler = dict(c.manifest.get("compiler") or {"name": "xla"})
+    if universal is not None:
+        exe.set_universal(universal)
     if c.bound:
         exe = exe._with_bound(c.bound_values(), c.bound)
     if warmup != "none":
