@@ -68,7 +68,11 @@ def main(argv=None) -> None:
     for name in args.models.split(","):
         model = MODELS[name]()
         params = jax.device_get(model.init(jax.random.PRNGKey(0)))
-        built = {b: build(name, b, params, tmp / f"{name}-{b}") for b in ("xla", "iree")}
+        try:
+            built = {b: build(name, b, params, tmp / f"{name}-{b}") for b in ("xla", "iree")}
+        except tb.TripyBuildError as e:
+            print(f"\n{name}: not compared: {e}")
+            continue
         (xla, xla_s, xla_size, dims), (iree, iree_s, iree_size, _) = built["xla"], built["iree"]
         mode = iree.compiler["mode"] + (f" ({iree.compiler['why']})" if iree.compiler.get("why") else "")
         print(f"\n{name}: dims {dims}; IREE mode: {mode}")

@@ -100,7 +100,7 @@ def first_error(err: Exception) -> str:
     line = lines[0].split("error:", 1)[-1].split(": %")[0].strip()
     if line.startswith("loc(") and "): " in line:
         line = line.rsplit("): ", 1)[1]
-    return line[:240]
+    return line[:240].rstrip(":")
 
 
 def annotate_broadcasts(text: str) -> str:
