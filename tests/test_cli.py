@@ -16,7 +16,8 @@ from hydra import compose, initialize_config_module
 
 import tripy_build as tb
 from tripy_build import config
-from tripy_build.build import build, instantiate_model
+from tripy_build.build import build
+from tripy_build.model import input_infos, load as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -424,7 +425,6 @@ def test_mark_pareto():
 @pytest.mark.parametrize("model", ["geglu", "mlp", "transformer", "convnet"])
 def test_default_dynamic_build_serves_the_whole_range_without_compiling(model):
     """The default shapes=dynamic config: every dim padded up to its max, within the default budget."""
-    from tripy_build.build import input_infos, model_padding
     from tripy_build.export import make_symbols
     from tripy_build.profiles import plan_dims, profiles
 
@@ -455,7 +455,6 @@ def test_bench_plot_draws_latency_against_shape(tmp_path):
 
 
 def test_model_padding_in_the_config_overrides_the_class_per_dim():
-    from tripy_build.build import model_padding
 
     vb = config.validate(compose_cfg(["model=transformer", "shapes=dynamic", "model.padding.seq=none"]))
     assert model_padding(instantiate_model(vb.model), vb.model, vb.shapes) == {"batch": "rows"}

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
-import inspect
 import json
 import logging
 import time
@@ -19,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from . import artifact
-from .errors import ArtifactError, ConfigError
-from .spec import DimSize, InputInfo, NamedDimension
+from . import model as model_io
+from .errors import ArtifactError
+from .spec import DimSize, NamedDimension
 
 log = logging.getLogger("tripy_build.build")
 
@@ -88,89 +87,6 @@ def _human(n: int) -> str:
     return str(n)
 
 
-MODEL_CONFIG_KEYS = ("_target_", "name", "padding")  # model config keys that are not constructor arguments
-
-
-def model_padding(model: Any, model_cfg: dict[str, Any], dims: dict[str, Any]) -> dict[str, str]:
-    """The padding declaration for the model's dynamic dims: the config's ``model.padding`` (for a zoo
-    model it starts as the class's), else the class's ``padding``; ``none`` means not padded."""
-    configured = model_cfg.get("padding")
-    declared = dict(getattr(model, "padding", None) or {}) if configured is None else dict(configured)
-    used = {d for shape in model.inputs().values() for d in shape if isinstance(d, str)}
-    unknown = sorted(set(declared) - used)
-    declared = {d: k for d, k in declared.items() if k != "none"}
-    if unknown:
-        raise ConfigError(f"model.padding: {', '.join(map(repr, unknown))} is not a dim of this model's inputs "
-                          f"(its dims: {', '.join(map(repr, sorted(used))) or 'none'}).")
-    return {d: k for d, k in declared.items() if isinstance(dims.get(d), NamedDimension)}
-
-
-def instantiate_model(model_cfg: dict[str, Any]) -> Any:
-    target = model_cfg["_target_"]
-    module_name, _, attr = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"model._target_: cannot import {target!r} ({e}); give a module.Class path.") from None
-    kwargs = {k: v for k, v in model_cfg.items() if k not in MODEL_CONFIG_KEYS}
-    try:
-        model = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()})
-    except TypeError as e:
-        raise ConfigError(f"model: {target} does not accept these settings ({e}).") from None
-    for method in ("init", "apply", "inputs"):
-        if not callable(getattr(model, method, None)):
-            raise ConfigError(f"model: {target} has no {method}() method; a model needs init(key), apply(params, *inputs) and inputs().")
-    return model
-
-
-def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str) -> dict[str, InputInfo]:
-    """The model's declared inputs with every named dim resolved from ``shapes.dims``."""
-    infos = {}
-    dtypes = model.input_dtypes() if hasattr(model, "input_dtypes") else {}
-    for name, shape in model.inputs().items():
-        resolved = []
-        for i, d in enumerate(shape):
-            if isinstance(d, str):
-                if d not in dims:
-                    raise ConfigError(
-                        f"shapes.dims.{d}: the model's input {name!r} dim {i} is named {d!r}, but the shapes "
-                        f"config does not define it; add shapes.dims.{d}=[min,opt,max] or ={'{size}'}."
-                    )
-                resolved.append(dims[d])
-            else:
-                resolved.append(d)
-        infos[name] = InputInfo(resolved, dtypes.get(name, dtype))
-    return infos
-
-
-def model_sources(model: Any) -> list[tuple[str, str, str]]:
-    """(module, file, sha256) of the model class's module and every module it uses from its own folder.
-
-    Following the module's globals (imported modules, functions and classes) catches helpers such
-    as a shared layers file, without hashing third-party libraries, which the toolchain covers.
-    """
-    import sys
-    import types
-
-    first = inspect.getmodule(type(model))
-    root = Path(first.__file__).resolve().parent if getattr(first, "__file__", None) else None
-    found: dict[str, tuple[str, str]] = {}
-    todo = [first]
-    while todo:
-        module = todo.pop()
-        path = getattr(module, "__file__", None)
-        if module is None or module.__name__ in found or not path or not path.endswith(".py"):
-            continue
-        if root is None or root not in Path(path).resolve().parents:
-            continue
-        found[module.__name__] = (str(Path(path).resolve()), hashlib.sha256(Path(path).read_bytes()).hexdigest())
-        for value in vars(module).values():
-            used = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None) or "")
-            if used is not None and used.__name__ not in found:
-                todo.append(used)
-    return [(name, path, digest) for name, (path, digest) in sorted(found.items())]
-
-
 def package_digest() -> str:
     """sha256 over tripy_build's own sources: a code change without a version bump still rebuilds."""
     h = hashlib.sha256()
@@ -181,7 +97,8 @@ def package_digest() -> str:
     return h.hexdigest()
 
 
-def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any]) -> dict[str, Any]:
+def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any],
+              frameworks: dict[str, str] | None = None) -> dict[str, Any]:
     from .host import host_features
     from .options import compiler_options
     from .serialization import toolchain
@@ -191,7 +108,7 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
         "config": recorded_config(vb),
         "model_code": {name: digest for name, _, digest in sources},
         "params": params_identity,
-        "toolchain": dict(toolchain(), tripy_build_source=package_digest()),
+        "toolchain": dict(toolchain(), tripy_build_source=package_digest(), **(frameworks or {})),
         "target": {"platforms": vb.platforms, "cpu": vb.target_cpu, "machine": host["machine"],
                    "system": host["system"], "cpu_features": host["cpu_features"]},
         "compiler_options": ({p: compiler_options(vb.optimization_level, p) for p in vb.platforms}
@@ -245,9 +162,9 @@ def build(vb: BuildRequest) -> BuildResult:
 
     apply_cpu_target(vb.target_cpu, backend_started())
     timings: dict[str, float] = {}
-    model = instantiate_model(vb.model)
-    model_name = vb.model.get("name") or type(model).__name__.lower()
-    infos = input_infos(model, vb.shapes, "float32")
+    model = model_io.load(vb.model, vb.shapes)
+    model_name = vb.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
+    infos = model_io.input_infos(model, vb.shapes)
 
     t0 = time.perf_counter()
     params = None
@@ -260,8 +177,8 @@ def build(vb: BuildRequest) -> BuildResult:
         params = params_io.restore(vb.params_checkpoint, like)
         identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
         timings["restore params"] = time.perf_counter() - t0
-    sources = model_sources(model)
-    parts = key_parts(vb, sources, identity)
+    sources = model_io.sources(model)
+    parts = key_parts(vb, sources, identity, model_io.framework_versions(model))
     key = build_key(parts)
     target = Path(vb.artifacts_dir) / model_name / key[:KEY_LENGTH]
     inputs = {path: digest for _, path, digest in sources}
@@ -299,7 +216,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
         t0 = time.perf_counter()
         params = jax.device_get(run_once(model.init, jax.random.PRNGKey(vb.params_seed)))
         stage("init params", time.perf_counter() - t0)
-    padding = model_padding(model, vb.model, vb.shapes)
+    padding = model_io.padding(model, vb.model, vb.shapes)
     mask_dims = {d: DimSize(d) for d, kind in padding.items() if kind == "mask"}
     used = {d for info in infos.values() for d in info.dimension_names.values()}
     exe = build_executable(

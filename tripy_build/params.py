@@ -87,17 +87,57 @@ def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+def leaf_name(path: Any) -> tuple[str, ...]:
+    """A tree path as plain names: ``nnx.State``'s ``['l1']['kernel'].value`` and an orbax checkpoint's
+    ``['l1']['kernel']['value']`` (or a list index and its string) name the same leaf."""
+    out = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                out.append(str(getattr(k, attr)))
+                break
+        else:
+            out.append(str(k))
+    return tuple(out)
+
+
 def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError]) -> Any:
+    """Check the checkpoint's recorded tree against the model's, leaf by leaf, before reading any array.
+
+    Leaves the model does not have (an NNX model's RNG streams, optimizer state saved alongside) are
+    ignored; every leaf it has must be there with its exact shape and dtype (orbax would otherwise
+    cast a dtype on restore).
+    """
     import orbax.checkpoint as ocp
 
-    target = abstract(like)
-    try:
-        with ocp.StandardCheckpointer() as ckpt:
-            restored = ckpt.restore(path, target)
-    except Exception as e:  # noqa: BLE001 - orbax raises many types for a mismatched tree
-        raise error(
-            f"{what}: cannot restore {str(path)!r} as this model's parameters "
-            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). The checkpoint must hold "
-            "the tree that model.init returns: same keys, shapes and dtypes."
-        ) from None
-    return jax.tree_util.tree_map(np.asarray, restored)
+    def cannot(e: Exception) -> TripyBuildError:
+        return error(f"{what}: cannot read {str(path)!r} as an orbax checkpoint ({type(e).__name__}: "
+                     f"{str(e).splitlines()[0] if str(e) else ''}); write it with "
+                     "orbax.checkpoint.StandardCheckpointer().save(path, params).")
+
+    with ocp.StandardCheckpointer() as ckpt:
+        try:
+            meta = ckpt.metadata(path)
+        except Exception as e:  # noqa: BLE001 - orbax raises many types for a directory it cannot read
+            raise cannot(e) from None
+        tree = getattr(meta, "item_metadata", meta)
+        stored = {leaf_name(p): m for p, m in jax.tree_util.tree_flatten_with_path(tree)[0]}
+        wanted, treedef = jax.tree_util.tree_flatten_with_path(abstract(like))
+        for key, want in wanted:
+            name = "params" + jax.tree_util.keystr(key)
+            got = stored.get(leaf_name(key))
+            if got is None:
+                held = ", ".join("/".join(n) for n in list(stored)[:6]) + (", ..." if len(stored) > 6 else "")
+                raise error(f"{what}: {str(path)!r} has no leaf {name}, which the model needs (the checkpoint "
+                            f"holds: {held or 'nothing'}); it is for a different model.")
+            found = (tuple(getattr(got, "shape", ()) or ()), np.dtype(getattr(got, "dtype", None) or "float32"))
+            if found != (tuple(want.shape), np.dtype(want.dtype)):
+                raise error(f"{what}: {name} in {str(path)!r} has shape {found[0]} and dtype {found[1].name}, but "
+                            f"the model needs shape {tuple(want.shape)} and dtype {np.dtype(want.dtype).name}; the "
+                            "checkpoint is for a different model or config.")
+        try:
+            restored = ckpt.restore(path)
+        except Exception as e:  # noqa: BLE001
+            raise cannot(e) from None
+    values = {leaf_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(restored)[0]}
+    return jax.tree_util.tree_unflatten(treedef, [np.asarray(values[leaf_name(k)]) for k, _ in wanted])
