@@ -333,3 +333,9 @@ def test_tuple_outputs_feed_another_executable(pair_exe, rng):
 def test_repr_mentions_function_and_inputs(geglu_exe):
     text = repr(geglu_exe)
     assert "geglu" in text and "x" in text
+
+
+def test_repr_lists_the_visible_inputs_only():
+    exe = tb.compile(lambda x, y: x + y, args=[tb.InputInfo((2,), "float32"), tb.InputInfo((2,), "float32")])
+    bound = exe.bind(y=np.ones(2, np.float32))
+    assert "y:" in repr(exe) and "y:" not in repr(bound) and "x: InputInfo(shape=(2,)" in repr(bound)

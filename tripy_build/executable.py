@@ -296,7 +296,7 @@ class Executable:
             self._latency[p.target] = _fastest_run(call, args)
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{path}: {info!r}" for path, info in self._leaves)
+        args = ", ".join(f"{name}: {info!r}" for name, info in self.input_infos.items())
         return f"<tripy_build.Executable {self._name}({args})>"
 
     # --- calling ---------------------------------------------------------------------------------

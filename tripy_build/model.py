@@ -128,6 +128,30 @@ class LibraryModel:
                               f"{self.framework} module, constructed from its class.")
         self.padding = {d: k for d, k in (cfg.get("padding") or {}).items()}
         self.apply = _with_signature(self._apply, ["params", *self._inputs])
+        self._check_settings()
+
+    # what the framework passes to the constructor besides the config's settings
+    construct_with: dict[str, Any] = {}
+
+    def _check_settings(self, fn: Any = None, *args: Any) -> None:
+        """Refuse settings the constructor does not take now, not after a trace has started."""
+        fn = fn or self.target
+        try:  # a class's own __init__: NNX's metaclass hides it behind (*args, **kwargs)
+            signature = inspect.signature(fn.__init__ if inspect.isclass(fn) else fn)
+        except (TypeError, ValueError):
+            return
+        if inspect.isclass(fn):
+            args = (None, *args)
+        params = signature.parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        unknown = [k for k in self.kwargs if k not in params and not takes_any]
+        try:
+            if unknown:
+                raise TypeError(f"no setting {unknown[0]!r}")
+            signature.bind(*args, **self.kwargs, **self.construct_with)
+        except TypeError as e:
+            raise ConfigError(f"model: {getattr(fn, '__qualname__', fn)} does not accept these settings ({e}); its "
+                              f"signature: {_signature(fn)}.") from None
         masked = [d for d, k in self.padding.items() if k == "mask"]
         if masked:
             raise ConfigError(f"model.padding.{masked[0]}: 'mask' needs an apply(..., lengths=...) that masks beyond "
@@ -177,10 +201,15 @@ def _with_signature(fn: Any, names: list[str]) -> Any:
 
 
 def _signature(target: Any) -> str:
+    """``Name(a, b, c=…)``: the parameter names, without the reprs of defaults."""
     try:
-        return f"{getattr(target, '__name__', target)}{inspect.signature(target)}"
+        params = list(inspect.signature(target.__init__ if inspect.isclass(target) else target).parameters.values())
     except (TypeError, ValueError):
         return "unknown"
+    params = params[1:] if inspect.isclass(target) else params
+    shown = [p.name + ("=…" if p.default is not inspect.Parameter.empty else "") for p in params
+             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    return f"{getattr(target, '__name__', target)}({', '.join(shown)})"
 
 
 def _declared_inputs(cfg: dict[str, Any], target_path: str) -> dict[str, list]:
@@ -198,6 +227,7 @@ def _declared_inputs(cfg: dict[str, Any], target_path: str) -> dict[str, list]:
 
 class NNXModel(LibraryModel):
     framework = "nnx"
+    construct_with = {"rngs": None}
 
     def init(self, key: Any) -> Any:
         from flax import nnx
@@ -243,6 +273,7 @@ class LinenModel(LibraryModel):
 
 class EquinoxModel(LibraryModel):
     framework = "equinox"
+    construct_with = {"key": None}
 
     def __init__(self, target: Any, target_path: str, kwargs: dict[str, Any], cfg: dict[str, Any],
                  dims: dict[str, Any]):
@@ -280,6 +311,11 @@ class FunctionModel(LibraryModel):
             raise ConfigError(f"model.init: {target_path} is a function, so the config names the function that "
                               "makes its params: `init: my_package.init` (called as init(key, **other keys)).")
         self._init = _import(cfg["init"], "model.init")
+        self._check_settings(self._init, None)
+
+    def _check_settings(self, fn: Any = None, *args: Any) -> None:
+        if fn is not None:  # the function's settings go to its init, checked once it is imported
+            super()._check_settings(fn, *args)
 
     def init(self, key: Any) -> Any:
         try:

@@ -1,0 +1,209 @@
+"""Models from Flax NNX, Flax Linen and Equinox, and plain functions, built from a config as they are.
+
+Each is built by the build command's code path, loaded in a fresh process and compared with the
+module constructed and applied by its own library, eagerly; checkpoints written by orbax as a
+training loop would are restored; wrong checkpoints and binds are refused naming the leaf.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+nnx = pytest.importorskip("flax.nnx", reason="flax is an optional extra: pip install -e '.[flax]'")
+linen = pytest.importorskip("flax.linen", reason="flax is an optional extra: pip install -e '.[flax]'")
+eqx = pytest.importorskip("equinox", reason="equinox is an optional extra: pip install -e '.[equinox]'")
+import orbax.checkpoint as ocp  # noqa: E402
+
+import tripy_build as tb  # noqa: E402
+from tripy_build import config  # noqa: E402
+from tripy_build.build import build  # noqa: E402
+from tripy_build.errors import ConfigError  # noqa: E402
+from tripy_build.model import framework_of, load  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from examples.embedding import apply as emb_apply, init as emb_init  # noqa: E402
+from examples.flax_linen import DenseStack  # noqa: E402
+from examples.flax_nnx import MLP as NNXMLP  # noqa: E402
+
+SEED = 3
+X = np.random.default_rng(0).standard_normal((3, 12)).astype(np.float32)  # batch 3: padded to bucket 4
+IDS = np.random.default_rng(1).integers(0, 50, (3, 5)).astype(np.int32)
+
+# name -> (model config, the same model made and applied by its own library: params seed -> callable)
+CASES = {
+    "nnx.Linear": (
+        {"_target_": "flax.nnx.Linear", "in_features": 12, "out_features": 5, "inputs": {"x": ["batch", 12]}},
+        lambda seed: nnx.Linear(12, 5, rngs=nnx.Rngs(seed))),
+    "nnx_mlp": (
+        {"_target_": "examples.flax_nnx.MLP", "din": 12, "hidden": 16, "dout": 5, "dropout": 0.5,
+         "inputs": {"x": ["batch", 12]}, "padding": {"batch": "rows"}},
+        lambda seed: _nnx_eval(NNXMLP(12, 16, 5, 0.5, rngs=nnx.Rngs(seed)))),
+    "linen_dense": (
+        {"_target_": "examples.flax_linen.DenseStack", "features": [16, 16, 5], "inputs": {"x": ["batch", 12]},
+         "padding": {"batch": "rows"}},
+        lambda seed: _linen(DenseStack((16, 16, 5)), seed)),
+    "eqx.nn.MLP": (
+        {"_target_": "equinox.nn.MLP", "in_size": 12, "out_size": 5, "width_size": 16, "depth": 2, "vmap": "batch",
+         "inputs": {"x": ["batch", 12]}, "padding": {"batch": "rows"}},
+        lambda seed: jax.vmap(eqx.nn.MLP(12, 5, 16, 2, key=jax.random.key(seed)))),
+    "embedding": (
+        {"_target_": "examples.embedding.apply", "init": "examples.embedding.init", "vocab": 50, "width": 8,
+         "classes": 4, "inputs": {"ids": ["batch", 5]}, "input_dtypes": {"ids": "int32"}},
+        lambda seed: (lambda ids: emb_apply(emb_init(jax.random.key(seed), 50, 8, 4), ids))),
+}
+
+
+def _nnx_eval(module):
+    module.eval()
+    return module
+
+
+def _linen(module, seed):
+    variables = module.init(jax.random.key(seed), np.zeros((2, 12), np.float32))
+    return lambda x: module.apply(variables, x)
+
+
+def request(model_cfg: dict, tmp_path: Path, *overrides: str):
+    config.register()
+    with initialize_config_module(config_module="tripy_build.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "shapes.dims.batch=[1,2,4]", f"params.seed={SEED}", f"artifacts_dir={tmp_path / 'artifacts'}",
+            *overrides])
+    OmegaConf.set_struct(cfg, False)
+    cfg.model = OmegaConf.create(model_cfg)
+    return config.validate(cfg)
+
+
+def run_fresh(path: Path, x: np.ndarray, tmp_path: Path) -> np.ndarray:
+    """Load the artifact in a new process (no model code imported) and run it on ``x``."""
+    np.save(tmp_path / "x.npy", x)
+    code = textwrap.dedent(f"""
+        import sys, numpy as np, tripy_build as tb
+        exe = tb.load({str(path)!r})
+        assert not any(m in sys.modules for m in ("flax", "equinox", "examples")), "model code was imported"
+        np.save({str(tmp_path / 'y.npy')!r}, np.asarray(exe(np.load({str(tmp_path / 'x.npy')!r}))))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return np.load(tmp_path / "y.npy")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_library_model_builds_as_it_is(name, tmp_path):
+    model_cfg, reference = CASES[name]
+    result = build(request(model_cfg, tmp_path))
+    x = IDS if name == "embedding" else X
+    want = np.asarray(reference(SEED)(x))
+    np.testing.assert_allclose(run_fresh(result.path, x, tmp_path), want, rtol=1e-5, atol=1e-5)
+    exe = tb.load(result.path)
+    assert list(exe.input_infos) == list(model_cfg["inputs"])  # named as the config declares them
+    assert "params" not in repr(exe)
+
+
+def test_framework_detection_does_not_need_an_instance():
+    assert framework_of(nnx.Linear) == "nnx"
+    assert framework_of(DenseStack) == "linen"
+    assert framework_of(eqx.nn.MLP) == "equinox"
+    assert framework_of(emb_apply) == "function"
+    from tripy_build.models import GEGLU
+
+    assert framework_of(GEGLU) == "protocol"
+
+
+def _save(directory: Path, tree) -> Path:
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(directory.absolute(), tree)
+        ckpt.wait_until_finished()
+    return directory
+
+
+def test_nnx_checkpoint_from_a_training_loop(tmp_path):
+    """``nnx.state(model)`` saved by orbax, RNG streams included, restores into the build."""
+    trained = NNXMLP(12, 16, 5, 0.5, rngs=nnx.Rngs(42))  # not the build's seed: the checkpoint must win
+    ckpt = _save(tmp_path / "ckpt", nnx.state(trained))
+    model_cfg = CASES["nnx_mlp"][0]
+    result = build(request(model_cfg, tmp_path, f"params.checkpoint={ckpt}"))
+    np.testing.assert_allclose(run_fresh(result.path, X, tmp_path), np.asarray(_nnx_eval(trained)(X)), rtol=1e-5, atol=1e-5)
+
+
+def test_linen_checkpoint_of_its_variables(tmp_path):
+    module = DenseStack((16, 16, 5))
+    variables = module.init(jax.random.key(9), X)
+    ckpt = _save(tmp_path / "ckpt", variables)
+    result = build(request(CASES["linen_dense"][0], tmp_path, f"params.checkpoint={ckpt}"))
+    np.testing.assert_allclose(run_fresh(result.path, X, tmp_path), np.asarray(module.apply(variables, X)),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["shape", "dtype"])
+def test_wrong_checkpoint_is_refused_naming_the_leaf(case, tmp_path):
+    if case == "shape":
+        other = NNXMLP(12, 10, 5, 0.5, rngs=nnx.Rngs(0))  # hidden 10, the config says 16
+        tree, leaf, expected = nnx.state(other, nnx.Param), "['fc1']['bias']", "(10,) and dtype float32, but the model needs shape (16,)"
+    else:
+        model = NNXMLP(12, 16, 5, 0.5, rngs=nnx.Rngs(0))
+        tree = jax.tree_util.tree_map(lambda a: a.astype(np.float16), nnx.state(model, nnx.Param))
+        leaf, expected = "['fc1']['bias']", "dtype float16, but the model needs shape (16,) and dtype float32"
+    ckpt = _save(tmp_path / "ckpt", tree)
+    with pytest.raises(ConfigError) as e:
+        build(request(CASES["nnx_mlp"][0], tmp_path, f"params.checkpoint={ckpt}"))
+    assert leaf in str(e.value) and expected in str(e.value), str(e.value)
+    assert not (tmp_path / "artifacts").exists() or not any((tmp_path / "artifacts").rglob("manifest.json"))
+
+
+def test_bind_swaps_library_params_and_refuses_casts(tmp_path):
+    result = build(request(CASES["nnx_mlp"][0], tmp_path))
+    exe = tb.load(result.path)
+    other = _nnx_eval(NNXMLP(12, 16, 5, 0.5, rngs=nnx.Rngs(11)))
+    new_params = nnx.split(other, nnx.RngState, ...)[2]
+    np.testing.assert_allclose(np.asarray(exe.bind(params=new_params)(X)), np.asarray(other(X)), rtol=1e-5, atol=1e-5)
+    as_f64 = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), new_params)
+    with pytest.raises(tb.TripyBuildError, match=r"params\['fc\d'\]\['(bias|kernel)'\]\.value must be an array of "
+                                                 r"shape .* and dtype float32, got ndarray .* float64 \(no silent casts\)"):
+        exe.bind(params=as_f64)
+    narrow = nnx.split(NNXMLP(12, 8, 5, 0.5, rngs=nnx.Rngs(0)), nnx.RngState, ...)[2]
+    with pytest.raises(tb.TripyBuildError, match=r"must be an array of shape \((16,|12, 16)\)"):
+        exe.bind(params=narrow)
+
+
+BAD = [
+    # a library module whose inputs the config does not declare
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2}, "model.inputs: flax.nnx.Linear does not declare"),
+    # a constructor argument the module does not take, with its signature
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "outs": 2, "inputs": {"x": ["batch", 4]}}, "does not accept these settings"),
+    # vmap is for Equinox modules only
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "vmap": "batch",
+      "inputs": {"x": ["batch", 4]}}, "model.vmap: only Equinox"),
+    # vmap over a dim no input has
+    ({"_target_": "equinox.nn.MLP", "in_size": 4, "out_size": 2, "width_size": 4, "depth": 1, "vmap": "seq",
+      "inputs": {"x": ["batch", 4]}}, "model.vmap: 'seq' must name a dim"),
+    # a function without its init
+    ({"_target_": "examples.embedding.apply", "inputs": {"ids": ["batch", 5]}}, "model.init: examples.embedding.apply is a function"),
+    # an unknown input dtype
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"x": ["batch", 4]},
+      "input_dtypes": {"x": "float99"}}, "model.input_dtypes.x: unknown dtype 'float99'"),
+    # 'mask' padding needs a model that takes lengths=
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"x": ["batch", 4]},
+      "padding": {"batch": "mask"}}, "model.padding.batch: 'mask' needs"),
+    # a shape that is not a list of dims
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"x": "batch"}},
+     "model.inputs.x: a shape is a list"),
+]
+
+
+@pytest.mark.parametrize("model_cfg,message", BAD, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD)])
+def test_bad_library_configs(model_cfg, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        load(model_cfg, {"batch": tb.NamedDimension("batch", 1, 2, 4)})
