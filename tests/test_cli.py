@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -117,7 +118,8 @@ def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
     proc = run_cli("-m", "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
                    "model.dim_in=16", f"artifacts_dir={tmp_path / 'arts'}", f"hydra.sweep.dir={sweep_dir}",
                    *SMALL_SHAPES["dynamic"][:1], cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # a failed job fails the sweep, after its summary
+    assert "[sweep] 8/8 done, 4 failed" in proc.stdout and "[sweep] 1/8 done" in proc.stdout
     rows = json.loads((sweep_dir / "summary.json").read_text())
     assert len(rows) == 8
     failed = [r for r in rows if r["status"] == "failed"]
@@ -465,3 +467,63 @@ def test_model_padding_in_the_config_overrides_the_class_per_dim():
     vb = config.validate(compose_cfg(["model=geglu", "shapes=dynamic", "+model.padding.seq=mask"]))
     with pytest.raises(ConfigError, match="model.padding: 'seq' is not a dim of this model's inputs"):
         model_padding(instantiate_model(vb.model), vb.model, vb.shapes)
+
+
+def test_help_lists_groups_keys_and_commands(tmp_path):
+    proc = run_cli("--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for command in ("verify PATH", "inspect PATH", "show PATH", "list [ARTIFACTS_DIR]", "bench PATH", "-m KEY=A,B"):
+        assert command in out, command
+    for option in ("geglu", "transformer", "dynamic", "static", "bfloat16", "submitit_local"):
+        assert option in out, option
+    # every key of the schema, with its type, default and meaning
+    assert re.search(r"optimization_level\s+int\s+3\s+0\.\.5", out)
+    assert re.search(r"params\.checkpoint\s+str or null\s+null\s+an orbax", out)
+    assert re.search(r"precision\.dtype\s+float32\|bfloat16\|float16\s+float32", out)
+    assert "mlp: dim_in=512, hidden=1024" in out and "model.inputs" in out
+    assert "schema" not in out  # Hydra's internal schema/* groups stay hidden
+
+
+def test_list_and_show_describe_what_was_built(tmp_path):
+    arts = tmp_path / "arts"
+    for overrides in (["model=geglu", "optimization_level=0"], ["model=mlp", "precision=bfloat16"]):
+        proc = run_cli(*overrides, *SMALL[overrides[0].split("=")[1]], "shapes=static", f"artifacts_dir={arts}",
+                       cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "Unable to initialize backend" not in proc.stdout + proc.stderr  # jax's TPU probe is not shown
+        assert re.search(r"\[\s*\d+\.\d s\] compile 1 profile", proc.stdout + proc.stderr)  # progress, elapsed
+    (arts / "mlp" / "0000000000000000").mkdir()
+    (arts / "mlp" / "0000000000000000" / "manifest.json").write_text("{not json")
+    proc = run_cli("list", str(arts), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    geglu = next(ln for ln in lines if ln.strip().startswith("geglu"))
+    assert "x float32[8, 16]" in geglu and "cpu O0 float32" in geglu
+    mlp = [ln for ln in lines if ln.strip().startswith("mlp")]
+    assert any("O3 bfloat16" in ln for ln in mlp) and any("damaged" in ln for ln in mlp)
+    assert "3 artifact(s)" in proc.stdout
+    path = next(p.parent for p in (arts / "geglu").glob("*/manifest.json"))
+    shown = run_cli("show", str(path), cwd=tmp_path)
+    assert shown.returncode == 0 and "inputs" in shown.stdout and "float32[8, 16]" in shown.stdout
+    assert run_cli("list", str(tmp_path / "nowhere"), cwd=tmp_path).returncode == 2
+
+
+def test_ctrl_c_stops_a_build_with_one_line_and_leaves_nothing(tmp_path):
+    import signal
+
+    arts = tmp_path / "arts"
+    proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "model=transformer", f"artifacts_dir={arts}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TRIPY_BUILD_NO_MEMO": "1"})
+    seen = []
+    for line in proc.stdout:  # interrupt it mid-build: once the first profile has compiled
+        seen.append(line)
+        if "profile 1/" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stdout.read()
+    proc.wait(timeout=120)
+    assert proc.returncode == 130, "".join(seen)[-2000:] + rest[-2000:]
+    assert "Traceback" not in rest and rest.strip().splitlines()[-1].startswith("interrupted:"), rest[-2000:]
+    assert not any(arts.rglob("manifest.json")) and not any(arts.rglob(".*tmp*"))

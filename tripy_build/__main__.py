@@ -1,34 +1,52 @@
 """``python -m tripy_build`` and the ``tripy-build`` script.
 
 An unchanged command is answered from the memo before Hydra is even imported; anything else runs
-the Hydra app in ``cli``. ``tripy-build verify PATH`` runs the verifier, ``tripy-build bench PATH``
-the deployment benchmark, ``tripy-build inspect PATH`` describes an artifact.
+the Hydra app in ``cli``. The other commands (``verify``, ``bench``, ``inspect``/``show``, ``list``)
+and ``--help`` are answered here, without Hydra. Ctrl-C ends any of them with one line and exit
+status 130; a build it interrupts leaves nothing (artifacts are written to a temporary directory
+that is removed, and renamed into place only when complete).
 """
 
 import sys
 
+COMMANDS = {
+    "verify": ("tripy_build.verify", "main"),
+    "bench": ("tripy_build.bench", "main"),
+    "inspect": ("tripy_build.inspect", "main"),
+    "show": ("tripy_build.inspect", "main"),
+    "list": ("tripy_build.catalog", "main"),
+}
 
-def console() -> None:
-    if sys.argv[1:2] == ["verify"]:
-        from .verify import main as verify_main
 
-        sys.exit(verify_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["bench"]:
-        from .bench import main as bench_main
+def _run() -> None:
+    import importlib
 
-        sys.exit(bench_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["inspect"]:
-        from .inspect import main as inspect_main
-
-        sys.exit(inspect_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["build"]:
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    if command in COMMANDS:
+        module, function = COMMANDS[command]
+        sys.exit(getattr(importlib.import_module(module), function)(sys.argv[2:]))
+    if command == "build":
         del sys.argv[1]
+    if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        from .usage import main as usage
+
+        usage()
+        return
     from .memo import answer
 
     if not answer(sys.argv[1:]):
         from .cli import main
 
         main()
+
+
+def console() -> None:
+    try:
+        _run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopped; nothing half-written was left (an unfinished artifact is removed).",
+              file=sys.stderr, flush=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

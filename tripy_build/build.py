@@ -207,10 +207,13 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
     from .selftest import run_once
     from .serialization import save
 
+    started = time.perf_counter()
+
     def stage(name: str, seconds: float) -> None:
+        """One line per finished stage (and per compiled profile, indented), with the build's elapsed time."""
         if not name.startswith(" "):  # indented lines (one per profile) are details for the log only
             timings[name] = seconds
-        log.info("%-32s %8.1f ms", name, seconds * 1e3)
+        log.info("[%6.1f s] %-36s %8.1f ms", time.perf_counter() - started, name, seconds * 1e3)
 
     if params is None:
         t0 = time.perf_counter()
@@ -229,6 +232,9 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
         build_key=key, build_key_parts=parts, model=model_name,
         params={"sha256": params_io.digest(params), **{k: v for k, v in parts["params"].items() if k != "sha256"}},
     )
+    t0 = time.perf_counter()
+    exe.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
+    stage("self-test reference", time.perf_counter() - t0)
     t0 = time.perf_counter()
     path = save(exe, target, replace=replace)
     stage("write", time.perf_counter() - t0)

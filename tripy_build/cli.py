@@ -55,6 +55,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from .build import build
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every step of a save at INFO
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
     _check_added_keys()
     vb = config.validate(cfg)
     t0 = time.perf_counter()
@@ -133,6 +134,26 @@ class SweepSummary(Callback):
     """
 
     COLUMNS = ("job", "overrides", "status", "build_seconds", "size_bytes", "path", "error")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._started, self._done, self._failed = time.perf_counter(), 0, 0
+        self._total = sweep_size(list(config.hydra.overrides.task))
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        """Progress, where the jobs run in this process (the basic launcher): done/total, failures, time left."""
+        if not hasattr(self, "_started"):
+            return  # a single build, or a job in a process of its own
+        self._done += 1
+        result = Path(config.hydra.runtime.output_dir) / RESULT_FILE
+        try:
+            self._failed += json.loads(result.read_text()).get("status") == "failed"
+        except (OSError, ValueError):
+            self._failed += 1
+        elapsed = time.perf_counter() - self._started
+        total = f"/{self._total}" if self._total else ""
+        left = (f", ~{elapsed / self._done * (self._total - self._done):.0f} s left"
+                if self._total and self._done < self._total else "")
+        print(f"[sweep] {self._done}{total} done, {self._failed} failed, {elapsed:.0f} s elapsed{left}", flush=True)
     BENCH_COLUMNS = ("latency_ms", "p99_ms", "stalls", "cold_start_ms", "padding_overhead", "pareto")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -156,6 +177,23 @@ class SweepSummary(Callback):
         print(format_table(rows), flush=True)
         failed = sum(r["status"] == "failed" for r in rows)
         print(f"{len(rows)} builds, {failed} failed; summary: {sweep_dir / 'summary.json'}", flush=True)
+        if failed:
+            sys.exit(1)  # after the summary: a CI job running the sweep must fail
+
+
+def sweep_size(overrides: list[str]) -> int | None:
+    """How many jobs a basic sweep of these overrides runs (None where a sweep needs Hydra's config
+    loader to expand, such as ``glob``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    total = 1
+    try:
+        for o in OverridesParser.create().parse_overrides(overrides):
+            if o.is_sweep_override():
+                total *= len(list(o.sweep_iterator()))
+    except Exception:  # noqa: BLE001 - Hydra raises several kinds for sweeps it cannot expand here
+        return None
+    return total
 
 
 def mark_pareto(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:

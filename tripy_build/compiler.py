@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import itertools
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -264,11 +265,13 @@ def _compile_all(compile_one: Callable[[int, dict[str, int]], Precompiled], targ
     One XLA compile already keeps ~1.6 of this machine's 2 cores busy (parallel codegen), so two
     threads gain ~10%; on larger hosts they gain more.
     """
+    done = itertools.count(1)
+
     def one(i: int) -> Precompiled:
         profile = {d.name or d.symbol: n for d, n in zip(dims, targets[i])}
         pre = compile_one(i, profile)
         label = " ".join(f"{k}={v}" for k, v in profile.items()) or "static"
-        log(f"  profile {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
+        log(f"  profile {next(done)}/{len(targets)} {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
         return pre
 
     workers = max(1, min(len(targets), os.cpu_count() or 1))

@@ -28,11 +28,17 @@ PLATFORMS = ("cpu", "cuda")
 COMPILERS = ("iree",)  # backends that name a compiler other than XLA (for the CPU)
 
 
+def key(default: Any = MISSING, help: str = "", factory: Any = None) -> Any:  # noqa: A002
+    """A schema field with its one-line meaning (``--help`` prints it)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class TargetConfig:
-    # "host": this machine's CPU; "portable": a baseline every recent server has (AVX2 on x86-64, NEON on
-    # arm64); or an instruction-set ceiling XLA knows (SSE4_2, AVX, AVX2, AVX512, ...): --xla_cpu_max_isa
-    cpu: str = "host"
+    cpu: str = key("host", "host: this CPU; portable: a baseline every recent server has (AVX2 on x86-64, NEON "
+                           "on arm64); or an ISA ceiling (SSE4_2, AVX, AVX2, AVX512): --xla_cpu_max_isa")
 
 
 class Precision(enum.Enum):
@@ -43,55 +49,55 @@ class Precision(enum.Enum):
 
 @dataclass
 class PrecisionConfig:
-    # weights stored and compute done in this dtype; inputs and outputs keep theirs
-    dtype: Precision = Precision.float32
-    # the largest error against float32 allowed, relative to each output's scale (null: no budget)
-    max_error: Optional[float] = None
+    dtype: Precision = key(Precision.float32, "weights stored and compute done in this dtype; inputs and "
+                                              "outputs keep theirs")
+    max_error: Optional[float] = key(None, "the largest error against float32 allowed, relative to each "
+                                           "output's scale (null: no budget); over it the build fails")
 
 
 @dataclass
 class ParamsConfig:
-    seed: int = 0  # random init from this seed, unless checkpoint is set
-    checkpoint: Optional[str] = None  # an orbax StandardCheckpointer directory or a built artifact
+    seed: int = key(0, "random init from this seed, unless checkpoint is set")
+    checkpoint: Optional[str] = key(None, "an orbax StandardCheckpointer directory of the model's params "
+                                          "(checked leaf by leaf) or a built artifact")
 
 
 @dataclass
 class ShapesConfig:
-    name: str = MISSING
-    # dim name -> size (static) or [min, opt, max] (dynamic)
-    dims: dict[str, Any] = field(default_factory=dict)
-    # dim name -> "pow2" (default), "none" or a list of sizes: the sizes precompiled along that dim
-    buckets: dict[str, Any] = field(default_factory=dict)
-    # the most executables one build may precompile (profiles are the product of the dims' buckets)
-    max_profiles: int = DEFAULT_MAX_PROFILES
+    name: str = key(MISSING, "the shapes config's name, recorded in the manifest")
+    dims: dict[str, Any] = key(help="dim name -> size (static) or [min, opt, max] (dynamic)", factory=dict)
+    buckets: dict[str, Any] = key(help="dim name -> pow2 (default), pow2:N, none or a list of sizes: the sizes "
+                                       "precompiled along that dim", factory=dict)
+    max_profiles: int = key(DEFAULT_MAX_PROFILES, "the most executables one build may precompile (profiles are "
+                                                  "the product of the dims' buckets); more is refused")
 
 
 @dataclass
 class BuildConfig:
-    model: Any = MISSING
-    shapes: ShapesConfig = field(default_factory=ShapesConfig)
-    # cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable program for the rest);
-    # iree: the CPU program compiled by IREE instead of XLA (pip install -e '.[iree]')
-    backend: Any = "cpu"
-    target: TargetConfig = field(default_factory=TargetConfig)
-    optimization_level: int = 3
-    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
-    params: ParamsConfig = field(default_factory=ParamsConfig)
-    artifacts_dir: str = "artifacts"
-    force: bool = False
-    # after building, measure the artifact in a fresh process (tripy_build.bench): latency columns
-    # in a sweep's summary, with the Pareto front of build time, size and latency marked
-    bench: bool = False
+    model: Any = key(MISSING, "the model: a config group option, or your own (see model.* below)")
+    shapes: ShapesConfig = key(help="input shapes", factory=ShapesConfig)
+    backend: Any = key("cpu", "cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable "
+                              "program for the rest); iree: the CPU program compiled by IREE (pip install -e '.[iree]')")
+    target: TargetConfig = key(help="the machine the executables are for", factory=TargetConfig)
+    optimization_level: int = key(3, "0..5: 0..2 lower XLA's LLVM backend level (faster builds, slower code), "
+                                     "3 XLA's default; 4 and 5 equal 3 on the CPU")
+    precision: PrecisionConfig = key(help="compute precision", factory=PrecisionConfig)
+    params: ParamsConfig = key(help="where the weights come from", factory=ParamsConfig)
+    artifacts_dir: str = key("artifacts", "where artifacts go: <artifacts_dir>/<model name>/<build key>/")
+    force: bool = key(False, "rebuild even when the artifact for this build key exists and verifies")
+    bench: bool = key(False, "after building, measure the artifact in a fresh process (tripy_build.bench): "
+                             "latency columns in a sweep's summary, the Pareto front marked")
 
 
 @functools.lru_cache(maxsize=None)
 def model_schema(model_cls: type) -> type:
     """A schema for one zoo model: ``_target_``, ``name`` and the model dataclass's own fields."""
-    fields = [("_target_", str, field(default=f"{model_cls.__module__}.{model_cls.__qualname__}")),
-              ("name", str, field(default=model_cls.name)),
-              # dim name -> "rows" | "mask" | "none" (not padded): which dims may be padded up to a bucket;
-              # the model class's declaration by default
-              ("padding", dict[str, str], field(default_factory=lambda: dict(getattr(model_cls, "padding", {}))))]
+    fields = [("_target_", str, key(f"{model_cls.__module__}.{model_cls.__qualname__}",
+                                    "the model: a class (zoo-style, Flax NNX, Linen, Equinox) or a function")),
+              ("name", str, key(model_cls.name, "the artifact folder's name: <artifacts_dir>/<name>/<key>")),
+              ("padding", dict[str, str], key(help="dim name -> rows | mask | none: which dims may be padded up "
+                                                   "to a bucket (proven at build); the model's own by default",
+                                              factory=lambda: dict(getattr(model_cls, "padding", {}))))]
     hints = typing.get_type_hints(model_cls)
     for f in dataclasses.fields(model_cls):
         default = f.default if f.default is not dataclasses.MISSING else MISSING
