@@ -59,59 +59,31 @@ def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keywo
 
 
 def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Argument]:
-    """Match compile arguments to ``func``'s parameters; variadic ones are frozen to what was given."""
-    try:
-        params = list(inspect.signature(func).parameters.values())
-    except (TypeError, ValueError):
-        params = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-                  inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    """Match compile arguments to ``func``'s parameters (``inspect.Signature.bind``), in signature order;
+    variadic ones are frozen to what was given: ``*args`` as ``args0``, ``args1``..., ``**kwargs`` by name."""
     P = inspect.Parameter
-    positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
-    var_pos = next((p for p in params if p.kind == P.VAR_POSITIONAL), None)
-    var_kw = next((p for p in params if p.kind == P.VAR_KEYWORD), None)
-    named = {p.name: p for p in params if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = inspect.Signature([P("args", P.VAR_POSITIONAL), P("kwargs", P.VAR_KEYWORD)])
     fname = getattr(func, "__name__", type(func).__name__)
-
-    if len(args) > len(positional) and var_pos is None:
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
         raise SpecError(
-            f"{fname}() takes {len(positional)} positional argument(s) "
-            f"({', '.join(p.name for p in positional)}) but compile() was given {len(args)} in args=."
-        )
+            f"{fname}{signature}: {e} (compile() was given {len(args)} argument(s) in args= and "
+            f"{', '.join(map(repr, kwargs)) or 'none'} in kwargs=). Pass an InputInfo (a runtime input) or a value "
+            "(a compile-time constant) for each parameter."
+        ) from None
     result: list[Argument] = []
-    given: set[str] = set()
-    for i, value in enumerate(args):
-        if i < len(positional):
-            p = positional[i]
-            result.append(_make_argument(p.name, p.kind, value))
-            given.add(p.name)
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is P.VAR_POSITIONAL:
+            result += [_make_argument(f"{name}{i}", P.POSITIONAL_OR_KEYWORD, v) for i, v in enumerate(value)]
+        elif kind is P.VAR_KEYWORD:
+            result += [_make_argument(k, P.KEYWORD_ONLY, v, by_keyword=True) for k, v in value.items()]
         else:
-            result.append(_make_argument(f"{var_pos.name}{i - len(positional)}", P.POSITIONAL_OR_KEYWORD, value))
-    extra = []
-    for key, value in kwargs.items():
-        if key in given:
-            raise SpecError(f"{fname}() got argument '{key}' both in args= and kwargs=.")
-        if key not in named and var_kw is None:
-            raise SpecError(
-                f"{fname}() has no parameter '{key}' (kwargs=); its parameters are: "
-                f"{', '.join(p.name for p in params)}."
-            )
-        extra.append((key, value))
-    order = {p.name: i for i, p in enumerate(params)}
-    extra.sort(key=lambda kv: order.get(kv[0], len(order)))
-    for key, value in extra:
-        kind = named[key].kind if key in named else P.KEYWORD_ONLY
-        result.append(_make_argument(key, kind, value, by_keyword=True))
-        given.add(key)
-    missing = [
-        p.name for p in params
-        if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
-        and p.default is P.empty and p.name not in given
-    ]
-    if missing:
-        raise SpecError(
-            f"{fname}() parameter(s) {', '.join(repr(m) for m in missing)} got no value: pass an InputInfo "
-            "(runtime input) or a value (compile-time constant) for each in args= or kwargs=."
-        )
+            result.append(_make_argument(name, kind, value, by_keyword=name in kwargs))
     return result
 
 
