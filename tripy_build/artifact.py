@@ -17,6 +17,7 @@ from .errors import ArtifactError
 
 SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
+MAX_JSON_BYTES = 16 * 1024 * 1024  # a manifest or index larger than this is refused unread
 INDEX = "index.json"
 KIND = "tripy_build.artifact"
 INDEX_KIND = "tripy_build.index"
@@ -170,6 +171,33 @@ def safe_relpath(rel: Any) -> PurePosixPath:
     return p
 
 
+def no_links(root: Path, rel: PurePosixPath) -> Path:
+    """``root / rel``, refused if it or a directory on the way is a symbolic link: an artifact is read only
+    from regular files inside it, so a link cannot point a loader at a file the digests never covered."""
+    path = root
+    for part in rel.parts:
+        path = path / part
+        if path.is_symlink():
+            raise ArtifactError(f"{path}: is a symbolic link; artifacts are read only from regular files inside "
+                                "them, never through links. Copy the artifact with its files (cp -rL).")
+    return path
+
+
+def _parse_json(path: Path, what: str) -> Any:
+    """A manifest or index, bounded: at most ``MAX_JSON_BYTES`` and no deeper than Python can parse."""
+    no_links(path.parent, PurePosixPath(path.name))
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise ArtifactError(f"{path}: {size} bytes, over the {MAX_JSON_BYTES} a {what} may have (a real one is "
+                            "kilobytes); refusing to parse it.")
+    try:
+        return json.loads(path.read_bytes())
+    except RecursionError:
+        raise ArtifactError(f"{path}: nested too deeply to be a {what}; the artifact is damaged.") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path}: not valid JSON ({e}); the artifact is damaged.") from None
+
+
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     root = Path(path)
     mpath = root / MANIFEST
@@ -178,10 +206,7 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
             f"{str(root)!r} is not a tripy_build artifact: {MANIFEST} is missing. "
             "Pass the directory that Executable.save() or the build command wrote."
         )
-    try:
-        manifest = json.loads(mpath.read_bytes())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{mpath}: not valid JSON ({e}); the artifact is damaged.") from None
+    manifest = _parse_json(mpath, "manifest")
     if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
         raise ArtifactError(f"{mpath}: not a tripy_build manifest (kind is {manifest.get('kind') if isinstance(manifest, dict) else None!r}).")
     version = manifest.get("schema_version")
@@ -196,7 +221,7 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
 def _check_entries(root: Path, listed: dict[str, Any], where: str, names: Sequence[str]) -> dict[str, bytes]:
     contents: dict[str, bytes] = {}
     for rel, entry in listed.items():
-        fpath = root / safe_relpath(rel)
+        fpath = no_links(root, safe_relpath(rel))
         if not isinstance(entry, dict):
             raise ArtifactError(f"{root / where}: malformed entry for {rel!r}; the artifact is damaged.")
         if not fpath.is_file():
@@ -225,11 +250,9 @@ def read_index(root: Path, manifest: dict[str, Any], table: str = "files") -> di
         raise ArtifactError(f"{root / MANIFEST}: no 'index' entry; the artifact is damaged.")
     ipath = root / INDEX
     try:
-        index = json.loads(ipath.read_bytes())
+        index = _parse_json(ipath, "index")
     except FileNotFoundError:
         raise ArtifactError(f"{ipath}: missing; the artifact is incomplete.") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{ipath}: not valid JSON ({e}); the artifact is damaged.") from None
     if not isinstance(index, dict) or index.get("kind") != INDEX_KIND or not isinstance(index.get("files"), dict):
         raise ArtifactError(f"{ipath}: not a tripy_build index; the artifact is damaged.")
     covers = tuple(spec.get("covers") or ())

@@ -501,11 +501,11 @@ class Executable:
         return str(save(self, path))
 
     @staticmethod
-    def load(path: str | os.PathLike, warmup: str = "background") -> "Executable":
+    def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> "Executable":
         """Load an artifact written by ``save`` or the build command, without compiling (see ``tripy_build.load``)."""
         from .serialization import load
 
-        return load(path, warmup)
+        return load(path, warmup, trust_executables)
 
     def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
         return self._leaves[self._leaf_slices[name]]
@@ -559,7 +559,7 @@ def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:
     return Weight(weight.path, argument, jax.device_put(value))
 
 
-def load(path: str | os.PathLike, warmup: str = "background") -> Executable:
+def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> Executable:
     """Load a built artifact, checking every file it uses against its digest first; nothing compiles.
 
     Args:
@@ -568,6 +568,10 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Executable:
             precompiled profile and runs it once, so no later call pays for a profile's first use;
             ``"now"``: the same before returning (a server that must be ready when loaded);
             ``"none"``: each profile is prepared by the first call that needs it.
+        trust_executables: ``False`` ignores the machine code the artifact ships (its precompiled
+            executables are neither read nor deserialized) and compiles each profile from the portable
+            exported program instead, on this host, through the compile cache: for an artifact from
+            a source you do not trust to run native code from (docs/trust.md).
 
     Returns:
         An ``Executable`` with the artifact's signature, profiles and weights.
@@ -577,4 +581,4 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Executable:
         exe = tripy_build.load("artifacts/geglu/2bb85d9bc22e7905")
         y = exe(np.ones((37, 512), np.float32))
     """
-    return Executable.load(path, warmup)
+    return Executable.load(path, warmup, trust_executables)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import artifact, host
+from . import artifact, crosscheck, host
 from .errors import ArtifactError, SpecError
 from .options import compiler_options
 from .profiles import DimPlan
@@ -223,8 +223,10 @@ class Contents:
             )
 
 
-def read(path: str | os.PathLike) -> Contents:
-    """Parse an artifact's manifest and read every file a loader needs, each checked against its digest."""
+def read(path: str | os.PathLike, executables: bool = True) -> Contents:
+    """Parse an artifact's manifest and read every file a loader needs, each checked against its digest.
+
+    With ``executables=False`` the precompiled executables are not read at all (``trust_executables``)."""
     path = str(path)
     where = os.path.join(path, artifact.MANIFEST)
     m = artifact.read_manifest(path)
@@ -251,11 +253,13 @@ def read(path: str | os.PathLike) -> Contents:
             prep_executable=prep.get("executable"), program_file=m["program"]["file"],
             prep_file=prep.get("file"), bound=bound, bound_files=bound_files, files={},
         )
-    except (KeyError, TypeError, ValueError, AttributeError, SpecError) as e:
+        crosscheck.consistent(where, contents.leaves, contents.dims, contents.executables)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, SpecError) as e:
         raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is damaged.") from None
     names = [contents.program_file, *([contents.prep_file] if contents.prep_file else []),
              *(w["file"] for w in contents.weights),
-             *(e["file"] for e in [*contents.executables, *([contents.prep_executable] if contents.prep_executable else [])]),
+             *(e["file"] for e in [*contents.executables, *([contents.prep_executable] if contents.prep_executable else [])]
+               if executables),
              *(f for fs in bound_files.values() for f in fs)]
     contents.files = artifact.read(path, names, [], m)[1]
     return contents
@@ -280,7 +284,7 @@ def _cannot_load(entry: dict[str, Any], client: Any = None) -> str | None:
 
 # --- loading as an Executable (jax) --------------------------------------------------------------
 
-def load(path: str | os.PathLike, warmup: str = "background") -> Any:
+def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> Any:
     """Load an artifact written by ``save`` or the build command, without compiling (``tripy_build.load``)."""
     if warmup not in WARMUPS:
         raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
@@ -292,7 +296,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
     from .export import Program
     from .weights import Source, Weight
 
-    c = read(path)
+    c = read(path, executables=trust_executables)
     c.check_platform(jax.default_backend())
     client = jax.devices()[0].client
 
@@ -303,10 +307,19 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
             raise ArtifactError(f"{c.where(file)}: cannot deserialize the exported program ({e}).") from None
 
     main = program(c.program_file)
+    crosscheck.check(c.where(), c.manifest, main.in_avals[len(c.sources):], main.out_avals, main.mlir_module())
     prep = program(c.prep_file) if c.prep_file else None
     weights = [Weight(w["path"], w["argument"], jax.device_put(c.weight(w))) for w in c.weights]
 
+    compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it
+
     def precompiled(entry: dict[str, Any], exported: jax.export.Exported, label: str) -> Precompiled | None:
+        if not trust_executables:
+            if exported is not main or entry.get("dynamic") or entry.get("platform") != jax.default_backend():
+                return None  # the prep program runs through jax; IREE's dynamic module has no portable twin
+            target = tuple(int(n) for n in entry.get("target", []))
+            return Precompiled(target, b"", {"platform": jax.default_backend(), "compiled_here": True},
+                               loader=lambda: compiled_here[0]._compile(target))
         if entry.get("platform") != jax.default_backend() or not c.usable(entry, client):
             return None
         pre = Precompiled(tuple(int(n) for n in entry.get("target", [])), c.files[entry["file"]], entry)
@@ -339,6 +352,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Any:
         optimization_level=c.optimization_level, platforms=c.platforms, precompiled=profiles, prep_exe=prep_exe,
         metadata=c.manifest.get("metadata", {}), origin=(c.path, c.manifest.get("selftest", [])),
     )
+    compiled_here.append(exe)
     exe.compiler = dict(c.manifest.get("compiler") or {"name": "xla"})
     if universal is not None:
         exe.set_universal(universal)

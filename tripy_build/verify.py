@@ -76,12 +76,12 @@ def _selftest_checks(report: Report, exe: Any, manifest: dict[str, Any], files: 
         report.check(ok, f"{label}self-test {case.name}", f"inputs {shapes}; max abs error {err:.2e} (rtol {rtol:g})")
 
 
-def _load(report: Report, root: Path, label: str = "") -> Any:
+def _load(report: Report, root: Path, label: str = "", trust_executables: bool = True) -> Any:
     from .serialization import CompatibilityWarning, load
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CompatibilityWarning)
-        exe = report.attempt(f"{label}load", lambda: load(root, warmup="none"))
+        exe = report.attempt(f"{label}load", lambda: load(root, warmup="none", trust_executables=trust_executables))
     for w in caught:
         if issubclass(w.category, CompatibilityWarning):
             report.note(f"{label}load", str(w.message))
@@ -89,7 +89,9 @@ def _load(report: Report, root: Path, label: str = "") -> Any:
         n = len(exe.profiles)
         ok = report.attempt(f"{label}load", exe.load_all)
         if ok is not None:
-            report.check(True, f"{label}load", f"{n} precompiled profile(s) deserialized and usable here; weights "
+            how = "deserialized and usable here" if trust_executables else \
+                "compiled here from the portable program (the shipped executables ignored)"
+            report.check(True, f"{label}load", f"{n} precompiled profile(s) {how}; weights "
                                                f"{sum(v.nbytes for v in exe.weights.values()) / 1e6:.1f} MB")
     return exe
 
@@ -139,13 +141,17 @@ def _rebuild(report: Report, root: Path, manifest: dict[str, Any]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def verify(path: str | Path, rebuild: bool = False, out=sys.stdout) -> bool:
-    """Run every check on the artifact at ``path``, printing one line each; True if all passed."""
+def verify(path: str | Path, rebuild: bool = False, out=sys.stdout, portable_only: bool = False) -> bool:
+    """Run every check on the artifact at ``path``, printing one line each; True if all passed.
+
+    ``portable_only``: run the self-test on executables compiled here from the exported program, never
+    on the machine code the artifact ships (``load(..., trust_executables=False)``).
+    """
     report = Report(out)
     root = Path(path)
     manifest = _file_checks(report, root)
     if manifest is not None and report.failed == 0:
-        exe = _load(report, root)
+        exe = _load(report, root, trust_executables=not portable_only)
         if exe is not None:
             files = report.attempt("self-test files", lambda: artifact.read(root, selftest.file_names(manifest.get("selftest") or []))[1])
             if files is not None:
@@ -161,12 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tripy-build verify", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="an artifact directory")
     parser.add_argument("--rebuild", action="store_true", help="rebuild from the recorded config and compare")
+    parser.add_argument("--portable-only", action="store_true",
+                        help="never run the shipped executables: compile from the exported program and self-test those")
     args = parser.parse_args(argv)
     import logging
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("absl").setLevel(logging.WARNING)
-    return 0 if verify(args.path, rebuild=args.rebuild) else 1
+    return 0 if verify(args.path, rebuild=args.rebuild, portable_only=args.portable_only) else 1
 
 
 if __name__ == "__main__":
