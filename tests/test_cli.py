@@ -234,51 +234,6 @@ def test_weights_are_stored_once_and_swappable_after_load(tmp_path):
     assert sum(p.stat().st_size for p in (big.path / "weights").iterdir()) < weight_bytes * 1.1
 
 
-BAD_CONFIGS = [
-    (["model.dim_inn=3"], "dim_inn"),
-    (["optimization_level=abc"], "optimization_level"),
-    (["model=foo"], "model/foo"),
-    (["shapes=foo"], "shapes/foo"),
-    (["shapes.name=???"], "shapes.name"),
-    (["shapes.dims.batch=[8,4,2]"], "shapes.dims.batch"),
-    (["shapes.dims.batch=[1,8,4]"], "shapes.dims.batch"),
-    (["shapes.dims.batch=0"], "shapes.dims.batch"),
-    (["optimization_level=9"], "optimization_level"),
-    (["model.dim_in=-4"], "model.dim_in"),
-    (["+new.key=1"], "new.key"),
-    (["+model.extra=1"], "model.extra"),
-    (["backend=tpu"], "backend"),
-    (["backend=[cpu,tpu]"], "backend"),
-    (["backend=[cpu,iree]"], "backend"),
-    (["target.cpu=pentium"], "target.cpu"),
-    (["+target.gpu=sm90"], "target.gpu"),
-    (["precision=float64"], "precision/float64"),
-    (["precision.dtype=int8"], "precision.dtype"),
-    (["precision.max_error=-1"], "precision.max_error"),
-    (["precision.max_error=abc"], "precision.max_error"),
-    (["shapes.buckets.batch=pow3"], "shapes.buckets.batch"),
-    (["shapes.buckets.batch=[0,8]"], "shapes.buckets.batch"),
-    (["shapes.buckets.nodim=pow2"], "shapes.buckets.nodim"),
-    (["shapes=static", "shapes.buckets.batch=pow2"], "shapes.buckets.batch"),
-    (["shapes.max_profiles=0"], "shapes.max_profiles"),
-    (["model.padding.batch=columns"], "model.padding.batch"),
-    (["model.padding.seq=mask"], "model.padding"),
-    (["model=transformer", "shapes.max_profiles=10"], "exceed the budget of 10"),
-]
-
-
-@pytest.mark.parametrize("overrides,names", BAD_CONFIGS, ids=[" ".join(o) for o, _ in BAD_CONFIGS])
-def test_bad_config_fails_fast_with_short_message_and_writes_nothing(overrides, names, tmp_path):
-    arts = tmp_path / "arts"
-    proc = run_cli(*overrides, f"artifacts_dir={arts}", cwd=tmp_path, env={"HYDRA_FULL_ERROR": "0"})
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert names in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) <= 15, proc.stderr
-    assert "trace+export" not in proc.stdout + proc.stderr
-    assert not arts.exists() or not any(arts.rglob("*"))
-
-
 def test_reduced_precision_build_stores_weights_at_that_precision_and_records_its_error(tmp_path):
     cfg = compose_cfg(["model=mlp", *SMALL["mlp"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
                        "precision=bfloat16", f"artifacts_dir={tmp_path / 'arts'}"])

@@ -106,9 +106,13 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
             f"cannot save to {str(target)!r}: it exists and is not a tripy_build artifact. "
             "Choose a new directory or remove it."
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(target.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+    except OSError as e:
+        raise ArtifactError(f"cannot write an artifact under {str(target.parent)!r}: {e.strerror or e}. Choose a "
+                            "writable directory (artifacts_dir=... or save(path)).") from None
     try:
         for rel, data in files.items():
             dest = tmp / PurePosixPath(rel)
@@ -133,6 +137,11 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)
         _fsync_dir(target.parent)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ArtifactError(f"writing the artifact {str(target)!r} failed: {e.strerror or e}"
+                            f"{f' ({e.filename})' if e.filename else ''}. Nothing was written; an artifact already "
+                            "there is untouched.") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

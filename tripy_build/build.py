@@ -18,7 +18,7 @@ from typing import Any
 
 from . import artifact
 from . import model as model_io
-from .errors import ArtifactError
+from .errors import ArtifactError, raised_in_user_code
 from .spec import DimSize, NamedDimension
 
 log = logging.getLogger("tripy_build.build")
@@ -173,7 +173,7 @@ def build(vb: BuildRequest) -> BuildResult:
     else:
         import jax
 
-        like = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+        like = _user_init(lambda: jax.eval_shape(model.init, jax.random.PRNGKey(0)))
         params = params_io.restore(vb.params_checkpoint, like)
         identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
         timings["restore params"] = time.perf_counter() - t0
@@ -199,6 +199,17 @@ def build(vb: BuildRequest) -> BuildResult:
     return result_from_manifest(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace), inputs)
 
 
+def _user_init(init: Any) -> Any:
+    """Run the model's init; an exception from its code becomes our error naming its line."""
+    try:
+        return init()
+    except Exception as err:  # noqa: BLE001 - the model's own init failing is the user's to fix
+        user = raised_in_user_code(err, "the model's init")
+        if user is None:
+            raise
+        raise user from err
+
+
 def _build(vb, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:
     import jax
 
@@ -217,7 +228,7 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
 
     if params is None:
         t0 = time.perf_counter()
-        params = jax.device_get(run_once(model.init, jax.random.PRNGKey(vb.params_seed)))
+        params = jax.device_get(_user_init(lambda: run_once(model.init, jax.random.PRNGKey(vb.params_seed))))
         stage("init params", time.perf_counter() - t0)
     padding = model_io.padding(model, vb.model, vb.shapes)
     mask_dims = {d: DimSize(d) for d, kind in padding.items() if kind == "mask"}

@@ -66,3 +66,14 @@ def describe_frame(frame: traceback.FrameSummary | None) -> str:
     if frame.line:
         line += f"\n    {frame.line}"
     return line
+
+
+def raised_in_user_code(err: BaseException, what: str) -> TraceError | None:
+    """Our error for an exception the user's code raised (or a library raised when the user's code called
+    it): what raised, the message and the user's line. None when no user frame is on the traceback, which
+    makes it our own bug, to be raised as it is."""
+    frame = user_frame(err.__traceback__)
+    if frame is None or isinstance(err, (TripyBuildError, KeyboardInterrupt, SystemExit, MemoryError)):
+        return None
+    message = str(err).strip().splitlines()[0][:500] if str(err).strip() else ""
+    return TraceError(f"{what} raised {type(err).__name__}: {message}\n{describe_frame(frame)}")

@@ -196,7 +196,7 @@ class Executable:
     # --- introspection ---------------------------------------------------------------------------
     @property
     def input_infos(self) -> dict[str, Any]:
-        return input_infos(self._leaves, self._visible)
+        return input_infos(self._leaves, self._parameters, self._visible)
 
     @property
     def output_infos(self) -> list[InputInfo]:

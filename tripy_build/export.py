@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 import jax
 
 from . import weights as weights_lib
-from .errors import TraceError
+from .errors import TraceError, raised_in_user_code
 from .spec import DimSize, InputInfo, NamedDimension, collect_named_dims
 from .trace import translate_trace_error
 
@@ -165,7 +165,10 @@ def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Se
     except Exception as err:  # noqa: BLE001 - we translate what we recognise and re-raise the rest
         translated = _translated(err, symbols, fname)
         if translated is None:
-            raise
+            user = raised_in_user_code(err, f"{fname}, while tracing,")
+            if user is None:
+                raise
+            raise user from err  # the original stays attached as the cause
         raise translated.with_traceback(None) from None
     split = weights_lib.split(closed, out_tree, owners)
     split.main.__name__ = split.main.__qualname__ = fname

@@ -148,6 +148,7 @@ class Runtime:
         self._uses = named_uses(c.leaves)
         bound = c.bound_values() if c.bound else {}
         self._bound = {n: _flat(next(p for p in c.parameters if p.name == n).template, v, n) for n, v in bound.items()}
+        self._all_parameters = list(c.parameters)
         self._visible = [p for p in c.parameters if p.name not in bound]
         self._profiles = {tuple(int(n) for n in e["target"]): e for e in c.executables  # XLA's; IREE's: tb.load
                           if e.get("platform") == "cpu" and e.get("format") == host.FORMAT and c.usable(e, _client)}
@@ -175,7 +176,7 @@ class Runtime:
 
     @property
     def input_infos(self) -> dict[str, Any]:
-        return input_infos(self._leaves, self._visible)
+        return input_infos(self._leaves, self._all_parameters, self._visible)
 
     @property
     def output_infos(self) -> list[Any]:

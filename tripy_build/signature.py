@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import CallError
-from .spec import InputInfo, rebuild
+from .spec import InputInfo, count_leaves, rebuild
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,20 @@ def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
     return shape
 
 
-def input_infos(leaves: Sequence[tuple[str, InputInfo]], visible: Sequence[Parameter]) -> dict[str, Any]:
-    """Each visible parameter's spec: an ``InputInfo``, or its dicts, lists and tuples of them."""
-    infos = [info for _, info in leaves]
-    return {p.name: rebuild(p.template, infos) for p in visible}
+def input_infos(leaves: Sequence[tuple[str, InputInfo]], parameters: Sequence[Parameter],
+                visible: Sequence[Parameter] | None = None) -> dict[str, Any]:
+    """Each visible parameter's spec: an ``InputInfo``, or its dicts, lists and tuples of them.
+
+    ``leaves`` are every parameter's leaves in order (a template numbers its own leaves from 0).
+    """
+    shown = {p.name for p in (parameters if visible is None else visible)}
+    out, start = {}, 0
+    for p in parameters:
+        n = count_leaves(p.template)
+        if p.name in shown:
+            out[p.name] = rebuild(p.template, [info for _, info in leaves[start:start + n]])
+        start += n
+    return out
 
 
 def named_uses(leaves: Sequence[tuple[str, InputInfo]]) -> dict[str, list[tuple[int, int]]]:
