@@ -301,14 +301,31 @@ class Executable:
 
     # --- calling ---------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs:
-            try:
-                fn = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
-            except AttributeError:
-                fn = None
-            if fn is not None:
-                return fn(*args)
-        return self._checked_call(args, kwargs)
+        try:
+            if not kwargs:
+                try:
+                    fn = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
+                except AttributeError:
+                    fn = None
+                if fn is not None:
+                    return fn(*args)
+            return self._checked_call(args, kwargs)
+        except ValueError as e:
+            if "sharding" not in str(e):
+                raise
+            raise self._device_error(args, kwargs) from None
+
+    def _device_error(self, args: Sequence[Any], kwargs: dict[str, Any]) -> CallError:
+        """XLA's sharding mismatch, said as which input is on which device and how to move it."""
+        device = jax.devices()[0]
+        names = [*self._names[:len(args)], *kwargs]
+        for name, value in zip(names, [*args, *kwargs.values()]):
+            for leaf in jax.tree_util.tree_leaves(value):
+                if isinstance(leaf, jax.Array) and leaf.devices() != {device}:
+                    return CallError(f"input {name!r} is on {', '.join(map(str, leaf.devices()))}, but this executable "
+                                     f"runs on {device}; move it first: jax.device_put({name}, jax.devices()[0]).")
+        return CallError(f"an input is on a device this executable does not run on ({device}); move the inputs "
+                         "there with jax.device_put.")
 
     @property
     def _names(self) -> list[str]:
