@@ -86,10 +86,11 @@ def check(where: str, manifest: dict[str, Any], in_avals: Sequence[Any], out_ava
 
 
 def consistent(where: str, leaves: Sequence[tuple[str, Any]], dims: Sequence[Any],
-               executables: Sequence[dict[str, Any]]) -> None:
+               executables: Sequence[dict[str, Any]], leading: int) -> None:
     """The manifest agrees with itself: every dynamic axis of an input spec is a listed dim with the same
-    range and name, and every bucket and profile lies in its dim's range. Both loaders check this; the
-    jax-free runtime cannot read the program, so this is all it checks of the specs."""
+    range and name, every bucket and profile lies in its dim's range, and each executable's recorded input
+    dtypes and shapes are the specs' at its profile (``leading``: the weights before the inputs). Both
+    loaders check this; the jax-free runtime cannot read the program, so this is all it checks of the specs."""
     def fail(field: str, found: Any, dims_say: Any) -> ArtifactError:
         return ArtifactError(f"{where}: {field} is {found}, but its entry in dims says {dims_say}; the manifest "
                              "contradicts itself (it was edited or damaged). Rebuild the artifact.")
@@ -114,7 +115,18 @@ def consistent(where: str, leaves: Sequence[tuple[str, Any]], dims: Sequence[Any
             if b.min[axis] != b.max[axis] and (li, axis) not in covered:
                 raise fail(f"input_specs[{path!r}] dim {axis}", f"dynamic [{b.min[axis]}, {b.max[axis]}]", "nothing")
     for n, entry in enumerate(executables):
+        sizes = {}
         for d, size in zip(dims, entry.get("target", [])):
             lo, _, hi = d.bounds
             if not lo <= int(size) <= hi:
                 raise fail(f"executables[{n}] size of {d.name or d.symbol}", size, f"[{lo}, {hi}]")
+            sizes.update({use: int(size) for use in d.uses})
+        dtypes = entry.get("input_dtypes", [])[leading:leading + len(leaves)]
+        shapes = entry.get("input_shapes", [])[leading:leading + len(leaves)]
+        for li, ((path, info), dtype, shape) in enumerate(zip(leaves, dtypes, shapes)):
+            want = [sizes.get((li, a), info.shape_bounds.min[a]) for a in range(info.rank)]
+            if dtype != info.dtype.name or (not entry.get("dynamic") and list(shape) != want):
+                raise ArtifactError(
+                    f"{where}: input_specs[{path!r}] is {info.dtype.name} {want} at executables[{n}]'s profile, but "
+                    f"that executable was compiled for {dtype} {list(shape)}; the manifest contradicts itself (it "
+                    "was edited or damaged). Rebuild the artifact.")

@@ -253,7 +253,7 @@ def read(path: str | os.PathLike, executables: bool = True) -> Contents:
             prep_executable=prep.get("executable"), program_file=m["program"]["file"],
             prep_file=prep.get("file"), bound=bound, bound_files=bound_files, files={},
         )
-        crosscheck.consistent(where, contents.leaves, contents.dims, contents.executables)
+        crosscheck.consistent(where, contents.leaves, contents.dims, contents.executables, len(contents.sources))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, SpecError) as e:
         raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is damaged.") from None
     names = [contents.program_file, *([contents.prep_file] if contents.prep_file else []),
@@ -302,9 +302,18 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
 
     def program(file: str) -> jax.export.Exported:
         try:
-            return jax.export.deserialize(bytearray(c.files[file]))
+            exported = jax.export.deserialize(bytearray(c.files[file]))
         except Exception as e:  # noqa: BLE001 - any failure here means the program file is unusable
             raise ArtifactError(f"{c.where(file)}: cannot deserialize the exported program ({e}).") from None
+        lo = jax.export.minimum_supported_calling_convention_version
+        hi = jax.export.maximum_supported_calling_convention_version
+        if not lo <= exported.calling_convention_version <= hi:
+            raise ArtifactError(
+                f"{c.where(file)}: exported with calling convention version {exported.calling_convention_version}, "
+                f"but this jax ({jax.__version__}) runs versions {lo}..{hi}: the program is too "
+                f"{'new' if exported.calling_convention_version > hi else 'old'} for it. Rebuild the artifact with "
+                f"this jax, or install the jax it was built with ({c.manifest.get('toolchain', {}).get('jax', '?')}).")
+        return exported
 
     main = program(c.program_file)
     crosscheck.check(c.where(), c.manifest, main.in_avals[len(c.sources):], main.out_avals, main.mlir_module())
