@@ -472,48 +472,62 @@ class Streamed:
 
 
 # When to kill: after a log line appears, or once this process's temporary artifact dir exists
-# (the write stage: files, fsync, rename), plus a delay.
-KILL_POINTS = [("init params", 0.0), ("compile prep", 0.3), ("tmpdir", 0.0), ("tmpdir", 0.2), ("start", 3.0)]
+# (the write stage: files, fsync, rename), plus a delay. 20 points spread over every stage.
+KILL_POINTS = [("start", 0.3), ("init params", 0.0), ("trace+export", 0.0), ("compile prep", 0.0),
+               ("profile 1/", 0.0), ("profile 4/", 0.0), ("compile 7 profile", 0.0), ("prove padding", 0.0),
+               ("self-test reference", 0.0), ("tmpdir", 0.0), ("tmpdir", 0.05), ("tmpdir", 0.1), ("tmpdir", 0.2),
+               ("tmpdir", 0.4), ("start", 2.0)]
+SWEEP_KILL_POINTS = [("#0 :", 0.5), ("#1 :", 0.0), ("#1 :", 1.0), ("tmpdir", 0.0), ("start", 2.0)]
 
 
-def test_killed_build_leaves_nothing_trusted_and_the_next_build_recovers(tmp_path):
+def _kill_at(argv, site, model_dir, event, delay) -> str:
+    """Run ``argv``, SIGKILL it at ``event`` + ``delay``; a line saying where it died."""
+    b = Streamed(argv, site.cwd, env_with(site.xdg))
+    t0 = time.monotonic()
+    fired = None
+    while b.proc.poll() is None and time.monotonic() - t0 < TIMEOUT:
+        if event == "start":
+            hit = True
+        elif event == "tmpdir":
+            hit = model_dir.is_dir() and any(f".tmp-{b.proc.pid}-" in n for n in hidden_entries(model_dir))
+        else:
+            hit = b.seen(event)
+        if hit and fired is None:
+            fired = time.monotonic()
+        if fired is not None and time.monotonic() - fired >= delay:
+            break
+        time.sleep(0.005)
+    finished = b.proc.poll() is not None
+    b.kill()
+    return f"{event}+{delay}s: {'finished' if finished else 'killed'} at {time.monotonic() - t0:.2f}s"
+
+
+def test_killed_builds_and_sweeps_leave_nothing_trusted_and_the_next_build_recovers(tmp_path):
+    """15 SIGKILLs of a forced rebuild at every stage, 5 of a sweep: every artifact at a final path
+    verifies after each, the next build succeeds, and no temporary is left behind."""
     site = Site(tmp_path)
-    overrides = ["model=mlp", "shapes=dynamic"]  # default dims: a write stage long enough to hit
-    argv = [PY, "-m", "tripy_build", *overrides, f"artifacts_dir={site.arts}"]
+    argv = [PY, "-m", "tripy_build", "model=mlp", "shapes=dynamic", "force=true", f"artifacts_dir={site.arts}"]
+    sweep = [PY, "-m", "tripy_build", "-m", "model=mlp,geglu", "shapes=static", "force=true",
+             f"artifacts_dir={site.arts}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     model_dir = site.arts / "mlp"
-    log = []
-    for event, delay in KILL_POINTS:
-        b = Streamed(argv, site.cwd, env_with(site.xdg))
-        t0 = deadline = time.monotonic()
-        fired = None
-        while b.proc.poll() is None and time.monotonic() - t0 < TIMEOUT:
-            if event == "start":
-                hit = True
-            elif event == "tmpdir":
-                hit = model_dir.is_dir() and any(f".tmp-{b.proc.pid}-" in n for n in hidden_entries(model_dir))
-            else:
-                hit = b.seen(event)
-            if hit and fired is None:
-                fired = time.monotonic()
-            if fired is not None and time.monotonic() - fired >= delay:
-                break
-            time.sleep(0.005)
-        finished = b.proc.poll() is not None
-        b.kill()
-        deadline = time.monotonic() - t0
-        log.append(f"{event}+{delay}s: {'finished' if finished else 'killed'} at {deadline:.2f}s, "
-                   f"entries {sorted(p.name for p in model_dir.iterdir()) if model_dir.is_dir() else []}")
-        # Nothing at a final artifact path may be half-written: every artifact there verifies.
-        for path in artifact_dirs(model_dir):
-            assert_verified(verify(path, xdg=site.xdg, cwd=site.cwd))
-        if finished:
-            break  # a complete build: later kills would only hit the cache
+    log, checked = [], set()
+    for run_argv, points in ((argv, KILL_POINTS), (sweep, SWEEP_KILL_POINTS)):
+        for event, delay in points:
+            log.append(_kill_at(run_argv, site, model_dir, event, delay))
+            # Nothing at a final artifact path may be half-written: every artifact there verifies.
+            for path in artifact_dirs(model_dir) + artifact_dirs(site.arts / "geglu"):
+                stamp = (path, (path / "manifest.json").stat().st_mtime_ns)
+                if stamp not in checked:
+                    assert_verified(verify(path, xdg=site.xdg, cwd=site.cwd))
+                    checked.add(stamp)
     print("\n".join(log))
+    assert sum("killed" in line for line in log) >= 20, "\n".join(log)
 
-    r = run(argv, cwd=site.cwd, xdg=site.xdg).ok()
-    path = only_artifact(model_dir)
-    assert reported_path(r) == path
-    assert hidden_entries(model_dir) == [], f"leftovers after the rebuild: {hidden_entries(model_dir)}\n" + "\n".join(log)
+    r = run(argv[:-2] + [f"artifacts_dir={site.arts}"], cwd=site.cwd, xdg=site.xdg).ok()
+    path = reported_path(r)
+    assert path in artifact_dirs(model_dir)
+    for d in (model_dir, site.arts / "geglu"):
+        assert not d.is_dir() or hidden_entries(d) == [], f"leftovers: {hidden_entries(d)}\n" + "\n".join(log)
     assert_verified(verify(path, xdg=site.xdg, cwd=site.cwd))
 
 

@@ -7,6 +7,7 @@ file's size and sha256 before anything is deserialized, and never unpickles. See
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -78,13 +79,20 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_temporaries(parent: Path) -> None:
-    """Delete half-written artifacts left by builds that were killed (their process is gone)."""
+    """Delete half-written artifacts left by builds that were killed (their process is gone), and put back
+    an artifact a killed replace had moved aside but not yet replaced."""
     import shutil
 
-    for entry in parent.glob(".*.tmp-*-*"):
-        pid = entry.name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
+    for entry in [*parent.glob(".*.tmp-*-*"), *parent.glob(".*.old-*-*")]:
+        kind = ".tmp-" if ".tmp-" in entry.name else ".old-"
+        name, rest = entry.name[1:].rsplit(kind, 1)
+        pid = rest.split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+            continue
+        previous = entry / "artifact"
+        if kind == ".old-" and is_artifact(previous) and not (parent / name).exists():
+            os.rename(previous, parent / name)  # killed between the two renames of a replace: put it back
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, bytes], replace: bool = True,
@@ -157,20 +165,35 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _replace_dir(new: Path, target: Path) -> None:
-    """Move ``new`` to ``target``; an old artifact there is swapped out first and then deleted."""
+    """Move ``new`` to ``target``; an old artifact there is swapped out first and then deleted.
+
+    Another process may be replacing the same target at the same moment: whichever of its renames
+    comes between ours, we try again, so both end with a complete artifact at ``target``.
+    """
     import shutil
     import tempfile
 
-    try:
-        os.rename(new, target)
+    for _ in range(100):
+        try:
+            os.rename(new, target)
+            return
+        except OSError:
+            if not target.exists():
+                continue  # moved aside by another writer between our rename and this check
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-{os.getpid()}-", dir=target.parent))
+        try:
+            os.rename(target, old / "artifact")
+        except FileNotFoundError:
+            shutil.rmtree(old, ignore_errors=True)
+            continue  # another writer moved it first
+        try:
+            os.rename(new, target)
+        except OSError:
+            shutil.rmtree(old, ignore_errors=True)
+            continue  # another writer's artifact landed in between: swap again
+        shutil.rmtree(old, ignore_errors=True)
         return
-    except OSError:
-        if not target.exists():
-            raise
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.rename(target, old / "artifact")
-    os.rename(new, target)
-    shutil.rmtree(old, ignore_errors=True)
+    raise OSError(errno.EBUSY, f"{target}: replaced by other writers 100 times while this one tried", str(target))
 
 
 def safe_relpath(rel: Any) -> PurePosixPath:

@@ -186,6 +186,8 @@ def build(vb: BuildRequest) -> BuildResult:
         ckpt = Path(vb.params_checkpoint).resolve()
         inputs.update({str(ckpt / rel): e["sha256"] for rel, e in artifact.list_files(ckpt).items()})
 
+    if target.parent.is_dir():
+        artifact.remove_stale_temporaries(target.parent)  # what killed builds left, before the cache is asked
     replace = vb.force
     if not vb.force and artifact.is_artifact(target):
         try:
