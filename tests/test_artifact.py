@@ -85,7 +85,7 @@ def _io_bounds(manifest: dict, section: str, index: int, name: str | None = None
 
 def test_manifest_contents(geglu_artifact):
     m = _read_manifest(geglu_artifact)
-    assert m["schema_version"] == 2
+    assert m["schema_version"] == 3
     assert m["function"] == "geglu"
     assert m["optimization_level"] == 3
     assert m["platforms"] == ["cpu"]
@@ -443,7 +443,7 @@ def test_missing_listed_file_is_rejected(artifact_copy):
     assert XLA in str(excinfo.value)
 
 
-@pytest.mark.parametrize("version", [1, 3, 0, "2", None])
+@pytest.mark.parametrize("version", [1, 2, 0, "3", None])
 def test_unknown_schema_version(artifact_copy, version):
     m = _read_manifest(artifact_copy)
     if version is None:
@@ -577,3 +577,35 @@ def test_save_replaces_existing_artifact(artifact_copy, pair_exe, rng):
     b = rng.standard_normal((2, 5)).astype(np.float32)
     for got, want in zip(loaded(a, b), pair_exe(a, b)):
         assert_close(got, want)
+
+
+def test_selftest_stays_within_its_size_budget_and_still_catches_a_wrong_output(tmp_path):
+    """Inputs over 64 KB are stored as seeds, outputs over 4096 elements as samples plus sums."""
+    import io
+
+    from tripy_build import selftest
+    from tripy_build.verify import verify
+
+    w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    exe = tb.compile(lambda x: jnp.tanh(x @ w), args=[tb.InputInfo(((1, 8, 128), 256), "float32")], buckets="none")
+    path = tmp_path / "a"
+    exe.save(path)
+    m = _read_manifest(path)
+    big = next(e for e in m["selftest"] if e["name"] == "max")
+    assert isinstance(big["inputs"][0], dict) and big["inputs"][0]["shape"] == [128, 256]
+    assert isinstance(big["outputs"][0], dict) and big["outputs"][0]["shape"] == [128, 256]
+    stored = sum(p.stat().st_size for p in (path / "selftest").rglob("*.npy"))
+    full = sum(4 * 256 * n * 2 for n in (1, 8, 128))  # every input and output as an .npy
+    assert stored < full / 4, (stored, full)
+    assert verify(path, out=io.StringIO())
+    # a wrong value at a sampled element fails verify (the manifest's digest updated, as an editor would)
+    rel = big["outputs"][0]["file"]
+    values = np.load(path / rel)
+    values[len(values) // 2] += 1.0
+    np.save(path / rel, values)
+    data = (path / rel).read_bytes()
+    m["files"][rel] = {"sha256": __import__("hashlib").sha256(data).hexdigest(), "size": len(data)}
+    _write_manifest(path, m)
+    out = io.StringIO()
+    assert not verify(path, out=out) and "FAIL  self-test max" in out.getvalue()
+    assert len(selftest.sample_indices(128 * 256)) == selftest.OUTPUT_SAMPLE

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from .errors import ArtifactError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MANIFEST = "manifest.json"
 MAX_JSON_BYTES = 16 * 1024 * 1024  # a manifest or index larger than this is refused unread
 INDEX = "index.json"
