@@ -1,7 +1,7 @@
 """``python -m tripy_build`` and the ``tripy-build`` script.
 
 An unchanged command is answered from the memo before Hydra is even imported; anything else runs
-the Hydra app in ``cli``. The other commands (``verify``, ``bench``, ``inspect``/``show``, ``list``)
+the Hydra app in ``cli``. The other commands (``verify``, ``bench``, ``inspect``/``show``, ``list``, ``gc``)
 and ``--help`` are answered here, without Hydra. Ctrl-C ends any of them with one line and exit
 status 130; a build it interrupts leaves nothing (artifacts are written to a temporary directory
 that is removed, and renamed into place only when complete).
@@ -15,6 +15,7 @@ COMMANDS = {
     "inspect": ("tripy_build.inspect", "main"),
     "show": ("tripy_build.inspect", "main"),
     "list": ("tripy_build.catalog", "main"),
+    "gc": ("tripy_build.gc", "main"),
 }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import artifact
+from . import artifact, gc
 from . import model as model_io
 from .errors import ArtifactError, raised_in_user_code
 from .spec import DimSize, NamedDimension
@@ -45,6 +45,8 @@ class BuildRequest:
     params_checkpoint: str | None
     artifacts_dir: str
     force: bool
+    cache_max_bytes: int | None = None  # after building, keep artifacts_dir within this (gc.py)
+    cache_max_age_days: float | None = None
 
 
 @dataclass
@@ -116,7 +118,7 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
     }
 
 
-_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed")  # locations; params go by identity
+_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed", "cache_max_bytes", "cache_max_age_days")  # locations; params go by identity
 
 
 def recorded_config(vb: BuildRequest) -> dict[str, Any]:
@@ -192,13 +194,20 @@ def build(vb: BuildRequest) -> BuildResult:
     if not vb.force and artifact.is_artifact(target):
         try:
             manifest = artifact.verify_files(target)
+            gc.touch(target / artifact.MANIFEST)
             log.info("cache hit: %s (build key %s)", target, key[:KEY_LENGTH])
             return result_from_manifest(target, key, model_name, True, timings, manifest, inputs)
         except ArtifactError as e:
             log.warning("existing artifact is not intact, rebuilding and replacing it: %s", e)
             replace = True
 
-    return result_from_manifest(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace), inputs)
+    result = result_from_manifest(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace),
+                                  inputs)
+    if vb.cache_max_bytes is not None or vb.cache_max_age_days is not None:
+        collected = gc.collect(vb.artifacts_dir, vb.cache_max_bytes, vb.cache_max_age_days, keep=[result.path])
+        if collected.removed:
+            log.info("cache budget: %s", collected.summary().splitlines()[0])
+    return result
 
 
 def _user_init(init: Any) -> Any:

@@ -73,6 +73,13 @@ class ShapesConfig:
 
 
 @dataclass
+class CacheConfig:
+    max_bytes: Optional[str] = key(None, "after each build, remove the least recently used artifacts in artifacts_dir "
+                                         "beyond this size (500MB, 2G); never one being loaded")
+    max_age_days: Optional[float] = key(None, "after each build, remove artifacts not used for this many days")
+
+
+@dataclass
 class BuildConfig:
     model: Any = key(MISSING, "the model: a config group option, or your own (see model.* below)")
     shapes: ShapesConfig = key(help="input shapes", factory=ShapesConfig)
@@ -85,6 +92,7 @@ class BuildConfig:
     params: ParamsConfig = key(help="where the weights come from", factory=ParamsConfig)
     artifacts_dir: str = key("artifacts", "where artifacts go: <artifacts_dir>/<model name>/<build key>/")
     force: bool = key(False, "rebuild even when the artifact for this build key exists and verifies")
+    cache: CacheConfig = key(help="a budget for artifacts_dir (also: tripy-build gc)", factory=CacheConfig)
     bench: bool = key(False, "after building, measure the artifact in a fresh process (tripy_build.bench): "
                              "latency columns in a sweep's summary, the Pareto front marked")
 
@@ -188,6 +196,9 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if max_error is not None and max_error <= 0:
         raise ConfigError(f"precision.max_error: must be a positive number (error relative to the output's scale), "
                           f"got {max_error}.")
+    age = plain["cache"]["max_age_days"]
+    if age is not None and age <= 0:
+        raise ConfigError(f"cache.max_age_days: must be a positive number of days, got {age}.")
     if plain["shapes"]["max_profiles"] < 1:
         raise ConfigError(f"shapes.max_profiles: must be at least 1, got {plain['shapes']['max_profiles']}.")
     backend = plain["backend"]
@@ -204,6 +215,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if not isinstance(platforms, list) or not platforms or any(p not in PLATFORMS for p in platforms):
         raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS + COMPILERS)} or a list of "
                           f"{' and '.join(PLATFORMS)}, e.g. backend=[cpu,cuda].")
+    from .gc import parse_size
     from .host import max_isa
 
     max_isa(plain["target"]["cpu"])  # refuses a name XLA does not know here
@@ -214,6 +226,8 @@ def validate(cfg: DictConfig) -> BuildRequest:
         precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
         params_seed=plain["params"]["seed"],
         params_checkpoint=plain["params"]["checkpoint"], artifacts_dir=plain["artifacts_dir"], force=plain["force"],
+        cache_max_bytes=parse_size(plain["cache"]["max_bytes"]) if plain["cache"]["max_bytes"] is not None else None,
+        cache_max_age_days=plain["cache"]["max_age_days"],
     )
 
 

@@ -227,7 +227,13 @@ def read(path: str | os.PathLike, executables: bool = True) -> Contents:
     """Parse an artifact's manifest and read every file a loader needs, each checked against its digest.
 
     With ``executables=False`` the precompiled executables are not read at all (``trust_executables``)."""
-    path = str(path)
+    from .gc import reading
+
+    with reading(path):
+        return _read(str(path), executables)
+
+
+def _read(path: str, executables: bool) -> Contents:
     where = os.path.join(path, artifact.MANIFEST)
     m = artifact.read_manifest(path)
     try:

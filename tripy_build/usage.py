@@ -23,6 +23,7 @@ COMMANDS = [
     ("show PATH", "the same as inspect"),
     ("list [ARTIFACTS_DIR]", "what was built there (default: artifacts): model, shapes, options, size, date, key"),
     ("bench PATH", "cold start, stalls and latency of an artifact where it runs"),
+    ("gc [DIR] --max-bytes 2G --max-age-days 30", "remove least recently used artifacts (never one being loaded)"),
 ]
 
 LAUNCHERS = "basic (default: one job after another), submitit_local, submitit_slurm (pip install -e '.[submitit]')"
