@@ -55,7 +55,7 @@ def reading(path: str | os.PathLike) -> Iterator[None]:
 def touch(manifest: Path) -> None:
     """Record a use: the access time only (mtime and bytes stay as built); best effort on read-only media."""
     with contextlib.suppress(OSError):
-        os.utime(manifest, (time.time(), manifest.stat().st_mtime))
+        os.utime(manifest, ns=(time.time_ns(), manifest.stat().st_mtime_ns))
 
 
 def parse_size(text: str) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from .conftest import run_cli
 
 SMALL = ["model.dim_in=8", "model.dim_out=8", "shapes.dims.batch=[1,2,4]"]
 BAD = ["--config-dir", "{tmp}/conf"]
