@@ -489,7 +489,7 @@ def _kill_at(argv, site, model_dir, event, delay) -> str:
         if event == "start":
             hit = True
         elif event == "tmpdir":
-            hit = model_dir.is_dir() and any(f".tmp-{b.proc.pid}-" in n for n in hidden_entries(model_dir))
+            hit = model_dir.is_dir() and any(f".tmp-{b.proc.pid}@" in n for n in hidden_entries(model_dir))
         else:
             hit = b.seen(event)
         if hit and fired is None:

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from .errors import ArtifactError
+from .host import hostname
 
 SCHEMA_VERSION = 3
 MANIFEST = "manifest.json"
@@ -78,17 +79,37 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+FOREIGN_STALE_SECONDS = 6 * 3600  # another host's temporary this old is abandoned (its pid cannot be checked)
+
+
 def remove_stale_temporaries(parent: Path) -> None:
     """Delete half-written artifacts left by builds that were killed (their process is gone), and put back
-    an artifact a killed replace had moved aside but not yet replaced."""
-    import shutil
+    an artifact a killed replace had moved aside but not yet replaced.
 
+    Temporaries are named ``.<name>.tmp-<pid>@<host>-<random>`` (``.old-`` for a replace's): this host's
+    are judged by whether their process lives, another host's (a shared folder) only by age.
+    """
+    import shutil
+    import time
+
+
+    here = hostname()
     for entry in [*parent.glob(".*.tmp-*-*"), *parent.glob(".*.old-*-*")]:
         kind = ".tmp-" if ".tmp-" in entry.name else ".old-"
         name, rest = entry.name[1:].rsplit(kind, 1)
-        pid = rest.split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+        owner = rest.rsplit("-", 1)[0]
+        pid, _, host = owner.partition("@")
+        if not pid.isdigit():
             continue
+        if (host or here) == here:
+            if int(pid) == os.getpid() or _pid_alive(int(pid)):
+                continue
+        else:
+            try:
+                if time.time() - entry.stat().st_mtime < FOREIGN_STALE_SECONDS:
+                    continue
+            except OSError:
+                continue
         previous = entry / "artifact"
         if kind == ".old-" and is_artifact(previous) and not (parent / name).exists():
             os.rename(previous, parent / name)  # killed between the two renames of a replace: put it back
@@ -117,7 +138,7 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(target.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}@{hostname()}-", dir=target.parent))
     except OSError as e:
         raise ArtifactError(f"cannot write an artifact under {str(target.parent)!r}: {e.strerror or e}. Choose a "
                             "writable directory (artifacts_dir=... or save(path)).") from None
@@ -180,7 +201,7 @@ def _replace_dir(new: Path, target: Path) -> None:
         except OSError:
             if not target.exists():
                 continue  # moved aside by another writer between our rename and this check
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-{os.getpid()}-", dir=target.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-{os.getpid()}@{hostname()}-", dir=target.parent))
         try:
             os.rename(target, old / "artifact")
         except FileNotFoundError:

@@ -47,6 +47,7 @@ class BuildRequest:
     force: bool
     cache_max_bytes: int | None = None  # after building, keep artifacts_dir within this (gc.py)
     cache_max_age_days: float | None = None
+    cache_remote: str | None = None  # an fsspec URL shared by builders (remote.py)
 
 
 @dataclass
@@ -62,13 +63,15 @@ class BuildResult:
     precision: str = ""  # the measured error of a reduced-precision build
     files: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # input files (model code, checkpoint) -> sha256
+    remote: str = ""  # the remote cache it was downloaded from, for a remote cache hit
 
     @property
     def size(self) -> int:
         return sum(self.files.values())
 
     def summary(self) -> str:
-        lines = [f"artifact: {self.path}" + ("  (cache hit)" if self.cache_hit else "")]
+        hit = f"  (cache hit, downloaded from {self.remote})" if self.remote else "  (cache hit)" if self.cache_hit else ""
+        lines = [f"artifact: {self.path}{hit}"]
         lines += [f"  input {name}: {desc}" for name, desc in self.inputs.items()]
         lines += [f"  dim {d}" for d in self.dims]
         if self.profiles:
@@ -118,7 +121,8 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
     }
 
 
-_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed", "cache_max_bytes", "cache_max_age_days")  # locations; params go by identity
+_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed", "cache_max_bytes", "cache_max_age_days",
+               "cache_remote")  # locations; params go by identity
 
 
 def recorded_config(vb: BuildRequest) -> dict[str, Any]:
@@ -191,18 +195,35 @@ def build(vb: BuildRequest) -> BuildResult:
     if target.parent.is_dir():
         artifact.remove_stale_temporaries(target.parent)  # what killed builds left, before the cache is asked
     replace = vb.force
+    store = None
+    if vb.cache_remote:
+        from .remote import Store
+
+        store = Store(vb.cache_remote)
     if not vb.force and artifact.is_artifact(target):
         try:
             manifest = artifact.verify_files(target)
             gc.touch(target / artifact.MANIFEST)
             log.info("cache hit: %s (build key %s)", target, key[:KEY_LENGTH])
+            if store is not None and store.put(target, model_name, key[:KEY_LENGTH]):
+                log.info("uploaded to the remote cache %s", vb.cache_remote)
             return result_from_manifest(target, key, model_name, True, timings, manifest, inputs)
         except ArtifactError as e:
             log.warning("existing artifact is not intact, rebuilding and replacing it: %s", e)
             replace = True
+    if store is not None and not vb.force and not artifact.is_artifact(target):
+        t0 = time.perf_counter()
+        if store.fetch(model_name, key[:KEY_LENGTH], target):
+            timings["download"] = time.perf_counter() - t0
+            log.info("remote cache hit: %s from %s (build key %s)", target, vb.cache_remote, key[:KEY_LENGTH])
+            result = result_from_manifest(target, key, model_name, True, timings, artifact.read_manifest(target), inputs)
+            result.remote = vb.cache_remote
+            return result
 
     result = result_from_manifest(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace),
                                   inputs)
+    if store is not None and store.put(result.path, model_name, key[:KEY_LENGTH]):
+        log.info("uploaded to the remote cache %s", vb.cache_remote)
     if vb.cache_max_bytes is not None or vb.cache_max_age_days is not None:
         collected = gc.collect(vb.artifacts_dir, vb.cache_max_bytes, vb.cache_max_age_days, keep=[result.path])
         if collected.removed:

@@ -77,6 +77,8 @@ class CacheConfig:
     max_bytes: Optional[str] = key(None, "after each build, remove the least recently used artifacts in artifacts_dir "
                                          "beyond this size (500MB, 2G); never one being loaded")
     max_age_days: Optional[float] = key(None, "after each build, remove artifacts not used for this many days")
+    remote: Optional[str] = key(None, "an fsspec URL shared by builders (file:///shared/cache, s3://bucket/x): "
+                                      "looked up before building (downloads verified), uploaded to after")
 
 
 @dataclass
@@ -227,7 +229,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
         params_seed=plain["params"]["seed"],
         params_checkpoint=plain["params"]["checkpoint"], artifacts_dir=plain["artifacts_dir"], force=plain["force"],
         cache_max_bytes=parse_size(plain["cache"]["max_bytes"]) if plain["cache"]["max_bytes"] is not None else None,
-        cache_max_age_days=plain["cache"]["max_age_days"],
+        cache_max_age_days=plain["cache"]["max_age_days"], cache_remote=plain["cache"]["remote"],
     )
 
 

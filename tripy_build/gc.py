@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 
 from . import artifact
 from .errors import ConfigError, TripyBuildError
+from .host import hostname
 
 try:
     import fcntl
@@ -133,7 +134,7 @@ def _remove(path: Path) -> bool:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 return False
-        aside = path.parent / f".{path.name}.tmp-{os.getpid()}-gc"
+        aside = path.parent / f".{path.name}.tmp-{os.getpid()}@{hostname()}-gc"
         os.rename(path, aside)
     finally:
         os.close(fd)

@@ -45,6 +45,16 @@ def version(dist: str) -> str:
     return dist_version(dist)
 
 
+def hostname() -> str:
+    """This machine's name as temporary files carry it, so that builders sharing a folder never collide
+    and each judges only its own host's temporaries by pid (``TRIPY_BUILD_HOSTNAME`` overrides it, for
+    containers that share a name)."""
+    import socket
+
+    name = os.environ.get("TRIPY_BUILD_HOSTNAME") or socket.gethostname()
+    return re.sub(r"[^A-Za-z0-9.]", "_", name) or "host"
+
+
 @lru_cache(maxsize=None)
 def host_features() -> dict[str, Any]:
     """What an XLA CPU executable built here depends on: jaxlib, the machine and its CPU flags."""
