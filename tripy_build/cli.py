@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -135,28 +136,19 @@ class SweepSummary(Callback):
 
     COLUMNS = ("job", "overrides", "status", "build_seconds", "size_bytes", "path", "error")
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._started, self._done, self._failed = time.perf_counter(), 0, 0
-        self._total = sweep_size(list(config.hydra.overrides.task))
+    def __getstate__(self) -> dict[str, Any]:
+        """Launchers that run jobs elsewhere (submitit) pickle the callbacks; the watcher stays here."""
+        return {k: v for k, v in self.__dict__.items() if k != "_progress"}
 
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        """Progress, where the jobs run in this process (the basic launcher): done/total, failures, time left."""
-        if not hasattr(self, "_started"):
-            return  # a single build, or a job in a process of its own
-        self._done += 1
-        result = Path(config.hydra.runtime.output_dir) / RESULT_FILE
-        try:
-            self._failed += json.loads(result.read_text()).get("status") == "failed"
-        except (OSError, ValueError):
-            self._failed += 1
-        elapsed = time.perf_counter() - self._started
-        total = f"/{self._total}" if self._total else ""
-        left = (f", ~{elapsed / self._done * (self._total - self._done):.0f} s left"
-                if self._total and self._done < self._total else "")
-        print(f"[sweep] {self._done}{total} done, {self._failed} failed, {elapsed:.0f} s elapsed{left}", flush=True)
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._progress = SweepProgress(Path(config.hydra.sweep.dir), sweep_size(list(config.hydra.overrides.task)))
+        self._progress.start()
+
     BENCH_COLUMNS = ("latency_ms", "p99_ms", "stalls", "cold_start_ms", "padding_overhead", "pareto")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if getattr(self, "_progress", None) is not None:
+            self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = []
         for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
@@ -179,6 +171,49 @@ class SweepSummary(Callback):
         print(f"{len(rows)} builds, {failed} failed; summary: {sweep_dir / 'summary.json'}", flush=True)
         if failed:
             sys.exit(1)  # after the summary: a CI job running the sweep must fail
+
+
+class SweepProgress(threading.Thread):
+    """Progress of a sweep in the driver, whatever the launcher: it watches the jobs' result files appear
+    (in this process, in local subprocesses, or on cluster nodes sharing the sweep directory) and prints
+    done/total, each failure as it happens, the time elapsed and an estimate of the time left."""
+
+    POLL_SECONDS = 0.5
+
+    def __init__(self, sweep_dir: Path, total: int | None):
+        super().__init__(name="tripy_build-sweep-progress", daemon=True)
+        self.sweep_dir, self.total = sweep_dir, total
+        self.seen: set[Path] = set()
+        self.failed = 0
+        self.started = time.perf_counter()
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.POLL_SECONDS):
+            self.poll()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+        self.poll()
+
+    def poll(self) -> None:
+        for path in sorted(set(self.sweep_dir.glob(f"*/{RESULT_FILE}")) - self.seen):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # being written: next poll
+            self.seen.add(path)
+            done = len(self.seen)
+            elapsed = time.perf_counter() - self.started
+            failure = ""
+            if data.get("status") == "failed":
+                self.failed += 1
+                failure = f"; job {data.get('job', path.parent.name)} failed: {str(data.get('error', '')).splitlines()[0][:120]}"
+            total = f"/{self.total}" if self.total else ""
+            left = (f", ~{elapsed / done * (self.total - done):.0f} s left"
+                    if self.total and done < self.total else "")
+            print(f"[sweep] {done}{total} done, {self.failed} failed, {elapsed:.0f} s elapsed{left}{failure}", flush=True)
 
 
 def sweep_size(overrides: list[str]) -> int | None:
