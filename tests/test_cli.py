@@ -470,7 +470,9 @@ def test_ctrl_c_stops_a_build_with_one_line_and_leaves_nothing(tmp_path):
     arts = tmp_path / "arts"
     proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "model=transformer", f"artifacts_dir={arts}"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "TRIPY_BUILD_NO_MEMO": "1"})
+                            env={**os.environ, "TRIPY_BUILD_NO_MEMO": "1"},
+                            # a runner started in the background ignores SIGINT, and children inherit that
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stdout:  # interrupt it mid-build: once the first profile has compiled
         seen.append(line)
