@@ -484,3 +484,21 @@ def test_ctrl_c_stops_a_build_with_one_line_and_leaves_nothing(tmp_path):
     assert proc.returncode == 130, "".join(seen)[-2000:] + rest[-2000:]
     assert "Traceback" not in rest and rest.strip().splitlines()[-1].startswith("interrupted:"), rest[-2000:]
     assert not any(arts.rglob("manifest.json")) and not any(arts.rglob(".*tmp*"))
+
+
+def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path):
+    """Jobs on a pool of reused worker processes: same keys and bytes, progress, failures counted."""
+    sweeps = {}
+    for launcher in ("basic", "tripy_local"):
+        proc = run_cli("-m", "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9", "model.dim_in=16",
+                       *SMALL_SHAPES["dynamic"][:1], f"artifacts_dir={tmp_path / launcher}",
+                       f"hydra.sweep.dir={tmp_path / (launcher + '-sweep')}", f"hydra/launcher={launcher}",
+                       cwd=tmp_path, timeout=600)
+        assert proc.returncode == 1, proc.stderr[-3000:]  # the optimization_level=9 jobs fail
+        assert "[sweep] 8/8 done, 4 failed" in proc.stdout
+        sweeps[launcher] = {p.relative_to(tmp_path / launcher): p.read_bytes()
+                            for p in (tmp_path / launcher).rglob("*") if p.is_file()
+                            and not p.name.endswith(".xla") and p.name != "index.json"}
+    assert len(sweeps["basic"]) > 8 and sweeps["basic"] == sweeps["tripy_local"]
+    pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "tripy_local-sweep").glob("*/build_result.json")}
+    assert 1 < len(pids) <= (os.cpu_count() or 1)  # jobs ran in more than one worker, never more than the cores

@@ -26,7 +26,8 @@ COMMANDS = [
     ("gc [DIR] --max-bytes 2G --max-age-days 30", "remove least recently used artifacts (never one being loaded)"),
 ]
 
-LAUNCHERS = "basic (default: one job after another), submitit_local, submitit_slurm (pip install -e '.[submitit]')"
+LAUNCHERS = ("basic (default: one job after another), tripy_local (a pool of workers, one per core), "
+             "submitit_local, submitit_slurm (pip install -e '.[submitit]')")
 
 
 def _type_name(tp: Any) -> str:

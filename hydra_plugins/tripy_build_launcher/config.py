@@ -1,0 +1,20 @@
+"""The settings of ``hydra/launcher=tripy_local`` (``hydra.launcher.<field>=...``)."""
+
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class TripyLocalLauncherConf:
+    _target_: str = "hydra_plugins.tripy_build_launcher.launcher.TripyLocalLauncher"
+    # how many jobs run at once; 0: one per CPU core (more only adds contention: a build compiles on
+    # every core already)
+    workers: int = 0
+    # a fresh process for every job instead of reusing workers (each pays ~1.5 s of imports). Chosen
+    # automatically when a job changes process-wide XLA settings (target.cpu other than host)
+    fresh_process_per_job: bool = False
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="tripy_local", node=TripyLocalLauncherConf,
+                             provider="tripy_build")
