@@ -27,7 +27,8 @@ COMMANDS = [
 ]
 
 LAUNCHERS = ("basic (default: one job after another), tripy_local (a pool of workers, one per core), "
-             "submitit_local, submitit_slurm, slurm_cpu (Slurm CPU nodes; pip install -e '.[submitit]')")
+             "submitit_local, submitit_slurm, slurm_cpu (Slurm CPU nodes; pip install -e '.[submitit]'), "
+             "ray_local (pip install -e '.[ray]')")
 
 
 def _type_name(tp: Any) -> str:
