@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import artifact
-from .errors import TripyBuildError
+from .errors import TripyBuildError, exit_status
 from .inspect import _dims_text, _human, _table
 
 DEPTH = 3  # artifacts_dir/<model>/<key>/manifest.json, or a saved artifact one or two levels down
@@ -74,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tripy-build list", description=__doc__.splitlines()[0])
     parser.add_argument("artifacts_dir", nargs="?", default="artifacts", help="where builds wrote (default: artifacts)")
     args = parser.parse_args(argv)
-    try:
-        print(listing(args.artifacts_dir))
-    except TripyBuildError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_status(lambda: print(listing(args.artifacts_dir)))
 
 
 if __name__ == "__main__":

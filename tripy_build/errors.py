@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import traceback
 from types import TracebackType
+from typing import Callable
 
 
 class TripyBuildError(Exception):
@@ -77,3 +78,15 @@ def raised_in_user_code(err: BaseException, what: str) -> TraceError | None:
         return None
     message = str(err).strip().splitlines()[0][:500] if str(err).strip() else ""
     return TraceError(f"{what} raised {type(err).__name__}: {message}\n{describe_frame(frame)}")
+
+
+def exit_status(command: Callable[[], None]) -> int:
+    """Run a command-line action: 0, or 2 with our error on one line (no traceback for a user's mistake)."""
+    import sys
+
+    try:
+        command()
+    except TripyBuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

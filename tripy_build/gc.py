@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from . import artifact
-from .errors import ConfigError, TripyBuildError
+from .errors import ConfigError, exit_status
 from .host import hostname
 
 try:
@@ -170,14 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_bytes is None and args.max_age_days is None:
         parser.error("give --max-bytes and/or --max-age-days")
-    try:
+    def run() -> None:
         result = collect(args.artifacts_dir, parse_size(args.max_bytes) if args.max_bytes else None,
                          args.max_age_days, dry_run=args.dry_run)
-    except TripyBuildError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(("(dry run) " if args.dry_run else "") + result.summary())
-    return 0
+        print(("(dry run) " if args.dry_run else "") + result.summary())
+    return exit_status(run)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import artifact, host
-from .errors import TripyBuildError
+from .errors import exit_status
 
 
 def _human(n: float) -> str:
@@ -148,16 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost", action="store_true", help="add XLA's FLOP and memory estimates per profile")
     parser.add_argument("--dump", metavar="DIR", help="write the StableHLO, per-profile optimized HLO and costs")
     args = parser.parse_args(argv)
-    try:
+
+    def run() -> None:
         print(describe(args.path, _costs(Path(args.path)) if args.cost or args.dump else None))
         if args.dump:
             files = dump(args.path, args.dump)
             print(f"\nwrote {len(files)} files to {args.dump}: {', '.join(f.name for f in files[:6])}"
                   + (" ..." if len(files) > 6 else ""))
-    except TripyBuildError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_status(run)
 
 
 if __name__ == "__main__":

@@ -72,20 +72,31 @@ class TripyLocalLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        configs = []
-        for i, overrides in enumerate(job_overrides):
-            idx = initial_job_idx + i
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(cfg):
-                cfg.hydra.job.id = idx
-                cfg.hydra.job.num = idx
-            configs.append(cfg)
-            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-        fresh = self.fresh or any(str(c.get("target", {}).get("cpu", "host")) != "host" for c in configs)
-        workers = min(len(configs), self.workers or os.cpu_count() or 1)
-        log.info(f"Launching {len(configs)} jobs on {workers} worker process(es)"
+        target_set = any(o.lstrip("+").startswith("target.cpu=") and o.split("=", 1)[1] != "host"
+                         for overrides in job_overrides for o in overrides)
+        fresh = self.fresh or target_set or str(self.config.get("target", {}).get("cpu", "host")) != "host"
+        workers = min(len(job_overrides), self.workers or os.cpu_count() or 1)
+        log.info(f"Launching {len(job_overrides)} jobs on {workers} worker process(es)"
                  + (", a fresh one per job (a job sets target.cpu)" if fresh and not self.fresh else ""))
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  max_tasks_per_child=1 if fresh else None) as pool:
-            futures = [pool.submit(_run, OmegaConf.to_container(cfg, resolve=False)) for cfg in configs]
+            if not fresh:  # the workers import jax and tripy_build while the jobs' configs are composed
+                for _ in range(workers):
+                    pool.submit(_warm)
+            futures = []
+            for i, overrides in enumerate(job_overrides):
+                idx = initial_job_idx + i
+                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                with open_dict(cfg):
+                    cfg.hydra.job.id = idx
+                    cfg.hydra.job.num = idx
+                log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+                futures.append(pool.submit(_run, OmegaConf.to_container(cfg, resolve=False)))
             return [f.result() for f in futures]
+
+
+def _warm() -> None:
+    import jax
+
+    _task()
+    jax.devices()
