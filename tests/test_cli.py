@@ -468,11 +468,13 @@ def test_ctrl_c_stops_a_build_with_one_line_and_leaves_nothing(tmp_path):
     import signal
 
     arts = tmp_path / "arts"
-    proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "model=transformer", f"artifacts_dir={arts}"],
+    # A runner started in the background ignores SIGINT and its children inherit that, so the child puts
+    # Python's handler back before running the command as `python -m tripy_build` would.
+    shim = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "sys.argv[0] = 'tripy_build'; runpy.run_module('tripy_build', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", shim, "model=transformer", f"artifacts_dir={arts}"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "TRIPY_BUILD_NO_MEMO": "1"},
-                            # a runner started in the background ignores SIGINT, and children inherit that
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            env={**os.environ, "TRIPY_BUILD_NO_MEMO": "1"})
     seen = []
     for line in proc.stdout:  # interrupt it mid-build: once the first profile has compiled
         seen.append(line)
