@@ -504,3 +504,14 @@ def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path
     assert len(sweeps["basic"]) > 8 and sweeps["basic"] == sweeps["tripy_local"]
     pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "tripy_local-sweep").glob("*/build_result.json")}
     assert 1 < len(pids) <= (os.cpu_count() or 1)  # jobs ran in more than one worker, never more than the cores
+
+
+def test_tripy_local_gives_a_fresh_process_to_jobs_that_set_the_cpu_target(tmp_path):
+    proc = run_cli("-m", "target.cpu=host,portable", "model=geglu", "shapes=static", "model.dim_in=16",
+                   "hydra/launcher=tripy_local", f"artifacts_dir={tmp_path / 'arts'}",
+                   f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "a fresh one per job (a job sets target.cpu)" in proc.stdout + proc.stderr
+    targets = sorted(json.loads(p.read_text())["metadata"]["build_key_parts"]["config"]["target_cpu"]
+                     for p in (tmp_path / "arts").rglob("manifest.json"))
+    assert targets == ["host", "portable"]
