@@ -11,7 +11,7 @@ difference is an ``ArtifactError`` naming the manifest field.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,15 +35,20 @@ def _fail(where: str, field: str, found: Any, program: Any) -> ArtifactError:
 
 
 def check(where: str, manifest: dict[str, Any], in_avals: Sequence[Any], out_avals: Sequence[Any],
-          module_text: str) -> None:
+          program_bytes: bytes, module_text: Callable[[], str]) -> None:
     """Compare the manifest's specs, dims and profiles with the program's avals and bounds.
 
-    ``in_avals`` are the program's runtime inputs (after its leading weights), then the dim sizes.
+    ``in_avals`` are the program's runtime inputs (after its leading weights), then the dim sizes. The
+    bounds are read from the serialized program itself, where MLIR's bytecode keeps the assertions'
+    messages as plain strings (0.02 ms); ``module_text`` (the module printed: 9-38 ms here) is asked only
+    if a dim is not found that way.
     """
     specs, dims = manifest["input_specs"], manifest["dims"]
     if len(in_avals) < len(specs):
         raise _fail(where, "the number of input_specs", len(specs), f"{len(in_avals)} inputs")
-    bounds = program_bounds(module_text)
+    bounds = program_bounds(program_bytes.decode("latin-1"))
+    if any(d["symbol"] not in bounds for d in dims):
+        bounds = program_bounds(module_text())
     symbols: dict[str, tuple[str | None, int, int]] = {}  # symbol -> (dim name, min, max) as the manifest says
     for d in dims:
         symbols[d["symbol"]] = (d["name"], int(d["min"]), int(d["max"]))

@@ -322,7 +322,8 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
         return exported
 
     main = program(c.program_file)
-    crosscheck.check(c.where(), c.manifest, main.in_avals[len(c.sources):], main.out_avals, main.mlir_module())
+    crosscheck.check(c.where(), c.manifest, main.in_avals[len(c.sources):], main.out_avals, c.files[c.program_file],
+                     main.mlir_module)
     prep = program(c.prep_file) if c.prep_file else None
     weights = [Weight(w["path"], w["argument"], jax.device_put(c.weight(w))) for w in c.weights]
 
