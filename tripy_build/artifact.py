@@ -65,6 +65,23 @@ def list_files(root: Path, prefixes: Sequence[str] | None = None) -> dict[str, d
     return out
 
 
+def human_size(n: float) -> str:
+    """``9.0 MB``: a byte count as the build summary, ``inspect`` and ``list`` show it."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def spec_text(spec: dict[str, Any]) -> str:
+    """``float32[batch=[1..64, opt 8], 512]``: a manifest tensor spec in one line."""
+    dims = []
+    for lo, opt, hi, name in zip(spec["min"], spec["opt"], spec["max"], spec["dim_names"]):
+        dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
+    return f"{spec['dtype']}[{', '.join(dims)}]"
+
+
 def is_artifact(path: Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 

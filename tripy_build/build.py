@@ -80,16 +80,8 @@ class BuildResult:
             lines.append(f"  precision: {self.precision}")
         if self.timings:
             lines.append("  stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items()))
-        lines.append(f"  files ({_human(self.size)}): " + ", ".join(f"{k} {_human(v)}" for k, v in sorted(self.files.items())))
+        lines.append(f"  files ({artifact.human_size(self.size)}): " + ", ".join(f"{k} {artifact.human_size(v)}" for k, v in sorted(self.files.items())))
         return "\n".join(lines)
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def package_digest() -> str:
@@ -288,10 +280,7 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
     """The `BuildResult` of the artifact at `path`, described from its manifest and index."""
     inputs = {}
     for spec in manifest.get("input_specs", []):
-        dims = []
-        for lo, opt, hi, n in zip(spec["min"], spec["opt"], spec["max"], spec["dim_names"]):
-            dims.append(str(lo) if lo == hi else f"{n + '=' if n else ''}[{lo}..{hi}, opt {opt}]")
-        inputs[spec["path"]] = f"{spec['dtype']}[{', '.join(dims)}]"
+        inputs[spec["path"]] = artifact.spec_text(spec)
     dims = [f"{d['name'] or d['symbol']} [{d['min']}..{d['max']}]: {d['strategy']}"
             + (f" ({d['padding']})" if d["strategy"] == "padded" else "")
             + (f", buckets {' '.join(map(str, d['buckets']))}" if d["buckets"] and d["strategy"] != "dynamic" else "")
@@ -307,7 +296,7 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
     by = f" by {compiler['name'].upper()}" + (f" ({compiler['mode']})" if compiler.get("mode") else "")
     if compiler.get("why"):
         by += f", as it cannot compile the dynamic program ({compiler['why']})"
-    profiles = (f"{len(executables)} precompiled{by}, {_human(sum(index.get(e['file'], {}).get('size', 0) for e in executables))}, "
+    profiles = (f"{len(executables)} precompiled{by}, {artifact.human_size(sum(index.get(e['file'], {}).get('size', 0) for e in executables))}, "
                 f"{sum(seconds.get(e['file'], 0) for e in executables):.1f} s of compile time") if executables else ""
     p = (manifest.get("metadata") or {}).get("precision")
     precision = (f"{p['dtype']}, error against float32 {p['max_rel_error']:.3%} of the output scale (max abs "

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import artifact
 from .errors import TripyBuildError, exit_status
-from .inspect import _dims_text, _human, _table
+from .inspect import _table
 
 DEPTH = 3  # artifacts_dir/<model>/<key>/manifest.json, or a saved artifact one or two levels down
 
@@ -51,8 +51,8 @@ def describe(path: Path) -> dict[str, Any]:
     size = sum(e.get("size", 0) for e in {**m.get("files", {}), **index}.values())
     return {
         "model": meta.get("model") or m.get("function", "?"),
-        "inputs": "; ".join(f"{s['path']} {_dims_text(s)}" for s in m.get("input_specs", [])),
-        "options": " ".join(options), "profiles": str(len(m.get("executables", []))), "size": _human(size),
+        "inputs": "; ".join(f"{s['path']} {artifact.spec_text(s)}" for s in m.get("input_specs", [])),
+        "options": " ".join(options), "profiles": str(len(m.get("executables", []))), "size": artifact.human_size(size),
         "date": date, "key": str(meta.get("build_key", path.name))[:16],
     }
 

@@ -21,26 +21,11 @@ from . import artifact, host
 from .errors import exit_status
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     cells = [[str(c) for c in r] for r in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     line = lambda r: "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     return [line(headers), line(["-" * w for w in widths]), *map(line, cells)]
-
-
-def _dims_text(spec: dict[str, Any]) -> str:
-    dims = []
-    for lo, opt, hi, name in zip(spec["min"], spec["opt"], spec["max"], spec["dim_names"]):
-        dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
-    return f"{spec['dtype']}[{', '.join(dims)}]"
 
 
 def _costs(path: Path) -> dict[str, Any]:
@@ -73,11 +58,11 @@ def describe(path: str | os.PathLike, costs: dict[str, Any] | None = None) -> st
     meta = m.get("metadata") or {}
     out = [f"artifact: {root}", f"  function {m.get('function')!r}, format v{m['schema_version']}, "
            f"optimization_level {m.get('optimization_level')}, platforms {', '.join(m.get('platforms', []))}"]
-    out += ["", "inputs"] + _table(["input", "spec"], [[s["path"], _dims_text(s)] for s in m.get("input_specs", [])])
+    out += ["", "inputs"] + _table(["input", "spec"], [[s["path"], artifact.spec_text(s)] for s in m.get("input_specs", [])])
     if m.get("sizes"):
         passed = ", ".join(f"{s['path']} = the true size of {s['dim']!r}" for s in m["sizes"])
         out += [f"  passed to the function, not part of the signature: {passed}"]
-    out += ["", "outputs"] + _table(["output", "spec"], [[i, _dims_text(o)] for i, o in enumerate(m.get("outputs", []))])
+    out += ["", "outputs"] + _table(["output", "spec"], [[i, artifact.spec_text(o)] for i, o in enumerate(m.get("outputs", []))])
     if m.get("dims"):
         out += ["", "dims"] + _table(["dim", "range", "opt", "strategy", "padding", "buckets"], [
             [d["name"] or d["symbol"], f"[{d['min']}..{d['max']}]", d["opt"], d["strategy"], d["padding"] or "-",
@@ -87,9 +72,9 @@ def describe(path: str | os.PathLike, costs: dict[str, Any] | None = None) -> st
         c = (costs or {}).get(e["file"], {})
         label = "every shape" if e.get("dynamic") else " ".join(f"{k}={v}" for k, v in (e.get("profile") or {}).items())
         rows.append([label or "static", e["file"],
-                     _human(index.get(e["file"], {}).get("size", 0)), f"{seconds.get(e['file'], 0):.2f}",
+                     artifact.human_size(index.get(e["file"], {}).get("size", 0)), f"{seconds.get(e['file'], 0):.2f}",
                      f"{c['flops'] / 1e6:.1f}" if c.get("flops") is not None else "-",
-                     _human(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
+                     artifact.human_size(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
     compiler = m.get("compiler") or {"name": "xla"}
     out += ["", f"compiler: {compiler['name']}" + (f", {compiler['mode']}" if compiler.get("mode") else "")
             + (f" (the dynamic program was refused: {compiler['why']})" if compiler.get("why") else "")
@@ -103,7 +88,7 @@ def describe(path: str | os.PathLike, costs: dict[str, Any] | None = None) -> st
     for rel, entry in {**m.get("files", {}), **index}.items():
         top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
         files[top] = files.get(top, 0) + entry["size"]
-    out += ["", f"files ({_human(sum(files.values()))})"] + _table(["file", "size"], [[k, _human(v)] for k, v in sorted(files.items())])
+    out += ["", f"files ({artifact.human_size(sum(files.values()))})"] + _table(["file", "size"], [[k, artifact.human_size(v)] for k, v in sorted(files.items())])
     out += ["", "toolchain"] + _table(["what", "value"], [[k, v] for k, v in sorted(m.get("toolchain", {}).items())])
     out += ["  compiler options: " + json.dumps(m.get("compiler_options", {}), sort_keys=True)]
     if meta.get("precision"):
