@@ -42,6 +42,15 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) 
     )
 
 
+def run_sweep(tmp_path: Path, *overrides: str, name: str = "sweep") -> tuple[subprocess.CompletedProcess, list | None]:
+    """A ``-m`` sweep with its sweep dir at ``tmp_path/name`` (artifacts in ``tmp_path/arts`` unless an override
+    says where); the process and the summary rows it wrote (None if it wrote none)."""
+    arts = [] if any(o.startswith("artifacts_dir=") for o in overrides) else [f"artifacts_dir={tmp_path / 'arts'}"]
+    proc = run_cli("-m", *overrides, *arts, f"hydra.sweep.dir={tmp_path / name}", cwd=tmp_path, timeout=600)
+    summary = tmp_path / name / "summary.json"
+    return proc, json.loads(summary.read_text()) if summary.is_file() else None
+
+
 def compose_cfg(overrides: list[str]):
     config.register()
     with initialize_config_module(config_module="tripy_build.conf", version_base="1.3"):
@@ -115,12 +124,10 @@ def test_readme_command_builds_default_artifact_and_it_loads_in_fresh_process(tm
 
 def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = run_cli("-m", "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
-                   "model.dim_in=16", f"artifacts_dir={tmp_path / 'arts'}", f"hydra.sweep.dir={sweep_dir}",
-                   *SMALL_SHAPES["dynamic"][:1], cwd=tmp_path, timeout=600)
+    proc, rows = run_sweep(tmp_path, "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
+                           "model.dim_in=16", *SMALL_SHAPES["dynamic"][:1])
     assert proc.returncode == 1, proc.stderr[-3000:]  # a failed job fails the sweep, after its summary
     assert "[sweep] 8/8 done, 4 failed" in proc.stdout and "[sweep] 1/8 done" in proc.stdout
-    rows = json.loads((sweep_dir / "summary.json").read_text())
     assert len(rows) == 8
     failed = [r for r in rows if r["status"] == "failed"]
     built = [r for r in rows if r["status"] == "built"]
@@ -150,11 +157,9 @@ def assert_matches_eager(path: Path) -> None:
 
 def test_parallel_sweep_with_submitit_local_runs_each_job_in_a_fresh_process(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = run_cli("-m", "hydra/launcher=submitit_local", "model=geglu", "model.dim_in=16", "model.dim_out=8",
-                   "shapes=static,dynamic", f"artifacts_dir={tmp_path / 'arts'}", f"hydra.sweep.dir={sweep_dir}",
-                   cwd=tmp_path, timeout=600)
+    proc, rows = run_sweep(tmp_path, "hydra/launcher=submitit_local", "model=geglu", "model.dim_in=16",
+                           "model.dim_out=8", "shapes=static,dynamic")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads((sweep_dir / "summary.json").read_text())
     assert [r["status"] for r in rows] == ["built", "built"], rows
     pids = {json.loads(p.read_text())["pid"] for p in sweep_dir.glob("*/build_result.json")}
     assert len(pids) == 2 and os.getpid() not in pids
@@ -355,11 +360,9 @@ def test_bench_json_reports_cold_start_stream_and_padding_overhead(tmp_path):
 
 def test_sweep_with_bench_adds_latency_and_marks_the_pareto_front(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = run_cli("-m", "model=geglu", "model.dim_in=16", "model.dim_out=8,32", "shapes.dims.batch=[1,2,4]",
-                   "bench=true", f"artifacts_dir={tmp_path / 'arts'}", f"hydra.sweep.dir={sweep_dir}",
-                   cwd=tmp_path, timeout=600)
+    proc, rows = run_sweep(tmp_path, "model=geglu", "model.dim_in=16", "model.dim_out=8,32", "shapes.dims.batch=[1,2,4]",
+                           "bench=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads((sweep_dir / "summary.json").read_text())
     assert len(rows) == 2 and all(r["status"] == "built" for r in rows)
     for r in rows:
         assert r["latency_ms"] > 0 and r["p99_ms"] >= r["latency_ms"] and r["stalls"] >= 0 and r["cold_start_ms"] > 0
@@ -492,10 +495,9 @@ def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path
     """Jobs on a pool of reused worker processes: same keys and bytes, progress, failures counted."""
     sweeps = {}
     for launcher in ("basic", "tripy_local"):
-        proc = run_cli("-m", "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9", "model.dim_in=16",
-                       *SMALL_SHAPES["dynamic"][:1], f"artifacts_dir={tmp_path / launcher}",
-                       f"hydra.sweep.dir={tmp_path / (launcher + '-sweep')}", f"hydra/launcher={launcher}",
-                       cwd=tmp_path, timeout=600)
+        proc, _ = run_sweep(tmp_path, "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
+                            "model.dim_in=16", *SMALL_SHAPES["dynamic"][:1], f"artifacts_dir={tmp_path / launcher}",
+                            f"hydra/launcher={launcher}", name=launcher + "-sweep")
         assert proc.returncode == 1, proc.stderr[-3000:]  # the optimization_level=9 jobs fail
         assert "[sweep] 8/8 done, 4 failed" in proc.stdout
         sweeps[launcher] = {p.relative_to(tmp_path / launcher): p.read_bytes()
@@ -507,9 +509,8 @@ def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path
 
 
 def test_tripy_local_gives_a_fresh_process_to_jobs_that_set_the_cpu_target(tmp_path):
-    proc = run_cli("-m", "target.cpu=host,portable", "model=geglu", "shapes=static", "model.dim_in=16",
-                   "hydra/launcher=tripy_local", f"artifacts_dir={tmp_path / 'arts'}",
-                   f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, timeout=600)
+    proc, _ = run_sweep(tmp_path, "target.cpu=host,portable", "model=geglu", "shapes=static", "model.dim_in=16",
+                        "hydra/launcher=tripy_local")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "a fresh one per job (a job sets target.cpu)" in proc.stdout + proc.stderr
     targets = sorted(json.loads(p.read_text())["metadata"]["build_key_parts"]["config"]["target_cpu"]
