@@ -1,10 +1,17 @@
-"""A 16-job sweep with each launcher, side by side: wall time, speed-up over the default, and where a
-job's time goes (process start and imports vs building).
+"""A 16-job sweep with each launcher, side by side: wall time, speed-up over the default, CPU time, and
+where a job's time goes (process start and imports vs building).
 
-    python bench/sweep_launchers.py [--launchers basic,tripy_local,submitit_local]
+    python bench/sweep_launchers.py [--launchers basic,tripy_local,submitit_local,slurm,ray] [--rounds 3]
 
 The sweep: model=geglu,mlp shapes=static,dynamic optimization_level=0,3 precision=float32,bfloat16.
-Every run starts from an empty artifacts folder (no cache hits) and the memo off.
+Every run starts from an empty artifacts folder (no cache hits) and the memo off. The launchers run in
+interleaved rounds (basic, tripy_local, ..., basic, tripy_local, ...) and each reports its median, as
+these cores are shared and a single run swings by 10%. Every run's reproducible files are compared
+with the first launcher's: a launcher that builds different bytes fails the benchmark.
+
+``slurm`` runs on a one-node cluster on localhost (scripts/local-slurm.sh; started here and stopped
+after, unless SLURM_CONF names a running one), one core per job; ``ray`` starts a local Ray cluster
+(hydra/launcher=ray_local). Either is left out, with the reason, where it is not installed.
 """
 
 from __future__ import annotations
@@ -12,27 +19,46 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,3", "precision=float32,bfloat16"]
+LAUNCHERS = {
+    "basic": ["hydra/launcher=basic"],
+    "tripy_local": ["hydra/launcher=tripy_local"],
+    "submitit_local": ["hydra/launcher=submitit_local"],
+    "slurm": ["hydra/launcher=slurm_cpu", "hydra.launcher.cpus_per_task=1"],
+    "ray": ["hydra/launcher=ray_local"],
+}
+UNSTABLE = ("executables/", "index.json")  # XLA executables embed ids; index.json lists their digests
 
 
-def run(launcher: str, tmp: Path) -> tuple[float, list[dict]]:
+def run(launcher: str, tmp: Path, env: dict[str, str]) -> tuple[float, float | None, list[dict], dict[str, bytes]]:
+    """(wall s, CPU s of the driver and its children or None where jobs run elsewhere, summary rows, files)."""
     arts, sweep = tmp / f"{launcher}-arts", tmp / f"{launcher}-sweep"
     shutil.rmtree(arts, ignore_errors=True)
+    shutil.rmtree(sweep, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "tripy_build", "-m", *SWEEP, f"artifacts_dir={arts}",
-                           f"hydra.sweep.dir={sweep}", f"hydra/launcher={launcher}"],
-                          capture_output=True, text=True, env={**os.environ, "TRIPY_BUILD_NO_MEMO": "1"})
+                           f"hydra.sweep.dir={sweep}", *LAUNCHERS[launcher]],
+                          capture_output=True, text=True, env={**env, "TRIPY_BUILD_NO_MEMO": "1"}, cwd=tmp)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise SystemExit(f"{launcher} failed:\n{proc.stderr[-2000:]}")
-    return wall, json.loads((sweep / "summary.json").read_text())
+        raise SystemExit(f"{launcher} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-2000:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    files = {str(p.relative_to(arts)): p.read_bytes() for p in sorted(arts.rglob("*"))
+             if p.is_file() and not any(u in str(p.relative_to(arts)) for u in UNSTABLE)}
+    local = launcher in ("basic", "tripy_local", "submitit_local")
+    return wall, cpu if local else None, json.loads((sweep / "summary.json").read_text()), files
 
 
 def import_seconds() -> float:
@@ -41,20 +67,84 @@ def import_seconds() -> float:
     return time.perf_counter() - t0
 
 
+def start_slurm(tmp: Path) -> tuple[dict[str, str], Path | None] | str:
+    """The environment that reaches a Slurm cluster and the state dir to stop after, or why there is none."""
+    if os.environ.get("SLURM_CONF"):
+        return {}, None
+    if not all(shutil.which(t) for t in ("slurmctld", "slurmd", "munged", "sinfo")):
+        return "Slurm is not installed (scripts/local-slurm.sh install, as root)"
+    state = tmp / "slurm"
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "local-slurm.sh"), "start", str(state)],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return f"a local Slurm cluster did not start: {proc.stderr.strip()[-300:]}"
+    return {"SLURM_CONF": proc.stdout.strip().splitlines()[-1].split("=", 1)[1]}, state
+
+
+def available(launcher: str) -> str | None:
+    """Why ``launcher`` cannot run here, or None."""
+    module = {"submitit_local": "hydra_plugins.hydra_submitit_launcher", "slurm": "hydra_plugins.hydra_submitit_launcher",
+              "ray": "hydra_plugins.hydra_ray_launcher"}.get(launcher)
+    if module is None:
+        return None if launcher in LAUNCHERS else f"unknown launcher (one of {', '.join(LAUNCHERS)})"
+    try:
+        __import__(module)
+    except ImportError:
+        return f"{module} is not installed (pip install -e '.[{'ray' if launcher == 'ray' else 'submitit'}]')"
+    return None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--launchers", default="basic,tripy_local,submitit_local")
+    p.add_argument("--launchers", default="basic,tripy_local,submitit_local,slurm,ray")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved runs per launcher; the median is reported")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="sweep-launchers-"))
-    print(f"{os.cpu_count()} cores; a fresh process's start and imports (tripy_build.cli, jax, its CPU "
-          f"backend): {import_seconds():.2f} s")
-    base = None
-    for launcher in args.launchers.split(","):
-        wall, rows = run(launcher, tmp)
-        build = sum(r["build_seconds"] for r in rows if isinstance(r["build_seconds"], (int, float)))
-        base = base or wall
-        print(f"{launcher:16} {wall:7.1f} s wall  x{base / wall:4.2f} vs {args.launchers.split(',')[0]}   "
-              f"sum of the jobs' build time {build:6.1f} s ({len(rows)} jobs)")
+    launchers, env, slurm_state = [], dict(os.environ), None
+    for name in args.launchers.split(","):
+        why = available(name)
+        if why is None and name == "slurm":
+            started = start_slurm(tmp)
+            if isinstance(started, str):
+                why = started
+            else:
+                env.update(started[0])
+                slurm_state = started[1]
+        if why:
+            print(f"{name:16} left out: {why}")
+        else:
+            launchers.append(name)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"{cores} cores; a fresh process's start and imports (tripy_build.cli, jax, its CPU backend): "
+          f"{import_seconds():.2f} s; {args.rounds} interleaved round(s), medians")
+    walls: dict[str, list[float]] = {n: [] for n in launchers}
+    cpus: dict[str, list[float]] = {n: [] for n in launchers}
+    builds: dict[str, list[float]] = {n: [] for n in launchers}
+    reference: dict[str, bytes] | None = None
+    try:
+        for _ in range(args.rounds):
+            for name in launchers:
+                wall, cpu, rows, files = run(name, tmp, env)
+                reference = reference or files
+                if files != reference:
+                    differ = sorted(k for k in set(files) | set(reference) if files.get(k) != reference.get(k))
+                    raise SystemExit(f"{name} built different bytes from {launchers[0]}: {differ[:5]}")
+                walls[name].append(wall)
+                cpus[name].append(cpu if cpu is not None else float("nan"))
+                builds[name].append(sum(r["build_seconds"] for r in rows if isinstance(r["build_seconds"], (int, float))))
+    finally:
+        if slurm_state is not None:
+            subprocess.run(["bash", str(REPO / "scripts" / "local-slurm.sh"), "stop", str(slurm_state)],
+                           capture_output=True, timeout=60)
+    base = statistics.median(walls[launchers[0]])
+    print(f"{'launcher':16} {'wall s':>7} {'speed-up':>9} {'CPU s':>7} {'jobs build s':>13}  runs (wall s)")
+    for name in launchers:
+        wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
+        cpu_text = f"{cpu:7.1f}" if cpu == cpu else f"{'-':>7}"  # NaN: jobs ran outside this process tree
+        print(f"{name:16} {wall:7.1f} {base / wall:8.2f}x {cpu_text} {statistics.median(builds[name]):13.1f}  "
+              + " ".join(f"{w:.1f}" for w in walls[name]))
+    print(f"(speed-up against {launchers[0]}; CPU s: the driver and its children; jobs build s: the sum of "
+          "the jobs' own build time, without process start and imports; the same reproducible bytes from every run)")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

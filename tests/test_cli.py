@@ -493,19 +493,64 @@ def test_ctrl_c_stops_a_build_with_one_line_and_leaves_nothing(tmp_path):
 
 def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path):
     """Jobs on a pool of reused worker processes: same keys and bytes, progress, failures counted."""
-    sweeps = {}
+    sweeps, orders = {}, {}
     for launcher in ("basic", "tripy_local"):
-        proc, _ = run_sweep(tmp_path, "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
-                            "model.dim_in=16", *SMALL_SHAPES["dynamic"][:1], f"artifacts_dir={tmp_path / launcher}",
-                            f"hydra/launcher={launcher}", name=launcher + "-sweep")
+        proc, rows = run_sweep(tmp_path, "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
+                               "model.dim_in=16", *SMALL_SHAPES["dynamic"][:1], f"artifacts_dir={tmp_path / launcher}",
+                               f"hydra/launcher={launcher}", name=launcher + "-sweep")
         assert proc.returncode == 1, proc.stderr[-3000:]  # the optimization_level=9 jobs fail
         assert "[sweep] 8/8 done, 4 failed" in proc.stdout
+        orders[launcher] = [[o for o in r["overrides"].split() if not o.startswith("artifacts_dir=")] for r in rows]
         sweeps[launcher] = {p.relative_to(tmp_path / launcher): p.read_bytes()
                             for p in (tmp_path / launcher).rglob("*") if p.is_file()
                             and not p.name.endswith(".xla") and p.name != "index.json"}
     assert len(sweeps["basic"]) > 8 and sweeps["basic"] == sweeps["tripy_local"]
+    # tripy_local starts the dynamic jobs first (the largest), and reports every job in the sweep's order
+    assert orders["basic"] == orders["tripy_local"] and orders["basic"][0][:2] == ["model=geglu", "shapes=static"]
     pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "tripy_local-sweep").glob("*/build_result.json")}
     assert 1 < len(pids) <= (os.cpu_count() or 1)  # jobs ran in more than one worker, never more than the cores
+
+
+def test_tripy_local_starts_the_largest_jobs_first():
+    from hydra_plugins.tripy_build_launcher.launcher import estimated_work
+
+    work = {name: estimated_work(compose_cfg(overrides)) for name, overrides in {
+        "static": ["shapes=static"],
+        "dynamic": ["shapes=dynamic"],
+        "dynamic bfloat16": ["shapes=dynamic", "precision=bfloat16"],
+        "batch only": ["shapes=dynamic", "shapes.dims.batch=[1,2,4]", "shapes.dims.seq=4", "shapes.dims.height=8",
+                       "shapes.dims.width=8"],
+        "listed buckets": ["shapes=dynamic", "shapes.dims.batch=[1,2,4]", "shapes.dims.seq=4", "shapes.dims.height=8",
+                           "shapes.dims.width=8", "shapes.buckets.batch=[1,4]"],
+    }.items()}
+    # profiles the shapes allow (batch 1,2,4: 3; listed: 2), capped at max_profiles; x2 for a reduced precision
+    assert work == {"static": 1, "dynamic": 64, "dynamic bfloat16": 128, "batch only": 3, "listed buckets": 2}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pinning needs Linux's sched_setaffinity and two cores")
+def test_tripy_local_workers_each_hold_a_core_and_a_successor_takes_a_freed_one(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    worker = ("import os, sys; from hydra_plugins.tripy_build_launcher.launcher import _claim_core; "
+              f"core = _claim_core({str(tmp_path)!r}, {cores!r}, wait_s=float(sys.argv[1])); "
+              "print(core, sorted(os.sched_getaffinity(0)), flush=True); sys.stdin.read()")
+
+    def start(wait_s: float) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", worker, str(wait_s)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+
+    first, second = start(5), start(5)
+    claimed = [p.stdout.readline().split(" ", 1) for p in (first, second)]
+    assert sorted(int(c) for c, _ in claimed) == cores  # one core each
+    assert all(aff.strip() == f"[{c}]" for c, aff in claimed)  # pinned to it
+    late = start(0.5)  # every core held: it runs unpinned after waiting
+    assert late.stdout.readline().split(" ", 1)[0] == "None"
+    late.communicate("")
+    successor = start(20)
+    first.communicate("")  # the first exits; its core is freed and taken by the successor
+    assert successor.stdout.readline().split(" ", 1)[0] == claimed[0][0]
+    for p in (second, successor):
+        p.communicate("")
 
 
 def test_tripy_local_gives_a_fresh_process_to_jobs_that_set_the_cpu_target(tmp_path):

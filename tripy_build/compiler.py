@@ -274,7 +274,8 @@ def _compile_all(compile_one: Callable[[int, dict[str, int]], Precompiled], targ
         log(f"  profile {next(done)}/{len(targets)} {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
         return pre
 
-    workers = max(1, min(len(targets), os.cpu_count() or 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = max(1, min(len(targets), cores or 1))
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tripy_build-compile") as pool:
         return list(pool.map(one, range(len(targets))))
 

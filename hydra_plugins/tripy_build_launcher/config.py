@@ -11,9 +11,13 @@ class TripyLocalLauncherConf:
     # how many jobs run at once; 0: one per CPU core (more only adds contention: a build compiles on
     # every core already)
     workers: int = 0
-    # a fresh process for every job instead of reusing workers (each pays ~1.5 s of imports). Chosen
-    # automatically when a job changes process-wide XLA settings (target.cpu other than host)
+    # a fresh process for every job instead of reusing workers (forked from a server that has the
+    # imports done). Chosen automatically when a job changes process-wide XLA settings (target.cpu
+    # other than host)
     fresh_process_per_job: bool = False
+    # each worker on a core of its own (Linux; when workers <= cores): XLA sizes its thread pools to the
+    # cores a process may use, and unpinned builds ran pools as wide as the machine on the same cores
+    pin_cores: bool = True
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="tripy_local", node=TripyLocalLauncherConf,
