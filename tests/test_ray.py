@@ -1,12 +1,15 @@
-"""A sweep on Ray: hydra/launcher=ray_local starts a local Ray cluster for the sweep (a fresh worker per
-job) and stops it with the driver; the same artifacts as the default launcher. Skipped, saying why,
-without the ray extra. (Connecting to a cluster started apart with `ray start --head` needs Ray 2.60's
-auth token set up on both sides; not tested here.)"""
+"""Sweeps on Ray (hydra/launcher=ray_local, a fresh worker process per job), with the same artifacts as
+the default launcher: on a local cluster the launcher starts for the sweep, and on one started apart
+with `ray start --head` on this host, reached through loopback with token authentication (Ray 2.59+
+turns it on for local clusters; here the token is set on both sides, as on a real cluster). Skipped,
+saying why, without the ray extra."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,7 @@ import pytest
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install -e '.[ray]'")
 
 SWEEP = ["-m", "model=geglu,mlp", "shapes=static", "model.dim_in=16"]
+RAY = str(Path(sys.executable).with_name("ray"))
 
 
 def _files(root: Path) -> dict:
@@ -23,15 +27,60 @@ def _files(root: Path) -> dict:
             if p.is_file() and not p.name.endswith(".xla") and p.name != "index.json"}
 
 
-def test_sweep_on_ray_gives_the_default_launchers_artifacts(tmp_path):
-    env = {**os.environ, "TRIPY_BUILD_NO_MEMO": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    for launcher in ("basic", "ray_local"):
-        extra = ["+hydra.launcher.ray.init.num_cpus=2"] if launcher == "ray_local" else []
-        proc = subprocess.run([sys.executable, "-m", "tripy_build", *SWEEP, f"hydra/launcher={launcher}", *extra,
-                               f"artifacts_dir={tmp_path / launcher}", f"hydra.sweep.dir={tmp_path / (launcher + '-s')}"],
-                              capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "[sweep] 2/2 done, 0 failed" in proc.stdout
-    assert len(_files(tmp_path / "basic")) > 4 and _files(tmp_path / "basic") == _files(tmp_path / "ray_local")
-    pids = [json.loads(p.read_text())["pid"] for p in (tmp_path / "ray_local-s").glob("*/build_result.json")]
-    assert len(pids) == 2 and len(set(pids)) == 2  # each job in a worker of its own (max_calls: 1)
+def _sweep(tmp_path: Path, name: str, *overrides: str, env: dict[str, str] | None = None) -> Path:
+    """Run the sweep; its artifacts dir. Asserts that every job was built."""
+    env = {**os.environ, "TRIPY_BUILD_NO_MEMO": "1", "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", *SWEEP, *overrides, f"artifacts_dir={tmp_path / name}",
+                           f"hydra.sweep.dir={tmp_path / (name + '-s')}"],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[sweep] 2/2 done, 0 failed" in proc.stdout
+    pids = [json.loads(p.read_text())["pid"] for p in (tmp_path / (name + "-s")).glob("*/build_result.json")]
+    assert len(pids) == 2 and (name == "basic" or len(set(pids)) == 2)  # on Ray: a worker per job (max_calls: 1)
+    return tmp_path / name
+
+
+@pytest.fixture(scope="module")
+def basic(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ray-basic")
+    files = _files(_sweep(tmp, "basic", "hydra/launcher=basic"))
+    assert len(files) > 4
+    return files
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A Ray head on this host, started apart from the sweep; (address, the environment that reaches it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
+                           "--include-dashboard=false", "--disable-usage-stats"],
+                          capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    try:
+        yield f"127.0.0.1:{port}", {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, env=env, timeout=120)
+
+
+def test_sweep_on_ray_gives_the_default_launchers_artifacts(basic, tmp_path):
+    arts = _sweep(tmp_path, "ray_local", "hydra/launcher=ray_local", "+hydra.launcher.ray.init.num_cpus=2")
+    assert _files(arts) == basic
+
+
+def test_sweep_on_a_ray_cluster_started_apart(basic, cluster, tmp_path):
+    address, env = cluster
+    arts = _sweep(tmp_path, "ray_cluster", "hydra/launcher=ray_local", f"hydra.launcher.ray.init.address={address}",
+                  env=env)
+    assert _files(arts) == basic
+    # without the cluster's token the driver is refused: the cluster is not open to anyone on the network
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", *SWEEP, "hydra/launcher=ray_local",
+                           f"hydra.launcher.ray.init.address={address}", f"artifacts_dir={tmp_path / 'refused'}",
+                           f"hydra.sweep.dir={tmp_path / 'refused-s'}"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64,
+                               "RAY_USAGE_STATS_ENABLED": "0", "TRIPY_BUILD_NO_MEMO": "1"})
+    assert proc.returncode != 0 and not (tmp_path / "refused").exists()
