@@ -531,8 +531,8 @@ def test_tripy_local_starts_the_largest_jobs_first():
                     reason="pinning needs Linux's sched_setaffinity and two cores")
 def test_tripy_local_workers_each_hold_a_core_and_a_successor_takes_a_freed_one(tmp_path):
     cores = sorted(os.sched_getaffinity(0))[:2]
-    worker = ("import os, sys; from hydra_plugins.tripy_build_launcher.launcher import _claim_core; "
-              f"core = _claim_core({str(tmp_path)!r}, {cores!r}, wait_s=float(sys.argv[1])); "
+    worker = ("import os, sys; from hydra_plugins.tripy_build_launcher.launcher import claim_core; "
+              f"core = claim_core({str(tmp_path)!r}, {cores!r}, wait_s=float(sys.argv[1])); "
               "print(core, sorted(os.sched_getaffinity(0)), flush=True); sys.stdin.read()")
 
     def start(wait_s: float) -> subprocess.Popen:
