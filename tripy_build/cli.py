@@ -67,6 +67,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "status": "cache hit" if result.cache_hit else "built",
         "path": str(result.path), "key": result.key, "model": result.model,
         "build_seconds": round(time.perf_counter() - t0, 3), "size_bytes": result.size,
+        "stages": {name: round(seconds, 3) for name, seconds in result.timings.items()},
         "summary": result.summary(),
     }
     if cfg.get("bench"):

@@ -5,11 +5,13 @@ Where the time went with other launchers, on 2 cores: a fresh process per job (s
 launcher builds one job after another, and a build keeps only ~1.2 cores busy on average.
 
 - **Workers are reused** and forked from a server that imported everything once (started while the
-  sweeper checks the jobs' configs), so starting one costs ~1 ms. Each job's config is composed once:
-  the composition the sweeper made to check it is kept for the launch. Reuse is safe because the only process-wide setting a build makes is the XLA CPU
-  target (``target.cpu``, applied before jax starts): a sweep where any job sets it to other than
-  ``host`` runs every job in a fresh process instead (still forked, so still cheap), and the build
-  refuses a target it cannot apply, so a reused worker never builds with another job's settings.
+  sweeper checks the jobs' configs), so starting one costs ~1 ms. Reuse is safe because the only
+  process-wide setting a build makes is the XLA CPU target (``target.cpu``, applied before jax
+  starts): a sweep where any job sets it to other than ``host`` runs every job in a fresh process
+  instead (still forked, so still cheap), and the build refuses a target it cannot apply, so a
+  reused worker never builds with another job's settings.
+- **Each job's config is composed once**: the composition the sweeper made to check it is kept for
+  the launch.
 - **Each worker runs on a core of its own** (``pin_cores``, where the OS lets a process choose:
   Linux). XLA sizes its thread pools to the cores a process may use; unpinned, two builds each ran
   pools as wide as the machine on the same cores: the 16-job sweep of bench/sweep_launchers.py used
@@ -17,13 +19,11 @@ launcher builds one job after another, and a build keeps only ~1.2 cores busy on
   claims a core by holding an exclusive ``flock`` on that core's file, so a worker that replaces
   another takes the core its predecessor left, and a killed worker's core is freed by the OS.
 - **The largest jobs start first** (``estimated_work``), so that no worker is left alone with a long
-  job at the end while the others idle. Idle workers start on the jobs composed so far while the
-  rest are composed. The summary lists the jobs in the sweep's order.
+  job at the end while the others idle. The summary lists the jobs in the sweep's order.
 """
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import logging
 import multiprocessing
@@ -185,7 +185,7 @@ def _stop_forkserver() -> None:
         stop()
 
 
-_claimed: list[int] = []  # the claimed core's open lock file, kept open for the worker's life
+_claimed: list[int] = []  # the descriptor holding this worker's core claim, open for the worker's life
 
 
 def _start_worker(claims: str | None, cores: list[int]) -> None:
@@ -199,6 +199,8 @@ def _start_worker(claims: str | None, cores: list[int]) -> None:
 def claim_core(claims: str, cores: list[int], wait_s: float = 30) -> int | None:
     """Pin this worker to a core no other worker holds, waiting up to ``wait_s`` for a predecessor to
     exit; the core, or None when it runs unpinned."""
+    import fcntl  # POSIX only, as pinning is
+
     deadline = time.monotonic() + wait_s
     while True:
         for core in cores:
