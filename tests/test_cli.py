@@ -561,3 +561,26 @@ def test_tripy_local_gives_a_fresh_process_to_jobs_that_set_the_cpu_target(tmp_p
     targets = sorted(json.loads(p.read_text())["metadata"]["build_key_parts"]["config"]["target_cpu"]
                      for p in (tmp_path / "arts").rglob("manifest.json"))
     assert targets == ["host", "portable"]
+
+
+def test_builds_in_one_process_share_the_models_init(tmp_path, monkeypatch):
+    """Jobs differing only in how they compile take the init params the first one made: identical weights,
+    one init call, read-only arrays; another seed or another width inits again."""
+    from tripy_build import build as build_module
+    from tripy_build.models.geglu import GEGLU
+
+    calls = []
+    init = GEGLU.init
+    monkeypatch.setattr(GEGLU, "init", lambda self, key: calls.append(1) or init(self, key))
+    monkeypatch.setattr(build_module, "_INIT_MEMO", type(build_module._INIT_MEMO)())
+    common = ["model=geglu", "model.dim_in=16", "model.dim_out=32", "shapes=static", f"artifacts_dir={tmp_path}"]
+    paths = [build(config.validate(compose_cfg([*common, *extra]))).path
+             for extra in (["optimization_level=0"], ["optimization_level=3"], ["precision=bfloat16"])]
+    assert len(calls) == 1
+    weights = [{p.name: p.read_bytes() for p in (Path(path) / "weights").iterdir()} for path in paths[:2]]
+    assert weights[0] and weights[0] == weights[1]
+    (params, _), = build_module._INIT_MEMO.values()
+    assert not any(leaf.flags.writeable for leaf in jax.tree_util.tree_leaves(params))
+    build(config.validate(compose_cfg([*common, "params.seed=1"])))
+    build(config.validate(compose_cfg([*common[:2], "model.dim_out=64", *common[3:]])))
+    assert len(calls) == 3 and len(build_module._INIT_MEMO) == 3

@@ -361,6 +361,13 @@ def padding(model: Any, model_cfg: dict[str, Any], dims: dict[str, Any]) -> dict
     return {d: k for d, k in declared.items() if isinstance(dims.get(d), NamedDimension)}
 
 
+def pure_init(model: Any) -> bool:
+    """Whether ``model.init`` only returns params, so that one call can serve several builds: the zoo's
+    models and function models. Library adapters keep the module or graph their init constructs, and a
+    user's own class may keep anything."""
+    return isinstance(model, FunctionModel) or type(model).__module__.startswith("tripy_build.models.")
+
+
 def framework_versions(model: Any) -> dict[str, str]:
     """The versions of the library the model is written with (part of the build key)."""
     from importlib.metadata import version
