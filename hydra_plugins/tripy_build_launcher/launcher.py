@@ -14,8 +14,9 @@ launcher builds one job after another, and a build keeps only ~1.2 cores busy on
   the launch.
 - **Each worker runs on a core of its own** (``pin_cores``, where the OS lets a process choose:
   Linux). XLA sizes its thread pools to the cores a process may use; unpinned, two builds each ran
-  pools as wide as the machine on the same cores: the 16-job sweep of bench/sweep_launchers.py used
-  54 s of CPU time unpinned and 42 s with each process on one core, for the same bytes. A worker
+  pools as wide as the machine on the same cores. The 16-job sweep of bench/sweep_launchers.py, run
+  in one process, used 54 s of CPU time free to use both cores and 42 s pinned to one (42 s and
+  45 s of wall time), for the same bytes. A worker
   claims a core by holding an exclusive ``flock`` on that core's file, so a worker that replaces
   another takes the core its predecessor left, and a killed worker's core is freed by the OS.
 - **The largest jobs start first** (``estimated_work``), so that no worker is left alone with a long
