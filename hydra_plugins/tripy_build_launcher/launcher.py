@@ -15,10 +15,10 @@ launcher builds one job after another, and a build keeps only ~1.2 cores busy on
 - **Each worker runs on a core of its own** (``pin_cores``, where the OS lets a process choose:
   Linux). XLA sizes its thread pools to the cores a process may use; unpinned, two builds each ran
   pools as wide as the machine on the same cores. The 16-job sweep of bench/sweep_launchers.py, run
-  in one process, used 54 s of CPU time free to use both cores and 42 s pinned to one (42 s and
-  45 s of wall time), for the same bytes. A worker
-  claims a core by holding an exclusive ``flock`` on that core's file, so a worker that replaces
-  another takes the core its predecessor left, and a killed worker's core is freed by the OS.
+  in one process, used 54 s of CPU time free to use both cores and 42 s pinned to one (45 s and
+  42 s of wall time), for the same bytes. A worker claims a core by holding an exclusive ``flock``
+  on that core's file, so a worker that replaces another takes the core its predecessor left, and a
+  killed worker's core is freed by the OS.
 - **The largest jobs start first** (``estimated_work``), so that no worker is left alone with a long
   job at the end while the others idle. The summary lists the jobs in the sweep's order.
 """
