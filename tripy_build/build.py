@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -242,6 +243,7 @@ def _user_init(init: Any) -> Any:
 # each build gets its own containers.
 _INIT_MEMO: OrderedDict[str, tuple[Any, int]] = OrderedDict()  # key -> (params, bytes)
 INIT_MEMO_MAX_BYTES = 256 << 20
+_INIT_LOCK = threading.Lock()  # builds may run in threads
 
 
 def _initial_params(vb: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
@@ -258,19 +260,23 @@ def _initial_params(vb: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
         return init()
     key = json.dumps([parts["config"]["model"], parts["model_code"], parts["params"], parts["toolchain"],
                       parts["target"]["cpu"]], sort_keys=True)
-    if key in _INIT_MEMO:
-        _INIT_MEMO.move_to_end(key)
-        params = _INIT_MEMO[key][0]
+    with _INIT_LOCK:
+        kept = _INIT_MEMO.get(key)
+        if kept is not None:
+            _INIT_MEMO.move_to_end(key)
+    if kept is not None:
+        params = kept[0]
     else:
         params = init()
         leaves = [x for x in jax.tree_util.tree_leaves(params) if isinstance(x, np.ndarray)]
         for leaf in leaves:
             leaf.flags.writeable = False
         size = sum(x.nbytes for x in leaves)
-        if size <= INIT_MEMO_MAX_BYTES:
-            _INIT_MEMO[key] = (params, size)
-            while sum(n for _, n in _INIT_MEMO.values()) > INIT_MEMO_MAX_BYTES:
-                _INIT_MEMO.popitem(last=False)  # the least recently used; never the one just added
+        with _INIT_LOCK:
+            if size <= INIT_MEMO_MAX_BYTES:
+                _INIT_MEMO[key] = (params, size)
+                while sum(n for _, n in _INIT_MEMO.values()) > INIT_MEMO_MAX_BYTES:
+                    _INIT_MEMO.popitem(last=False)  # the least recently used; never the one just added
     return jax.tree_util.tree_map(lambda leaf: leaf, params)
 
 
