@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tripy_build import artifact
+
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,3", "precision=float32,bfloat16"]
 LAUNCHERS = {
@@ -37,7 +39,6 @@ LAUNCHERS = {
     "slurm": ["hydra/launcher=slurm_cpu", "hydra.launcher.cpus_per_task=1"],
     "ray": ["hydra/launcher=ray_local"],
 }
-UNSTABLE = ("executables/", "index.json")  # XLA executables embed ids; index.json lists their digests
 
 
 def run(launcher: str, tmp: Path, env: dict[str, str]) -> tuple[float, float | None, list[dict], dict[str, bytes],
@@ -57,8 +58,9 @@ def run(launcher: str, tmp: Path, env: dict[str, str]) -> tuple[float, float | N
     if proc.returncode != 0:
         raise SystemExit(f"{launcher} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-2000:]}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    files = {str(p.relative_to(arts)): p.read_bytes() for p in sorted(arts.rglob("*"))
-             if p.is_file() and not any(u in str(p.relative_to(arts)) for u in UNSTABLE)}
+    files = {str((m.parent / rel).relative_to(arts)): (m.parent / rel).read_bytes()
+             for m in sorted(arts.rglob(artifact.MANIFEST))
+             for rel in artifact.reproducible_files(artifact.read_manifest(m.parent))}
     stages: dict[str, float] = {}
     for result in sweep.glob("*/build_result.json"):
         for stage, seconds in json.loads(result.read_text()).get("stages", {}).items():

@@ -39,6 +39,14 @@ def make_geglu_params(dim_in: int = DIM_IN, dim_out: int = DIM_OUT, seed: int = 
     }
 
 
+def reproducible_files(root: Path) -> dict[Path, bytes]:
+    """The byte-reproducible files (``artifact.reproducible_files``) of every artifact under ``root``."""
+    from tripy_build import artifact
+
+    return {(m.parent / rel).relative_to(root): (m.parent / rel).read_bytes() for m in sorted(root.rglob(artifact.MANIFEST))
+            for rel in artifact.reproducible_files(artifact.read_manifest(m.parent))}
+
+
 def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL) -> None:
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, f"shape {actual.shape} != expected {expected.shape}"

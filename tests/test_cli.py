@@ -21,6 +21,8 @@ from tripy_build.build import build
 from tripy_build.model import input_infos, load as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
+from conftest import reproducible_files
+
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {
     "geglu": ["model.dim_in=16", "model.dim_out=8"],
@@ -501,9 +503,7 @@ def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path
         assert proc.returncode == 1, proc.stderr[-3000:]  # the optimization_level=9 jobs fail
         assert "[sweep] 8/8 done, 4 failed" in proc.stdout
         orders[launcher] = [[o for o in r["overrides"].split() if not o.startswith("artifacts_dir=")] for r in rows]
-        sweeps[launcher] = {p.relative_to(tmp_path / launcher): p.read_bytes()
-                            for p in (tmp_path / launcher).rglob("*") if p.is_file()
-                            and not p.name.endswith(".xla") and p.name != "index.json"}
+        sweeps[launcher] = reproducible_files(tmp_path / launcher)
     assert len(sweeps["basic"]) > 8 and sweeps["basic"] == sweeps["tripy_local"]
     # tripy_local starts the dynamic jobs first (the largest), and reports every job in the sweep's order
     assert orders["basic"] == orders["tripy_local"] and orders["basic"][0][:2] == ["model=geglu", "shapes=static"]

@@ -16,15 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import reproducible_files
+
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install -e '.[ray]'")
 
 SWEEP = ["-m", "model=geglu,mlp", "shapes=static", "model.dim_in=16"]
 RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def _files(root: Path) -> dict:
-    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and not p.name.endswith(".xla") and p.name != "index.json"}
 
 
 def _sweep(tmp_path: Path, name: str, *overrides: str, env: dict[str, str] | None = None) -> Path:
@@ -43,7 +40,7 @@ def _sweep(tmp_path: Path, name: str, *overrides: str, env: dict[str, str] | Non
 @pytest.fixture(scope="module")
 def basic(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray-basic")
-    files = _files(_sweep(tmp, "basic", "hydra/launcher=basic"))
+    files = reproducible_files(_sweep(tmp, "basic", "hydra/launcher=basic"))
     assert len(files) > 4
     return files
 
@@ -68,14 +65,14 @@ def cluster(tmp_path):
 
 def test_sweep_on_ray_gives_the_default_launchers_artifacts(basic, tmp_path):
     arts = _sweep(tmp_path, "ray_local", "hydra/launcher=ray_local", "+hydra.launcher.ray.init.num_cpus=2")
-    assert _files(arts) == basic
+    assert reproducible_files(arts) == basic
 
 
 def test_sweep_on_a_ray_cluster_started_apart(basic, cluster, tmp_path):
     address, env = cluster
     arts = _sweep(tmp_path, "ray_cluster", "hydra/launcher=ray_local", f"hydra.launcher.ray.init.address={address}",
                   env=env)
-    assert _files(arts) == basic
+    assert reproducible_files(arts) == basic
     # without the cluster's token the driver is refused: the cluster is not open to anyone on the network
     proc = subprocess.run([sys.executable, "-m", "tripy_build", *SWEEP, "hydra/launcher=ray_local",
                            f"hydra.launcher.ray.init.address={address}", f"artifacts_dir={tmp_path / 'refused'}",

@@ -82,6 +82,12 @@ def spec_text(spec: dict[str, Any]) -> str:
     return f"{spec['dtype']}[{', '.join(dims)}]"
 
 
+def reproducible_files(manifest: dict[str, Any]) -> list[str]:
+    """The files a rebuild of this artifact reproduces byte for byte: the manifest and every file it
+    lists (all but those under ``UNSTABLE_PREFIXES`` and the index of their digests)."""
+    return [MANIFEST, *sorted(manifest.get("files", {}))]
+
+
 def is_artifact(path: Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
@@ -94,6 +100,12 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def temporary_prefix(target: Path, kind: str = "tmp") -> str:
+    """``.<name>.<kind>-<pid>@<host>-``: how a temporary next to ``target`` is named, so that
+    ``remove_stale_temporaries`` can tell whose it is (``kind``: ``tmp`` being written, ``old`` moved aside)."""
+    return f".{target.name}.{kind}-{os.getpid()}@{hostname()}-"
 
 
 FOREIGN_STALE_SECONDS = 6 * 3600  # another host's temporary this old is abandoned (its pid cannot be checked)
@@ -155,7 +167,7 @@ def write(path: str | os.PathLike, manifest: dict[str, Any], files: dict[str, by
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(target.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}@{hostname()}-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), dir=target.parent))
     except OSError as e:
         raise ArtifactError(f"cannot write an artifact under {str(target.parent)!r}: {e.strerror or e}. Choose a "
                             "writable directory (artifacts_dir=... or save(path)).") from None
@@ -218,7 +230,7 @@ def _replace_dir(new: Path, target: Path) -> None:
         except OSError:
             if not target.exists():
                 continue  # moved aside by another writer between our rename and this check
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-{os.getpid()}@{hostname()}-", dir=target.parent))
+        old = Path(tempfile.mkdtemp(prefix=temporary_prefix(target, "old"), dir=target.parent))
         try:
             os.rename(target, old / "artifact")
         except FileNotFoundError:

@@ -194,13 +194,16 @@ def build(vb: BuildRequest) -> BuildResult:
         from .remote import Store
 
         store = Store(vb.cache_remote)
+
+    def upload(path: Path) -> None:
+        if store is not None and store.put(path, model_name, key[:KEY_LENGTH]):
+            log.info("uploaded to the remote cache %s", vb.cache_remote)
     if not vb.force and artifact.is_artifact(target):
         try:
             manifest = artifact.verify_files(target)
             gc.touch(target / artifact.MANIFEST)
             log.info("cache hit: %s (build key %s)", target, key[:KEY_LENGTH])
-            if store is not None and store.put(target, model_name, key[:KEY_LENGTH]):
-                log.info("uploaded to the remote cache %s", vb.cache_remote)
+            upload(target)
             return result_from_manifest(target, key, model_name, True, timings, manifest, inputs)
         except ArtifactError as e:
             log.warning("existing artifact is not intact, rebuilding and replacing it: %s", e)
@@ -216,8 +219,7 @@ def build(vb: BuildRequest) -> BuildResult:
 
     result = result_from_manifest(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace),
                                   inputs)
-    if store is not None and store.put(result.path, model_name, key[:KEY_LENGTH]):
-        log.info("uploaded to the remote cache %s", vb.cache_remote)
+    upload(result.path)
     if vb.cache_max_bytes is not None or vb.cache_max_age_days is not None:
         collected = gc.collect(vb.artifacts_dir, vb.cache_max_bytes, vb.cache_max_age_days, keep=[result.path])
         if collected.removed:

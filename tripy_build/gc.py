@@ -27,7 +27,6 @@ from typing import Iterator, Sequence
 
 from . import artifact
 from .errors import ConfigError, exit_status
-from .host import hostname
 
 try:
     import fcntl
@@ -134,7 +133,7 @@ def _remove(path: Path) -> bool:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 return False
-        aside = path.parent / f".{path.name}.tmp-{os.getpid()}@{hostname()}-gc"
+        aside = path.parent / (artifact.temporary_prefix(path) + "gc")
         os.rename(path, aside)
     finally:
         os.close(fd)

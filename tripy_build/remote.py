@@ -59,7 +59,7 @@ class Store:
             log.warning("remote cache %s: cannot read %s (%s); building locally", self.url, obj, e)
             return False
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}@{hostname()}-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=artifact.temporary_prefix(target), dir=target.parent))
         try:
             _extract(data, tmp)
             artifact.verify_files(tmp)

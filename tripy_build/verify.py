@@ -126,7 +126,7 @@ def _rebuild(report: Report, root: Path, manifest: dict[str, Any]) -> None:
         new = artifact.read_manifest(result.path)["metadata"]["build_key_parts"]
         changed = _changed_keys(recorded, new)
         report.check(not changed, "rebuild: same build key", "differs in: " + ", ".join(changed) if changed else manifest["metadata"]["build_key"][:16])
-        for rel in ["manifest.json", *sorted(manifest.get("files", {}))]:
+        for rel in artifact.reproducible_files(manifest):
             a, b = root / rel, result.path / rel
             same = b.is_file() and a.read_bytes() == b.read_bytes()
             report.check(same, f"rebuild: bytes {rel}", "identical" if same else "differ")
