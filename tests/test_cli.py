@@ -16,7 +16,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import tripy_build as tb
-from tripy_build import config
+from tripy_build import cli, config
 from tripy_build.build import build
 from tripy_build.model import input_infos, load as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
@@ -503,6 +503,7 @@ def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path
         assert proc.returncode == 1, proc.stderr[-3000:]  # the optimization_level=9 jobs fail
         assert "[sweep] 8/8 done, 4 failed" in proc.stdout
         orders[launcher] = [[o for o in r["overrides"].split() if not o.startswith("artifacts_dir=")] for r in rows]
+        assert not (tmp_path / f"{launcher}-sweep" / cli.SHARED_INIT).exists()  # the jobs' shared init is removed
         sweeps[launcher] = reproducible_files(tmp_path / launcher)
     assert len(sweeps["basic"]) > 8 and sweeps["basic"] == sweeps["tripy_local"]
     # tripy_local starts the dynamic jobs first (the largest), and reports every job in the sweep's order
@@ -529,28 +530,55 @@ def test_tripy_local_starts_the_largest_jobs_first():
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="pinning needs Linux's sched_setaffinity and two cores")
-def test_tripy_local_workers_each_hold_a_core_and_a_successor_takes_a_freed_one(tmp_path):
+def test_tripy_local_pins_each_worker_to_its_core():
+    from hydra_plugins.tripy_build_launcher.launcher import _stop_forkserver, _Worker
+
     cores = sorted(os.sched_getaffinity(0))[:2]
-    worker = ("import os, sys; from hydra_plugins.tripy_build_launcher.launcher import claim_core; "
-              f"core = claim_core({str(tmp_path)!r}, {cores!r}, wait_s=float(sys.argv[1])); "
-              "print(core, sorted(os.sched_getaffinity(0)), flush=True); sys.stdin.read()")
+    workers = [_Worker(core, fresh=False) for core in cores]
+    try:
+        assert [w.pool.submit(os.sched_getaffinity, 0).result(timeout=120) for w in workers] == [{c} for c in cores]
+    finally:
+        for w in workers:
+            w.pool.shutdown()
+        _stop_forkserver()
 
-    def start(wait_s: float) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", worker, str(wait_s)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
 
-    first, second = start(5), start(5)
-    claimed = [p.stdout.readline().split(" ", 1) for p in (first, second)]
-    assert sorted(int(c) for c, _ in claimed) == cores  # one core each
-    assert all(aff.strip() == f"[{c}]" for c, aff in claimed)  # pinned to it
-    late = start(0.5)  # every core held: it runs unpinned after waiting
-    assert late.stdout.readline().split(" ", 1)[0] == "None"
-    late.communicate("")
-    successor = start(20)
-    first.communicate("")  # the first exits; its core is freed and taken by the successor
-    assert successor.stdout.readline().split(" ", 1)[0] == claimed[0][0]
-    for p in (second, successor):
-        p.communicate("")
+def test_tripy_local_gives_a_free_worker_the_largest_job_and_then_a_model_it_has_built():
+    from hydra_plugins.tripy_build_launcher.launcher import _Job, next_job
+
+    jobs = [_Job({}, work, model) for work, model in [(4, "a"), (4, "a"), (4, "b"), (4, "b"), (1, "a"), (1, "b")]]
+    assert next_job([0, 1, 2, 3, 4, 5], jobs, set(), set()) == 0  # no model built anywhere: the first largest
+    assert next_job([1, 2, 3, 4, 5], jobs, set(), {"a"}) == 2  # a model no other worker has
+    assert next_job([1, 3, 4, 5], jobs, {"b"}, {"a"}) == 3  # its own model among the largest
+    assert next_job([3, 4, 5], jobs, {"a"}, {"b"}) == 3  # never a smaller job for its model's sake
+
+
+KILLER = """
+import os, signal
+from dataclasses import dataclass
+
+from tripy_build.models.geglu import GEGLU
+
+
+@dataclass(frozen=True)
+class Killer(GEGLU):
+    def init(self, key):
+        os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does to a build
+"""
+
+
+def test_tripy_local_fails_only_the_job_whose_worker_died(tmp_path):
+    (tmp_path / "killer.py").write_text(KILLER)
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "killer.yaml").write_text("_target_: killer.Killer\nname: killer\ndim_in: 16\ndim_out: 32\n")
+    proc, rows = run_sweep(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "model=killer,geglu",
+                           "model.dim_in=16", "model.dim_out=32", "shapes=static", "hydra/launcher=tripy_local",
+                           "hydra.launcher.workers=1")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "[sweep] 2/2 done, 1 failed" in proc.stdout
+    assert [r["status"] for r in rows] == ["failed", "built"]  # one worker: its successor built the next job
+    assert "the worker process building it died: killed by SIGKILL (signal 9)" in rows[0]["error"]
+    assert len(list((tmp_path / "arts").rglob("manifest.json"))) == 1
 
 
 def test_tripy_local_gives_a_fresh_process_to_jobs_that_set_the_cpu_target(tmp_path):
@@ -584,3 +612,36 @@ def test_builds_in_one_process_share_the_models_init(tmp_path, monkeypatch):
     build(config.validate(compose_cfg([*common, "params.seed=1"])))
     build(config.validate(compose_cfg([*common[:2], "model.dim_out=64", *common[3:]])))
     assert len(calls) == 3 and len(build_module._INIT_MEMO) == 3
+
+
+def test_builds_in_other_processes_share_the_models_init_through_a_directory(tmp_path, monkeypatch, caplog):
+    """A build with ``shared_init_dir`` writes its init there; a build in another process (here: this one
+    with its memo emptied) reads it instead of initializing: the same weight bytes. A file there that is
+    not this model's tree is ignored."""
+    import dataclasses
+    import logging
+
+    from tripy_build import build as build_module
+
+    shared = tmp_path / "shared"
+    common = ["model=geglu", "model.dim_in=16", "model.dim_out=32", "shapes=static", f"artifacts_dir={tmp_path}"]
+
+    def build_fresh(*extra: str) -> Path:
+        monkeypatch.setattr(build_module, "_INIT_MEMO", type(build_module._INIT_MEMO)())
+        vb = dataclasses.replace(config.validate(compose_cfg([*common, *extra])), shared_init_dir=str(shared))
+        with caplog.at_level(logging.INFO, logger="tripy_build.build"):
+            caplog.clear()
+            return Path(build(vb).path)
+
+    first = build_fresh("optimization_level=0")
+    (stored,) = shared.glob("*.npz")
+    assert "shared by another process" not in caplog.text
+    second = build_fresh("optimization_level=3")
+    assert "init params shared by another process" in caplog.text
+    weights = [{p.name: p.read_bytes() for p in (path / "weights").iterdir()} for path in (first, second)]
+    assert weights[0] and weights[0] == weights[1]
+
+    np.savez(stored, np.zeros(3, np.float32))  # another tree: initialized again, same bytes
+    third = build_fresh("optimization_level=1")
+    assert "shared by another process" not in caplog.text
+    assert {p.name: p.read_bytes() for p in (third / "weights").iterdir()} == weights[0]

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -50,6 +51,9 @@ class BuildRequest:
     cache_max_bytes: int | None = None  # after building, keep artifacts_dir within this (gc.py)
     cache_max_age_days: float | None = None
     cache_remote: str | None = None  # an fsspec URL shared by builders (remote.py)
+    # a directory where builds in several processes share a model's random init (``_initial_params``);
+    # a sweep's jobs use their sweep directory's
+    shared_init_dir: str | None = None
 
 
 @dataclass
@@ -116,7 +120,7 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
 
 
 _NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed", "cache_max_bytes", "cache_max_age_days",
-               "cache_remote")  # locations; params go by identity
+               "cache_remote", "shared_init_dir")  # locations; params go by identity
 
 
 def recorded_config(vb: BuildRequest) -> dict[str, Any]:
@@ -249,7 +253,8 @@ _INIT_LOCK = threading.Lock()  # builds may run in threads
 
 
 def _initial_params(vb: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
-    """The model's init at the config's seed, from ``_INIT_MEMO`` when this process made it already."""
+    """The model's init at the config's seed: from ``_INIT_MEMO`` when this process made it already, else
+    from ``vb.shared_init_dir`` when another process did (and shared there when none had)."""
     import jax
     import numpy as np
 
@@ -269,7 +274,13 @@ def _initial_params(vb: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
     if kept is not None:
         params = kept[0]
     else:
-        params = init()
+        shared = Path(vb.shared_init_dir) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz" \
+            if vb.shared_init_dir else None
+        params = _read_shared_init(shared, model, vb.params_seed) if shared is not None else None
+        if params is None:
+            params = init()
+            if shared is not None:
+                _share_init(shared, params)
         leaves = [x for x in jax.tree_util.tree_leaves(params) if isinstance(x, np.ndarray)]
         for leaf in leaves:
             leaf.flags.writeable = False
@@ -280,6 +291,56 @@ def _initial_params(vb: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
                 while sum(n for _, n in _INIT_MEMO.values()) > INIT_MEMO_MAX_BYTES:
                     _INIT_MEMO.popitem(last=False)  # the least recently used; never the one just added
     return jax.tree_util.tree_map(lambda leaf: leaf, params)
+
+
+def _read_shared_init(path: Path, model: Any, seed: int) -> Any:
+    """The init another process shared at ``path``, or None: none there, unreadable, or not this model's
+    tree of shapes and dtypes (the structure comes from tracing the init, which runs nothing)."""
+    import jax
+    import numpy as np
+
+    if not path.is_file():
+        return None
+    like, treedef = jax.tree_util.tree_flatten(_user_init(lambda: jax.eval_shape(model.init, jax.random.PRNGKey(seed))))
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            if len(stored.files) != len(like):
+                return None
+            leaves = [stored[f"arr_{i}"] for i in range(len(like))]
+    except (OSError, ValueError, KeyError) as e:
+        log.warning("shared init %s is unreadable, initializing instead: %s", path, e)
+        return None
+    for i, (got, want) in enumerate(zip(leaves, like)):
+        if got.dtype.kind == "V" and got.dtype.itemsize == np.dtype(want.dtype).itemsize:
+            leaves[i] = got = got.view(want.dtype)  # .npy stores bfloat16 and fp8 as raw items
+        if got.shape != tuple(want.shape) or got.dtype != want.dtype:
+            return None
+    log.info("init params shared by another process: %s", path.name)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _share_init(path: Path, params: Any) -> None:
+    """Write ``params`` for other processes at ``path`` (atomically), within the memo's size bound; a
+    failure to write costs them an init, not the build."""
+    import tempfile
+
+    import jax
+    import numpy as np
+
+    leaves = jax.tree_util.tree_leaves(params)
+    if path.exists() or sum(np.asarray(x).nbytes for x in leaves) > INIT_MEMO_MAX_BYTES:
+        return
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
+            temporary = f.name
+            np.savez(f, *leaves)
+        os.replace(temporary, path)
+    except OSError as e:
+        log.warning("could not share the init params at %s: %s", path, e)
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
 
 
 def _build(vb, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:

@@ -9,9 +9,11 @@ failed job neither hides the others nor skips the summary, which ``SweepSummary`
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -31,6 +33,7 @@ from .errors import ConfigError, TripyBuildError
 VERSION_BASE = "1.3"
 CONFIG_PATH = "pkg://tripy_build.conf"
 RESULT_FILE = "build_result.json"
+SHARED_INIT = ".shared-init"  # in the sweep directory, removed after the sweep
 
 config.register()
 log = logging.getLogger("tripy_build")
@@ -59,9 +62,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
     _check_added_keys()
     vb = config.validate(cfg)
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:  # the sweep's jobs, in any process, share a model's init
+        vb = dataclasses.replace(vb, shared_init_dir=str(Path(hc.sweep.dir) / SHARED_INIT))
     t0 = time.perf_counter()
     result = build(vb)
-    if HydraConfig.get().mode != RunMode.MULTIRUN:
+    if hc.mode != RunMode.MULTIRUN:
         memo.record(sys.argv[1:], result)
     record = {
         "status": "cache hit" if result.cache_hit else "built",
@@ -118,13 +124,16 @@ def main(cfg: DictConfig) -> None:
         record = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
     if sweep:
         record.pop("summary", None)
-        record["overrides"] = overrides
-        record["job"] = hc.job.num
-        record["pid"] = os.getpid()
-        out = Path(hc.runtime.output_dir) / RESULT_FILE
-        out.write_text(json.dumps(record, indent=1))
-        if record["status"] == "failed":
-            log.error("job %s failed: %s", hc.job.num, record["error"])
+        write_result(Path(hc.runtime.output_dir), {**record, "overrides": overrides, "job": hc.job.num,
+                                                   "pid": os.getpid()})
+
+
+def write_result(output_dir: Path, record: dict[str, Any]) -> None:
+    """A sweep job's result file, which the progress watcher and the summary read (``record`` has its
+    ``status``, ``overrides`` and ``job``). A launcher writes it for a job whose process died first."""
+    (output_dir / RESULT_FILE).write_text(json.dumps(record, indent=1))
+    if record["status"] == "failed":
+        log.error("job %s failed: %s", record["job"], record["error"])
 
 
 class SweepSummary(Callback):
@@ -151,6 +160,7 @@ class SweepSummary(Callback):
         if getattr(self, "_progress", None) is not None:
             self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
+        shutil.rmtree(sweep_dir / SHARED_INIT, ignore_errors=True)
         rows = []
         for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
             data = json.loads(path.read_text())

@@ -16,25 +16,27 @@ launcher builds one job after another, and a build keeps only ~1.2 cores busy on
   Linux). XLA sizes its thread pools to the cores a process may use; unpinned, two builds each ran
   pools as wide as the machine on the same cores. The 16-job sweep of bench/sweep_launchers.py, run
   in one process, used 54 s of CPU time free to use both cores and 42 s pinned to one (45 s and
-  42 s of wall time), for the same bytes. A worker claims a core by holding an exclusive ``flock``
-  on that core's file, so a worker that replaces another takes the core its predecessor left, and a
-  killed worker's core is freed by the OS.
+  42 s of wall time), for the same bytes.
 - **The largest jobs start first** (``estimated_work``), so that no worker is left alone with a long
-  job at the end while the others idle. The summary lists the jobs in the sweep's order.
+  job at the end while the others idle; among equally large jobs a worker takes **one of a model it
+  has built** (``next_job``), whose init it keeps. The summary lists the jobs in the sweep's order.
+- **A worker that dies fails only its job** (killed for memory, a crash in native code): the job is
+  reported failed with how its process ended, a new worker takes the core, and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
-import tempfile
-import time
-from concurrent.futures import ProcessPoolExecutor
+import signal
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
@@ -99,9 +101,9 @@ class TripyLocalLauncher(Launcher):
                          for overrides in job_overrides for o in overrides)
         fresh = self.fresh or target_set or str(self.config.get("target", {}).get("cpu", "host")) != "host"
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        workers = min(len(job_overrides), self.workers or len(cores) or os.cpu_count() or 1)
-        pin = self.pin_cores and hasattr(os, "sched_setaffinity") and 1 < len(cores) and workers <= len(cores)
-        log.info(f"Launching {len(job_overrides)} jobs on {workers} worker process(es)"
+        count = min(len(job_overrides), self.workers or len(cores) or os.cpu_count() or 1)
+        pin = self.pin_cores and hasattr(os, "sched_setaffinity") and 1 < len(cores) and count <= len(cores)
+        log.info(f"Launching {len(job_overrides)} jobs on {count} worker process(es)"
                  + (", each on a core of its own" if pin else "")
                  + (", a fresh one per job (a job sets target.cpu)" if fresh and not self.fresh else ""))
         configs = []
@@ -115,14 +117,117 @@ class TripyLocalLauncher(Launcher):
                 cfg.hydra.job.num = idx
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             configs.append(cfg)
-        order = sorted(range(len(configs)), key=lambda i: -estimated_work(configs[i]))
-        claims = tempfile.TemporaryDirectory(prefix="tripy-build-cores-")
-        with claims, ProcessPoolExecutor(workers, mp_context=_context(), max_tasks_per_child=1 if fresh else None,
-                                         initializer=_start_worker, initargs=(claims.name if pin else None, cores)) as pool:
-            futures = {i: pool.submit(_run, OmegaConf.to_container(configs[i], resolve=False)) for i in order}
-            results = [futures[i].result() for i in range(len(configs))]
-        _stop_forkserver()
-        return results
+        jobs = [_Job(OmegaConf.to_container(cfg, resolve=False), estimated_work(cfg), model_key(cfg)) for cfg in configs]
+        workers = [_Worker(cores[n] if pin else None, fresh) for n in range(count)]
+        try:
+            return run_jobs(jobs, workers, lambda i, why: _died(configs[i], why))
+        finally:
+            for worker in workers:
+                worker.pool.shutdown(cancel_futures=True)
+            _stop_forkserver()
+
+
+class _Job(NamedTuple):  # not a dataclass: Hydra's plugin scan runs this module outside sys.modules
+    plain: dict[str, Any]  # the composed config as plain containers (what pickles to a worker)
+    work: float  # estimated_work
+    model: str  # model_key
+
+
+class _Worker:
+    """A worker process, on ``core`` unless None, and the models it has built (whose init it keeps).
+
+    Each worker is a pool of one process, so that one that dies (killed for memory, a crash in native
+    code) fails only the job it ran; it is replaced, on the same core."""
+
+    def __init__(self, core: int | None, fresh: bool) -> None:
+        self.core, self.fresh = core, fresh
+        self.models: set[str] = set()
+        self.pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(1, mp_context=_context(), max_tasks_per_child=1 if self.fresh else None,
+                                   initializer=_start_worker, initargs=(self.core,))
+
+    def replace(self) -> str:
+        """Start a new process after this one died; how it ended (its exit code)."""
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=True)
+        self.pool, self.models = self._start(), set()
+        code = next((p.exitcode for p in processes if p.exitcode is not None), None)
+        if code is not None and code < 0:
+            return f"killed by {signal.Signals(-code).name} (signal {-code})" + (
+                ", as the out-of-memory killer does" if code == -signal.SIGKILL else "")
+        return f"exit code {code}" if code is not None else "no exit code"
+
+
+def run_jobs(jobs: Sequence[_Job], workers: Sequence[_Worker], died: Callable[[int, str], JobReturn]) -> list[JobReturn]:
+    """Run every job on the workers, each next job chosen by ``next_job`` when a worker is free; the
+    results in the jobs' order. A job whose worker died gets ``died(index, how)``."""
+    pending = sorted(range(len(jobs)), key=lambda i: -jobs[i].work)
+    busy: dict[Future, tuple[_Worker, int]] = {}
+    results: list[Any] = [None] * len(jobs)
+    while pending or busy:
+        held = {id(w) for w, _ in busy.values()}
+        for worker in workers:
+            if pending and id(worker) not in held:
+                others = set().union(*(o.models for o in workers if o is not worker))
+                i = next_job(pending, jobs, worker.models, others)
+                pending.remove(i)
+                if not worker.fresh:
+                    worker.models.add(jobs[i].model)
+                busy[worker.pool.submit(_run, jobs[i].plain)] = (worker, i)
+        done, _ = wait(busy, return_when=FIRST_COMPLETED)
+        for future in done:
+            worker, i = busy.pop(future)
+            try:
+                results[i] = future.result()
+            except BrokenProcessPool:
+                results[i] = died(i, worker.replace())
+    return results
+
+
+def next_job(pending: Sequence[int], jobs: Sequence[_Job], mine: set[str], others: set[str]) -> int:
+    """The job a free worker takes next: the largest pending (``pending`` is largest first), and among
+    the equally large, one of a model this worker has built, else one of a model no other worker has.
+
+    A worker keeps the inits it made (``tripy_build.build._INIT_MEMO``), and the others read them from
+    the sweep's shared init directory (~50 ms instead of 0.4-0.9 s for a zoo model); workers that start
+    on different models do not make the same init at once. In the 16-job sweep of
+    bench/sweep_launchers.py (two models) the two workers made four inits before, one per model now.
+    """
+    largest = [i for i in pending if jobs[i].work == jobs[pending[0]].work]
+    for prefer in (lambda i: jobs[i].model in mine, lambda i: jobs[i].model not in others):
+        chosen = next((i for i in largest if prefer(i)), None)
+        if chosen is not None:
+            return chosen
+    return largest[0]
+
+
+def model_key(cfg: DictConfig) -> str:
+    """What a job's model init depends on in its config: the model and its params settings."""
+    try:
+        return json.dumps([OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+                           for k in ("model", "params")], sort_keys=True, default=str)
+    except Exception:  # noqa: BLE001 - scheduling only: the job itself reports a bad config
+        return ""
+
+
+def _died(cfg: DictConfig, how: str) -> JobReturn:
+    """A failed result for a job whose worker process died before it could write one (its file too, for
+    the progress and the summary): the sweep goes on, and ends with a non-zero exit as for any failure."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import JobStatus
+
+    from tripy_build.cli import write_result
+
+    HydraConfig.instance().set_config(cfg)  # the sweep's subdir may interpolate the job's hydra keys
+    output_dir = Path(str(OmegaConf.select(cfg, "hydra.sweep.dir"))) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    overrides = list(cfg.hydra.overrides.task)
+    write_result(output_dir, {"status": "failed", "overrides": overrides, "job": cfg.hydra.job.num, "pid": None,
+                              "error": f"the worker process building it died: {how}; the other jobs went on"})
+    return JobReturn(overrides=overrides, cfg=cfg, hydra_cfg=cfg, working_dir=str(output_dir),
+                     task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED)
 
 
 def _keep_compositions(loader: Any, composed: dict[tuple[str, ...], DictConfig]) -> None:
@@ -167,6 +272,12 @@ def estimated_work(cfg: DictConfig) -> float:
         return 1
 
 
+# What the fork server imports: what a build imports, short of starting jax's backend (~0.16 s per
+# worker more, imported on its first build otherwise). jax loads its LAPACK kernels from scipy.linalg
+# when its CPU backend starts.
+PRELOAD = [__name__, "tripy_build.cli", "tripy_build.compiler", "tripy_build.serialization", "scipy.linalg"]
+
+
 def _context() -> multiprocessing.context.BaseContext:
     """Workers forked from a server that has imported Hydra, jax and tripy_build once (where the OS has
     fork: 1 ms per worker instead of ~1 s of imports each). The server never starts jax's backend, so
@@ -174,7 +285,7 @@ def _context() -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__, "tripy_build.cli"])
+    context.set_forkserver_preload(PRELOAD)
     return context
 
 
@@ -186,35 +297,9 @@ def _stop_forkserver() -> None:
         stop()
 
 
-_claimed: list[int] = []  # the descriptor holding this worker's core claim, open for the worker's life
-
-
-def _start_worker(claims: str | None, cores: list[int]) -> None:
+def _start_worker(core: int | None) -> None:
     """A worker's start: freeze what the fork server imported (the collector then skips those ~10^5
-    objects in every full collection: ~0.1 s per build here), and claim a core unless ``claims`` is None."""
+    objects in every full collection: ~0.1 s per build here), and pin it to ``core`` unless None."""
     gc.freeze()
-    if claims is not None:
-        claim_core(claims, cores)
-
-
-def claim_core(claims: str, cores: list[int], wait_s: float = 30) -> int | None:
-    """Pin this worker to a core no other worker holds, waiting up to ``wait_s`` for a predecessor to
-    exit; the core, or None when it runs unpinned."""
-    import fcntl  # POSIX only, as pinning is
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        for core in cores:
-            fd = os.open(os.path.join(claims, str(core)), os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            _claimed.append(fd)
-            os.sched_setaffinity(0, {core})
-            return core
-        if time.monotonic() > deadline:  # every core held past the deadline: run unpinned rather than wait
-            log.warning("tripy_local: no free core to pin a worker to; it runs on all cores")
-            return None
-        time.sleep(0.05)
+    if core is not None:
+        os.sched_setaffinity(0, {core})
