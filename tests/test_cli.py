@@ -201,6 +201,27 @@ def test_params_checkpoint_restores_known_weights(tmp_path):
     assert manifest["metadata"]["params"]["init"] == "checkpoint"
 
 
+def test_params_checkpoint_reads_only_the_models_leaves(tmp_path, monkeypatch):
+    """Optimizer state saved alongside the params (a list too) is neither read nor needed."""
+    import orbax.checkpoint as ocp
+
+    params = _geglu_known_params()
+    ckpt = tmp_path / "ckpt"
+    with ocp.StandardCheckpointer() as c:
+        c.save(ckpt, {**params, "opt_state": {"mu": np.ones((512, 512), np.float32), "count": np.int32(7)},
+                      "history": [np.ones(3, np.float32)]})
+        c.wait_until_finished()
+    read = []
+    restore = ocp.PyTreeCheckpointer.restore
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", lambda self, *a, **k: read.append(restore(self, *a, **k)) or read[-1])
+    cfg = compose_cfg(["model=geglu", "model.dim_in=2", "model.dim_out=1", "shapes=static", "shapes.dims.batch=3",
+                       f"params.checkpoint={ckpt}", f"artifacts_dir={tmp_path / 'arts'}"])
+    exe = tb.load(build(config.validate(cfg)).path)
+    x = np.array([[1.0, 2.0], [-1.0, 0.5], [3.0, -2.0]], np.float32)
+    np.testing.assert_allclose(np.asarray(exe(x)), _geglu_by_hand(params, x), rtol=1e-6, atol=1e-6)
+    assert [sorted(r) for r in read] == [["proj"]]  # one read, of the model's leaves only
+
+
 def test_params_checkpoint_with_wrong_tree_is_a_config_error(tmp_path):
     import orbax.checkpoint as ocp
 

@@ -102,11 +102,12 @@ def leaf_name(path: Any) -> tuple[str, ...]:
 
 
 def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError]) -> Any:
-    """Check the checkpoint's recorded tree against the model's, leaf by leaf, before reading any array.
+    """Check the checkpoint's recorded tree against the model's, leaf by leaf, before reading any array,
+    then read only the model's leaves.
 
     Leaves the model does not have (an NNX model's RNG streams, optimizer state saved alongside) are
-    ignored; every leaf it has must be there with its exact shape and dtype (orbax would otherwise
-    cast a dtype on restore).
+    neither read nor kept; every leaf it has must be there with its exact shape and dtype (orbax would
+    otherwise cast a dtype on restore).
     """
     import orbax.checkpoint as ocp
 
@@ -130,14 +131,43 @@ def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError]) 
                 held = ", ".join("/".join(n) for n in list(stored)[:6]) + (", ..." if len(stored) > 6 else "")
                 raise error(f"{what}: {str(path)!r} has no leaf {name}, which the model needs (the checkpoint "
                             f"holds: {held or 'nothing'}); it is for a different model.")
-            found = (tuple(getattr(got, "shape", ()) or ()), np.dtype(getattr(got, "dtype", None) or "float32"))
+            found = _recorded(got)
             if found != (tuple(want.shape), np.dtype(want.dtype)):
                 raise error(f"{what}: {name} in {str(path)!r} has shape {found[0]} and dtype {found[1].name}, but "
                             f"the model needs shape {tuple(want.shape)} and dtype {np.dtype(want.dtype).name}; the "
                             "checkpoint is for a different model or config.")
-        try:
-            restored = ckpt.restore(path)
-        except Exception as e:  # noqa: BLE001
-            raise cannot(e) from None
+    item = _subtree(tree, {leaf_name(k) for k, _ in wanted})
+    try:
+        if item is None:
+            with ocp.StandardCheckpointer() as ckpt:
+                restored = ckpt.restore(path)
+        else:
+            with ocp.PyTreeCheckpointer() as ckpt:
+                restored = ckpt.restore(path, args=ocp.args.PyTreeRestore(
+                    item=item, restore_args=jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item),
+                    partial_restore=True))
+    except Exception as e:  # noqa: BLE001
+        raise cannot(e) from None
     values = {leaf_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(restored)[0]}
     return jax.tree_util.tree_unflatten(treedef, [np.asarray(values[leaf_name(k)]) for k, _ in wanted])
+
+
+def _subtree(tree: Any, names: set[tuple[str, ...]]) -> dict[str, Any] | None:
+    """The checkpoint's recorded ``tree`` cut to the leaves named ``names``, as shape structs (what orbax's
+    partial restore reads), or None where a path to one passes a list: those restore whole."""
+    item: dict[str, Any] = {}
+    for path, meta in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if leaf_name(path) not in names:
+            continue
+        if not all(isinstance(k, jax.tree_util.DictKey) for k in path):
+            return None
+        node = item
+        for k in path[:-1]:
+            node = node.setdefault(k.key, {})
+        node[path[-1].key] = jax.ShapeDtypeStruct(*_recorded(meta))
+    return item
+
+
+def _recorded(meta: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype orbax recorded for a leaf."""
+    return tuple(getattr(meta, "shape", ()) or ()), np.dtype(getattr(meta, "dtype", None) or "float32")
