@@ -638,7 +638,7 @@ def test_builds_in_one_process_share_the_models_init(tmp_path, monkeypatch):
 def test_builds_in_other_processes_share_the_models_init_through_a_directory(tmp_path, monkeypatch, caplog):
     """A build with ``shared_init_dir`` writes its init there; a build in another process (here: this one
     with its memo emptied) reads it instead of initializing: the same weight bytes. A file there that is
-    not this model's tree is ignored."""
+    not this model's tree is ignored, and replaced."""
     import dataclasses
     import logging
 
@@ -662,7 +662,9 @@ def test_builds_in_other_processes_share_the_models_init_through_a_directory(tmp
     weights = [{p.name: p.read_bytes() for p in (path / "weights").iterdir()} for path in (first, second)]
     assert weights[0] and weights[0] == weights[1]
 
-    np.savez(stored, np.zeros(3, np.float32))  # another tree: initialized again, same bytes
+    np.savez(stored, np.zeros(3, np.float32))  # another tree: initialized again, same bytes, and shared again
     third = build_fresh("optimization_level=1")
     assert "shared by another process" not in caplog.text
     assert {p.name: p.read_bytes() for p in (third / "weights").iterdir()} == weights[0]
+    build_fresh("optimization_level=2")
+    assert "init params shared by another process" in caplog.text

@@ -121,7 +121,6 @@ def remove_stale_temporaries(parent: Path) -> None:
     import shutil
     import time
 
-
     here = hostname()
     for entry in [*parent.glob(".*.tmp-*-*"), *parent.glob(".*.old-*-*")]:
         kind = ".tmp-" if ".tmp-" in entry.name else ".old-"

@@ -320,15 +320,15 @@ def _read_shared_init(path: Path, model: Any, seed: int) -> Any:
 
 
 def _share_init(path: Path, params: Any) -> None:
-    """Write ``params`` for other processes at ``path`` (atomically), within the memo's size bound; a
-    failure to write costs them an init, not the build."""
+    """Write ``params`` for other processes at ``path`` (atomically, replacing a file there that did not
+    match), within the memo's size bound; a failure to write costs them an init, not the build."""
     import tempfile
 
     import jax
     import numpy as np
 
     leaves = jax.tree_util.tree_leaves(params)
-    if path.exists() or sum(np.asarray(x).nbytes for x in leaves) > INIT_MEMO_MAX_BYTES:
+    if sum(np.asarray(x).nbytes for x in leaves) > INIT_MEMO_MAX_BYTES:
         return
     temporary = None
     try:
