@@ -70,14 +70,20 @@ def test_sweep_on_ray_gives_the_default_launchers_artifacts(basic, tmp_path):
 
 def test_sweep_on_a_ray_cluster_started_apart(basic, cluster, tmp_path):
     address, env = cluster
-    arts = _sweep(tmp_path, "ray_cluster", "hydra/launcher=ray_local", f"hydra.launcher.ray.init.address={address}",
-                  env=env)
-    assert reproducible_files(arts) == basic
-    # without the cluster's token the driver is refused: the cluster is not open to anyone on the network
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", *SWEEP, "hydra/launcher=ray_local",
-                           f"hydra.launcher.ray.init.address={address}", f"artifacts_dir={tmp_path / 'refused'}",
-                           f"hydra.sweep.dir={tmp_path / 'refused-s'}"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64,
-                               "RAY_USAGE_STATS_ENABLED": "0", "TRIPY_BUILD_NO_MEMO": "1"})
-    assert proc.returncode != 0 and not (tmp_path / "refused").exists()
+    # a driver without the cluster's token is refused: the cluster is not open to anyone on the network. Ray
+    # retries for ~20 s before it gives up, mostly asleep, so it runs beside the sweep.
+    refused = subprocess.Popen([sys.executable, "-m", "tripy_build", *SWEEP, "hydra/launcher=ray_local",
+                                f"hydra.launcher.ray.init.address={address}", f"artifacts_dir={tmp_path / 'refused'}",
+                                f"hydra.sweep.dir={tmp_path / 'refused-s'}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                               env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64,
+                                    "RAY_USAGE_STATS_ENABLED": "0", "TRIPY_BUILD_NO_MEMO": "1"})
+    try:
+        arts = _sweep(tmp_path, "ray_cluster", "hydra/launcher=ray_local", f"hydra.launcher.ray.init.address={address}",
+                      env=env)
+        assert reproducible_files(arts) == basic
+        out, _ = refused.communicate(timeout=300)
+    finally:
+        refused.kill()
+    assert refused.returncode != 0 and not (tmp_path / "refused").exists()
+    assert "InvalidAuthToken" in out, out[-3000:]  # refused for its token, not for anything else
