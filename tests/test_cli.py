@@ -143,6 +143,19 @@ def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
         assert_matches_eager(Path(r["path"]))
 
 
+def test_sweep_finds_results_in_nested_job_dirs_and_fails_when_a_job_wrote_none(tmp_path):
+    """``hydra.sweep.subdir`` may nest (an override with a path in ``override_dirname``); a job whose result
+    is not in the sweep directory (killed first, or its output sent elsewhere) fails the sweep, named."""
+    common = ["model=geglu", "model.dim_in=16", "shapes=static", "optimization_level=0,3"]
+    proc, rows = run_sweep(tmp_path, *common, "hydra.sweep.subdir=${hydra.job.override_dirname}", name="nested")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[sweep] 2/2 done, 0 failed" in proc.stdout and [r["status"] for r in rows] == ["built", "built"]
+    proc, rows = run_sweep(tmp_path, *common, f"hydra.sweep.subdir={tmp_path / 'elsewhere'}/${{hydra.job.num}}",
+                           name="elsewhere-sweep")
+    assert proc.returncode == 1 and rows == []
+    assert "0 builds, 0 failed, 2 of the 2 jobs wrote no result" in proc.stdout, proc.stdout[-2000:]
+
+
 def assert_matches_eager(path: Path) -> None:
     """Load an artifact and compare it with eager JAX on the params its manifest says it was built with."""
     manifest = json.loads((path / "manifest.json").read_text())

@@ -151,7 +151,7 @@ class SweepSummary(Callback):
         return {k: v for k, v in self.__dict__.items() if k != "_progress"}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._progress = SweepProgress(Path(config.hydra.sweep.dir), sweep_size(list(config.hydra.overrides.task)))
+        self._progress = SweepProgress(Path(config.hydra.sweep.dir), expected_jobs(config))
         self._progress.start()
 
     BENCH_COLUMNS = ("latency_ms", "p99_ms", "stalls", "cold_start_ms", "padding_overhead", "pareto")
@@ -161,10 +161,9 @@ class SweepSummary(Callback):
             self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
         shutil.rmtree(sweep_dir / SHARED_INIT, ignore_errors=True)
-        rows = []
-        for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0):
-            data = json.loads(path.read_text())
-            rows.append({c: data.get(c, "") for c in (*self.COLUMNS, *self.BENCH_COLUMNS)})
+        records = sorted((json.loads(path.read_text()) for path in result_files(sweep_dir)),
+                         key=lambda r: r.get("job") if isinstance(r.get("job"), int) else 0)
+        rows = [{c: data.get(c, "") for c in (*self.COLUMNS, *self.BENCH_COLUMNS)} for data in records]
         for row in rows:
             row["overrides"] = " ".join(row["overrides"]) if isinstance(row["overrides"], list) else row["overrides"]
         benched = any(r["latency_ms"] != "" for r in rows)
@@ -179,8 +178,13 @@ class SweepSummary(Callback):
             writer.writerows(rows)
         print(format_table(rows), flush=True)
         failed = sum(r["status"] == "failed" for r in rows)
-        print(f"{len(rows)} builds, {failed} failed; summary: {sweep_dir / 'summary.json'}", flush=True)
-        if failed:
+        expected = expected_jobs(config)
+        missing = max(0, (expected or 0) - len(rows))
+        print(f"{len(rows)} builds, {failed} failed"
+              + (f", {missing} of the {expected} jobs wrote no result (killed before they could, or their output "
+                 f"went elsewhere: each job's log is under {sweep_dir})" if missing else "")
+              + f"; summary: {sweep_dir / 'summary.json'}", flush=True)
+        if failed or missing:
             sys.exit(1)  # after the summary: a CI job running the sweep must fail
 
 
@@ -209,7 +213,7 @@ class SweepProgress(threading.Thread):
         self.poll()
 
     def poll(self) -> None:
-        for path in sorted(set(self.sweep_dir.glob(f"*/{RESULT_FILE}")) - self.seen):
+        for path in sorted(set(result_files(self.sweep_dir)) - self.seen):
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -225,6 +229,21 @@ class SweepProgress(threading.Thread):
             left = (f", ~{elapsed / done * (self.total - done):.0f} s left"
                     if self.total and done < self.total else "")
             print(f"[sweep] {done}{total} done, {self.failed} failed, {elapsed:.0f} s elapsed{left}{failure}", flush=True)
+
+
+def result_files(sweep_dir: Path) -> list[Path]:
+    """The jobs' result files, at any depth: ``hydra.sweep.subdir`` may nest (``${hydra.job.override_dirname}``
+    with a path in an override)."""
+    return list(sweep_dir.rglob(RESULT_FILE))
+
+
+def expected_jobs(config: DictConfig) -> int | None:
+    """How many jobs the sweep runs, where the driver can tell: Hydra's basic sweeper over the command
+    line's overrides (other sweepers choose their jobs as they go)."""
+    sweeper = config.hydra.sweeper
+    if sweeper.get("_target_") != "hydra._internal.core_plugins.basic_sweeper.BasicSweeper" or sweeper.get("params"):
+        return None
+    return sweep_size(list(config.hydra.overrides.task))
 
 
 def sweep_size(overrides: list[str]) -> int | None:
