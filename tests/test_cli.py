@@ -151,7 +151,7 @@ def test_sweep_finds_results_in_nested_job_dirs_and_fails_when_a_job_wrote_none(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[sweep] 2/2 done, 0 failed" in proc.stdout and [r["status"] for r in rows] == ["built", "built"]
     proc, rows = run_sweep(tmp_path, *common, f"hydra.sweep.subdir={tmp_path / 'elsewhere'}/${{hydra.job.num}}",
-                           name="elsewhere-sweep")
+                           name="nested")  # run again in the same directory: the first run's results are not this one's
     assert proc.returncode == 1 and rows == []
     assert "0 builds, 0 failed, 2 of the 2 jobs wrote no result" in proc.stdout, proc.stdout[-2000:]
 

@@ -151,6 +151,8 @@ class SweepSummary(Callback):
         return {k: v for k, v in self.__dict__.items() if k != "_progress"}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        for stale in result_files(Path(config.hydra.sweep.dir)):  # a sweep run again in its directory
+            stale.unlink(missing_ok=True)
         self._progress = SweepProgress(Path(config.hydra.sweep.dir), expected_jobs(config))
         self._progress.start()
 
