@@ -9,7 +9,7 @@ from hydra.core.config_store import ConfigStore
 class TripyLocalLauncherConf:
     _target_: str = "hydra_plugins.tripy_build_launcher.launcher.TripyLocalLauncher"
     # how many jobs run at once; 0: one per CPU core (more only adds contention: a build compiles on
-    # every core already)
+    # every core already). Lower it where builds need much memory: each worker holds one build
     workers: int = 0
     # a fresh process for every job instead of reusing workers (forked from a server that has the
     # imports done). Chosen automatically when a job changes process-wide XLA settings (target.cpu
