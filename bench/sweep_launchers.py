@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tripy_build import artifact
+from tripy_build import artifact, host
+from tripy_build.cli import result_files
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,3", "precision=float32,bfloat16"]
@@ -58,11 +59,9 @@ def run(launcher: str, tmp: Path, env: dict[str, str]) -> tuple[float, float | N
     if proc.returncode != 0:
         raise SystemExit(f"{launcher} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-2000:]}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    files = {str((m.parent / rel).relative_to(arts)): (m.parent / rel).read_bytes()
-             for m in sorted(arts.rglob(artifact.MANIFEST))
-             for rel in artifact.reproducible_files(artifact.read_manifest(m.parent))}
+    files = artifact.reproducible_tree(arts)
     stages: dict[str, float] = {}
-    for result in sweep.glob("*/build_result.json"):
+    for result in result_files(sweep):
         for stage, seconds in json.loads(result.read_text()).get("stages", {}).items():
             stage = "measure reduced-precision error" if stage.startswith("measure ") else stage
             stages[stage] = stages.get(stage, 0.0) + seconds
@@ -123,8 +122,7 @@ def main() -> None:
             print(f"{name:16} left out: {why}")
         else:
             launchers.append(name)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"{cores} cores; a fresh process's start and imports (tripy_build.cli, jax, its CPU backend): "
+    print(f"{len(host.usable_cores())} cores; a fresh process's start and imports (tripy_build.cli, jax, its CPU backend): "
           f"{import_seconds():.2f} s; {args.rounds} interleaved round(s), medians")
     walls: dict[str, list[float]] = {n: [] for n in launchers}
     cpus: dict[str, list[float]] = {n: [] for n in launchers}

@@ -39,12 +39,11 @@ def make_geglu_params(dim_in: int = DIM_IN, dim_out: int = DIM_OUT, seed: int = 
     }
 
 
-def reproducible_files(root: Path) -> dict[Path, bytes]:
-    """The byte-reproducible files (``artifact.reproducible_files``) of every artifact under ``root``."""
+def reproducible_files(root: Path) -> dict[str, bytes]:
+    """The byte-reproducible files of every artifact under ``root`` (``artifact.reproducible_tree``)."""
     from tripy_build import artifact
 
-    return {(m.parent / rel).relative_to(root): (m.parent / rel).read_bytes() for m in sorted(root.rglob(artifact.MANIFEST))
-            for rel in artifact.reproducible_files(artifact.read_manifest(m.parent))}
+    return artifact.reproducible_tree(root)
 
 
 def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL) -> None:

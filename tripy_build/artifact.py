@@ -88,6 +88,13 @@ def reproducible_files(manifest: dict[str, Any]) -> list[str]:
     return [MANIFEST, *sorted(manifest.get("files", {}))]
 
 
+def reproducible_tree(root: Path) -> dict[str, bytes]:
+    """The reproducible files of every artifact under ``root``, by path relative to it: what two builds
+    of the same configs must agree on byte for byte."""
+    return {str((m.parent / rel).relative_to(root)): (m.parent / rel).read_bytes()
+            for m in sorted(Path(root).rglob(MANIFEST)) for rel in reproducible_files(read_manifest(m.parent))}
+
+
 def is_artifact(path: Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 

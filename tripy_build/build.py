@@ -299,6 +299,8 @@ def _read_shared_init(path: Path, model: Any, seed: int) -> Any:
     import jax
     import numpy as np
 
+    from .serialization import as_dtype
+
     if not path.is_file():
         return None
     like, treedef = jax.tree_util.tree_flatten(_user_init(lambda: jax.eval_shape(model.init, jax.random.PRNGKey(seed))))
@@ -310,11 +312,9 @@ def _read_shared_init(path: Path, model: Any, seed: int) -> Any:
     except (OSError, ValueError, KeyError) as e:
         log.warning("shared init %s is unreadable, initializing instead: %s", path, e)
         return None
-    for i, (got, want) in enumerate(zip(leaves, like)):
-        if got.dtype.kind == "V" and got.dtype.itemsize == np.dtype(want.dtype).itemsize:
-            leaves[i] = got = got.view(want.dtype)  # .npy stores bfloat16 and fp8 as raw items
-        if got.shape != tuple(want.shape) or got.dtype != want.dtype:
-            return None
+    leaves = [as_dtype(got, want.dtype) if got.shape == tuple(want.shape) else None for got, want in zip(leaves, like)]
+    if any(leaf is None for leaf in leaves):
+        return None
     log.info("init params shared by another process: %s", path.name)
     return jax.tree_util.tree_unflatten(treedef, leaves)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import itertools
-import os
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -27,7 +26,7 @@ from .dispatch import Dispatcher, output_axes
 from .errors import SpecError
 from .executable import Executable, Precompiled
 from .export import export, output_infos, symbolic_specs
-from .host import host_features, target_of
+from .host import host_features, target_of, usable_cores
 from .options import check_level, compiler_options
 from .signature import Parameter
 from .spec import collect_named_dims
@@ -274,8 +273,7 @@ def _compile_all(compile_one: Callable[[int, dict[str, int]], Precompiled], targ
         log(f"  profile {next(done)}/{len(targets)} {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
         return pre
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    workers = max(1, min(len(targets), cores or 1))
+    workers = max(1, min(len(targets), len(usable_cores())))
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tripy_build-compile") as pool:
         return list(pool.map(one, range(len(targets))))
 

@@ -45,6 +45,11 @@ def version(dist: str) -> str:
     return dist_version(dist)
 
 
+def usable_cores() -> list[int]:
+    """The CPU cores this process may run on (its affinity where the OS has one; else every core)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def hostname() -> str:
     """This machine's name as temporary files carry it, so that builders sharing a folder never collide
     and each judges only its own host's temporaries by pid (``TRIPY_BUILD_HOSTNAME`` overrides it, for

@@ -62,23 +62,29 @@ def npy(array: Any) -> bytes:
 
 
 def from_npy(data: bytes, where: str, dtype: Any = None) -> np.ndarray:
-    """An array from ``.npy`` bytes; with ``dtype``, checked against it.
-
-    numpy has no bfloat16 (or fp8) of its own: ``.npy`` stores those as raw void items of the same
-    size, which are viewed as ``dtype`` here.
-    """
+    """An array from ``.npy`` bytes; with ``dtype``, checked against it (``as_dtype``)."""
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as e:
         raise ArtifactError(f"{where}: not a readable .npy array ({e}).") from None
     if dtype is None:
         return array
+    viewed = as_dtype(array, dtype)
+    if viewed is not None:
+        return viewed
+    want = to_dtype(dtype)
+    raise ArtifactError(f"{where}: holds {array.dtype.name} data, but the manifest says {want.name}; the artifact is damaged.")
+
+
+def as_dtype(array: np.ndarray, dtype: Any) -> np.ndarray | None:
+    """``array`` as ``dtype``, or None where it holds another dtype. numpy has no bfloat16 (or fp8) of its
+    own: ``.npy`` stores those as raw void items of the same size, which are viewed as ``dtype`` here."""
     want = to_dtype(dtype)
     if array.dtype == want:
         return array
     if array.dtype.kind == "V" and array.dtype.itemsize == want.itemsize:
         return array.view(want)
-    raise ArtifactError(f"{where}: holds {array.dtype.name} data, but the manifest says {want.name}; the artifact is damaged.")
+    return None
 
 
 def structure_template(tree: Any) -> Any:

@@ -100,8 +100,10 @@ class TripyLocalLauncher(Launcher):
         target_set = any(o.lstrip("+").startswith("target.cpu=") and o.split("=", 1)[1] != "host"
                          for overrides in job_overrides for o in overrides)
         fresh = self.fresh or target_set or str(self.config.get("target", {}).get("cpu", "host")) != "host"
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        count = min(len(job_overrides), self.workers or len(cores) or os.cpu_count() or 1)
+        from tripy_build.host import usable_cores
+
+        cores = usable_cores()
+        count = min(len(job_overrides), self.workers or len(cores))
         pin = self.pin_cores and hasattr(os, "sched_setaffinity") and 1 < len(cores) and count <= len(cores)
         log.info(f"Launching {len(job_overrides)} jobs on {count} worker process(es)"
                  + (", each on a core of its own" if pin else "")
