@@ -16,6 +16,7 @@ COMMANDS = {
     "show": ("tripy_build.inspect", "main"),
     "list": ("tripy_build.catalog", "main"),
     "gc": ("tripy_build.gc", "main"),
+    "serve": ("tripy_build.server", "main"),
 }
 
 

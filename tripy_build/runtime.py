@@ -31,10 +31,10 @@ import numpy as np
 
 from . import host
 from .dispatch import Dispatcher, output_axes_static
-from .errors import ArtifactError
+from .errors import ArtifactError, CallError
 from .serialization import Contents, read
 from .signature import bind_call, check_leaves, input_infos, named_uses
-from .spec import flatten_like, rebuild, to_dtype
+from .spec import count_leaves, flatten_like, rebuild, to_dtype
 
 _client = None
 _client_lock = threading.Lock()
@@ -148,6 +148,12 @@ class Runtime:
         self._uses = named_uses(c.leaves)
         bound = c.bound_values() if c.bound else {}
         self._bound = {n: _flat(next(p for p in c.parameters if p.name == n).template, v, n) for n, v in bound.items()}
+        self._args, start = [], 0
+        for p in c.parameters:
+            n = count_leaves(p.template)
+            if p.name not in bound:
+                self._args.extend(c.leaves[start:start + n])
+            start += n
         self._all_parameters = list(c.parameters)
         self._visible = [p for p in c.parameters if p.name not in bound]
         self._profiles = {tuple(int(n) for n in e["target"]): e for e in c.executables  # XLA's; IREE's: tb.load
@@ -197,6 +203,16 @@ class Runtime:
             zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
             self._run_profile(target, zeros, self._dispatcher.route(shapes).sizes)
 
+    @property
+    def flat_args(self) -> list[tuple[str, Any]]:
+        """The leaves ``call_flat`` takes, in order: (path, ``InputInfo``); bound inputs are not among them."""
+        return list(self._args)
+
+    @property
+    def dims(self) -> list[Any]:
+        """Every dynamic dim (``profiles.DimPlan``): its name, range, buckets, padding and where inputs use it."""
+        return list(self._dispatcher.dims)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs:
             try:
@@ -209,30 +225,57 @@ class Runtime:
         leaves: list[Any] = []
         for p in self._contents.parameters:
             leaves.extend(self._bound[p.name] if p.name in self._bound else _flat(p.template, values[p.name], p.name))
-        shapes = check_leaves(leaves, self._leaves, self._uses)
-        # Host arrays only: a jax array belongs to jax's own PJRT client, not this one (on the CPU,
-        # np.asarray of it is a view, not a copy).
-        leaves = [x if type(x) is np.ndarray else np.asarray(x) for x in leaves]
-        route = self._dispatcher.route(shapes)
-        if self._iree is not None:
-            sizes = [np.asarray(n, np.int32) for n in route.sizes]
-
-            def run(xs: Sequence[Any]) -> Any:
-                return self._structure(self._iree.flat([*xs, *sizes]))
-        elif route.target not in self._profiles:
+        run, route = self._flat_runner(leaves)
+        if run is None:
             import jax
 
             outs = self._full_executable()(*args, **kwargs)
             return self._structure([np.asarray(o) for o in jax.tree_util.tree_leaves(outs)])
-        elif not route.padded:
-            def run(xs: Sequence[Any]) -> Any:
-                return self._structure(self._run_profile(route.target, xs, route.sizes))
-        else:
-            def run(xs: Sequence[Any]) -> Any:
-                return self._structure(self._dispatcher.run(route, xs, self._run_profile))
         if self._simple and not kwargs and len(args) == len(self._visible) and all(type(a) is np.ndarray for a in args):
-            self._fast[tuple([(np.ndarray, a.shape, a.dtype) for a in args])] = run  # checked once per shape
-        return run(leaves)
+            self._fast[tuple([(np.ndarray, a.shape, a.dtype) for a in args])] = lambda xs: self._structure(run(xs))
+        return self._structure(run(leaves))
+
+    def call_flat(self, *leaves: Any) -> list[np.ndarray]:
+        """Call with the unbound inputs flattened in order (``flat_args``); the flat outputs, as numpy arrays."""
+        full = self._assemble(leaves)
+        run, _ = self._flat_runner(full)
+        if run is None:
+            import jax
+
+            return [np.asarray(o) for o in jax.tree_util.tree_leaves(self._full_executable().call_flat(*leaves))]
+        return run(full)
+
+    def check_flat(self, *leaves: Any) -> None:
+        """Validate the unbound flat inputs as ``call_flat`` does, without running them (``CallError``)."""
+        check_leaves(self._assemble(leaves), self._leaves, self._uses)
+
+    def _assemble(self, leaves: Sequence[Any]) -> list[Any]:
+        """Every flat input: the bound ones, with ``leaves`` in the unbound places."""
+        if len(leaves) != len(self._args):
+            raise CallError(f"{self.__name__}: call_flat takes {len(self._args)} inputs "
+                            f"({', '.join(p for p, _ in self._args)}), got {len(leaves)}.")
+        it = iter(leaves)
+        full: list[Any] = []
+        for p in self._contents.parameters:
+            full.extend(self._bound[p.name] if p.name in self._bound else [next(it) for _ in range(count_leaves(p.template))])
+        return full
+
+    def _flat_runner(self, leaves: list[Any]) -> tuple[Any, Any]:
+        """Validate every flat input (host arrays made of them in place); how to run them, or None when
+        their shapes need a compile (the full ``Executable`` runs them)."""
+        shapes = check_leaves(leaves, self._leaves, self._uses)
+        # Host arrays only: a jax array belongs to jax's own PJRT client, not this one (on the CPU,
+        # np.asarray of it is a view, not a copy).
+        leaves[:] = [x if type(x) is np.ndarray else np.asarray(x) for x in leaves]
+        route = self._dispatcher.route(shapes)
+        if self._iree is not None:
+            sizes = [np.asarray(n, np.int32) for n in route.sizes]
+            return (lambda xs: self._iree.flat([*xs, *sizes])), route
+        if route.target not in self._profiles:
+            return None, route
+        if not route.padded:
+            return (lambda xs: self._run_profile(route.target, xs, route.sizes)), route
+        return (lambda xs: self._dispatcher.run(route, xs, self._run_profile)), route
 
     def _run_profile(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[np.ndarray]:
         compiled = self._compiled.get(target)

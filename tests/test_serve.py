@@ -1,0 +1,318 @@
+"""``tripy-build serve``: an artifact over HTTP (KServe v2), with requests batched along its rows dim."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tripy_build as tb
+from tripy_build import runtime
+from tripy_build.errors import ConfigError
+from tripy_build.server import Server
+
+W = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+
+
+def two_heads(x, t, w):
+    """x: (batch, seq, 4) float32, t: (batch,) int32 -> (batch, 3) float32 and (batch,) int32."""
+    h = jnp.tanh(x @ w).sum(axis=1)
+    return h * t[:, None].astype(h.dtype), t * 2
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory) -> Path:
+    batch, seq = tb.NamedDimension("batch", 1, 4, 16), tb.NamedDimension("seq", 2, 2, 4)
+    exe = tb.compile(two_heads, args=(tb.InputInfo((batch, seq, 4), "float32"), tb.InputInfo((batch,), "int32"), W),
+                     padding={"batch": "rows"}, buckets={"batch": "pow2", "seq": [2, 4]})
+    path = tmp_path_factory.mktemp("serve") / "two_heads"
+    exe.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def direct(artifact):
+    """The artifact called directly: what every served answer must equal."""
+    return runtime.load(artifact)
+
+
+def request(x: np.ndarray, t: np.ndarray, binary: bool = False) -> tuple[bytes, dict[str, str]]:
+    """A v2 inference request body: JSON data, or the binary tensor data extension."""
+    inputs = [{"name": "x", "shape": list(x.shape), "datatype": "FP32"},
+              {"name": "t", "shape": list(t.shape), "datatype": "INT32"}]
+    if not binary:
+        inputs[0]["data"], inputs[1]["data"] = x.ravel().tolist(), t.ravel().tolist()
+        return json.dumps({"id": "r1", "inputs": inputs}).encode(), {}
+    blobs = [x.tobytes(), t.tobytes()]
+    for item, blob in zip(inputs, blobs):
+        item["parameters"] = {"binary_data_size": len(blob)}
+    head = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    return head + b"".join(blobs), {"Inference-Header-Content-Length": str(len(head))}
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
+    """(status, JSON header, the binary data after it)."""
+    req = urllib.request.Request(url, data=body, headers=headers or {}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            status, data, head_len = r.status, r.read(), r.headers.get("Inference-Header-Content-Length")
+    except urllib.error.HTTPError as e:
+        status, data, head_len = e.code, e.read(), None
+    split = len(data) if head_len is None else int(head_len)
+    return status, json.loads(data[:split]), data[split:]
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def outputs(response: dict, blob: bytes = b"") -> list[np.ndarray]:
+    """The response's tensors, from JSON data or the binary data that follows the header."""
+    out, offset = [], 0
+    for o in response["outputs"]:
+        dtype = {"FP32": np.float32, "INT32": np.int32}[o["datatype"]]
+        if "data" in o:
+            out.append(np.asarray(o["data"], dtype).reshape(o["shape"]))
+        else:
+            n = o["parameters"]["binary_data_size"]
+            out.append(np.frombuffer(blob[offset:offset + n], dtype).reshape(o["shape"]))
+            offset += n
+    return out
+
+
+def sample(rng, rows: int, seq: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    return rng.standard_normal((rows, seq, 4)).astype(np.float32), rng.integers(-5, 5, rows).astype(np.int32)
+
+
+def infer_url(server: Server) -> str:
+    return f"{server.url}/v2/models/two_heads/infer"
+
+
+def concurrently(n: int, fn) -> list:
+    """``fn(i)`` on ``n`` threads released together; their results in order."""
+    barrier, results = threading.Barrier(n), [None] * n
+
+    def run(i):
+        barrier.wait()
+        results[i] = fn(i)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    return results
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(artifact, direct):
+    """12 requests of 1-3 rows and two seq sizes at once: answers equal direct calls, in fewer calls."""
+    rng = np.random.default_rng(1)
+    cases = [sample(rng, int(rng.integers(1, 4)), seq=(2, 4)[i % 2]) for i in range(12)]
+    with Server([artifact], port=0, max_delay_ms=500).start() as server:
+        answers = concurrently(12, lambda i: post(infer_url(server), *request(*cases[i], binary=i % 3 == 0)))
+        _, stats = get(f"{server.url}/v2/models/two_heads/stats")
+    for (x, t), (status, body, blob) in zip(cases, answers):
+        assert status == 200, body
+        got, want = outputs(body, blob), direct.call_flat(x, t)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got[1], want[1])
+    s = stats["model_stats"][0]
+    assert s["inference_count"] == sum(len(t) for _, t in cases)
+    # requests of the two seq sizes never share a call, and requests of one size were gathered
+    assert 2 <= s["execution_count"] < 12, s
+    assert max(b["batch_size"] for b in s["batch_stats"]) > 3, s
+
+
+def test_max_batch_bounds_a_call_and_a_lone_request_waits_at_most_the_delay(artifact, direct):
+    rng = np.random.default_rng(2)
+    cases = [sample(rng, 1) for _ in range(10)]
+    with Server([artifact], port=0, max_batch=4, max_delay_ms=300).start() as server:
+        answers = concurrently(10, lambda i: post(infer_url(server), *request(*cases[i])))
+        _, stats = get(f"{server.url}/v2/models/two_heads/stats")
+    assert all(status == 200 for status, _, _ in answers)
+    sizes = [b["batch_size"] for b in stats["model_stats"][0]["batch_stats"]]
+    assert max(sizes) == 4 and stats["model_stats"][0]["execution_count"] >= 3, stats
+
+
+def test_batching_off_runs_each_request_alone(artifact, direct):
+    rng = np.random.default_rng(3)
+    cases = [sample(rng, 2) for _ in range(6)]
+    with Server([artifact], port=0, batch_dim="none").start() as server:
+        answers = concurrently(6, lambda i: post(infer_url(server), *request(*cases[i])))
+        _, meta = get(f"{server.url}/v2/models/two_heads")
+        _, stats = get(f"{server.url}/v2/models/two_heads/stats")
+    for (x, t), (status, body, _) in zip(cases, answers):
+        np.testing.assert_allclose(outputs(body)[0], direct.call_flat(x, t)[0], rtol=1e-6)
+    assert meta["batching"] is None and "batching off" in meta["batching_note"]
+    assert stats["model_stats"][0]["execution_count"] == 6
+
+
+def test_metadata_health_and_versions(artifact):
+    with Server([artifact], port=0).start() as server:
+        assert get(f"{server.url}/v2/health/ready") == (200, {"ready": True})
+        assert get(f"{server.url}/v2/health/live") == (200, {"live": True})
+        status, meta = get(f"{server.url}/v2/models/two_heads")
+        assert status == 200
+        assert meta["inputs"][0] == {"name": "x", "datatype": "FP32", "shape": [-1, -1, 4], "ranges": [
+            {"name": "batch", "min": 1, "max": 16}, {"name": "seq", "min": 2, "max": 4}, 4]}
+        assert [o["datatype"] for o in meta["outputs"]] == ["FP32", "INT32"] and meta["outputs"][1]["shape"] == [-1]
+        assert meta["batching"] == {"dim": "batch", "max_batch": 16, "max_delay_ms": 2.0}
+        versioned = f"{server.url}/v2/models/two_heads/versions/{meta['versions'][0]}"
+        assert get(versioned + "/ready") == (200, {"name": "two_heads", "ready": True})
+        x, t = sample(np.random.default_rng(4), 3)
+        status, body, _ = post(versioned + "/infer", *request(x, t))
+        assert status == 200 and body["id"] == "r1" and body["model_version"] == meta["versions"][0]
+        assert get(f"{server.url}/v2/models/two_heads/versions/nope/ready")[0] == 404
+
+
+def test_bad_requests_get_a_400_that_names_the_problem_and_do_not_fail_the_others(artifact, direct):
+    x, t = sample(np.random.default_rng(5), 2)
+    good, _ = request(x, t)
+    bad_cases = {
+        "too many rows": (request(*sample(np.random.default_rng(6), 17))[0], "is 17, but it must be in range [1, 16]"),
+        "wrong width": (request(np.zeros((2, 2, 5), np.float32), t)[0], "dim 2 is 5, but it must be fixed at 4"),
+        "rows disagree": (request(x, np.zeros(3, np.int32))[0], "NamedDimension 'batch' must have one size"),
+        "wrong datatype": (good.replace(b'"FP32"', b'"FP64"'), "datatype 'FP64' given, but it is FP32"),
+        "unknown input": (good.replace(b'"name": "t"', b'"name": "u"'), "input 'u': two_heads has no such input"),
+        "missing input": (json.dumps({"inputs": json.loads(good)["inputs"][:1]}).encode(), "needs input(s) 't'"),
+        "short data": (json.dumps({"inputs": [dict(json.loads(good)["inputs"][0], data=[1.0]),
+                                              json.loads(good)["inputs"][1]]}).encode(),
+                       "shape [2, 2, 4] holds 16 values, but \"data\" has 1"),
+        "not JSON": (b"{inputs", "the request's JSON is malformed"),
+        "no inputs": (b"{}", 'must be a JSON object with an "inputs" list'),
+        "unknown output": (json.dumps(dict(json.loads(good), outputs=[{"name": "logits"}])).encode(),
+                           "output 'logits': two_heads has no such output; it has output0, output1"),
+    }
+    with Server([artifact], port=0, max_delay_ms=200).start() as server:
+        names = list(bad_cases)
+        answers = concurrently(len(names) + 2, lambda i: post(infer_url(server), good if i >= len(names)
+                                                               else bad_cases[names[i]][0]))
+        for name, (status, body, _) in zip(names, answers):
+            assert status == 400 and bad_cases[name][1] in body["error"], (name, body)
+        for status, body, _ in answers[len(names):]:
+            assert status == 200, body
+            np.testing.assert_allclose(outputs(body)[0], direct.call_flat(x, t)[0], rtol=1e-5, atol=1e-5)
+        head = json.dumps({"inputs": [{"name": "x", "shape": [2, 2, 4], "datatype": "FP32",
+                                       "parameters": {"binary_data_size": 31}}]}).encode()
+        status, body, _ = post(infer_url(server), head + b"\0" * 31, {"Inference-Header-Content-Length": str(len(head))})
+        assert status == 400 and "shape [2, 2, 4] of FP32 is 64 bytes, but binary_data_size is 31" in body["error"]
+        status, body, _ = post(f"{server.url}/v2/models/nope/infer", good)
+        assert status == 404 and "model 'nope' is not served here; served: two_heads" in body["error"]
+        assert get(f"{server.url}/v2/nothing")[0] == 404
+        assert post(infer_url(server), good)[0] == 200  # still serving
+        assert get(f"{server.url}/v2/models/two_heads/stats")[1]["model_stats"][0]["inference_stats"]["fail"][
+            "count"] == 0  # refused before they were queued
+
+
+def test_serve_options_that_cannot_work_are_refused_with_the_fix(artifact, tmp_path):
+    with pytest.raises(ConfigError, match=r"batch dim 'seq' is not declared rows-padded \(padding: none\).*model.padding.seq=rows in the build config, or compile\(padding=\{'seq': 'rows'\}\)"):
+        Server([artifact], port=0, batch_dim="seq")
+    with pytest.raises(ConfigError, match=r"batch dim 'rows': the model has no such dynamic dim; its dims are 'batch', 'seq'"):
+        Server([artifact], port=0, batch_dim="rows")
+    with pytest.raises(ConfigError, match=r"max_batch: must be an integer in the range of 'batch', 1..16, got 17"):
+        Server([artifact], port=0, max_batch=17)
+    with pytest.raises(ConfigError, match=r"max_delay_ms: must be a number of milliseconds in 0..10000, got -1"):
+        Server([artifact], port=0, max_delay_ms=-1)
+    with pytest.raises(ConfigError, match=r"both named 'two_heads'; serve one artifact per model name"):
+        Server([artifact, artifact], port=0)
+
+
+def test_auto_batching_stays_off_without_a_rows_dim(tmp_path):
+    exe = tb.compile(lambda x: x.sum(axis=0), args=(tb.InputInfo((tb.NamedDimension("batch", 1, 2, 8), 3), "float32"),))
+    exe.save(tmp_path / "total")
+    with Server([tmp_path / "total"], port=0).start() as server:
+        name = next(iter(server.endpoints))
+        meta = get(f"{server.url}/v2/models/{name}")[1]
+        assert meta["batching"] is None
+        assert "no dim is declared rows-padded and in every input and output" in meta["batching_note"]
+        # a sum over the batch must not be batched: the answer is this request's sum alone
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        body = json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": x.ravel().tolist()}]})
+        status, resp, _ = post(f"{server.url}/v2/models/{name}/infer", body.encode())
+        assert status == 200 and resp["outputs"][0]["data"] == [3.0, 5.0, 7.0]
+
+
+def test_the_command_serves_until_sigterm(artifact, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--port", "0",
+                             "--max-delay-ms", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=tmp_path)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("serving on "):
+                break
+        url = lines[-1].split()[2]
+        assert "batching along 'batch': up to 16 rows a call, a request waiting at most 1 ms" in lines[0], lines
+        x, t = sample(np.random.default_rng(7), 5)
+        status, body, blob = post(f"{url}/v2/models/two_heads/infer", *request(x, t, binary=True))
+        assert status == 200 and all("parameters" in o for o in body["outputs"])
+        np.testing.assert_array_equal(outputs(body, blob)[1], t * 2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0 and "stopped serving." in proc.stdout.read()
+    finally:
+        proc.kill()
+    bad = subprocess.run([sys.executable, "-m", "tripy_build", "serve", str(tmp_path / "nothing"), "--port", "0"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and str(tmp_path / "nothing") in bad.stderr and "Traceback" not in bad.stderr
+
+
+TRITON_CLIENT = """
+import sys, json, numpy as np
+import tritonclient.http as http
+url, x, t = sys.argv[1], np.load(sys.argv[2]), np.load(sys.argv[3])
+c = http.InferenceServerClient(url)
+assert c.is_server_ready() and c.is_model_ready("two_heads")
+meta = c.get_model_metadata("two_heads")
+out = []
+for binary in (False, True):
+    inputs = [http.InferInput("x", list(x.shape), "FP32"), http.InferInput("t", list(t.shape), "INT32")]
+    inputs[0].set_data_from_numpy(x, binary_data=binary)
+    inputs[1].set_data_from_numpy(t, binary_data=binary)
+    r = c.infer("two_heads", inputs, outputs=[http.InferRequestedOutput("output0", binary_data=binary)])
+    out.append(r.as_numpy("output0"))
+np.save(sys.argv[4], np.stack(out))
+print(json.dumps(c.get_inference_statistics("two_heads")["model_stats"][0]["inference_count"]))
+"""
+
+
+@pytest.fixture(scope="module")
+def triton_client(tmp_path_factory) -> Path:
+    """NVIDIA's Triton HTTP client, installed apart (it pins ml_dtypes below what jax here uses)."""
+    target = Path(sys.prefix) / "triton-client"
+    if not (target / "tritonclient").is_dir():
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target),
+                            "tritonclient[http]==2.73.0"], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"tritonclient could not be installed (no package registry?): {r.stderr[-500:]}")
+    return target
+
+
+def test_nvidia_triton_client_works_unchanged(artifact, direct, triton_client, tmp_path):
+    """The server speaks Triton's protocol: its own client, JSON and binary tensors, reads the answers."""
+    x, t = sample(np.random.default_rng(8), 3)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "t.npy", t)
+    with Server([artifact], port=0).start() as server:
+        r = subprocess.run([sys.executable, "-c", TRITON_CLIENT, server.url.removeprefix("http://"),
+                            tmp_path / "x.npy", tmp_path / "t.npy", tmp_path / "out.npy"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(triton_client)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == 6
+    got = np.load(tmp_path / "out.npy")
+    for g in got:
+        np.testing.assert_allclose(g, direct.call_flat(x, t)[0], rtol=1e-5, atol=1e-5)
