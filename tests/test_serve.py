@@ -170,7 +170,7 @@ def test_metadata_health_and_versions(artifact):
         assert meta["inputs"][0] == {"name": "x", "datatype": "FP32", "shape": [-1, -1, 4], "ranges": [
             {"name": "batch", "min": 1, "max": 16}, {"name": "seq", "min": 2, "max": 4}, 4]}
         assert [o["datatype"] for o in meta["outputs"]] == ["FP32", "INT32"] and meta["outputs"][1]["shape"] == [-1]
-        assert meta["batching"] == {"dim": "batch", "max_batch": 16, "max_delay_ms": 2.0}
+        assert meta["batching"] == {"dim": "batch", "max_batch": 16, "max_delay_ms": 0.0}
         versioned = f"{server.url}/v2/models/two_heads/versions/{meta['versions'][0]}"
         assert get(versioned + "/ready") == (200, {"name": "two_heads", "ready": True})
         x, t = sample(np.random.default_rng(4), 3)
@@ -316,3 +316,12 @@ def test_nvidia_triton_client_works_unchanged(artifact, direct, triton_client, t
     got = np.load(tmp_path / "out.npy")
     for g in got:
         np.testing.assert_allclose(g, direct.call_flat(x, t)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_burst_of_new_connections_is_answered(artifact):
+    """64 clients connecting at once (a listen backlog of 5 resets some of them)."""
+    rng = np.random.default_rng(9)
+    cases = [sample(rng, 1) for _ in range(64)]
+    with Server([artifact], port=0).start() as server:
+        answers = concurrently(64, lambda i: post(infer_url(server), *request(*cases[i])))
+    assert [a[0] for a in answers] == [200] * 64
