@@ -39,8 +39,9 @@ class BatchPlan:
     out_axes: tuple[int, ...]  # per flat output: the axis that is ``dim``
 
     def describe(self) -> str:
-        return (f"batching along {self.dim!r}: up to {self.max_batch} rows a call, a request waiting at most "
-                f"{self.max_delay_s * 1e3:g} ms for others")
+        wait = (f"a request waiting at most {self.max_delay_s * 1e3:g} ms for others" if self.max_delay_s else
+                "no waiting: a batch is what queued while the last call ran")
+        return f"batching along {self.dim!r}: up to {self.max_batch} rows a call, {wait}"
 
 
 def _axes(dim: Any, args: Sequence[tuple[str, Any]], outputs: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | str:

@@ -300,6 +300,11 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 1024  # the listen backlog (socketserver's 5 resets a burst of new clients)
     endpoints: dict[str, Endpoint]
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up before its answer is no error of the server's; anything else is printed."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
 
 class Server:
     """Artifacts served over HTTP (KServe v2), each with its own batcher.
