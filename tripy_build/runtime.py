@@ -225,20 +225,21 @@ class Runtime:
         leaves: list[Any] = []
         for p in self._contents.parameters:
             leaves.extend(self._bound[p.name] if p.name in self._bound else _flat(p.template, values[p.name], p.name))
-        run, route = self._flat_runner(leaves)
+        run = self._flat_runner(leaves)
         if run is None:
             import jax
 
             outs = self._full_executable()(*args, **kwargs)
             return self._structure([np.asarray(o) for o in jax.tree_util.tree_leaves(outs)])
         if self._simple and not kwargs and len(args) == len(self._visible) and all(type(a) is np.ndarray for a in args):
+            # checked once per shape
             self._fast[tuple([(np.ndarray, a.shape, a.dtype) for a in args])] = lambda xs: self._structure(run(xs))
         return self._structure(run(leaves))
 
     def call_flat(self, *leaves: Any) -> list[np.ndarray]:
         """Call with the unbound inputs flattened in order (``flat_args``); the flat outputs, as numpy arrays."""
         full = self._assemble(leaves)
-        run, _ = self._flat_runner(full)
+        run = self._flat_runner(full)
         if run is None:
             import jax
 
@@ -260,7 +261,7 @@ class Runtime:
             full.extend(self._bound[p.name] if p.name in self._bound else [next(it) for _ in range(count_leaves(p.template))])
         return full
 
-    def _flat_runner(self, leaves: list[Any]) -> tuple[Any, Any]:
+    def _flat_runner(self, leaves: list[Any]) -> Any:
         """Validate every flat input (host arrays made of them in place); how to run them, or None when
         their shapes need a compile (the full ``Executable`` runs them)."""
         shapes = check_leaves(leaves, self._leaves, self._uses)
@@ -270,12 +271,12 @@ class Runtime:
         route = self._dispatcher.route(shapes)
         if self._iree is not None:
             sizes = [np.asarray(n, np.int32) for n in route.sizes]
-            return (lambda xs: self._iree.flat([*xs, *sizes])), route
+            return lambda xs: self._iree.flat([*xs, *sizes])
         if route.target not in self._profiles:
-            return None, route
+            return None
         if not route.padded:
-            return (lambda xs: self._run_profile(route.target, xs, route.sizes)), route
-        return (lambda xs: self._dispatcher.run(route, xs, self._run_profile)), route
+            return lambda xs: self._run_profile(route.target, xs, route.sizes)
+        return lambda xs: self._dispatcher.run(route, xs, self._run_profile)
 
     def _run_profile(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[np.ndarray]:
         compiled = self._compiled.get(target)
