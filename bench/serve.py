@@ -101,12 +101,12 @@ def jax_server(kind: str, name: str, out: Path) -> None:
                                               [data[f"arr_{i}"] for i in range(len(data.files))])
     params = jax.device_put(params)  # once, as a hand-written server would
     apply = jax.jit(model.apply) if kind == "jax.jit" else model.apply
-    ep = server.Endpoint.__new__(server.Endpoint)
     info = tb.InputInfo([tb.NamedDimension("batch", *BATCH), WIDTH], "float32")
-    ep.path, ep.name, ep.version, ep.plan, ep.batching = out / name, name, kind, None, kind
-    ep.runtime = SimpleNamespace(check_flat=lambda *leaves: None)
-    ep.args, ep.outputs, ep.output_names = [("x", info)], [info], ["output0"]
-    ep.batcher, ep.last_inference_ms = _Direct(lambda x: apply(params, x)), 0
+    served = SimpleNamespace(__name__=name, flat_args=[("x", info)], output_infos=[info], dims=[],
+                             call_flat=None, check_flat=lambda *leaves: None)  # no checks, as by hand
+    ep = server.Endpoint(served, kind, batch_dim="none")
+    ep.batcher.close()
+    ep.batcher = _Direct(lambda x: apply(params, x))
     http = server._HTTPServer(("127.0.0.1", 0), server._Handler)
     http.endpoints = {name: ep}
     print(f"serving on http://127.0.0.1:{http.server_address[1]}", flush=True)

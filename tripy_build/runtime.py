@@ -148,9 +148,9 @@ class Runtime:
         self._uses = named_uses(c.leaves)
         bound = c.bound_values() if c.bound else {}
         self._bound = {n: _flat(next(p for p in c.parameters if p.name == n).template, v, n) for n, v in bound.items()}
+        self._counts = [count_leaves(p.template) for p in c.parameters]  # flat leaves per parameter
         self._args, start = [], 0
-        for p in c.parameters:
-            n = count_leaves(p.template)
+        for p, n in zip(c.parameters, self._counts):
             if p.name not in bound:
                 self._args.extend(c.leaves[start:start + n])
             start += n
@@ -257,8 +257,8 @@ class Runtime:
                             f"({', '.join(p for p, _ in self._args)}), got {len(leaves)}.")
         it = iter(leaves)
         full: list[Any] = []
-        for p in self._contents.parameters:
-            full.extend(self._bound[p.name] if p.name in self._bound else [next(it) for _ in range(count_leaves(p.template))])
+        for p, n in zip(self._contents.parameters, self._counts):
+            full.extend(self._bound[p.name] if p.name in self._bound else [next(it) for _ in range(n)])
         return full
 
     def _flat_runner(self, leaves: list[Any]) -> Any:

@@ -59,21 +59,27 @@ def _ranges(info: Any) -> list[Any]:
 class Endpoint:
     """One artifact served under its name: its metadata, requests decoded, batched and answered."""
 
-    def __init__(self, path: str | Path, batch_dim: str = "auto", max_batch: int | None = None,
-                 max_delay_ms: float = 0.0):
+    def __init__(self, model: Any, version: str, path: Path | None = None, batch_dim: str = "auto",
+                 max_batch: int | None = None, max_delay_ms: float = 0.0):
+        """``model``: what ``runtime.Runtime`` offers (``__name__``, ``flat_args``, ``output_infos``, ``dims``,
+        ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact."""
+        self.runtime, self.path, self.version = model, path, version
+        self.name = model.__name__
+        self.args = model.flat_args
+        self.outputs = model.output_infos
+        self.output_names = [f"output{i}" for i in range(len(self.outputs))]
+        self.plan, self.batching = batching.plan(self.args, self.outputs, model.dims, batch_dim, max_batch,
+                                                 max_delay_ms)
+        self.batcher = batching.Batcher(model.call_flat, self.plan, self.name)
+        self.last_inference_ms = 0
+
+    @classmethod
+    def load(cls, path: str | Path, **options: Any) -> "Endpoint":
+        """An artifact loaded by the jax-free runtime, every profile warmed; its version is its build key."""
         from . import runtime
 
-        self.path = Path(path)
-        self.runtime = runtime.load(self.path, warmup="now")
-        self.name = self.runtime.__name__
-        self.version = self.path.resolve().name  # the build key
-        self.args = self.runtime.flat_args
-        self.outputs = self.runtime.output_infos
-        self.output_names = [f"output{i}" for i in range(len(self.outputs))]
-        self.plan, self.batching = batching.plan(self.args, self.outputs, self.runtime.dims, batch_dim, max_batch,
-                                                 max_delay_ms)
-        self.batcher = batching.Batcher(self.runtime.call_flat, self.plan, self.name)
-        self.last_inference_ms = 0
+        path = Path(path)
+        return cls(runtime.load(path, warmup="now"), path.resolve().name, path, **options)
 
     def metadata(self) -> dict[str, Any]:
         def tensor(name: str, info: Any) -> dict[str, Any]:
@@ -220,9 +226,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, {"error": message})
 
     def _endpoint(self, parts: list[str]) -> tuple[Endpoint | None, list[str]]:
-        """The model a ``/v2/models/NAME[/versions/V]/...`` path names, and the rest of the path."""
-        if len(parts) < 3 or parts[:2] != ["v2", "models"]:
-            return None, []
+        """The model a ``/v2/models/NAME[/versions/V]/...`` path names and the rest of the path, or None
+        once a 404 is sent."""
         ep = self.server.endpoints.get(parts[2])
         rest = parts[3:]
         if ep is None:
@@ -269,10 +274,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return self._error(413, f"the request is {int(length)} bytes; at most {MAX_BODY_BYTES} are accepted.")
         body = self.rfile.read(int(length))
+        if len(parts) < 3 or parts[:2] != ["v2", "models"]:
+            return self._error(404, f"no such resource: POST {self.path}.")
         ep, rest = self._endpoint(parts)
         if ep is None:
-            if not (len(parts) >= 3 and parts[:2] == ["v2", "models"]):
-                self._error(404, f"no such resource: POST {self.path}.")
             return None
         if rest != ["infer"]:
             return self._error(404, f"no such resource: POST {self.path}; inference is POST /v2/models/{ep.name}/infer.")
@@ -333,7 +338,7 @@ class Server:
         self.endpoints: dict[str, Endpoint] = {}
         try:
             for path in paths:
-                ep = Endpoint(path, batch_dim, max_batch, max_delay_ms)
+                ep = Endpoint.load(path, batch_dim=batch_dim, max_batch=max_batch, max_delay_ms=max_delay_ms)
                 if ep.name in self.endpoints:
                     ep.close()
                     raise ConfigError(f"{path} and {self.endpoints[ep.name].path} are both named {ep.name!r}; "
