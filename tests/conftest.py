@@ -46,6 +46,18 @@ def reproducible_files(root: Path) -> dict[str, bytes]:
     return artifact.reproducible_tree(root)
 
 
+def default_sweep_dir(cwd: Path) -> Path:
+    """The one sweep directory a ``-m`` run made under Hydra's default ``hydra.sweep.dir``
+    (``multirun/<date>/<time>`` in its working directory ``cwd``), as users run sweeps: every job of the
+    sweep must have written there, and the sweep's shared init must be gone."""
+    from tripy_build import cli
+
+    found = sorted(p for p in (cwd / "multirun").glob("*/*") if p.is_dir())
+    assert len(found) == 1, f"one sweep directory expected under {cwd / 'multirun'}, found {found}"
+    assert not (found[0] / cli.SHARED_INIT).exists()
+    return found[0]
+
+
 def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL) -> None:
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, f"shape {actual.shape} != expected {expected.shape}"

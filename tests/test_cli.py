@@ -21,7 +21,7 @@ from tripy_build.build import build
 from tripy_build.model import input_infos, load as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
-from conftest import reproducible_files
+from conftest import default_sweep_dir, reproducible_files
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {
@@ -44,12 +44,14 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) 
     )
 
 
-def run_sweep(tmp_path: Path, *overrides: str, name: str = "sweep") -> tuple[subprocess.CompletedProcess, list | None]:
-    """A ``-m`` sweep with its sweep dir at ``tmp_path/name`` (artifacts in ``tmp_path/arts`` unless an override
+def run_sweep(tmp_path: Path, *overrides: str, name: str | None = "sweep") -> tuple[subprocess.CompletedProcess, list | None]:
+    """A ``-m`` sweep with its sweep dir at ``tmp_path/name``, or Hydra's default one (``multirun/<date>/<time>``
+    under ``tmp_path``, as users run it) when ``name`` is None (artifacts in ``tmp_path/arts`` unless an override
     says where); the process and the summary rows it wrote (None if it wrote none)."""
     arts = [] if any(o.startswith("artifacts_dir=") for o in overrides) else [f"artifacts_dir={tmp_path / 'arts'}"]
-    proc = run_cli("-m", *overrides, *arts, f"hydra.sweep.dir={tmp_path / name}", cwd=tmp_path, timeout=600)
-    summary = tmp_path / name / "summary.json"
+    sweep_dir = [] if name is None else [f"hydra.sweep.dir={tmp_path / name}"]
+    proc = run_cli("-m", *overrides, *arts, *sweep_dir, cwd=tmp_path, timeout=600)
+    summary = (default_sweep_dir(tmp_path) if name is None else tmp_path / name) / "summary.json"
     return proc, json.loads(summary.read_text()) if summary.is_file() else None
 
 
@@ -171,10 +173,11 @@ def assert_matches_eager(path: Path) -> None:
 
 
 def test_parallel_sweep_with_submitit_local_runs_each_job_in_a_fresh_process(tmp_path):
-    sweep_dir = tmp_path / "sweep"
     proc, rows = run_sweep(tmp_path, "hydra/launcher=submitit_local", "model=geglu", "model.dim_in=16",
-                           "model.dim_out=8", "shapes=static,dynamic")
+                           "model.dim_out=8", "shapes=static,dynamic", name=None)  # Hydra's default sweep dir
     assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep_dir = default_sweep_dir(tmp_path)
+    assert "[sweep] 2/2 done, 0 failed" in proc.stdout
     assert [r["status"] for r in rows] == ["built", "built"], rows
     pids = {json.loads(p.read_text())["pid"] for p in sweep_dir.glob("*/build_result.json")}
     assert len(pids) == 2 and os.getpid() not in pids
@@ -533,16 +536,17 @@ def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path
     for launcher in ("basic", "tripy_local"):
         proc, rows = run_sweep(tmp_path, "model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,9",
                                "model.dim_in=16", *SMALL_SHAPES["dynamic"][:1], f"artifacts_dir={tmp_path / launcher}",
-                               f"hydra/launcher={launcher}", name=launcher + "-sweep")
+                               f"hydra/launcher={launcher}",
+                               name="basic-sweep" if launcher == "basic" else None)  # tripy_local: Hydra's default dir
         assert proc.returncode == 1, proc.stderr[-3000:]  # the optimization_level=9 jobs fail
-        assert "[sweep] 8/8 done, 4 failed" in proc.stdout
+        assert "[sweep] 8/8 done, 4 failed" in proc.stdout and "8 builds, 4 failed;" in proc.stdout
         orders[launcher] = [[o for o in r["overrides"].split() if not o.startswith("artifacts_dir=")] for r in rows]
-        assert not (tmp_path / f"{launcher}-sweep" / cli.SHARED_INIT).exists()  # the jobs' shared init is removed
+        assert not (tmp_path / "basic-sweep" / cli.SHARED_INIT).exists()  # the jobs' shared init is removed
         sweeps[launcher] = reproducible_files(tmp_path / launcher)
     assert len(sweeps["basic"]) > 8 and sweeps["basic"] == sweeps["tripy_local"]
     # tripy_local starts the dynamic jobs first (the largest), and reports every job in the sweep's order
     assert orders["basic"] == orders["tripy_local"] and orders["basic"][0][:2] == ["model=geglu", "shapes=static"]
-    pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "tripy_local-sweep").glob("*/build_result.json")}
+    pids = {json.loads(p.read_text())["pid"] for p in default_sweep_dir(tmp_path).glob("*/build_result.json")}
     assert 1 < len(pids) <= (os.cpu_count() or 1)  # jobs ran in more than one worker, never more than the cores
 
 
@@ -580,7 +584,7 @@ def test_tripy_local_pins_each_worker_to_its_core():
 def test_tripy_local_gives_a_free_worker_the_largest_job_and_then_a_model_it_has_built():
     from hydra_plugins.tripy_build_launcher.launcher import _Job, next_job
 
-    jobs = [_Job({}, work, model) for work, model in [(4, "a"), (4, "a"), (4, "b"), (4, "b"), (1, "a"), (1, "b")]]
+    jobs = [_Job({}, {}, work, model) for work, model in [(4, "a"), (4, "a"), (4, "b"), (4, "b"), (1, "a"), (1, "b")]]
     assert next_job([0, 1, 2, 3, 4, 5], jobs, set(), set()) == 0  # no model built anywhere: the first largest
     assert next_job([1, 2, 3, 4, 5], jobs, set(), {"a"}) == 2  # a model no other worker has
     assert next_job([1, 3, 4, 5], jobs, {"b"}, {"a"}) == 3  # its own model among the largest

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reproducible_files
+from conftest import default_sweep_dir, reproducible_files
 
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install -e '.[ray]'")
 
@@ -24,15 +24,18 @@ SWEEP = ["-m", "model=geglu,mlp", "shapes=static", "model.dim_in=16"]
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def _sweep(tmp_path: Path, name: str, *overrides: str, env: dict[str, str] | None = None) -> Path:
-    """Run the sweep; its artifacts dir. Asserts that every job was built."""
+def _sweep(tmp_path: Path, name: str, *overrides: str, env: dict[str, str] | None = None,
+           default_dir: bool = False) -> Path:
+    """Run the sweep (in Hydra's default sweep dir under ``tmp_path`` with ``default_dir``); its artifacts dir.
+    Asserts that every job was built."""
     env = {**os.environ, "TRIPY_BUILD_NO_MEMO": "1", "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    sweep_dir = [] if default_dir else [f"hydra.sweep.dir={tmp_path / (name + '-s')}"]
     proc = subprocess.run([sys.executable, "-m", "tripy_build", *SWEEP, *overrides, f"artifacts_dir={tmp_path / name}",
-                           f"hydra.sweep.dir={tmp_path / (name + '-s')}"],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+                           *sweep_dir], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[sweep] 2/2 done, 0 failed" in proc.stdout
-    pids = [json.loads(p.read_text())["pid"] for p in (tmp_path / (name + "-s")).glob("*/build_result.json")]
+    swept = default_sweep_dir(tmp_path) if default_dir else tmp_path / (name + "-s")
+    pids = [json.loads(p.read_text())["pid"] for p in swept.glob("*/build_result.json")]
     assert len(pids) == 2 and (name == "basic" or len(set(pids)) == 2)  # on Ray: a worker per job (max_calls: 1)
     return tmp_path / name
 
@@ -64,7 +67,8 @@ def cluster(tmp_path):
 
 
 def test_sweep_on_ray_gives_the_default_launchers_artifacts(basic, tmp_path):
-    arts = _sweep(tmp_path, "ray_local", "hydra/launcher=ray_local", "+hydra.launcher.ray.init.num_cpus=2")
+    arts = _sweep(tmp_path, "ray_local", "hydra/launcher=ray_local", "+hydra.launcher.ray.init.num_cpus=2",
+                  default_dir=True)
     assert reproducible_files(arts) == basic
 
 

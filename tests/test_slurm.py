@@ -18,6 +18,8 @@ import pytest
 
 from tripy_build.verify import verify
 
+from conftest import default_sweep_dir
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "local-slurm.sh"
 
@@ -38,13 +40,12 @@ def slurm(tmp_path_factory):
 
 def test_sweep_on_slurm_builds_every_artifact(slurm, tmp_path):
     env = {**os.environ, **slurm, "TRIPY_BUILD_NO_MEMO": "1"}
-    sweep = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "tripy_build", "-m", "model=geglu,mlp", "shapes=static,dynamic",
                            "model.dim_in=16", "shapes.dims.batch=[1,2,4]", "hydra/launcher=slurm_cpu",
-                           "hydra.launcher.cpus_per_task=1", f"artifacts_dir={tmp_path / 'arts'}",
-                           f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=tmp_path)
+                           "hydra.launcher.cpus_per_task=1", f"artifacts_dir={tmp_path / 'arts'}"],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)  # Hydra's default sweep dir
     assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = default_sweep_dir(tmp_path)
     assert "[sweep] 4/4 done, 0 failed" in proc.stdout
     rows = json.loads((sweep / "summary.json").read_text())
     assert len(rows) == 4 and all(r["status"] == "built" for r in rows)

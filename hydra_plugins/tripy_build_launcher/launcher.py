@@ -52,12 +52,16 @@ def _task() -> TaskFunction:
     return cli.main.__wrapped__  # the function under @hydra.main
 
 
-def _run(plain: dict[str, Any]) -> JobReturn:
+def _run(plain: dict[str, Any], resolved: dict[str, Any]) -> JobReturn:
     """One job in a worker: Hydra's own ``run_job`` on the job's composed config.
 
     The config travels as plain containers: its schema classes (and so the driver's config loader) are
     made at run time and do not pickle, and ``run_job`` needs only the callbacks, made here from the
     config as Hydra makes them. The build validates the config against the schema again, as always.
+    ``resolved`` is the driver's resolver cache (``OmegaConf.get_cache``): ``${now:...}`` in Hydra's
+    default ``hydra.sweep.dir`` resolves to the driver's time, not to each worker's, so every job
+    writes under the one sweep directory the driver watches (Hydra's own launchers copy the cache the
+    same way, in ``load_sweep_config``).
     """
     from hydra._internal.callbacks import Callbacks
 
@@ -70,6 +74,7 @@ def _run(plain: dict[str, Any]) -> JobReturn:
     config = OmegaConf.create(plain)
     with open_dict(config):
         config.hydra = hydra_node  # typed again: HydraConfig checks it
+    OmegaConf.set_cache(config, resolved)
     hydra_context = HydraContext(config_loader=None, callbacks=Callbacks(config))  # type: ignore[arg-type]
     ret = run_job(hydra_context=hydra_context, task_function=_task(), config=config,
                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -119,7 +124,8 @@ class TripyLocalLauncher(Launcher):
                 cfg.hydra.job.num = idx
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             configs.append(cfg)
-        jobs = [_Job(OmegaConf.to_container(cfg, resolve=False), estimated_work(cfg), model_key(cfg)) for cfg in configs]
+        jobs = [_Job(OmegaConf.to_container(cfg, resolve=False), OmegaConf.get_cache(cfg), estimated_work(cfg),
+                     model_key(cfg)) for cfg in configs]
         workers = [_Worker(cores[n] if pin else None, fresh) for n in range(count)]
         try:
             return run_jobs(jobs, workers, lambda i, why: _died(configs[i], why))
@@ -131,6 +137,7 @@ class TripyLocalLauncher(Launcher):
 
 class _Job(NamedTuple):  # not a dataclass: Hydra's plugin scan runs this module outside sys.modules
     plain: dict[str, Any]  # the composed config as plain containers (what pickles to a worker)
+    resolved: dict[str, Any]  # its resolver cache: ${now:...} as the driver resolved it
     work: float  # estimated_work
     model: str  # model_key
 
@@ -177,7 +184,7 @@ def run_jobs(jobs: Sequence[_Job], workers: Sequence[_Worker], died: Callable[[i
                 pending.remove(i)
                 if not worker.fresh:
                     worker.models.add(jobs[i].model)
-                busy[worker.pool.submit(_run, jobs[i].plain)] = (worker, i)
+                busy[worker.pool.submit(_run, jobs[i].plain, jobs[i].resolved)] = (worker, i)
         done, _ = wait(busy, return_when=FIRST_COMPLETED)
         for future in done:
             worker, i = busy.pop(future)
