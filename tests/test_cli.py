@@ -103,6 +103,7 @@ def test_readme_command_builds_default_artifact_and_it_loads_in_fresh_process(tm
     path = Path(next(line.split(":", 1)[1].strip().split()[0] for line in proc.stdout.splitlines()
                      if line.startswith("artifact:")))
     assert path.is_dir() and path.parent == tmp_path / "arts" / "geglu"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["arts"]  # nothing else: no Hydra outputs/<date>/<time>/
     assert "input x: float32[batch=[1..64, opt 8], 512]" in proc.stdout
     assert "trace+export" in proc.stdout and "program.jaxexport" in proc.stdout
     assert "dim batch [1..64]: padded (rows), buckets 1 2 4 8 16 32 64" in proc.stdout
@@ -141,6 +142,9 @@ def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
     csv_text = (sweep_dir / "summary.csv").read_text()
     assert csv_text.splitlines()[0].startswith("job,overrides,status") and len(csv_text.splitlines()) == 9
     assert "8 builds, 4 failed" in proc.stdout
+    # each job keeps Hydra's config and its log beside its result (a single build writes neither)
+    assert all((sweep_dir / str(r["job"]) / ".hydra" / "config.yaml").is_file() for r in rows)
+    assert "profile" in (sweep_dir / str(built[0]["job"]) / "cli.log").read_text()
     for r in built:
         assert_matches_eager(Path(r["path"]))
 

@@ -37,9 +37,9 @@ def _run() -> None:
     from .memo import answer
 
     if not answer(sys.argv[1:]):
-        from .cli import main
+        from .cli import command
 
-        main()
+        command()
 
 
 def console() -> None:

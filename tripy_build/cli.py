@@ -25,7 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from . import config, memo
 from .errors import ConfigError, TripyBuildError
@@ -39,18 +39,41 @@ config.register()
 log = logging.getLogger("tripy_build")
 
 
-def _check_added_keys() -> None:
+def _in_sweep(mode: Any, value: Any) -> Any:
+    """``${tripy_build.in_sweep:${hydra.mode},VALUE}``: VALUE in a sweep's job, else nothing.
+
+    A single build writes its artifact and nothing else (its log goes to the console and its config
+    into the manifest), while a sweep's jobs keep Hydra's per-job config and log in the sweep directory
+    beside their results (``conf/config.yaml`` uses it for ``hydra.output_subdir`` and the log file)."""
+    if str(mode).endswith("MULTIRUN"):
+        return value
+    return os.devnull if str(value).endswith(".log") else None
+
+
+if not OmegaConf.has_resolver("tripy_build.in_sweep"):
+    OmegaConf.register_new_resolver("tripy_build.in_sweep", _in_sweep)
+
+
+def _check_added_keys(cfg: DictConfig) -> None:
     """Hydra lets ``+key=value`` through a schema; refuse keys the schema does not have."""
+    from .config_errors import DIM_DICTS, closest
+
     for override in HydraConfig.get().overrides.task:
         if override.startswith("+"):
             key = override.lstrip("+").split("=", 1)[0]
             if "@" in key or "/" in key or key in ("model", "shapes", "precision"):
                 continue  # a config group choice, checked by Hydra itself
-            if key.startswith(("model.padding.", "shapes.buckets.")):
+            if key.startswith(tuple(d + "." for d in DIM_DICTS)):
                 continue  # a new dim in a dict keyed by dim names, checked against the model's dims
+            where, _, name = key.rpartition(".")
+            node = OmegaConf.select(cfg, where) if where else cfg
+            siblings = [str(k) for k in node.keys() if k not in ("hydra", name)] if OmegaConf.is_dict(node) else []
+            near = closest(name, siblings)
             raise ConfigError(
-                f"unknown config key {key!r} (added with '{override.split('=', 1)[0]}'): the build schema has "
-                "no such key. Check the spelling against `python -m tripy_build --cfg job`."
+                f"{key}: no such key {f'in {where}' if where else 'at the top level'} (added with "
+                f"'{override.split('=', 1)[0]}'; keys: {', '.join(siblings)})."
+                + (f" Did you mean `{where + '.' if where else ''}{near}`?" if near else "")
+                + " `python -m tripy_build --help` lists every key."
             )
 
 
@@ -60,7 +83,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every step of a save at INFO
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
-    _check_added_keys()
+    _check_added_keys(cfg)
     vb = config.validate(cfg)
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:  # the sweep's jobs, in any process, share a model's init
@@ -103,6 +126,44 @@ def measure(path: Path) -> dict[str, Any]:
         "cold_start_ms": round(result["cold_start"]["tripy_build.runtime.load"]["seconds"] * 1e3, 1),
         "padding_overhead": round(result["padding_overhead_median"], 3), "bench_report": report(result),
     }
+
+
+def command() -> None:
+    """``python -m tripy_build [-m] KEY=VALUE ...``: Hydra's app, with an error in the config given (a misspelt
+    key, an unknown option, a wrong type) on one line naming the key, what it accepts and the closest valid
+    name, exit status 2, nothing written. ``HYDRA_FULL_ERROR=1`` shows Hydra's own traceback instead."""
+    from .config_errors import explain
+
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing, so that we can explain
+    try:
+        main()
+    except Exception as e:
+        error = explain(e, sys.argv[1:]) if full_error != "1" else None
+        if error is None:
+            raise
+        _remove_new_sweep_dir()
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    finally:
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
+
+
+_new_sweep_dir: list[Path] = []  # the sweep directory, where this process's sweep made it
+
+
+def _remove_new_sweep_dir() -> None:
+    """Remove the directory a sweep refused for its config made (Hydra's sweeper writes ``multirun.yaml``
+    before it composes the jobs' configs), and the empty folders above it up to the working directory."""
+    for sweep_dir in _new_sweep_dir:
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+        cwd, parent = Path.cwd().resolve(), sweep_dir.resolve().parent
+        while parent != cwd and cwd in parent.parents and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
 
 
 @hydra.main(version_base=VERSION_BASE, config_path=CONFIG_PATH, config_name="config")
@@ -151,6 +212,8 @@ class SweepSummary(Callback):
         return {k: v for k, v in self.__dict__.items() if k != "_progress"}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not Path(config.hydra.sweep.dir).exists():
+            _new_sweep_dir.append(Path(config.hydra.sweep.dir))
         for stale in result_files(Path(config.hydra.sweep.dir)):  # a sweep run again in its directory
             stale.unlink(missing_ok=True)
         self._progress = SweepProgress(Path(config.hydra.sweep.dir), expected_jobs(config))

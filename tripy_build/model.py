@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import re
 import sys
 import types
 from pathlib import Path
@@ -54,6 +55,20 @@ def framework_of(target: Any) -> str:
             return "equinox"
         return "protocol"
     return "function" if callable(target) else "protocol"
+
+
+# What a constructor raises for settings it refuses (a wrong name, a value out of range, an assert).
+SETTING_ERRORS = (TypeError, ValueError, AssertionError)
+
+
+def refused(target_path: str, settings: dict[str, Any], err: Exception, signature: str = "") -> ConfigError:
+    """A model's constructor refused the config's settings: its reason, and the ``model.*`` keys it names
+    (all of them when it names none), with their values."""
+    reason = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
+    named = [k for k in settings if re.search(rf"\b{re.escape(k)}\b", reason)] or list(settings)
+    given = ", ".join(f"model.{k}={settings[k]!r}" for k in named) or "no settings"
+    return ConfigError(f"model: {target_path} refused its settings ({given}): {reason}"
+                       + (f"; its signature: {signature}" if signature else "") + ".")
 
 
 def _import(path: str, key: str) -> Any:
@@ -88,8 +103,8 @@ def load(model_cfg: dict[str, Any], dims: dict[str, Any] | None = None) -> Any:
     if kind == "protocol":
         try:
             model = target(**kwargs)
-        except TypeError as e:
-            raise ConfigError(f"model: {target_path} does not accept these settings ({e}).") from None
+        except SETTING_ERRORS as e:
+            raise refused(target_path, kwargs, e) from None
         missing = [m for m in PROTOCOL if not callable(getattr(model, m, None))]
         if missing:
             raise ConfigError(
@@ -184,9 +199,8 @@ class LibraryModel:
     def _construct(self, **extra: Any) -> Any:
         try:
             return self.target(**self.kwargs, **extra)
-        except TypeError as e:
-            raise ConfigError(f"model: {self.target_path} does not accept these settings ({e}); its "
-                              f"signature: {_signature(self.target)}.") from None
+        except SETTING_ERRORS as e:
+            raise refused(self.target_path, self.kwargs, e, _signature(self.target)) from None
 
 
 def _with_signature(fn: Any, names: list[str]) -> Any:

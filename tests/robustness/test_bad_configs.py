@@ -23,9 +23,26 @@ CASES = [
     ("level not an int", ["optimization_level=abc"], "optimization_level", False),
     ("level out of range", ["optimization_level=9"], "optimization_level", False),
     ("level negative", ["optimization_level=-1"], "optimization_level", False),
-    ("unknown model option", ["model=foo"], "model/foo", False),
-    ("unknown shapes option", ["shapes=foo"], "shapes/foo", False),
-    ("unknown precision option", ["precision=float64"], "precision/float64", False),
+    ("unknown model option", ["model=foo"], "model=foo: no such option in config group 'model' (options: ", False),
+    ("unknown shapes option", ["shapes=foo"], "shapes=foo: no such option", False),
+    ("unknown precision option", ["precision=float64"], "precision=float64: no such option", False),
+    # --- a typo gets the closest valid name
+    ("misspelt key", ["optimisation_level=0"], "Did you mean `optimization_level`?", False),
+    ("misspelt key, added", ["+optimisation_level=0"], "Did you mean `optimization_level`?", False),
+    ("misspelt dim", ["shapes.dims.btach=[1,2,4]"], "Did you mean `shapes.dims.batch`?", False),
+    ("misspelt model setting", ["model.dimin=3"], "Did you mean `model.dim_in`?", False),
+    ("misspelt model option", ["model=gelgu"], "Did you mean `model=geglu`?", False),
+    ("misspelt shapes option", ["shapes=dinamic"], "Did you mean `shapes=dynamic`?", False),
+    ("misspelt precision option", ["precision=bf16"], "Did you mean `precision=bfloat16`?", False),
+    ("misspelt precision dtype", ["precision.dtype=bf16"], "Did you mean `precision.dtype=bfloat16`?", False),
+    ("level a word", ["optimization_level=fast"], "optimization_level=fast: Value 'fast' of type 'str' could not be "
+                                                  "converted to Integer. optimization_level: 0..5", False),
+    ("padding for an undeclared dim without +", ["model=transformer", "model.d_model=8", "model.heads=2",
+                                                 "model.padding.height=rows"], "`+model.padding.height=rows`", False),
+    ("override that does not parse", ["model.dim_in=[1"], "model.dim_in=[1: cannot parse it", False),
+    ("constructor refuses its settings", ["model=transformer", "model.d_model=8", "model.heads=3"],
+     "refused its settings (model.d_model=8, model.heads=3): d_model (8) must be divisible by heads (3)", False),
+    ("a sweep with a misspelt option", ["-m", "model=gelgu,mlp"], "Did you mean `model=geglu`?", False),
     ("missing value", ["shapes.name=???"], "shapes.name", False),
     ("range not ordered", ["shapes.dims.batch=[8,4,2]"], "shapes.dims.batch", False),
     ("opt above max", ["shapes.dims.batch=[1,8,4]"], "shapes.dims.batch", False),
@@ -111,18 +128,33 @@ def test_bad_config(overrides, needle, traces, workdir, request):
         args.append(f"artifacts_dir={arts}")
     if not any(a.startswith(("model=", "--config-dir")) for a in args):
         args = [*(s for s in SMALL if not any(a.startswith(s.split("=")[0].lstrip("~")) for a in args)), *args]
+    before = {p for p in workdir.rglob("*") if p != arts and arts not in p.parents}
     proc = run_cli(*args, cwd=workdir)
     err = proc.stderr
-    # 2: our ConfigError/TraceError/ArtifactError; 1: Hydra refused to compose (its own one-paragraph message)
-    assert proc.returncode in (1, 2), (proc.returncode, err[-2000:])
+    assert proc.returncode == 2, (proc.returncode, err[-2000:])  # our ConfigError/TraceError/ArtifactError
     assert "Traceback" not in err, err[-3000:]
     assert needle in err, err[-2000:]
     assert len(err.strip().splitlines()) <= 15, err
-    if not traces:
+    if not traces:  # the config alone is wrong: one line, and the model was never traced
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
         assert "trace+export" not in proc.stdout + err
+    after = {p for p in workdir.rglob("*") if p != arts and arts not in p.parents and "__pycache__" not in p.parts}
+    assert after == {p for p in before if "__pycache__" not in p.parts}, sorted(after ^ before)  # no outputs/, multirun/
     assert not arts.exists() or not any(arts.rglob("manifest.json"))
     assert not any(workdir.rglob(".*.tmp-*"))
 
 
 def test_the_catalogue_is_large_enough():
     assert len(CASES) >= 30
+
+
+def test_hydra_full_error_shows_hydras_own_traceback(workdir):
+    """``HYDRA_FULL_ERROR=1`` still gives the whole traceback for a config error, as Hydra documents."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "optimisation_level=0"], cwd=workdir,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HYDRA_FULL_ERROR": "1", "TRIPY_BUILD_NO_MEMO": "1"})
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "ConfigCompositionException" in proc.stderr
