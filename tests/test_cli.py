@@ -338,10 +338,16 @@ def test_user_model_from_own_config_dir_without_touching_the_package(tmp_path):
     """))
     (tmp_path / "my_conf" / "model").mkdir(parents=True)
     (tmp_path / "my_conf" / "model" / "scale.yaml").write_text("_target_: my_models.Scale\nname: scale\nwidth: 3\n")
+    # models are imported from the working directory, by `python -m tripy_build` and the `tripy-build` script alike
     proc = run_cli("--config-dir", str(tmp_path / "my_conf"), "model=scale", f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+                   cwd=tmp_path, env={"PYTHONPATH": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
+    script = subprocess.run([str(Path(sys.executable).with_name("tripy-build")), "--config-dir", "my_conf", "model=scale",
+                             "artifacts_dir=script-arts"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": "", "TRIPY_BUILD_NO_MEMO": "1"})
+    assert script.returncode == 0, script.stderr[-2000:]
     (path,) = (tmp_path / "arts" / "scale").iterdir()
+    assert [p.name for p in (tmp_path / "script-arts" / "scale").iterdir()] == [path.name]
     exe = tb.load(path)
     assert exe.input_infos["x"].shape_bounds.max == (64, 3)
     x = np.ones((5, 3), np.float32)

@@ -8,6 +8,7 @@ training loop would are restored; wrong checkpoints and binds are refused naming
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -43,7 +44,7 @@ IDS = np.random.default_rng(1).integers(0, 50, (3, 5)).astype(np.int32)
 # name -> (model config, the same model made and applied by its own library: params seed -> callable)
 CASES = {
     "nnx.Linear": (
-        {"_target_": "flax.nnx.Linear", "in_features": 12, "out_features": 5, "inputs": {"x": ["batch", 12]}},
+        {"_target_": "flax.nnx.Linear", "in_features": 12, "out_features": 5, "inputs": {"inputs": ["batch", 12]}},
         lambda seed: nnx.Linear(12, 5, rngs=nnx.Rngs(seed))),
     "nnx_mlp": (
         {"_target_": "examples.flax_nnx.MLP", "din": 12, "hidden": 16, "dout": 5, "dropout": 0.5,
@@ -185,18 +186,30 @@ BAD = [
     ({"_target_": "flax.nnx.Linear", "in_features": 4, "outs": 2, "inputs": {"x": ["batch", 4]}}, "does not accept these settings"),
     # vmap is for Equinox modules only
     ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "vmap": "batch",
-      "inputs": {"x": ["batch", 4]}}, "model.vmap: only Equinox"),
+      "inputs": {"inputs": ["batch", 4]}}, "model.vmap: only Equinox"),
     # vmap over a dim no input has
     ({"_target_": "equinox.nn.MLP", "in_size": 4, "out_size": 2, "width_size": 4, "depth": 1, "vmap": "seq",
       "inputs": {"x": ["batch", 4]}}, "model.vmap: 'seq' must name a dim"),
     # a function without its init
     ({"_target_": "examples.embedding.apply", "inputs": {"ids": ["batch", 5]}}, "model.init: examples.embedding.apply is a function"),
     # an unknown input dtype
-    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"x": ["batch", 4]},
-      "input_dtypes": {"x": "float99"}}, "model.input_dtypes.x: unknown dtype 'float99'"),
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"inputs": ["batch", 4]},
+      "input_dtypes": {"inputs": "float99"}}, "model.input_dtypes.inputs: unknown dtype 'float99'"),
     # 'mask' padding needs a model that takes lengths=
-    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"x": ["batch", 4]},
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"inputs": ["batch", 4]},
       "padding": {"batch": "mask"}}, "model.padding.batch: 'mask' needs"),
+    # inputs are passed by name: one the call does not take, a parameter left without a value
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"x": ["batch", 4]}},
+     "model.inputs.x: flax.nnx.Linear.__call__ has no parameter 'x' (its parameters: inputs, out_sharding)"),
+    ({"_target_": "user_models.NNXMasked", "din": 4, "dout": 2, "inputs": {"x": ["batch", 4]}},
+     "model: user_models.NNXMasked.__call__ needs its parameter 'mask', which is neither an input nor a constant"),
+    # call constants: a keyword the call does not take, one that is also an input, not a mapping
+    ({"_target_": "user_models.NNXMasked", "din": 4, "dout": 2, "inputs": {"x": ["batch", 4], "mask": ["batch", 4]},
+      "call": {"training": False}}, "model.call.training: user_models.NNXMasked.__call__ has no keyword parameter"),
+    ({"_target_": "user_models.NNXMasked", "din": 4, "dout": 2, "inputs": {"x": ["batch", 4], "mask": ["batch", 4]},
+      "call": {"mask": 1}}, "model.call.mask: 'mask' is also an input"),
+    ({"_target_": "user_models.NNXMasked", "din": 4, "dout": 2, "inputs": {"x": ["batch", 4], "mask": ["batch", 4]},
+      "call": "train"}, "model.call: must map the call's keyword arguments"),
     # a shape that is not a list of dims
     ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"x": "batch"}},
      "model.inputs.x: a shape is a list"),
@@ -205,5 +218,79 @@ BAD = [
 
 @pytest.mark.parametrize("model_cfg,message", BAD, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD)])
 def test_bad_library_configs(model_cfg, message):
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load(model_cfg, {"batch": tb.NamedDimension("batch", 1, 2, 4)})
+
+
+XM = np.random.default_rng(2).integers(0, 2, (3, 12)).astype(np.float32)
+
+
+def test_call_constants_reach_the_call_and_inputs_go_by_name(tmp_path):
+    """``call: {train: false}`` for a Linen module with batch norm and dropout, ``{deterministic: true}`` for an
+    NNX one; inputs declared in another order than the call's parameters reach them by name."""
+    from user_models import LinenTrainFlag, NNXMasked, masked_apply, masked_init
+
+    linen_cfg = {"_target_": "user_models.LinenTrainFlag", "features": 8, "call": {"train": False},
+                 "inputs": {"x": ["batch", 12]}, "padding": {"batch": "rows"}}
+    module = LinenTrainFlag(8)
+    variables = module.init(jax.random.key(SEED), np.zeros((2, 12), np.float32), train=False)
+    variables = jax.tree_util.tree_map(lambda a: a + 0.1, variables)  # running stats not at their init values
+    ckpt = _save(tmp_path / "linen", variables)
+    result = build(request(linen_cfg, tmp_path, f"params.checkpoint={ckpt}"))
+    np.testing.assert_allclose(np.asarray(tb.load(result.path)(X)), np.asarray(module.apply(variables, X, train=False)),
+                               rtol=1e-5, atol=1e-5)
+
+    nnx_cfg = {"_target_": "user_models.NNXMasked", "din": 12, "dout": 5, "call": {"deterministic": True},
+               "inputs": {"mask": ["batch", 12], "x": ["batch", 12]}}  # the call takes (x, mask)
+    exe = tb.load(build(request(nnx_cfg, tmp_path)).path)
+    assert list(exe.input_infos) == ["mask", "x"]
+    reference = NNXMasked(12, 5, rngs=nnx.Rngs(SEED))
+    np.testing.assert_allclose(np.asarray(exe(XM, X)), np.asarray(reference(X, XM, deterministic=True)),
+                               rtol=1e-5, atol=1e-5)
+
+    fn_cfg = {"_target_": "user_models.masked_apply", "init": "user_models.masked_init", "width": 12,
+              "inputs": {"x": ["batch", 12], "mask": ["batch", 12]}}  # the function takes (params, mask, x)
+    exe = tb.load(build(request(fn_cfg, tmp_path)).path)
+    params = masked_init(jax.random.PRNGKey(SEED), 12)
+    np.testing.assert_allclose(np.asarray(exe(X, XM)), np.asarray(masked_apply(params, XM, X)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["equinox without vmap", "inputs by position in the wrong order"])
+def test_an_error_while_tracing_names_the_models_line_and_the_likely_cause(case, tmp_path):
+    from tripy_build.errors import TraceError
+
+    if case == "equinox without vmap":
+        model_cfg = {k: v for k, v in CASES["eqx.nn.MLP"][0].items() if k != "vmap"}
+        line, cause = "equinox/nn/_linear.py", "add `vmap: batch` to the model config"
+    else:
+        model_cfg = {"_target_": "user_models.positional_apply", "init": "user_models.positional_init", "width": 12,
+                     "inputs": {"bias": ["batch", 3], "features": ["batch", 12]}}
+        line, cause = "user_models.py", "the inputs are passed by position in the order model.inputs lists them (bias, features)"
+    with pytest.raises(TraceError) as e:
+        build(request(model_cfg, tmp_path))
+    text = str(e.value)
+    assert "while tracing, raised TypeError" in text and line in text and "\nLikely cause: " in text and cause in text, text
+    assert len(text.splitlines()) <= 5, text
+
+
+@pytest.mark.parametrize("layout", ["dict", "nnx tuple"])
+def test_checkpoint_saved_with_the_optimizer_is_read_through_checkpoint_key(layout, tmp_path):
+    """A training loop's checkpoint of the model and its optimizer: refused naming the key that selects the
+    model's sub-tree, then built with it."""
+    import optax
+
+    trained = NNXMLP(12, 16, 5, 0.5, rngs=nnx.Rngs(42))
+    optimizer = nnx.Optimizer(trained, optax.adam(1e-3), wrt=nnx.Param)
+    if layout == "dict":
+        tree, key = {"model": nnx.state(trained), "optimizer": nnx.state(optimizer)}, "model"
+    else:
+        tree, key = nnx.state((trained, optimizer)), "0"
+    ckpt = _save(tmp_path / "ckpt", tree)
+    with pytest.raises(ConfigError, match=rf"the model's leaves are under '{key}' .*set params\.checkpoint_key={key}\."):
+        build(request(CASES["nnx_mlp"][0], tmp_path, f"params.checkpoint={ckpt}"))
+    result = build(request(CASES["nnx_mlp"][0], tmp_path, f"params.checkpoint={ckpt}", f"params.checkpoint_key={key}"))
+    np.testing.assert_allclose(run_fresh(result.path, X, tmp_path), np.asarray(_nnx_eval(trained)(X)), rtol=1e-5,
+                               atol=1e-5)
+    with pytest.raises(ConfigError, match=rf"no leaf params\['fc1'\]\['bias'\]\.value under 'optimizer'.*set params\.checkpoint_key={key}\."):
+        build(request(CASES["nnx_mlp"][0], tmp_path, f"params.checkpoint={ckpt}", "params.checkpoint_key=optimizer",
+                      "force=true"))

@@ -43,6 +43,12 @@ def _run() -> None:
 
 
 def console() -> None:
+    import os
+
+    if sys.path[0] not in ("", os.getcwd()):
+        # `python -m tripy_build` imports from the working directory first; the `tripy-build` script does too,
+        # so that a config's model._target_ finds the user's package either way
+        sys.path.insert(0, os.getcwd())
     try:
         _run()
     except KeyboardInterrupt:

@@ -54,6 +54,7 @@ class BuildRequest:
     # a directory where builds in several processes share a model's random init (``_initial_params``);
     # a sweep's jobs use their sweep directory's
     shared_init_dir: str | None = None
+    params_checkpoint_key: str | None = None  # the params' sub-tree in a checkpoint that saved more
 
 
 @dataclass
@@ -119,8 +120,8 @@ def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_iden
     }
 
 
-_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_seed", "cache_max_bytes", "cache_max_age_days",
-               "cache_remote", "shared_init_dir")  # locations; params go by identity
+_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_checkpoint_key", "params_seed", "cache_max_bytes",
+               "cache_max_age_days", "cache_remote", "shared_init_dir")  # locations; params go by identity
 
 
 def recorded_config(vb: BuildRequest) -> dict[str, Any]:
@@ -178,7 +179,7 @@ def build(vb: BuildRequest) -> BuildResult:
         import jax
 
         like = _user_init(lambda: jax.eval_shape(model.init, jax.random.PRNGKey(0)))
-        params = params_io.restore(vb.params_checkpoint, like)
+        params = params_io.restore(vb.params_checkpoint, like, key=vb.params_checkpoint_key)
         identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
         timings["restore params"] = time.perf_counter() - t0
     sources = model_io.sources(model)

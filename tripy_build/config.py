@@ -60,6 +60,9 @@ class ParamsConfig:
     seed: int = key(0, "random init from this seed, unless checkpoint is set")
     checkpoint: Optional[str] = key(None, "an orbax StandardCheckpointer directory of the model's params "
                                           "(checked leaf by leaf) or a built artifact")
+    checkpoint_key: Optional[str] = key(None, "where the params are in a checkpoint that saved more: model for "
+                                              "{model: ..., optimizer: ...}, 0 for nnx.state((model, optimizer)); "
+                                              "a dotted path")
 
 
 @dataclass
@@ -198,6 +201,9 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if max_error is not None and max_error <= 0:
         raise ConfigError(f"precision.max_error: must be a positive number (error relative to the output's scale), "
                           f"got {max_error}.")
+    if plain["params"]["checkpoint_key"] is not None and plain["params"]["checkpoint"] is None:
+        raise ConfigError(f"params.checkpoint_key={plain['params']['checkpoint_key']}: selects the params in a "
+                          "checkpoint, but params.checkpoint is not set; set it, or remove checkpoint_key.")
     age = plain["cache"]["max_age_days"]
     if age is not None and age <= 0:
         raise ConfigError(f"cache.max_age_days: must be a positive number of days, got {age}.")
@@ -227,7 +233,8 @@ def validate(cfg: DictConfig) -> BuildRequest:
         target_cpu=plain["target"]["cpu"], optimization_level=level,
         precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
         params_seed=plain["params"]["seed"],
-        params_checkpoint=plain["params"]["checkpoint"], artifacts_dir=plain["artifacts_dir"], force=plain["force"],
+        params_checkpoint=plain["params"]["checkpoint"], params_checkpoint_key=plain["params"]["checkpoint_key"],
+        artifacts_dir=plain["artifacts_dir"], force=plain["force"],
         cache_max_bytes=parse_size(plain["cache"]["max_bytes"]) if plain["cache"]["max_bytes"] is not None else None,
         cache_max_age_days=plain["cache"]["max_age_days"], cache_remote=plain["cache"]["remote"],
     )

@@ -60,6 +60,28 @@ def user_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:
     return None
 
 
+# Libraries a model is traced through, not written with: a frame in one of them is never the model's line.
+_MACHINERY = ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum", "scipy")
+
+
+def model_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:
+    """The innermost frame of a traceback in the model's code: the user's own, else the library the model
+    comes from (``equinox/nn/_linear.py`` for ``equinox.nn.MLP``), never JAX's or tripy_build's."""
+    found = user_frame(tb)
+    if found is not None:
+        return found
+    for frame in reversed(traceback.extract_tb(tb)):
+        path = os.path.abspath(frame.filename)
+        parts = path.split(os.sep)
+        if path.startswith(_PACKAGE_DIR + os.sep) or "<frozen" in frame.filename:
+            continue
+        if "site-packages" in parts or "dist-packages" in parts:
+            top = parts[max(i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages")) + 1]
+            if top.split(".")[0] not in _MACHINERY:
+                return frame
+    return None
+
+
 def describe_frame(frame: traceback.FrameSummary | None) -> str:
     if frame is None:
         return "(location unknown)"
@@ -73,11 +95,12 @@ def raised_in_user_code(err: BaseException, what: str) -> TraceError | None:
     """Our error for an exception the user's code raised (or a library raised when the user's code called
     it): what raised, the message and the user's line. None when no user frame is on the traceback, which
     makes it our own bug, to be raised as it is."""
-    frame = user_frame(err.__traceback__)
+    frame = model_frame(err.__traceback__)
     if frame is None or isinstance(err, (TripyBuildError, KeyboardInterrupt, SystemExit, MemoryError)):
         return None
     message = str(err).strip().splitlines()[0][:500] if str(err).strip() else ""
-    return TraceError(f"{what} raised {type(err).__name__}: {message}\n{describe_frame(frame)}")
+    notes = "".join(f"\n{note}" for note in getattr(err, "__notes__", ()) if note.startswith("Likely cause:"))
+    return TraceError(f"{what} raised {type(err).__name__}: {message}\n{describe_frame(frame)}{notes}")
 
 
 def exit_status(command: Callable[[], None]) -> int:

@@ -36,7 +36,7 @@ from .spec import InputInfo, NamedDimension, to_dtype
 # Model config keys that are ours, not constructor arguments.
 OWN_KEYS = ("_target_", "name", "padding")
 # The keys a library model or a function also takes from the config.
-LIBRARY_KEYS = ("inputs", "input_dtypes", "vmap", "init")
+LIBRARY_KEYS = ("inputs", "input_dtypes", "vmap", "init", "call")
 PROTOCOL = ("init", "apply", "inputs")
 
 
@@ -142,8 +142,40 @@ class LibraryModel:
             raise ConfigError(f"model.init: only a function model names its init; {target_path} is a "
                               f"{self.framework} module, constructed from its class.")
         self.padding = {d: k for d, k in (cfg.get("padding") or {}).items()}
-        self.apply = _with_signature(self._apply, ["params", *self._inputs])
+        self.call_kwargs = cfg.get("call") or {}
+        if not isinstance(self.call_kwargs, dict):
+            raise ConfigError(f"model.call: must map the call's keyword arguments to constants (e.g. "
+                              f"`call: {{train: false}}`), got {self.call_kwargs!r}.")
+        self.apply = _with_signature(self._traced(self._apply), ["params", *self._inputs])
         self._check_settings()
+        self.call = CallBinding(self.call_target(), self.call_name(), list(self._inputs), self.call_kwargs)
+
+    def call_target(self) -> Any:
+        """What ``apply`` calls with the inputs: the module's ``__call__``, or the function."""
+        return getattr(self.target, "__call__", None) if inspect.isclass(self.target) else self.target
+
+    def call_name(self) -> str:
+        return f"{self.target_path}.__call__" if inspect.isclass(self.target) else self.target_path
+
+    def _traced(self, fn: Any) -> Any:
+        """``fn`` with the likely cause of an error raised while tracing it added to the error (a note that
+        ``errors.raised_in_user_code`` shows under the model's line)."""
+        def traced(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except Exception as err:
+                hint = self.likely_cause(err)
+                if hint:
+                    err.add_note(f"Likely cause: {hint}")
+                raise
+        return traced
+
+    def likely_cause(self, err: Exception) -> str | None:
+        """What probably went wrong when the module raised ``err`` while being traced, or None."""
+        if self.call.positional and len(self._inputs) > 1 and _is_shape_error(err):
+            return (f"the inputs are passed by position in the order model.inputs lists them "
+                    f"({', '.join(self._inputs)}); {self.call.name} may expect another order.")
+        return None
 
     # what the framework passes to the constructor besides the config's settings
     construct_with: dict[str, Any] = {}
@@ -203,6 +235,64 @@ class LibraryModel:
             raise refused(self.target_path, self.kwargs, e, _signature(self.target)) from None
 
 
+class CallBinding:
+    """How the config's inputs and ``call`` constants reach the module's ``__call__`` (or the function):
+    by name where its signature names its parameters, else by position in ``model.inputs``' order.
+
+    Checked when the model is loaded, before anything is traced: every input and every ``call`` key must
+    name a parameter, and every parameter without a default must get one of them.
+    """
+
+    def __init__(self, fn: Any, name: str, inputs: list[str], constants: dict[str, Any]):
+        self.name, self.inputs, self.constants = name, inputs, dict(constants)
+        try:
+            parameters = list(inspect.signature(fn).parameters.values()) if fn is not None else None
+        except (TypeError, ValueError):
+            parameters = None
+        if parameters:  # a module's __call__ takes self first, a function model the params
+            parameters = parameters[1:]
+        kinds = inspect.Parameter
+        named = [p for p in (parameters or []) if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)]
+        self.positional = not named  # (*args, **kwargs) or a signature that cannot be read
+        any_keyword = any(p.kind is kinds.VAR_KEYWORD for p in parameters or [])
+        self.order = [p.name for p in named]
+        self.positional_only = [p.name for p in named if p.kind is kinds.POSITIONAL_ONLY]
+        listed = ", ".join(self.order) or "none"
+        if not self.positional:
+            for i in inputs:
+                if i not in self.order and not any_keyword:
+                    raise ConfigError(
+                        f"model.inputs.{i}: {name} has no parameter {i!r} (its parameters: {listed}); inputs are "
+                        "passed by name, so name each input as the call names its parameter.")
+            for p in named:
+                if p.default is kinds.empty and p.name not in inputs and p.name not in constants:
+                    raise ConfigError(
+                        f"model: {name} needs its parameter {p.name!r}, which is neither an input nor a constant: "
+                        f"add it to model.inputs, or give it a value with `call: {{{p.name}: ...}}`.")
+        for k in constants:
+            if k in inputs:
+                raise ConfigError(f"model.call.{k}: {k!r} is also an input; a parameter is an input or a constant.")
+            if (self.positional or k not in self.order) and not any_keyword:
+                raise ConfigError(f"model.call.{k}: {name} has no keyword parameter {k!r} (its parameters: {listed}).")
+            if k in self.positional_only:
+                raise ConfigError(f"model.call.{k}: {name} takes {k!r} by position only; it cannot be a constant.")
+
+    def __call__(self, fn: Any, inputs: Any) -> Any:
+        """``fn`` called with ``inputs`` (in ``model.inputs``' order) and the constants."""
+        if self.positional:
+            return fn(*inputs, **self.constants)
+        values = dict(zip(self.inputs, inputs))
+        args = [values.pop(n) for n in self.positional_only if n in values]
+        return fn(*args, **values, **self.constants)
+
+
+def _is_shape_error(err: Exception) -> bool:
+    """Whether ``err`` reads like JAX refusing operands' shapes (what a module fed the wrong shape raises)."""
+    text = str(err).lower()
+    return isinstance(err, (TypeError, ValueError)) and any(
+        w in text for w in ("shape", "dimension", "contracting", "incompatible", "broadcast", "rank"))
+
+
 def _with_signature(fn: Any, names: list[str]) -> Any:
     """``fn(params, *inputs)`` as a function whose signature names the config's inputs (they name the
     executable's arguments)."""
@@ -255,7 +345,7 @@ class NNXModel(LibraryModel):
     def _apply(self, params: Any, *inputs: Any) -> Any:
         from flax import nnx
 
-        return nnx.merge(self._graph, _concrete(self._rngs), params)(*inputs)
+        return self.call(nnx.merge(self._graph, _concrete(self._rngs), params), inputs)
 
 
 def _concrete(rng_state: Any) -> Any:
@@ -279,10 +369,10 @@ class LinenModel(LibraryModel):
 
     def init(self, key: Any) -> Any:
         self._module = self._construct()
-        return self._module.init(key, *self.example_inputs())
+        return self.call(lambda *a, **k: self._module.init(key, *a, **k), self.example_inputs())
 
     def _apply(self, params: Any, *inputs: Any) -> Any:
-        return self._module.apply(params, *inputs)
+        return self.call(lambda *a, **k: self._module.apply(params, *a, **k), inputs)
 
 
 class EquinoxModel(LibraryModel):
@@ -291,8 +381,8 @@ class EquinoxModel(LibraryModel):
 
     def __init__(self, target: Any, target_path: str, kwargs: dict[str, Any], cfg: dict[str, Any],
                  dims: dict[str, Any]):
-        super().__init__(target, target_path, kwargs, cfg, dims)
         self.vmap = cfg.get("vmap")
+        super().__init__(target, target_path, kwargs, cfg, dims)
         if self.vmap is not None:
             axes = {n: [i for i, d in enumerate(s) if d == self.vmap] for n, s in self._inputs.items()}
             if not any(axes.values()) or any(len(a) > 1 for a in axes.values()):
@@ -312,7 +402,16 @@ class EquinoxModel(LibraryModel):
         import jax
 
         module = eqx.combine(params, self._static)
-        return module(*inputs) if self.vmap is None else jax.vmap(module, in_axes=self._in_axes)(*inputs)
+        if self.vmap is None:
+            return self.call(module, inputs)
+        return jax.vmap(lambda *xs: self.call(module, xs), in_axes=self._in_axes)(*inputs)
+
+    def likely_cause(self, err: Exception) -> str | None:
+        first = next((d for shape in self._inputs.values() for d in shape[:1] if isinstance(d, str)), None)
+        if self.vmap is None and first is not None and _is_shape_error(err):
+            return (f"Equinox modules usually act on one example, and this one's layers saw the {first!r} dim: "
+                    f"add `vmap: {first}` to the model config to map it over that dim.")
+        return super().likely_cause(err)
 
 
 class FunctionModel(LibraryModel):
@@ -338,7 +437,7 @@ class FunctionModel(LibraryModel):
             raise ConfigError(f"model: {_signature(self._init)} does not accept these settings ({e}).") from None
 
     def _apply(self, params: Any, *inputs: Any) -> Any:
-        return self.target(params, *inputs)
+        return self.call(lambda *a, **k: self.target(params, *a, **k), inputs)
 
 
 def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str = "float32") -> dict[str, InputInfo]:

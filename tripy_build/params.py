@@ -45,18 +45,25 @@ def save(directory: str | os.PathLike, params: Any) -> None:
 
 
 def restore(directory: str | os.PathLike, like: Any, what: str = "params.checkpoint",
-            error: type[TripyBuildError] = ConfigError) -> Any:
+            error: type[TripyBuildError] = ConfigError, key: str | None = None) -> Any:
     """Restore params whose tree matches ``like`` (arrays or shape structs): every leaf's shape and dtype.
 
     ``directory`` is an orbax ``StandardCheckpointer`` checkpoint or a tripy_build artifact (its
-    weights). ``what`` names the checkpoint in error messages, which raise ``error``.
+    weights). ``key`` selects the sub-tree that holds the params in a checkpoint that saved more (a
+    dotted path: ``model`` for ``{"model": ..., "optimizer": ...}``, ``0`` for ``nnx.state((model,
+    optimizer))``). ``what`` names the checkpoint in error messages, which raise ``error``.
     """
     path = Path(directory).absolute()
     if not path.exists():
         raise error(f"{what}: {str(path)!r} does not exist; pass a directory written by "
                     "orbax.checkpoint.StandardCheckpointer().save(path, params), or a built artifact.")
-    restored = _from_artifact(path, like, what, error) if (path / "manifest.json").is_file() else \
-        _from_orbax(path, like, what, error)
+    if (path / "manifest.json").is_file():
+        if key:
+            raise error(f"params.checkpoint_key={key}: {str(path)!r} is a built artifact, whose weights are the "
+                        "model's params alone; checkpoint_key selects a sub-tree of an orbax checkpoint. Remove it.")
+        restored = _from_artifact(path, like, what, error)
+    else:
+        restored = _from_orbax(path, like, what, error, tuple(key.split(".")) if key else ())
     for (key, want), got in zip(jax.tree_util.tree_flatten_with_path(abstract(like))[0],
                                 jax.tree_util.tree_leaves(restored)):
         if (tuple(want.shape), np.dtype(want.dtype)) != (tuple(np.shape(got)), np.asarray(got).dtype):
@@ -101,9 +108,9 @@ def leaf_name(path: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError]) -> Any:
+def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError], prefix: tuple[str, ...] = ()) -> Any:
     """Check the checkpoint's recorded tree against the model's, leaf by leaf, before reading any array,
-    then read only the model's leaves.
+    then read only the model's leaves (under ``prefix``, the path of ``params.checkpoint_key``).
 
     Leaves the model does not have (an NNX model's RNG streams, optimizer state saved alongside) are
     neither read nor kept; every leaf it has must be there with its exact shape and dtype (orbax would
@@ -126,17 +133,23 @@ def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError]) 
         wanted, treedef = jax.tree_util.tree_flatten_with_path(abstract(like))
         for key, want in wanted:
             name = "params" + jax.tree_util.keystr(key)
-            got = stored.get(leaf_name(key))
+            got = stored.get(prefix + leaf_name(key))
             if got is None:
                 held = ", ".join("/".join(n) for n in list(stored)[:6]) + (", ..." if len(stored) > 6 else "")
-                raise error(f"{what}: {str(path)!r} has no leaf {name}, which the model needs (the checkpoint "
-                            f"holds: {held or 'nothing'}); it is for a different model.")
+                under = _common_prefix(stored, {leaf_name(k) for k, _ in wanted})
+                fix = (f"the model's leaves are under {'.'.join(under)!r} (saved with other state, such as the "
+                       f"optimizer's): set params.checkpoint_key={'.'.join(under)}" if under else
+                       f"under params.checkpoint_key={'.'.join(prefix)} it has no such leaf" if prefix else
+                       "it is for a different model")
+                raise error(f"{what}: {str(path)!r} has no leaf {name}"
+                            + (f" under {'.'.join(prefix)!r}" if prefix else "")
+                            + f", which the model needs (the checkpoint holds: {held or 'nothing'}); {fix}.")
             found = _recorded(got)
             if found != (tuple(want.shape), np.dtype(want.dtype)):
                 raise error(f"{what}: {name} in {str(path)!r} has shape {found[0]} and dtype {found[1].name}, but "
                             f"the model needs shape {tuple(want.shape)} and dtype {np.dtype(want.dtype).name}; the "
                             "checkpoint is for a different model or config.")
-    item = _subtree(tree, {leaf_name(k) for k, _ in wanted})
+    item = _subtree(tree, {prefix + leaf_name(k) for k, _ in wanted})
     try:
         if item is None:
             with ocp.StandardCheckpointer() as ckpt:
@@ -149,7 +162,18 @@ def _from_orbax(path: Path, like: Any, what: str, error: type[TripyBuildError]) 
     except Exception as e:  # noqa: BLE001
         raise cannot(e) from None
     values = {leaf_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(restored)[0]}
-    return jax.tree_util.tree_unflatten(treedef, [np.asarray(values[leaf_name(k)]) for k, _ in wanted])
+    return jax.tree_util.tree_unflatten(treedef, [np.asarray(values[prefix + leaf_name(k)]) for k, _ in wanted])
+
+
+def _common_prefix(stored: dict[tuple[str, ...], Any], names: set[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The path under which a checkpoint holds every one of the model's leaves ``names`` (one or two levels
+    deep: ``model``, ``0``, ``state.params``), or None."""
+    for depth in (1, 2):
+        prefixes = {n[:depth] for n in stored if len(n) > depth and n[depth:] in names}
+        for p in sorted(prefixes):
+            if all(p + n in stored for n in names):
+                return p
+    return None
 
 
 def _subtree(tree: Any, names: set[tuple[str, ...]]) -> dict[str, Any] | None:

@@ -1,0 +1,51 @@
+"""Models written the way their libraries' documentation writes them, for tests of building a user's own
+model from a config: call arguments that are not inputs (``train``, ``deterministic``), several inputs in
+an order of their own, and functions taking their inputs by position."""
+
+import flax.linen as linen
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+class LinenTrainFlag(linen.Module):
+    """Linen's usual shape for a module with batch norm and dropout: ``__call__(x, train)``."""
+
+    features: int
+
+    @linen.compact
+    def __call__(self, x, train: bool):
+        x = linen.Dense(self.features)(x)
+        x = linen.BatchNorm(use_running_average=not train)(x)
+        x = linen.Dropout(0.5, deterministic=not train)(x)
+        return linen.Dense(3)(linen.relu(x))
+
+
+class NNXMasked(nnx.Module):
+    """An NNX module with two inputs and a keyword flag, as NNX's docs write dropout's."""
+
+    def __init__(self, din: int, dout: int, *, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(din, dout, rngs=rngs)
+        self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x, mask, *, deterministic: bool = False):
+        return self.dropout(self.linear(x * mask), deterministic=deterministic)
+
+
+def masked_init(key, width: int):
+    return {"w": jax.random.normal(key, (width, 3))}
+
+
+def masked_apply(params, mask, x):
+    """Its parameters in another order than the config lists its inputs (x, then mask)."""
+    return (x * mask) @ params["w"]
+
+
+def positional_apply(params, *inputs):
+    """Inputs by position only: ``features [batch, width]`` then ``bias [batch, 3]``."""
+    features, bias = inputs
+    return features @ params["w"] + bias
+
+
+def positional_init(key, width: int):
+    return {"w": jnp.ones((width, 3))}
