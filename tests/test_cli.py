@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -429,6 +430,31 @@ def test_mark_pareto():
     rows = [{"a": 1, "b": 5}, {"a": 2, "b": 2}, {"a": 3, "b": 3}, {"a": 1, "b": 5}, {"a": "", "b": 1}]
     mark_pareto(rows, ("a", "b"))
     assert [r["pareto"] for r in rows] == ["*", "*", "", "*", ""]
+
+
+def test_a_dim_without_padding_says_which_sizes_compile_on_first_use(tmp_path, caplog):
+    """A function model's seq has no padding declaration: the summary, one warning and ``inspect`` say which
+    sizes compile on first use; and a call at such a size does compile."""
+    proc = run_cli("--config-dir", str(REPO / "examples" / "conf"), "model=embedding", "shapes.dims.batch=[1,2,4]",
+                   "shapes.dims.seq=[1,4,8]", f"artifacts_dir={tmp_path}", "model.vocab=20", "model.width=4",
+                   cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = proc.stdout + proc.stderr
+    assert "dim seq [1..8]: not padded, buckets 1 2 4 8; sizes other than 1 2 4 8 compile on first use" in proc.stdout
+    assert "dim batch [1..4]: padded (rows), buckets 1 2 4\n" in proc.stdout
+    assert log.count("not every in-range shape is precompiled: dim seq: sizes other than 1 2 4 8 compile on first "
+                     "use (~") == 1 and "model.padding.<dim>=rows|mask" in log
+    (path,) = (tmp_path / "embedding").iterdir()
+    shown = subprocess.run([sys.executable, "-m", "tripy_build.inspect", str(path)], capture_output=True, text=True,
+                           timeout=120)
+    row = next(line for line in shown.stdout.splitlines() if line.strip().startswith("seq "))
+    assert row.rstrip().endswith("sizes other than 1 2 4 8"), shown.stdout
+    exe = tb.load(path, warmup="none")
+    with caplog.at_level(logging.INFO, logger="tripy_build"):
+        exe(np.zeros((3, 4), np.int32))  # padded along batch, seq 4 precompiled
+        assert "seq=4" not in caplog.text
+        exe(np.zeros((3, 5), np.int32))  # compiled now (or read from the compile cache an earlier run filled)
+        assert "batch=4, seq=5 on first use" in caplog.text or "batch=4, seq=5 loaded from the compile cache" in caplog.text
 
 
 @pytest.mark.parametrize("model", ["geglu", "mlp", "transformer", "convnet"])

@@ -22,6 +22,7 @@ from typing import Any
 from . import artifact, gc
 from . import model as model_io
 from .errors import ArtifactError, raised_in_user_code
+from .profiles import first_use_compiles
 from .spec import DimSize, NamedDimension
 
 log = logging.getLogger("tripy_build.build")
@@ -380,7 +381,24 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
     t0 = time.perf_counter()
     path = save(exe, target, replace=replace)
     stage("write", time.perf_counter() - t0)
-    return path, key, model_name, False, timings, artifact.read_manifest(path)
+    manifest = artifact.read_manifest(path)
+    warn_first_use_compiles(manifest, artifact.read_index(path, manifest, "compile_seconds"))
+    return path, key, model_name, False, timings, manifest
+
+
+def warn_first_use_compiles(manifest: dict[str, Any], seconds: dict[str, float]) -> None:
+    """One warning for a build whose artifact compiles some in-range shapes on first use: which sizes of
+    which dims, what such a compile costs (the profiles' mean compile time), and the fix."""
+    gaps = [(d["name"] or d["symbol"], text) for d in manifest.get("dims", []) if (text := first_use_compiles(d))]
+    if not gaps:
+        return
+    mean = sum(seconds.values()) / len(seconds) if seconds else 0.0
+    log.warning(
+        "not every in-range shape is precompiled: %s compile on first use (~%.1f s each, the profiles' mean "
+        "compile time; once per process, then kept in the compile cache). Declare how a dim may be padded "
+        "(model.padding.<dim>=rows|mask, proven at build) to serve it from the buckets instead, or list the "
+        "sizes you need in shapes.buckets.<dim>.",
+        "; ".join(f"dim {name}: {text}" for name, text in gaps), mean)
 
 
 def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, sources) -> BuildResult:
@@ -388,9 +406,11 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
     inputs = {}
     for spec in manifest.get("input_specs", []):
         inputs[spec["path"]] = artifact.spec_text(spec)
-    dims = [f"{d['name'] or d['symbol']} [{d['min']}..{d['max']}]: {d['strategy']}"
-            + (f" ({d['padding']})" if d["strategy"] == "padded" else "")
+    strategies = {"padded": "padded ({padding})", "buckets": "not padded", "compile": "not padded, opt only",
+                  "dynamic": "dynamic"}
+    dims = [f"{d['name'] or d['symbol']} [{d['min']}..{d['max']}]: {strategies[d['strategy']].format(**d)}"
             + (f", buckets {' '.join(map(str, d['buckets']))}" if d["buckets"] and d["strategy"] != "dynamic" else "")
+            + (f"; {first_use} compile on first use" if (first_use := first_use_compiles(d)) else "")
             for d in manifest.get("dims", [])]
     files: dict[str, int] = {}
     index = artifact.read_index(Path(path), manifest)

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import artifact, host
 from .errors import exit_status
+from .profiles import first_use_compiles
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
@@ -64,9 +65,9 @@ def describe(path: str | os.PathLike, costs: dict[str, Any] | None = None) -> st
         out += [f"  passed to the function, not part of the signature: {passed}"]
     out += ["", "outputs"] + _table(["output", "spec"], [[i, artifact.spec_text(o)] for i, o in enumerate(m.get("outputs", []))])
     if m.get("dims"):
-        out += ["", "dims"] + _table(["dim", "range", "opt", "strategy", "padding", "buckets"], [
+        out += ["", "dims"] + _table(["dim", "range", "opt", "strategy", "padding", "buckets", "compiled on first use"], [
             [d["name"] or d["symbol"], f"[{d['min']}..{d['max']}]", d["opt"], d["strategy"], d["padding"] or "-",
-             " ".join(map(str, d["buckets"])) or "-"] for d in m["dims"]])
+             " ".join(map(str, d["buckets"])) or "-", first_use_compiles(d) or "none"] for d in m["dims"]])
     rows = []
     for e in m.get("executables", []):
         c = (costs or {}).get(e["file"], {})

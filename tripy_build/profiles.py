@@ -74,18 +74,6 @@ class DimPlan:
             return "padded"
         return "buckets" if self.buckets else "compile"
 
-    def covered(self) -> str:
-        """In words: which sizes run without compiling."""
-        lo, opt, hi = self.bounds
-        if self.strategy == "padded":
-            top = self.buckets[-1]
-            rest = "" if top == hi else f"; sizes above {top} compile on first use"
-            return f"sizes {lo}..{top} run the smallest bucket that covers them ({self.padding} padding){rest}"
-        if self.strategy == "buckets":
-            return (f"sizes {', '.join(map(str, self.buckets))} run precompiled; others compile on first use "
-                    "(no padding declared for this dim)")
-        return f"size {opt} runs precompiled; others compile on first use"
-
     def target(self, size: int) -> int:
         """The size to run ``size`` at: the smallest covering bucket if padded, else ``size`` itself."""
         if self.padding and self.buckets and size <= self.buckets[-1]:
@@ -104,6 +92,21 @@ class DimPlan:
         return cls(str(data["symbol"]), data["name"], (int(data["min"]), int(data["opt"]), int(data["max"])),
                    tuple((index[p], int(a)) for p, a in data["uses"]), tuple(int(b) for b in data["buckets"]),
                    data["padding"])
+
+
+def first_use_compiles(dim: Mapping[str, Any]) -> str:
+    """In words, the sizes of a dim (its manifest entry, ``DimPlan.to_json``) that no precompiled profile
+    serves, so that their first call compiles; ``""`` when every in-range size runs without compiling."""
+    lo, opt, hi = dim["min"], dim["opt"], dim["max"]
+    buckets = list(dim["buckets"])
+    if dim["strategy"] == "dynamic":
+        return ""
+    if dim["strategy"] == "padded":
+        return "" if buckets[-1] >= hi else f"sizes {buckets[-1] + 1}..{hi}"
+    kept = buckets if dim["strategy"] == "buckets" else [opt]
+    if len(kept) >= hi - lo + 1:
+        return ""
+    return f"sizes other than {' '.join(map(str, kept))}"
 
 
 def plan_dims(symbols: Sequence[Any], leaf_paths: Sequence[str], buckets: Any = DEFAULT_BUCKETS,
