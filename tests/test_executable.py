@@ -339,3 +339,16 @@ def test_repr_lists_the_visible_inputs_only():
     exe = tb.compile(lambda x, y: x + y, args=[tb.InputInfo((2,), "float32"), tb.InputInfo((2,), "float32")])
     bound = exe.bind(y=np.ones(2, np.float32))
     assert "y:" in repr(exe) and "y:" not in repr(bound) and "x: InputInfo(shape=(2,)" in repr(bound)
+
+
+def test_bind_of_a_runtime_input_refuses_another_dtype_as_a_call_does():
+    """float64 for an input declared float32: refused by bind() as by a call (device_put would cast it)."""
+    exe = tb.compile(lambda x, y: x + y, args=[tb.InputInfo((2,), "float32"), tb.InputInfo((2,), "float32")])
+    wide = np.ones(2, np.float64)
+    with pytest.raises(tb.TripyBuildError, match=r"input 'y' has dtype float64 but expected float32.*no silent casts"):
+        exe(np.ones(2, np.float32), wide)
+    with pytest.raises(tb.TripyBuildError, match=r"input 'y' has dtype float64 but expected float32.*no silent casts"):
+        exe.bind(y=wide)
+    with pytest.raises(tb.TripyBuildError, match=r"input 'y' dim 0 is 3"):
+        exe.bind(y=np.ones(3, np.float32))
+    assert_close(exe.bind(y=np.ones(2, np.float32))(np.ones(2, np.float32)), jnp.full((2,), 2.0, jnp.float32))

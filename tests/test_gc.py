@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build import gc
+from tripy_build import artifact, gc
 
 
 def _artifacts(root: Path, n: int) -> list[Path]:
@@ -31,7 +31,7 @@ def _artifacts(root: Path, n: int) -> list[Path]:
 def test_least_recently_used_go_first_and_a_load_counts_as_use(tmp_path):
     paths = _artifacts(tmp_path, 4)
     tb.load(paths[0], warmup="none")  # now the most recently used
-    size = gc._size(paths[1])
+    size = artifact.disk_size(paths[1])
     result = gc.collect(tmp_path, max_bytes=int(2.5 * size))
     assert [p for p, _ in result.removed] == [paths[1], paths[2]]
     assert all(p.is_dir() for p in (paths[0], paths[3])) and not paths[1].exists() and not paths[2].exists()
@@ -67,6 +67,15 @@ def test_an_artifact_being_loaded_is_never_removed(tmp_path):
 def test_command_and_config_budget(tmp_path):
     _artifacts(tmp_path / "arts", 3)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    dry = subprocess.run([sys.executable, "-m", "tripy_build", "gc", str(tmp_path / "arts"), "--max-bytes", "1",
+                          "--dry-run"], capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0 and dry.stdout.startswith("would remove 3 artifact(s)"), dry.stdout
+    assert " removed" not in dry.stdout and len(list((tmp_path / "arts").rglob("manifest.json"))) == 3
+    listed = subprocess.run([sys.executable, "-m", "tripy_build", "list", str(tmp_path / "arts")], capture_output=True,
+                            text=True, env=env, timeout=120)
+    for line in dry.stdout.splitlines()[1:]:  # gc and list give an artifact the same size, in the same units
+        key, size = line.split("/")[-1].split(" (")
+        assert any(key[:16] in row and size.rstrip(")") in row for row in listed.stdout.splitlines()), (line, listed.stdout)
     proc = subprocess.run([sys.executable, "-m", "tripy_build", "gc", str(tmp_path / "arts"), "--max-bytes", "1"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and "removed 3 artifact(s)" in proc.stdout, proc.stderr

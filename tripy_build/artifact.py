@@ -65,8 +65,13 @@ def list_files(root: Path, prefixes: Sequence[str] | None = None) -> dict[str, d
     return out
 
 
+def disk_size(path: Path) -> int:
+    """The bytes an artifact takes on disk, every file counted (what ``gc`` frees and ``list`` shows)."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def human_size(n: float) -> str:
-    """``9.0 MB``: a byte count as the build summary, ``inspect`` and ``list`` show it."""
+    """``9.0 MB``: a byte count as every command shows it, in units of 1024 (as ``gc --max-bytes 2G`` reads it)."""
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

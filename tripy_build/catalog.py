@@ -35,7 +35,7 @@ def describe(path: Path) -> dict[str, Any]:
     date = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
     try:
         m = artifact.read_manifest(path)
-        index = artifact.read_index(path, m)
+        artifact.read_index(path, m)  # a damaged index makes the row say so
     except TripyBuildError as e:
         return {"model": path.parent.name, "inputs": "-", "options": f"damaged: {str(e).splitlines()[0][:80]}",
                 "profiles": "-", "size": "-", "date": date, "key": path.name}
@@ -48,11 +48,10 @@ def describe(path: Path) -> dict[str, Any]:
         options.append(f"cpu={config['target_cpu']}")
     if (meta.get("build_key_parts") or {}).get("params", {}).get("init") == "checkpoint":
         options.append("checkpoint")
-    size = sum(e.get("size", 0) for e in {**m.get("files", {}), **index}.values())
     return {
         "model": meta.get("model") or m.get("function", "?"),
         "inputs": "; ".join(f"{s['path']} {artifact.spec_text(s)}" for s in m.get("input_specs", [])),
-        "options": " ".join(options), "profiles": str(len(m.get("executables", []))), "size": artifact.human_size(size),
+        "options": " ".join(options), "profiles": str(len(m.get("executables", []))), "size": artifact.human_size(artifact.disk_size(path)),
         "date": date, "key": str(meta.get("build_key", path.name))[:16],
     }
 

@@ -337,12 +337,14 @@ def mark_pareto(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
+    from .artifact import human_size
+
     benched = "latency_ms" in (rows[0] if rows else {})
     headers = ("job", "overrides", "status", "time s", "size", *(("p50 ms", "p99 ms", "stalls", "pareto") if benched else ()),
                "path / error")
     body = [
         (str(r["job"]), r["overrides"], r["status"], f"{r['build_seconds']}" if r["build_seconds"] != "" else "-",
-         f"{r['size_bytes'] / 1024:.0f} KB" if r["size_bytes"] != "" else "-",
+         human_size(r["size_bytes"]) if r["size_bytes"] != "" else "-",
          *((str(r["latency_ms"] or "-"), str(r["p99_ms"] or "-"), str(r["stalls"] if r["stalls"] != "" else "-"),
             r["pareto"]) if benched else ()),
          r["path"] if r["status"] != "failed" else str(r["error"]).splitlines()[0][:100])

@@ -22,6 +22,7 @@ from . import eager, iree_backend
 from . import precision as precision_lib
 from . import profiles as profiles_lib
 from . import xla_executable
+from .artifact import human_size
 from .dispatch import Dispatcher, output_axes
 from .errors import SpecError
 from .executable import Executable, Precompiled
@@ -270,7 +271,7 @@ def _compile_all(compile_one: Callable[[int, dict[str, int]], Precompiled], targ
         profile = {d.name or d.symbol: n for d, n in zip(dims, targets[i])}
         pre = compile_one(i, profile)
         label = " ".join(f"{k}={v}" for k, v in profile.items()) or "static"
-        log(f"  profile {next(done)}/{len(targets)} {label} ({len(pre.blob) / 1024:.0f} KB)", pre.seconds)
+        log(f"  profile {next(done)}/{len(targets)} {label} ({human_size(len(pre.blob))})", pre.seconds)
         return pre
 
     workers = max(1, min(len(targets), len(usable_cores())))

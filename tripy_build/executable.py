@@ -172,6 +172,11 @@ class Executable:
 
     def _with_bound(self, values: dict[str, Any], dirs: dict[str, str]) -> "Executable":
         """``bind`` for runtime inputs, with the artifact directory each bound input is saved to."""
+        for name, value in values.items():  # as given, before device_put could cast (float64 -> float32)
+            leaves: list[Any] = []
+            flatten_like(next(p for p in self._parameters if p.name == name).template, value, name, leaves)
+            for leaf, (path, info) in zip(leaves, self._leaves_of(name)):
+                check_leaf(leaf, path, info)
         new = copy.copy(self)
         new._bound = dict(self._bound)
         new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})
@@ -179,9 +184,6 @@ class Executable:
         if values and new._selftest_source is None:
             new._origin = None
         new._derive()
-        for name in values:
-            for value, (path, info) in zip(new._bound_leaves[name], new._leaves_of(name)):
-                check_leaf(value, path, info)
         return new
 
     def _assemble_named(self, values: dict[str, Any]) -> list[Any]:

@@ -72,19 +72,18 @@ class Collected:
     in_use: list[Path] = field(default_factory=list)
     kept_bytes: int = 0
     memo_entries: int = 0
+    dry_run: bool = False  # ``removed`` lists what would be removed
 
     def summary(self) -> str:
         freed = sum(n for _, n in self.removed)
-        lines = [f"removed {len(self.removed)} artifact(s), {freed / 1e6:.1f} MB; kept {self.kept_bytes / 1e6:.1f} MB"]
-        lines += [f"  removed {p} ({n / 1e6:.1f} MB)" for p, n in self.removed]
+        verb = "would remove" if self.dry_run else "removed"
+        lines = [f"{verb} {len(self.removed)} artifact(s), {artifact.human_size(freed)}; "
+                 f"{'would keep' if self.dry_run else 'kept'} {artifact.human_size(self.kept_bytes)}"]
+        lines += [f"  {verb} {p} ({artifact.human_size(n)})" for p, n in self.removed]
         lines += [f"  in use, kept: {p}" for p in self.in_use]
         if self.memo_entries:
             lines.append(f"  dropped {self.memo_entries} memo entr{'y' if self.memo_entries == 1 else 'ies'} of removed artifacts")
         return "\n".join(lines)
-
-
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def collect(root: str | os.PathLike, max_bytes: int | None = None, max_age_days: float | None = None,
@@ -94,13 +93,13 @@ def collect(root: str | os.PathLike, max_bytes: int | None = None, max_age_days:
     from .catalog import find
 
     root = Path(root)
-    done = Collected()
+    done = Collected(dry_run=dry_run)
     if not root.is_dir():
         return done
     for model_dir in [root, *(p for p in root.iterdir() if p.is_dir())]:
         artifact.remove_stale_temporaries(model_dir)
     kept = {Path(k).resolve() for k in keep}
-    found = [(p, (p / artifact.MANIFEST).stat().st_atime, _size(p)) for p in find(root)]
+    found = [(p, (p / artifact.MANIFEST).stat().st_atime, artifact.disk_size(p)) for p in find(root)]
     found.sort(key=lambda e: e[1])
     total = sum(n for _, _, n in found)
     now = time.time()
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> None:
         result = collect(args.artifacts_dir, parse_size(args.max_bytes) if args.max_bytes else None,
                          args.max_age_days, dry_run=args.dry_run)
-        print(("(dry run) " if args.dry_run else "") + result.summary())
+        print(result.summary())
     return exit_status(run)
 
 

@@ -92,7 +92,7 @@ def _load(report: Report, root: Path, label: str = "", trust_executables: bool =
             how = "deserialized and usable here" if trust_executables else \
                 "compiled here from the portable program (the shipped executables ignored)"
             report.check(True, f"{label}load", f"{n} precompiled profile(s) {how}; weights "
-                                               f"{sum(v.nbytes for v in exe.weights.values()) / 1e6:.1f} MB")
+                                               f"{artifact.human_size(sum(v.nbytes for v in exe.weights.values()))}")
     return exe
 
 
