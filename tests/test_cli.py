@@ -489,6 +489,30 @@ def test_bench_plot_draws_latency_against_shape(tmp_path):
     assert "padding overhead" in proc.stdout
 
 
+def test_bench_plot_of_two_dims_is_a_heatmap_with_a_cell_per_profile(tmp_path):
+    """The transformer's (batch, seq): a cell per pair of buckets a call runs, its median steady latency."""
+    pytest.importorskip("matplotlib", reason="the plot extra (pip install -e '.[plot]'); CI installs it")
+    from tripy_build.bench import cells
+
+    cfg = compose_cfg(["model=transformer", *SMALL["transformer"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
+                       "shapes.dims.seq=[1,4,8]", f"artifacts_dir={tmp_path / 'arts'}"])
+    path = build(config.validate(cfg)).path
+    png, out = tmp_path / "latency.png", tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "tripy_build.bench", str(path), "--plot", str(png), "--stream", "30",
+                           "--shapes", "1", "--cold-rounds", "0", "--budget", "0.02", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    result = json.loads(out.read_text())
+    xs, ys, grid = cells(result)
+    assert xs == [0.5, 1.5, 2.5, 4.5] and ys == [0.5, 1.5, 2.5, 4.5, 8.5]  # buckets 1 2 4 and 1 2 4 8
+    for j, row in enumerate(grid):
+        for i, value in enumerate(row):
+            inside = [p["steady_ms"] for p in result["stream"]["points"]
+                      if xs[i] < p["sizes"][0] < xs[i + 1] and ys[j] < p["sizes"][1] < ys[j + 1]]
+            assert (value is None) == (not inside) and (not inside or value == float(np.median(inside)))
+
+
 def test_model_padding_in_the_config_overrides_the_class_per_dim():
 
     vb = config.validate(compose_cfg(["model=transformer", "shapes=dynamic", "model.padding.seq=none"]))

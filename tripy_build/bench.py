@@ -241,6 +241,9 @@ def plot(result: dict[str, Any], out: str) -> None:
 
         raise TripyBuildError("--plot needs matplotlib: pip install 'tripy_build[plot]'.") from None
     dims = result["dims"]
+    if len(dims) == 2:
+        _heatmap(result, out, plt)
+        return
     fig, axes = plt.subplots(1, max(1, len(dims)), figsize=(5.5 * max(1, len(dims)), 4), squeeze=False)
     points = result["stream"]["points"]
     for ax, (i, d) in zip(axes[0], enumerate(dims)):
@@ -256,6 +259,57 @@ def plot(result: dict[str, Any], out: str) -> None:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.suptitle(f"{result['function']}: latency against shape")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def cells(result: dict[str, Any]) -> tuple[list[float], list[float], list[list[float | None]]]:
+    """The stream's steady latencies of a two-dim artifact on a grid whose cells are the sizes that run
+    the same profile: along a padded dim a cell is one bucket (the sizes it covers), along another each
+    size the stream met is its own. Returns the cell edges along each dim and the median latency (ms)
+    per cell, ``grid[j][i]`` for cell i of the first dim and j of the second (None where the stream had
+    no call)."""
+    import numpy as np
+
+    points = result["stream"]["points"]
+    edges = []
+    for i, d in enumerate(result["dims"]):
+        if d["strategy"] == "padded":
+            tops = [b for b in d["buckets"]] + ([d["max"]] if d["buckets"][-1] < d["max"] else [])
+        else:
+            tops = sorted({p["sizes"][i] for p in points})
+        edges.append([d["min"] - 0.5] + [t + 0.5 for t in tops])
+    grid: list[list[list[float]]] = [[[] for _ in edges[0][1:]] for _ in edges[1][1:]]
+    for p in points:
+        i, j = (int(np.searchsorted(e, size) - 1) for e, size in zip(edges, p["sizes"]))
+        grid[j][i].append(p["steady_ms"])
+    return edges[0], edges[1], [[float(np.median(c)) if c else None for c in row] for row in grid]
+
+
+def _heatmap(result: dict[str, Any], out: str, plt: Any) -> None:
+    """Two dims: steady latency as a heatmap over both (a cell per profile a call runs), the stream's calls
+    as dots, and the calls that stalled ringed."""
+    import numpy as np
+    from matplotlib.colors import LogNorm
+
+    (a, b), points = result["dims"], result["stream"]["points"]
+    xs, ys, grid = cells(result)
+    values = np.array([[np.nan if v is None else v for v in row] for row in grid])
+    fig, ax = plt.subplots(figsize=(7, 5))
+    finite = values[np.isfinite(values)]
+    mesh = ax.pcolormesh(xs, ys, np.ma.masked_invalid(values), cmap="viridis", shading="flat",
+                         norm=LogNorm(vmin=finite.min(), vmax=finite.max()) if finite.size else None)
+    fig.colorbar(mesh, ax=ax, label="steady latency (ms), median per cell")
+    ax.scatter([p["sizes"][0] for p in points], [p["sizes"][1] for p in points], s=6, color="white", alpha=0.7,
+               label="calls in the stream")
+    stalled = result["stream"]["stalled"]
+    if stalled:
+        ax.scatter([p["sizes"][0] for p in stalled], [p["sizes"][1] for p in stalled], s=40, facecolors="none",
+                   edgecolors="red", label="stalled (first call)")
+    ax.set_xlabel(f"{a['name']} ({a['strategy']})")
+    ax.set_ylabel(f"{b['name']} ({b['strategy']})")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"{result['function']}: latency over {a['name']} x {b['name']} (cells: the profile a call runs)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
