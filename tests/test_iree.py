@@ -168,7 +168,10 @@ def test_build_command_with_backend_iree_records_the_compiler_in_key_and_summary
     vb = config.validate(compose_cfg([*overrides, "backend=iree"]))
     assert vb.compiler == "iree" and vb.platforms == ["cpu"]
     result = build(vb)
-    assert "by IREE (dynamic)" in result.profiles
+    assert "by IREE (dynamic)" in result.profiles and "the weights are stored twice" in result.profiles
+    module = sum(f.stat().st_size for f in (result.path / "executables").iterdir())
+    weights = sum(f.stat().st_size for f in (result.path / "weights").iterdir())
+    assert module > weights  # as the summary says: the module holds the weights as well
     m = json.loads((result.path / "manifest.json").read_text())
     assert m["metadata"]["build_key_parts"]["compiler_options"] == {
         "iree": {"flags": list(iree_backend.FLAGS), **iree_backend.versions()}}

@@ -423,6 +423,9 @@ def result_from_manifest(path, key, model_name, cache_hit, timings, manifest, so
     by = f" by {compiler['name'].upper()}" + (f" ({compiler['mode']})" if compiler.get("mode") else "")
     if compiler.get("why"):
         by += f", as it cannot compile the dynamic program ({compiler['why']})"
+    if compiler.get("mode") == "dynamic":
+        by += ("; the weights are stored twice: packed into the module as constants (IREE repacks weights passed "
+               "as arguments on every call, 2.5-5x slower) and as weights/ (verify, rebuilds, checkpoints)")
     profiles = (f"{len(executables)} precompiled{by}, {artifact.human_size(sum(index.get(e['file'], {}).get('size', 0) for e in executables))}, "
                 f"{sum(seconds.get(e['file'], 0) for e in executables):.1f} s of compile time") if executables else ""
     p = (manifest.get("metadata") or {}).get("precision")

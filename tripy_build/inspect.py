@@ -78,6 +78,7 @@ def describe(path: str | os.PathLike, costs: dict[str, Any] | None = None) -> st
                      artifact.human_size(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
     compiler = m.get("compiler") or {"name": "xla"}
     out += ["", f"compiler: {compiler['name']}" + (f", {compiler['mode']}" if compiler.get("mode") else "")
+            + (" (weights stored twice: packed in the module, and as weights/)" if compiler.get("mode") == "dynamic" else "")
             + (f" (the dynamic program was refused: {compiler['why']})" if compiler.get("why") else "")
             + (f", flags {' '.join(compiler['flags'])}" if compiler.get("flags") else "")]
     out += ["", f"profiles ({len(rows)})"] + _table(["profile", "file", "size", "compile s", "MFLOP", "temp"], rows)
