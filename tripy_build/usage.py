@@ -24,7 +24,7 @@ COMMANDS = [
     ("list [ARTIFACTS_DIR]", "what was built there (default: artifacts): model, shapes, options, size, date, key"),
     ("bench PATH", "cold start, stalls and latency of an artifact where it runs"),
     ("gc [DIR] --max-bytes 2G --max-age-days 30", "remove least recently used artifacts (never one being loaded)"),
-    ("serve PATH... [--port 8000] [--max-delay-ms 0]", "serve artifacts over HTTP (KServe v2, Triton's client works), "
+    ("serve PATH... [--host 127.0.0.1] [--port 8000] [--max-delay-ms 0]", "serve artifacts over HTTP (KServe v2, Triton's client works), "
      "batching requests along the rows dim"),
 ]
 
