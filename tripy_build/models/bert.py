@@ -75,7 +75,8 @@ class Bert:
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})."
             )
         activation(self.hidden_act, "hidden_act")
 

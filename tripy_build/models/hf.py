@@ -12,6 +12,9 @@ list indices (layer, stage, layer in stage, conv in layer). The keys are relativ
 prefix: none for the bare model (``BertModel.save_pretrained``), or the head model's
 ``base_model_prefix`` (``bert.``, ``transformer.``, ``vit.``, ``resnet.``), found from the file.
 
+Old checkpoints' ``LayerNorm.gamma``/``LayerNorm.beta`` are read as ``LayerNorm.weight``/``.bias``
+(``LEGACY_RENAMES``, as transformers does).
+
 Checked, each failure one line naming the tensor (or key), what was expected and what was found:
 
 - ``config.json``'s ``model_type`` is the zoo model's (``model=bert`` with a GPT-2 directory fails);
@@ -79,6 +82,11 @@ class Architecture:
     names: tuple[tuple[str, str], ...]    # (checkpoint key template, zoo path template)
     ignored: tuple[str, ...] = ()         # regexes of known non-parameter tensors under the prefix
     unsupported: tuple[tuple[str, Any], ...] = ()  # (config key, the only value the zoo model implements)
+    hints: tuple[tuple[str, str], ...] = ()        # (key prefix, why such a tensor may be missing)
+
+
+_NO_POOLER = (("pooler.", "the checkpoint has no pooler: head models such as BertForMaskedLM and "
+               "ViTForImageClassification save the model without one; this zoo model outputs pooler_output"),)
 
 
 NAMES: dict[str, Architecture] = {
@@ -103,6 +111,7 @@ NAMES: dict[str, Architecture] = {
         ignored=(r"embeddings\.position_ids", r"embeddings\.token_type_ids"),
         unsupported=(("is_decoder", False), ("add_cross_attention", False),
                      ("position_embedding_type", "absolute")),
+        hints=_NO_POOLER,
     ),
     "gpt2": Architecture(
         model_type="gpt2",
@@ -140,6 +149,7 @@ NAMES: dict[str, Architecture] = {
              *_linear("pooler.dense", "pooler")]
         ),
         ignored=(r"embeddings\.mask_token",),  # ViTForMaskedImageModeling's; unused without bool_masked_pos
+        hints=_NO_POOLER,
     ),
     "resnet50": Architecture(
         model_type="resnet",
@@ -152,6 +162,19 @@ NAMES: dict[str, Architecture] = {
         ignored=(r".*\.num_batches_tracked",),
     ),
 }
+
+# Old (TensorFlow-converted) checkpoints name LayerNorm parameters gamma/beta; transformers renames them
+# on load for every model ("legacy" in its conversion_mapping.py), and so does this reader.
+LEGACY_RENAMES: tuple[tuple[str, str], ...] = ((r"LayerNorm\.gamma\Z", "LayerNorm.weight"),
+                                               (r"LayerNorm\.beta\Z", "LayerNorm.bias"))
+_LEGACY = [(re.compile(rx), new) for rx, new in LEGACY_RENAMES]
+
+
+def _modern(key: str) -> str:
+    for rx, new in _LEGACY:
+        key = rx.sub(new, key)
+    return key
+
 
 def architecture(model_class: type) -> Architecture:
     try:
@@ -314,6 +337,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
         with opened(path) as f:
             keys.update(f.keys())
     # The prefix under which the file holds the model: the one that holds most of its tensors.
+    keys = {_modern(k) for k in keys}
     prefix = max(arch.prefixes, key=lambda p: sum(p + k in keys for k in expected))
     loaded: dict[str, jax.Array] = {}
     for path in files:
@@ -321,7 +345,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
             for key in f.keys():
                 if not key.startswith(prefix):
                     continue  # a head model's heads (cls.*, classifier.*, lm_head.weight): not the model's
-                rel = key[len(prefix):]
+                rel = _modern(key[len(prefix):])
                 if rel not in expected:
                     if any(rx.match(rel) for rx in ignored):
                         continue
@@ -340,14 +364,20 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                     raise CheckpointError(
                         f"tensor {key} in {path} has dtype {found_dtype}, expected F32 (for {zoo})."
                     )
+                if zoo in loaded:
+                    raise CheckpointError(
+                        f"tensor {key} in {path} is a second tensor for {prefix}{rel} (for {zoo}): "
+                        f"a checkpoint has either LayerNorm.gamma/beta or LayerNorm.weight/bias, not both."
+                    )
                 loaded[zoo] = jnp.asarray(f.get_tensor(key))
     missing = [k for k, (zoo, _) in expected.items() if zoo not in loaded]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         where = files[0] if len(files) == 1 else checkpoint_dir
+        hint = next((f" ({text})" for start, text in arch.hints if missing[0].startswith(start)), "")
         raise CheckpointError(
             f"missing tensor {prefix}{missing[0]} in {where}{more}: {_describe(model)} needs it, "
-            f"shape {list(expected[missing[0]][1])} (for {expected[missing[0]][0]})."
+            f"shape {list(expected[missing[0]][1])} (for {expected[missing[0]][0]}){hint}."
         )
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)

@@ -88,7 +88,8 @@ class ViT:
             _pair(getattr(self, f))
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})."
             )
         (h, w), (ph, pw) = _pair(self.image_size), _pair(self.patch_size)
         if h < ph or w < pw:
