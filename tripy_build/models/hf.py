@@ -374,7 +374,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         where = files[0] if len(files) == 1 else checkpoint_dir
-        hint = next((f" ({text})" for start, text in arch.hints if missing[0].startswith(start)), "")
+        hint = next((f"; {text}" for start, text in arch.hints if missing[0].startswith(start)), "")
         raise CheckpointError(
             f"missing tensor {prefix}{missing[0]} in {where}{more}: {_describe(model)} needs it, "
             f"shape {list(expected[missing[0]][1])} (for {expected[missing[0]][0]}){hint}."
