@@ -46,3 +46,96 @@ def conv_init(key: jax.Array, kernel: int, c_in: int, c_out: int) -> Params:
     kw, kb = jax.random.split(key)
     fan_in = kernel * kernel * c_in
     return {"kernel": _uniform(kw, (kernel, kernel, c_in, c_out), fan_in), "bias": _uniform(kb, (c_out,), fan_in)}
+
+
+# --- Shared by the Hugging Face architectures (bert, gpt2, vit, resnet) --------------------------
+
+def _quick_gelu(x: jax.Array) -> jax.Array:
+    return x * jax.nn.sigmoid(1.702 * x)
+
+
+# Hugging Face's ``ACT2FN`` names (transformers/activations.py) -> the same function in JAX.
+# "gelu" is the exact (erf) GELU; "gelu_new", "gelu_pytorch_tanh" and "gelu_fast" are all the tanh
+# approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), which is jax.nn.gelu(approximate=True).
+ACTIVATIONS: dict[str, Any] = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_fast": lambda x: jax.nn.gelu(x, approximate=True),
+    "quick_gelu": _quick_gelu,
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+    "sigmoid": jax.nn.sigmoid,
+    "linear": lambda x: x,
+}
+
+
+def activation(name: str, setting: str = "activation"):
+    """The activation Hugging Face calls ``name``; ``ValueError`` naming the setting and the supported names."""
+    try:
+        return ACTIVATIONS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"{setting}={name!r} is not supported; supported: {', '.join(sorted(ACTIVATIONS))}."
+        ) from None
+
+
+def normal_init(key: jax.Array, shape: tuple[int, ...], std: float = 0.02) -> jax.Array:
+    return std * jax.random.normal(key, shape, jnp.float32)
+
+
+def embed(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """Rows of ``table`` for integer ``ids``; out-of-range ids are clamped (a gather never yields NaN)."""
+    return jnp.take(table, ids, axis=0, mode="clip")
+
+
+def positions(table: jax.Array, seq: Any) -> jax.Array:
+    """Rows ``0..seq-1`` of a position table, ``[seq, d]``, for a static or symbolic ``seq``.
+
+    (``table[:seq]`` would have the shape ``min(n, seq)`` under ``jax.export``, which does not broadcast
+    against ``seq``; a gather of ``arange(seq)`` has the shape ``seq``. Positions past the table's end
+    are clamped to its last row.)
+    """
+    return jnp.take(table, jnp.arange(seq), axis=0, mode="clip")
+
+
+def mask_bias(keep: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
+    """0 where ``keep``, the dtype's most negative finite value elsewhere (Hugging Face's additive mask).
+
+    A finite bias keeps a fully masked row finite (its softmax is uniform), where ``-inf`` gives NaN.
+    """
+    return jnp.where(keep, jnp.zeros((), dtype), jnp.finfo(dtype).min)
+
+
+def attend(qkv: jax.Array, heads: int, bias: jax.Array | None = None) -> jax.Array:
+    """Multi-head attention from a fused projection ``qkv: [b, s, 3 * d]`` (q already scaled) -> ``[b, s, d]``.
+
+    The last axis is ``[q | k | v]``, each ``heads`` blocks of ``d // heads``, as Hugging Face splits them.
+    ``bias`` (broadcastable to ``[b, heads, s, s]``) is added to the scores. Only the static last axis
+    is reshaped, so ``b`` and ``s`` may be symbolic.
+    """
+    b, s, three_d = qkv.shape
+    d = three_d // 3
+    qkv = qkv.reshape(b, s, 3, heads, d // heads)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    scores = jnp.einsum("bqnh,bknh->bnqk", q, k)
+    if bias is not None:
+        scores = scores + bias
+    probs = jax.nn.softmax(scores, axis=-1)
+    ctx = jnp.einsum("bnqk,bknh->bqnh", probs, v)
+    return ctx.reshape(b, s, d)
+
+
+def fused_qkv(q: Params, k: Params, v: Params, scale: float) -> tuple[jax.Array, jax.Array | None]:
+    """Three ``[out, in]`` Linears -> one ``[in, 3 * out]`` weight and bias, q scaled by ``scale``.
+
+    Weight-only work: tripy_build hoists it out of the compiled program and does it once at load.
+    A Linear without ``bias`` counts as a zero bias; the result's bias is None when none has one.
+    """
+    w = jnp.concatenate([q["weight"] * scale, k["weight"], v["weight"]], axis=0).T
+    if not any("bias" in p for p in (q, k, v)):
+        return w, None
+    biases = [p["bias"] if "bias" in p else jnp.zeros(p["weight"].shape[:1], p["weight"].dtype) for p in (q, k, v)]
+    return w, jnp.concatenate([biases[0] * scale, biases[1], biases[2]])

@@ -1,0 +1,129 @@
+"""BERT (Hugging Face ``BertModel``, with its pooler), in plain JAX.
+
+Fields are ``BertConfig``'s keys, defaults BERT-base (``bert-base-uncased``'s sizes), so a
+checkpoint's ``config.json`` maps onto the dataclass by key (see ``tripy_build.models.hf``).
+
+Inputs (int32 ``[batch, seq]``, Hugging Face's names): ``input_ids``, ``attention_mask`` (1 = real
+token, 0 = padding), ``token_type_ids``. Output: ``{"last_hidden_state": [batch, seq, hidden_size],
+"pooler_output": [batch, hidden_size]}``. Positions are ``0..seq-1`` (``BertModel`` without
+``position_ids``).
+
+    h = LN(word[ids] + token_type[types] + position[0..s-1])
+    per layer: a = LN(h + Out(Attention(h)));  h = LN(a + Down(act(Up(a))))     # post-LN
+    pooler_output = tanh(Pooler(h[:, 0]))
+
+Masking: keys where ``attention_mask == 0`` get the additive bias ``finfo(float32).min`` (as
+Hugging Face does), so they get zero attention weight and a fully masked row stays finite. Every
+other step acts on each position alone and every batch row alone: a sequence padded at the end with
+``attention_mask = 0`` (any valid ids there) gives, at its real positions and in ``pooler_output``
+(position 0), the unpadded result. Hence ``padding = {"batch": "rows", "seq": {"mask_input":
+"attention_mask"}}``. Token ids and token types out of range are clamped (never NaN); positions past
+``max_position_embeddings`` reuse the last row, where Hugging Face raises: keep ``seq`` within it.
+
+Params (Hugging Face's layouts: Linear weights ``[out, in]``; loading a checkpoint is a rename)::
+
+    {"embeddings": {"word": [vocab_size, d], "position": [max_position_embeddings, d],
+                    "token_type": [type_vocab_size, d], "ln": {"scale": [d], "bias": [d]}},
+     "layers": [{"query" | "key" | "value" | "attn_out": {"weight": [d, d], "bias": [d]},
+                 "attn_ln": {"scale", "bias"},
+                 "intermediate": {"weight": [intermediate_size, d], "bias": [intermediate_size]},
+                 "output": {"weight": [d, intermediate_size], "bias": [d]},
+                 "output_ln": {"scale", "bias"}}, ...],          # num_hidden_layers of them
+     "pooler": {"weight": [d, d], "bias": [d]}}
+
+``apply`` concatenates query/key/value into one ``[d, 3d]`` matmul (with the 1/sqrt(head_dim) scale
+folded into the query part): weight-only work, done once at load by tripy_build.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from ._layers import (
+    Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, normal_init, positions,
+)
+
+
+def _linear(key: jax.Array, dim_in: int, dim_out: int) -> Params:
+    return {"weight": normal_init(key, (dim_out, dim_in)), "bias": jnp.zeros((dim_out,), jnp.float32)}
+
+
+def _ln(dim: int) -> Params:
+    return {"scale": jnp.ones((dim,), jnp.float32), "bias": jnp.zeros((dim,), jnp.float32)}
+
+
+@dataclass(frozen=True)
+class Bert:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+
+    name: ClassVar[str] = "bert"
+    padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})."
+            )
+        activation(self.hidden_act, "hidden_act")
+
+    def init(self, key: jax.Array) -> Params:
+        d, ff = self.hidden_size, self.intermediate_size
+        k_word, k_pos, k_type, k_pool, *k_layers = jax.random.split(key, 4 + self.num_hidden_layers)
+        layers = []
+        for k in k_layers:
+            kq, kk, kv, ko, ki, kd = jax.random.split(k, 6)
+            layers.append({
+                "query": _linear(kq, d, d), "key": _linear(kk, d, d), "value": _linear(kv, d, d),
+                "attn_out": _linear(ko, d, d), "attn_ln": _ln(d),
+                "intermediate": _linear(ki, d, ff), "output": _linear(kd, ff, d), "output_ln": _ln(d),
+            })
+        return {
+            "embeddings": {
+                "word": normal_init(k_word, (self.vocab_size, d)),
+                "position": normal_init(k_pos, (self.max_position_embeddings, d)),
+                "token_type": normal_init(k_type, (self.type_vocab_size, d)),
+                "ln": _ln(d),
+            },
+            "layers": layers,
+            "pooler": _linear(k_pool, d, d),
+        }
+
+    def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array,
+              token_type_ids: jax.Array) -> dict[str, jax.Array]:
+        act = activation(self.hidden_act, "hidden_act")
+        eps = self.layer_norm_eps
+        heads = self.num_attention_heads
+        scale = 1.0 / math.sqrt(self.hidden_size // heads)
+        emb = params["embeddings"]
+        h = (embed(emb["word"], input_ids) + embed(emb["token_type"], token_type_ids)
+             + positions(emb["position"], input_ids.shape[1]))
+        h = layer_norm(emb["ln"], h, eps)
+        bias = mask_bias(attention_mask != 0, h.dtype)[:, None, None, :]  # [b, 1, 1, s] over the keys
+        for p in params["layers"]:
+            w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
+            ctx = attend(jnp.matmul(h, w_qkv) + b_qkv, heads, bias)
+            a = layer_norm(p["attn_ln"], h + linear(p["attn_out"], ctx), eps)
+            ff = linear(p["output"], act(linear(p["intermediate"], a)))
+            h = layer_norm(p["output_ln"], a + ff, eps)
+        pooled = jnp.tanh(linear(params["pooler"], h[:, 0]))
+        return {"last_hidden_state": h, "pooler_output": pooled}
+
+    def inputs(self) -> dict[str, list]:
+        return {n: ["batch", "seq"] for n in ("input_ids", "attention_mask", "token_type_ids")}
+
+    def input_dtypes(self) -> dict[str, str]:
+        return {n: "int32" for n in ("input_ids", "attention_mask", "token_type_ids")}
