@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tripy_build as tb  # noqa: E402
-from tripy_build.bench import _steady, cold_start  # noqa: E402
+from tripy_build.cli.bench import _steady, cold_start  # noqa: E402
 from tripy_build.models import MODELS, input_infos  # noqa: E402
 
 DIMS = {"batch": (1, 8, 64), "seq": (1, 64, 256), "height": (8, 32, 64), "width": (8, 32, 64)}
@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     p.add_argument("--models", default="geglu,mlp,transformer,convnet")
     p.add_argument("--cold", type=int, default=5, help="cold-start runs per loader and compiler")
     args = p.parse_args(argv)
-    from tripy_build import iree_backend
+    from tripy_build.runtime import iree as iree_backend
 
     print(f"jax {jax.__version__}, {iree_backend.versions()}, IREE flags {' '.join(iree_backend.FLAGS)}")
     tmp = Path(tempfile.mkdtemp(prefix="iree_vs_xla-"))

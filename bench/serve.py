@@ -74,7 +74,7 @@ class _Direct:
     """A batcher stand-in that runs each request in the handler's thread, as a hand-written server does."""
 
     def __init__(self, fn):
-        from tripy_build.batching import Stats
+        from tripy_build.serve.batching import Stats
 
         self.fn, self.stats = fn, Stats()
 
@@ -92,7 +92,7 @@ def jax_server(kind: str, name: str, out: Path) -> None:
     import jax
 
     import tripy_build as tb
-    from tripy_build import server
+    from tripy_build.serve import http as server
 
     model = zoo_model(name)
     template = model.init(jax.random.PRNGKey(0))

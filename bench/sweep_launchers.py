@@ -28,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tripy_build import artifact, host
-from tripy_build.cli import result_files
+from tripy_build import host
+from tripy_build.artifact import layout as artifact
+from tripy_build.cli.app import result_files
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,3", "precision=float32,bfloat16"]

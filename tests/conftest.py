@@ -41,7 +41,7 @@ def make_geglu_params(dim_in: int = DIM_IN, dim_out: int = DIM_OUT, seed: int = 
 
 def reproducible_files(root: Path) -> dict[str, bytes]:
     """The byte-reproducible files of every artifact under ``root`` (``artifact.reproducible_tree``)."""
-    from tripy_build import artifact
+    from tripy_build.artifact import layout as artifact
 
     return artifact.reproducible_tree(root)
 
@@ -50,7 +50,7 @@ def default_sweep_dir(cwd: Path) -> Path:
     """The one sweep directory a ``-m`` run made under Hydra's default ``hydra.sweep.dir``
     (``multirun/<date>/<time>`` in its working directory ``cwd``), as users run sweeps: every job of the
     sweep must have written there, and the sweep's shared init must be gone."""
-    from tripy_build import cli
+    from tripy_build.cli import app as cli
 
     found = sorted(p for p in (cwd / "multirun").glob("*/*") if p.is_dir())
     assert len(found) == 1, f"one sweep directory expected under {cwd / 'multirun'}, found {found}"

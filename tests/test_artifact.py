@@ -583,8 +583,8 @@ def test_selftest_stays_within_its_size_budget_and_still_catches_a_wrong_output(
     """Inputs over 64 KB are stored as seeds, outputs over 4096 elements as samples plus sums."""
     import io
 
-    from tripy_build import selftest
-    from tripy_build.verify import verify
+    from tripy_build.compiler import selftest
+    from tripy_build.cli.verify import verify
 
     w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
     exe = tb.compile(lambda x: jnp.tanh(x @ w), args=[tb.InputInfo(((1, 8, 128), 256), "float32")], buckets="none")

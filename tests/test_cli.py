@@ -17,9 +17,10 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import tripy_build as tb
-from tripy_build import cli, config
-from tripy_build.build import build
-from tripy_build.model import input_infos, load as instantiate_model, padding as model_padding
+from tripy_build.cli import app as cli
+from tripy_build.cli import config
+from tripy_build.build.pipeline import build
+from tripy_build.build.model import input_infos, load as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
 from conftest import default_sweep_dir, reproducible_files
@@ -384,7 +385,7 @@ def test_bench_json_reports_cold_start_stream_and_padding_overhead(tmp_path):
     cfg = compose_cfg(["model=geglu", "model.dim_in=16", "model.dim_out=8", "shapes=dynamic",
                        "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'arts'}"])
     path = build(config.validate(cfg)).path
-    proc = subprocess.run([sys.executable, "-m", "tripy_build.bench", str(path), "--json", "-", "--stream", "30",
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "bench", str(path), "--json", "-", "--stream", "30",
                            "--shapes", "2", "--cold-rounds", "1", "--budget", "0.02"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -425,7 +426,7 @@ def test_sweep_with_bench_adds_latency_and_marks_the_pareto_front(tmp_path):
 
 
 def test_mark_pareto():
-    from tripy_build.cli import mark_pareto
+    from tripy_build.cli.app import mark_pareto
 
     rows = [{"a": 1, "b": 5}, {"a": 2, "b": 2}, {"a": 3, "b": 3}, {"a": 1, "b": 5}, {"a": "", "b": 1}]
     mark_pareto(rows, ("a", "b"))
@@ -445,7 +446,7 @@ def test_a_dim_without_padding_says_which_sizes_compile_on_first_use(tmp_path, c
     assert log.count("not every in-range shape is precompiled: dim seq: sizes other than 1 2 4 8 compile on first "
                      "use (~") == 1 and "model.padding.<dim>=rows|mask" in log
     (path,) = (tmp_path / "embedding").iterdir()
-    shown = subprocess.run([sys.executable, "-m", "tripy_build.inspect", str(path)], capture_output=True, text=True,
+    shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(path)], capture_output=True, text=True,
                            timeout=120)
     row = next(line for line in shown.stdout.splitlines() if line.strip().startswith("seq "))
     assert row.rstrip().endswith("sizes other than 1 2 4 8"), shown.stdout
@@ -460,8 +461,8 @@ def test_a_dim_without_padding_says_which_sizes_compile_on_first_use(tmp_path, c
 @pytest.mark.parametrize("model", ["geglu", "mlp", "transformer", "convnet"])
 def test_default_dynamic_build_serves_the_whole_range_without_compiling(model):
     """The default shapes=dynamic config: every dim padded up to its max, within the default budget."""
-    from tripy_build.export import make_symbols
-    from tripy_build.profiles import plan_dims, profiles
+    from tripy_build.compiler.export import make_symbols
+    from tripy_build.core.profiles import plan_dims, profiles
 
     vb = config.validate(compose_cfg([f"model={model}", "shapes=dynamic"]))
     m = instantiate_model(vb.model)
@@ -481,7 +482,7 @@ def test_bench_plot_draws_latency_against_shape(tmp_path):
                        "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'arts'}"])
     path = build(config.validate(cfg)).path
     png = tmp_path / "latency.png"
-    proc = subprocess.run([sys.executable, "-m", "tripy_build.bench", str(path), "--plot", str(png), "--stream", "10",
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "bench", str(path), "--plot", str(png), "--stream", "10",
                            "--shapes", "1", "--cold-rounds", "0", "--budget", "0.02"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -492,13 +493,13 @@ def test_bench_plot_draws_latency_against_shape(tmp_path):
 def test_bench_plot_of_two_dims_is_a_heatmap_with_a_cell_per_profile(tmp_path):
     """The transformer's (batch, seq): a cell per pair of buckets a call runs, its median steady latency."""
     pytest.importorskip("matplotlib", reason="the plot extra (pip install -e '.[plot]'); CI installs it")
-    from tripy_build.bench import cells
+    from tripy_build.cli.bench import cells
 
     cfg = compose_cfg(["model=transformer", *SMALL["transformer"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
                        "shapes.dims.seq=[1,4,8]", f"artifacts_dir={tmp_path / 'arts'}"])
     path = build(config.validate(cfg)).path
     png, out = tmp_path / "latency.png", tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "tripy_build.bench", str(path), "--plot", str(png), "--stream", "30",
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "bench", str(path), "--plot", str(png), "--stream", "30",
                            "--shapes", "1", "--cold-rounds", "0", "--budget", "0.02", "--json", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -692,7 +693,7 @@ def test_tripy_local_gives_a_fresh_process_to_jobs_that_set_the_cpu_target(tmp_p
 def test_builds_in_one_process_share_the_models_init(tmp_path, monkeypatch):
     """Jobs differing only in how they compile take the init params the first one made: identical weights,
     one init call, read-only arrays; another seed or another width inits again."""
-    from tripy_build import build as build_module
+    from tripy_build.build import pipeline as build_module
     from tripy_build.models.geglu import GEGLU
 
     calls = []
@@ -719,7 +720,7 @@ def test_builds_in_other_processes_share_the_models_init_through_a_directory(tmp
     import dataclasses
     import logging
 
-    from tripy_build import build as build_module
+    from tripy_build.build import pipeline as build_module
 
     shared = tmp_path / "shared"
     common = ["model=geglu", "model.dim_in=16", "model.dim_out=32", "shapes=static", f"artifacts_dir={tmp_path}"]

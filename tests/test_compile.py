@@ -402,7 +402,7 @@ def test_optimization_levels(level, rng):
 
 def test_optimization_levels_resolve_to_compiler_options_that_change_the_code(rng):
     """0..2 set LLVM's backend level; 3..5 are XLA's defaults on the CPU (tripy_build/options.py)."""
-    from tripy_build.options import compiler_options
+    from tripy_build.compiler.optimization import compiler_options
 
     w = rng.standard_normal((8, 8)).astype(np.float32)
 

@@ -26,10 +26,10 @@ eqx = pytest.importorskip("equinox", reason="equinox is an optional extra: pip i
 import orbax.checkpoint as ocp  # noqa: E402
 
 import tripy_build as tb  # noqa: E402
-from tripy_build import config  # noqa: E402
-from tripy_build.build import build  # noqa: E402
+from tripy_build.cli import config  # noqa: E402
+from tripy_build.build.pipeline import build  # noqa: E402
 from tripy_build.errors import ConfigError  # noqa: E402
-from tripy_build.model import framework_of, load  # noqa: E402
+from tripy_build.build.model import framework_of, load  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

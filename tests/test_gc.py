@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build import artifact, gc
+from tripy_build.artifact import layout as artifact
+from tripy_build.artifact import store as gc
 
 
 def _artifacts(root: Path, n: int) -> list[Path]:
@@ -94,7 +95,7 @@ def test_command_and_config_budget(tmp_path):
 def test_memo_entries_of_removed_artifacts_are_dropped(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     paths = _artifacts(tmp_path / "arts", 1)
-    from tripy_build.memo import memo_dir
+    from tripy_build.build.memo import memo_dir
 
     memo_dir().mkdir(parents=True)
     (memo_dir() / "a.json").write_text(json.dumps({"path": str(paths[0])}))

@@ -1,4 +1,4 @@
-"""``python -m tripy_build.inspect``: the manifest as tables, and ``--dump`` of the generated code, per zoo model."""
+"""``python -m tripy_build inspect``: the manifest as tables, and ``--dump`` of the generated code, per zoo model."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tripy_build import config
-from tripy_build.build import build
+from tripy_build.cli import config
+from tripy_build.build.pipeline import build
 
 from test_cli import SMALL, SMALL_SHAPES, compose_cfg
 
@@ -24,7 +24,7 @@ def built(request, tmp_path_factory):
 def test_inspect_and_dump_every_zoo_model(built, tmp_path):
     name, path = built
     manifest = json.loads((path / "manifest.json").read_text())
-    proc = subprocess.run([sys.executable, "-m", "tripy_build.inspect", str(path), "--dump", str(tmp_path / "dump")],
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(path), "--dump", str(tmp_path / "dump")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -48,6 +48,6 @@ def test_inspect_and_dump_every_zoo_model(built, tmp_path):
 
 
 def test_inspect_refuses_what_is_not_an_artifact(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tripy_build.inspect", str(tmp_path)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(tmp_path)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "is not a tripy_build artifact" in proc.stderr and "Traceback" not in proc.stderr

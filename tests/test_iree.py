@@ -20,8 +20,10 @@ import pytest
 pytest.importorskip("iree.runtime", reason="IREE is an optional extra: pip install -e '.[iree]'")
 
 import tripy_build as tb  # noqa: E402
-from tripy_build import config, iree_backend, runtime  # noqa: E402
-from tripy_build.build import build  # noqa: E402
+from tripy_build import runtime
+from tripy_build.cli import config
+from tripy_build.runtime import iree as iree_backend  # noqa: E402
+from tripy_build.build.pipeline import build  # noqa: E402
 from tripy_build.models import ConvNet, GEGLU, MLP, TransformerBlock, input_infos  # noqa: E402
 
 from test_cli import SMALL, compose_cfg, eager_reference  # noqa: E402

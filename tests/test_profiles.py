@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build.profiles import resolve_buckets
+from tripy_build.core.profiles import resolve_buckets
 from conftest import assert_close
 
 ROWS = {"batch": "rows"}
@@ -247,7 +247,7 @@ def test_a_second_process_reuses_run_time_compiles(tmp_path, unpadded_exe):
 
 
 def test_compile_cache_is_bounded(tmp_path):
-    from tripy_build.compile_cache import CompileCache
+    from tripy_build.runtime.compile_cache import CompileCache
 
     cache = CompileCache(tmp_path / "c", max_bytes=3000)
     for i in range(5):
@@ -260,7 +260,7 @@ def test_compile_cache_is_bounded(tmp_path):
 # --- splitting a rows dim -------------------------------------------------------------------------
 
 def test_split_plan_prefers_fewer_wasted_rows_when_calls_are_cheap():
-    from tripy_build.dispatch import split_plan
+    from tripy_build.core.dispatch import split_plan
 
     linear = {1: 1e-3, 2: 2e-3, 4: 4e-3, 8: 8e-3, 16: 16e-3, 32: 32e-3, 64: 64e-3}  # compute-bound
     assert split_plan(39, list(linear), linear.get) == [32, 4, 2, 1]  # every row real, four calls, not 64 rows

@@ -15,9 +15,10 @@ from hydra import compose, initialize_config_module
 
 pytest.importorskip("fsspec", reason="cache.remote needs fsspec: pip install -e '.[remote]'")
 
-from tripy_build import artifact, config  # noqa: E402
-from tripy_build.build import build  # noqa: E402
-from tripy_build.verify import verify  # noqa: E402
+from tripy_build.artifact import layout as artifact
+from tripy_build.cli import config  # noqa: E402
+from tripy_build.build.pipeline import build  # noqa: E402
+from tripy_build.cli.verify import verify  # noqa: E402
 
 SMALL = ["model=mlp", "model.dim_in=8", "model.hidden=16", "model.dim_out=8", "model.layers=2",
          "shapes.dims.batch=[1,2,4]"]

@@ -116,7 +116,7 @@ def reported_path(r: Run) -> Path:
 
 
 def verify(path: Path, *extra: str, xdg: Path, cwd: Path) -> Run:
-    return run([PY, "-m", "tripy_build.verify", str(path), *extra], cwd=cwd, xdg=xdg)
+    return run([PY, "-m", "tripy_build", "verify", str(path), *extra], cwd=cwd, xdg=xdg)
 
 
 def last_line(r: Run) -> str:

@@ -19,7 +19,7 @@ import pytest
 import tripy_build as tb
 from tripy_build import runtime
 from tripy_build.errors import ConfigError
-from tripy_build.server import Server
+from tripy_build.serve.http import Server
 
 W = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tripy_build.verify import verify
+from tripy_build.cli.verify import verify
 
 from conftest import default_sweep_dir
 

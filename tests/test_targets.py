@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build import config, runtime
-from tripy_build.build import build
+from tripy_build import runtime
+from tripy_build.cli import config
+from tripy_build.build.pipeline import build
 
 from test_cli import SMALL, compose_cfg, eager_reference, run_cli
 

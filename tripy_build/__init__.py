@@ -7,10 +7,10 @@ The names that need jax (``compile``, ``load``, ``Executable``) are imported on 
 __version__ = "0.1.0"
 
 from .errors import TripyBuildError  # noqa: E402
-from .spec import DimSize, InputInfo, NamedDimension  # noqa: E402
+from .core.spec import DimSize, InputInfo, NamedDimension  # noqa: E402
 
-_LAZY = {"compile": "compiler", "load": "executable", "Executable": "executable",
-         "CompatibilityWarning": "serialization"}
+_LAZY = {"compile": "compiler.pipeline", "load": "runtime.executable", "Executable": "runtime.executable",
+         "CompatibilityWarning": "artifact.serialization"}
 
 __all__ = ["compile", "load", "Executable", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
            "CompatibilityWarning", "__version__"]

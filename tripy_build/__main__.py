@@ -10,13 +10,13 @@ that is removed, and renamed into place only when complete).
 import sys
 
 COMMANDS = {
-    "verify": ("tripy_build.verify", "main"),
-    "bench": ("tripy_build.bench", "main"),
-    "inspect": ("tripy_build.inspect", "main"),
-    "show": ("tripy_build.inspect", "main"),
-    "list": ("tripy_build.catalog", "main"),
-    "gc": ("tripy_build.gc", "main"),
-    "serve": ("tripy_build.server", "main"),
+    "verify": ("tripy_build.cli.verify", "main"),
+    "bench": ("tripy_build.cli.bench", "main"),
+    "inspect": ("tripy_build.cli.show", "main"),
+    "show": ("tripy_build.cli.show", "main"),
+    "list": ("tripy_build.cli.listing", "main"),
+    "gc": ("tripy_build.artifact.store", "main"),
+    "serve": ("tripy_build.serve.http", "main"),
 }
 
 
@@ -30,14 +30,14 @@ def _run() -> None:
     if command == "build":
         del sys.argv[1]
     if any(a in ("--help", "-h") for a in sys.argv[1:]):
-        from .usage import main as usage
+        from .cli.help import main as usage
 
         usage()
         return
-    from .memo import answer
+    from .build.memo import answer
 
     if not answer(sys.argv[1:]):
-        from .cli import command
+        from .cli.app import command
 
         command()
 

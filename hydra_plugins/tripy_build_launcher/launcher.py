@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 def _task() -> TaskFunction:
-    from tripy_build import cli
+    from tripy_build.cli import app as cli
 
     return cli.main.__wrapped__  # the function under @hydra.main
 
@@ -227,7 +227,7 @@ def _died(cfg: DictConfig, how: str) -> JobReturn:
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobStatus
 
-    from tripy_build.cli import write_result
+    from tripy_build.cli.app import write_result
 
     HydraConfig.instance().set_config(cfg)  # the sweep's subdir may interpolate the job's hydra keys
     output_dir = Path(str(OmegaConf.select(cfg, "hydra.sweep.dir"))) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
@@ -264,7 +264,7 @@ def estimated_work(cfg: DictConfig) -> float:
     is compiled too. It orders the jobs and nothing else; a config it cannot read counts as 1, and the
     job reports what is wrong with it.
     """
-    from tripy_build.profiles import DEFAULT_BUCKETS, resolve_buckets
+    from tripy_build.core.profiles import DEFAULT_BUCKETS, resolve_buckets
 
     try:
         shapes = cfg.shapes
@@ -284,7 +284,8 @@ def estimated_work(cfg: DictConfig) -> float:
 # What the fork server imports: what a build imports, short of starting jax's backend (~0.16 s per
 # worker more, imported on its first build otherwise). jax loads its LAPACK kernels from scipy.linalg
 # when its CPU backend starts.
-PRELOAD = [__name__, "tripy_build.cli", "tripy_build.compiler", "tripy_build.serialization", "scipy.linalg"]
+PRELOAD = [__name__, "tripy_build.cli.app", "tripy_build.compiler.pipeline", "tripy_build.artifact.serialization",
+           "scipy.linalg"]
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -20,7 +20,7 @@ import pytest
 
 import tripy_build as tb
 from tripy_build import runtime
-from tripy_build.verify import verify
+from tripy_build.cli.verify import verify
 
 B = tb.NamedDimension("batch", 1, 2, 8)
 W = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build import artifact
-from tripy_build.verify import verify
+from tripy_build.artifact import layout as artifact
+from tripy_build.cli.verify import verify
 
 B = tb.NamedDimension("batch", 1, 4, 32)
 W = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)

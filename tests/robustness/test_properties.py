@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 
 import tripy_build as tb  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
-from tripy_build.signature import check_leaves, named_uses  # noqa: E402
+from tripy_build.core.signature import check_leaves, named_uses  # noqa: E402
 
 
 @st.composite

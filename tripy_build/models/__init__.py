@@ -41,7 +41,7 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
     ``dims`` maps each dim name the model uses to ``(min, opt, max)`` or to a ``NamedDimension``.
     """
-    from ..spec import InputInfo, NamedDimension
+    from ..core.spec import InputInfo, NamedDimension
 
     named: dict[str, NamedDimension] = {}
     for name, value in dims.items():

@@ -1,0 +1,246 @@
+"""The build configuration: dataclass schemas in Hydra's ConfigStore, and their validation.
+
+Hydra checks types and typo'd keys against these schemas while composing. ``validate`` adds what a
+schema cannot say (ranges, positive model dims, keys smuggled in with ``+``) and turns the composed
+config into plain typed values before anything is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..build.pipeline import BuildRequest
+from ..errors import ConfigError, SpecError
+from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, resolve_buckets
+from ..core.spec import NamedDimension
+
+
+PLATFORMS = ("cpu", "cuda")
+COMPILERS = ("iree",)  # backends that name a compiler other than XLA (for the CPU)
+
+
+def key(default: Any = MISSING, help: str = "", factory: Any = None) -> Any:  # noqa: A002
+    """A schema field with its one-line meaning (``--help`` prints it)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TargetConfig:
+    cpu: str = key("host", "host: this CPU; portable: a baseline every recent server has (AVX2 on x86-64, NEON "
+                           "on arm64); or an ISA ceiling (SSE4_2, AVX, AVX2, AVX512): --xla_cpu_max_isa")
+
+
+class Precision(enum.Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+@dataclass
+class PrecisionConfig:
+    dtype: Precision = key(Precision.float32, "weights stored and compute done in this dtype; inputs and "
+                                              "outputs keep theirs")
+    max_error: Optional[float] = key(None, "the largest error against float32 allowed, relative to each "
+                                           "output's scale (null: no budget); over it the build fails")
+
+
+@dataclass
+class ParamsConfig:
+    seed: int = key(0, "random init from this seed, unless checkpoint is set")
+    checkpoint: Optional[str] = key(None, "an orbax StandardCheckpointer directory of the model's params "
+                                          "(checked leaf by leaf) or a built artifact")
+    checkpoint_key: Optional[str] = key(None, "where the params are in a checkpoint that saved more: model for "
+                                              "{model: ..., optimizer: ...}, 0 for nnx.state((model, optimizer)); "
+                                              "a dotted path")
+
+
+@dataclass
+class ShapesConfig:
+    name: str = key(MISSING, "the shapes config's name, recorded in the manifest")
+    dims: dict[str, Any] = key(help="dim name -> size (static) or [min, opt, max] (dynamic)", factory=dict)
+    buckets: dict[str, Any] = key(help="dim name -> pow2 (default), pow2:N, none or a list of sizes: the sizes "
+                                       "precompiled along that dim", factory=dict)
+    max_profiles: int = key(DEFAULT_MAX_PROFILES, "the most executables one build may precompile (profiles are "
+                                                  "the product of the dims' buckets); more is refused")
+
+
+@dataclass
+class CacheConfig:
+    max_bytes: Optional[str] = key(None, "after each build, remove the least recently used artifacts in artifacts_dir "
+                                         "beyond this size (500MB, 2G); never one being loaded")
+    max_age_days: Optional[float] = key(None, "after each build, remove artifacts not used for this many days")
+    remote: Optional[str] = key(None, "an fsspec URL shared by builders (file:///shared/cache, s3://bucket/x): "
+                                      "looked up before building (downloads verified), uploaded to after")
+
+
+@dataclass
+class BuildConfig:
+    model: Any = key(MISSING, "the model: a config group option, or your own (see model.* below)")
+    shapes: ShapesConfig = key(help="input shapes", factory=ShapesConfig)
+    backend: Any = key("cpu", "cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable "
+                              "program for the rest); iree: the CPU program compiled by IREE (pip install -e '.[iree]')")
+    target: TargetConfig = key(help="the machine the executables are for", factory=TargetConfig)
+    optimization_level: int = key(3, "0..5: 0..2 lower XLA's LLVM backend level (faster builds, slower code), "
+                                     "3 XLA's default; 4 and 5 equal 3 on the CPU")
+    precision: PrecisionConfig = key(help="compute precision", factory=PrecisionConfig)
+    params: ParamsConfig = key(help="where the weights come from", factory=ParamsConfig)
+    artifacts_dir: str = key("artifacts", "where artifacts go: <artifacts_dir>/<model name>/<build key>/")
+    force: bool = key(False, "rebuild even when the artifact for this build key exists and verifies")
+    cache: CacheConfig = key(help="a budget for artifacts_dir (also: tripy-build gc)", factory=CacheConfig)
+    bench: bool = key(False, "after building, measure the artifact in a fresh process (tripy_build bench): "
+                             "latency columns in a sweep's summary, the Pareto front marked")
+
+
+@functools.lru_cache(maxsize=None)
+def model_schema(model_cls: type) -> type:
+    """A schema for one zoo model: ``_target_``, ``name`` and the model dataclass's own fields."""
+    fields = [("_target_", str, key(f"{model_cls.__module__}.{model_cls.__qualname__}",
+                                    "the model: a class (zoo-style, Flax NNX, Linen, Equinox) or a function")),
+              ("name", str, key(model_cls.name, "the artifact folder's name: <artifacts_dir>/<name>/<key>")),
+              ("padding", dict[str, str], key(help="dim name -> rows | mask | none: which dims may be padded up "
+                                                   "to a bucket (proven at build); the model's own by default",
+                                              factory=lambda: dict(getattr(model_cls, "padding", {}))))]
+    hints = typing.get_type_hints(model_cls)
+    for f in dataclasses.fields(model_cls):
+        default = f.default if f.default is not dataclasses.MISSING else MISSING
+        if isinstance(default, tuple):
+            fields.append((f.name, list[int], field(default_factory=lambda d=default: list(d))))
+        else:
+            kind = hints.get(f.name, Any)
+            fields.append((f.name, kind if kind in (int, float, str, bool) else Any, field(default=default)))
+    return dataclasses.make_dataclass(f"{model_cls.__name__}Config", fields)
+
+
+def register() -> None:
+    """Put the schemas in Hydra's ConfigStore (idempotent)."""
+    from ..models import MODELS
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=BuildConfig)
+    cs.store(group="schema", name="shapes", node=ShapesConfig)
+    cs.store(group="schema", name="precision", node=PrecisionConfig)
+    for name, cls in MODELS.items():
+        cs.store(group="schema/model", name=name, node=model_schema(cls))
+
+
+def _one_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _dim(key: str, value: Any) -> int | NamedDimension:
+    name = key.rsplit(".", 1)[-1]
+    try:
+        if isinstance(value, (list, tuple, ListConfig)):
+            if len(value) != 3:
+                raise SpecError(f"a dynamic dim is [min, opt, max], got {list(value)} with {len(value)} entries")
+            return NamedDimension(name, *value)
+        NamedDimension(name, value, value, value)
+        return int(value)
+    except SpecError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+
+def validate(cfg: DictConfig) -> BuildRequest:
+    """Check a composed config; raise ``ConfigError`` naming the key and what is allowed."""
+    body = {k: v for k, v in cfg.items() if k != "hydra"} if isinstance(cfg, DictConfig) else cfg
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(BuildConfig), OmegaConf.create(body))
+        plain = OmegaConf.to_container(typed, resolve=True, throw_on_missing=True, enum_to_str=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"invalid config{f' at {key!r}' if key else ''}: {_one_line(e)}") from None
+    if not isinstance(plain["model"], dict) or not plain["model"].get("_target_"):
+        raise ConfigError("model: needs a _target_ (the model class to build), e.g. model=geglu.")
+    zoo = _zoo_class(plain["model"]["_target_"])
+    if zoo is not None:
+        allowed = {"_target_", "name", "padding", *(f.name for f in dataclasses.fields(zoo))}
+        unknown = sorted(set(plain["model"]) - allowed)
+        if unknown:
+            raise ConfigError(
+                f"model.{unknown[0]}: {zoo.__name__} has no such setting; allowed: {', '.join(sorted(allowed))}."
+            )
+    level = plain["optimization_level"]
+    if not 0 <= level <= 5:
+        raise ConfigError(f"optimization_level: must be 0..5 (see tripy_build/options.py), got {level}.")
+    for key, value in plain["model"].items():
+        if key == "padding":
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+                raise ConfigError(f"model.{key}: model dimensions must be at least 1, got {value}.")
+    padding = plain["model"].get("padding") or {}
+    if not isinstance(padding, dict):
+        raise ConfigError(f"model.padding: must map dim names to 'rows', 'mask' or 'none', got {padding!r}.")
+    for dim, kind in padding.items():
+        if kind not in (*PADDING_KINDS, "none"):
+            raise ConfigError(f"model.padding.{dim}: must be one of {', '.join((*PADDING_KINDS, 'none'))}, got {kind!r}.")
+    dims = {name: _dim(f"shapes.dims.{name}", v) for name, v in plain["shapes"]["dims"].items()}
+    buckets = plain["shapes"]["buckets"]
+    for name, spec in buckets.items():
+        key = f"shapes.buckets.{name}"
+        if name not in dims:
+            raise ConfigError(f"{key}: no dim {name!r} in shapes.dims (dims: {', '.join(dims)}).")
+        if isinstance(dims[name], int):
+            raise ConfigError(f"{key}: dim {name!r} is static ({dims[name]}); only [min, opt, max] dims take buckets.")
+        try:
+            resolve_buckets(spec, dims[name].bounds, key)
+        except SpecError as e:
+            raise ConfigError(str(e)) from None
+    max_error = plain["precision"]["max_error"]
+    if max_error is not None and max_error <= 0:
+        raise ConfigError(f"precision.max_error: must be a positive number (error relative to the output's scale), "
+                          f"got {max_error}.")
+    if plain["params"]["checkpoint_key"] is not None and plain["params"]["checkpoint"] is None:
+        raise ConfigError(f"params.checkpoint_key={plain['params']['checkpoint_key']}: selects the params in a "
+                          "checkpoint, but params.checkpoint is not set; set it, or remove checkpoint_key.")
+    age = plain["cache"]["max_age_days"]
+    if age is not None and age <= 0:
+        raise ConfigError(f"cache.max_age_days: must be a positive number of days, got {age}.")
+    if plain["shapes"]["max_profiles"] < 1:
+        raise ConfigError(f"shapes.max_profiles: must be at least 1, got {plain['shapes']['max_profiles']}.")
+    backend = plain["backend"]
+    compiler = "xla"
+    if backend in COMPILERS:
+        from ..runtime import iree as iree_backend
+
+        try:
+            iree_backend.require()
+        except SpecError as e:
+            raise ConfigError(f"backend: {backend}: {e}") from None
+        compiler, backend = backend, "cpu"
+    platforms = [backend] if isinstance(backend, str) else backend
+    if not isinstance(platforms, list) or not platforms or any(p not in PLATFORMS for p in platforms):
+        raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS + COMPILERS)} or a list of "
+                          f"{' and '.join(PLATFORMS)}, e.g. backend=[cpu,cuda].")
+    from ..artifact.store import parse_size
+    from ..host import max_isa
+
+    max_isa(plain["target"]["cpu"])  # refuses a name XLA does not know here
+    return BuildRequest(
+        model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], buckets=buckets,
+        max_profiles=plain["shapes"]["max_profiles"], platforms=list(dict.fromkeys(platforms)), compiler=compiler,
+        target_cpu=plain["target"]["cpu"], optimization_level=level,
+        precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
+        params_seed=plain["params"]["seed"],
+        params_checkpoint=plain["params"]["checkpoint"], params_checkpoint_key=plain["params"]["checkpoint_key"],
+        artifacts_dir=plain["artifacts_dir"], force=plain["force"],
+        cache_max_bytes=parse_size(plain["cache"]["max_bytes"]) if plain["cache"]["max_bytes"] is not None else None,
+        cache_max_age_days=plain["cache"]["max_age_days"], cache_remote=plain["cache"]["remote"],
+    )
+
+
+def _zoo_class(target: str) -> type | None:
+    from ..models import MODELS
+
+    return next((c for c in MODELS.values() if target == f"{c.__module__}.{c.__qualname__}"), None)

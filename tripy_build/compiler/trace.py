@@ -1,0 +1,184 @@
+"""From ``func`` plus compile arguments to a flat, pure function of the runtime inputs.
+
+``InputInfo`` leaves (top level or inside dicts, lists and tuples) become runtime inputs and
+``DimSize`` leaves the true sizes of named dims; every other argument is a compile-time constant
+closed over by the flat function. Array leaves of constants are put on the device first: the
+function sees jax arrays (so indexing and gathers work on them), and ``weights`` recognises them in
+the traced program as weights that belong to that argument. The flat function takes the runtime
+leaves and then the dim sizes positionally, in signature order, and returns what ``func`` returned.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from ..errors import SpecError, TraceError, describe_frame, user_frame
+from ..core.spec import DimSize, InputInfo, leaf_kind, rebuild, structure_of
+
+
+@dataclass
+class Argument:
+    """One parameter of the compiled function: runtime inputs, dim sizes, or a constant."""
+
+    name: str
+    kind: inspect._ParameterKind
+    value: Any
+    by_keyword: bool = False
+    template: Any = None  # the structure of InputInfo or DimSize leaves; None for a constant
+    leaves: list[tuple[str, InputInfo]] = field(default_factory=list)
+    sizes: list[tuple[str, DimSize]] = field(default_factory=list)
+
+    @property
+    def runtime(self) -> bool:
+        """A runtime input: part of the executable's signature."""
+        return bool(self.leaves)
+
+    @property
+    def traced(self) -> bool:
+        """Traced rather than closed over: a runtime input or a dim size."""
+        return self.template is not None
+
+
+def _on_device(value: Any) -> Any:
+    return jax.tree_util.tree_map(lambda v: jax.device_put(v) if isinstance(v, np.ndarray) else v, value)
+
+
+def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keyword: bool = False) -> Argument:
+    leaf = leaf_kind(value)
+    if leaf is None:
+        return Argument(name, kind, _on_device(value), by_keyword)
+    template, leaves = structure_of(value, name)
+    if leaf is DimSize:
+        return Argument(name, kind, value, by_keyword, template, sizes=leaves)
+    return Argument(name, kind, value, by_keyword, template, leaves)
+
+
+def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Argument]:
+    """Match compile arguments to ``func``'s parameters (``inspect.Signature.bind``), in signature order;
+    variadic ones are frozen to what was given: ``*args`` as ``args0``, ``args1``..., ``**kwargs`` by name."""
+    P = inspect.Parameter
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = inspect.Signature([P("args", P.VAR_POSITIONAL), P("kwargs", P.VAR_KEYWORD)])
+    fname = getattr(func, "__name__", type(func).__name__)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise SpecError(
+            f"{fname}{signature}: {e} (compile() was given {len(args)} argument(s) in args= and "
+            f"{', '.join(map(repr, kwargs)) or 'none'} in kwargs=). Pass an InputInfo (a runtime input) or a value "
+            "(a compile-time constant) for each parameter."
+        ) from None
+    result: list[Argument] = []
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is P.VAR_POSITIONAL:
+            result += [_make_argument(f"{name}{i}", P.POSITIONAL_OR_KEYWORD, v) for i, v in enumerate(value)]
+        elif kind is P.VAR_KEYWORD:
+            result += [_make_argument(k, P.KEYWORD_ONLY, v, by_keyword=True) for k, v in value.items()]
+        else:
+            result.append(_make_argument(name, kind, value, by_keyword=name in kwargs))
+    return result
+
+
+def runtime_leaves(arguments: Sequence[Argument]) -> list[tuple[str, InputInfo]]:
+    return [leaf for arg in arguments for leaf in arg.leaves]
+
+
+def size_leaves(arguments: Sequence[Argument]) -> list[tuple[str, DimSize]]:
+    return [leaf for arg in arguments for leaf in arg.sizes]
+
+
+def weight_owners(arguments: Sequence[Argument]) -> dict[int, tuple[str, str]]:
+    """``id`` of every array in a constant argument -> (argument name, its path, e.g. ``params['w']``)."""
+    owners = {}
+    for arg in arguments:
+        if arg.traced:
+            continue
+        for path, leaf in jax.tree_util.tree_flatten_with_path(arg.value)[0]:
+            if isinstance(leaf, jax.Array):
+                owners.setdefault(id(leaf), (arg.name, arg.name + jax.tree_util.keystr(path)))
+    return owners
+
+
+def _check_outputs(result: Any, fname: str) -> None:
+    def is_array(x: Any) -> bool:
+        return isinstance(x, (jax.Array, np.ndarray))
+
+    if is_array(result):
+        return
+    if isinstance(result, (tuple, list)) and result and all(is_array(r) for r in result):
+        return
+    if isinstance(result, (tuple, list)):
+        bad = [f"[{i}] is {type(r).__name__}" for i, r in enumerate(result) if not is_array(r)]
+        detail = "it is empty" if not result else "element " + ", ".join(bad[:4])
+        raise TraceError(
+            f"{fname} must return one or more arrays (an array, or a tuple/list of arrays), "
+            f"but it returned a {type(result).__name__} where {detail}."
+        )
+    raise TraceError(
+        f"{fname} must return one or more arrays (an array, or a tuple/list of arrays), "
+        f"but it returned {type(result).__name__}: {result!r:.200}."
+    )
+
+
+def flat_function(func: Callable, arguments: Sequence[Argument]) -> Callable:
+    """A function of the runtime leaves and then the dim sizes, with constants substituted back in."""
+    fname = getattr(func, "__name__", type(func).__name__)
+    n_leaves = sum(len(arg.leaves) for arg in arguments)
+
+    def flat(*values):
+        call_args, call_kwargs = [], {}
+        leaves, sizes = iter(values[:n_leaves]), iter(values[n_leaves:])
+        for arg in arguments:
+            value = arg.value
+            if arg.traced:
+                source = leaves if arg.leaves else sizes
+                value = rebuild(arg.template, [next(source) for _ in (arg.leaves or arg.sizes)])
+            if arg.by_keyword:
+                call_kwargs[arg.name] = value
+            else:
+                call_args.append(value)
+        result = func(*call_args, **call_kwargs)
+        _check_outputs(result, fname)
+        return result
+
+    flat.__name__ = fname
+    flat.__qualname__ = fname
+    return flat
+
+
+_EVAL_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def translate_trace_error(err: BaseException, fname: str) -> TraceError | None:
+    """Our error for a failure raised while tracing the user's function, or None to let it through."""
+    where = describe_frame(user_frame(err.__traceback__))
+    if isinstance(err, _EVAL_ERRORS):
+        return TraceError(
+            "Cannot evaluate a tensor while compiling: a traced input was converted to a Python or "
+            f"numpy value (float(), int(), bool(), np.asarray(), or an `if` on a tensor) in {fname}.\n"
+            f"Tensor was evaluated here:\n{where}\n"
+            "Compiled functions run without Python; use jnp.where / jax.lax.cond instead of Python "
+            "control flow on values, and jnp operations instead of numpy ones."
+        )
+    from jax._src.export.shape_poly import InconclusiveDimensionOperation
+
+    if isinstance(err, InconclusiveDimensionOperation):
+        return TraceError(
+            f"{fname} makes a Python decision on a dynamic dimension whose result depends on its "
+            f"size, which is unknown while compiling:\n{where}\n{str(err).splitlines()[0]}\n"
+            "Make that dim static (an int in the InputInfo) or avoid branching on it."
+        )
+    return None

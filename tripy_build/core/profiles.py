@@ -1,0 +1,159 @@
+"""Shape profiles: which concrete shapes are compiled ahead of time, and how every other shape is served.
+
+Each dynamic dim of the program gets a ``DimPlan``:
+
+- ``buckets``: the sizes precompiled along it: ``"pow2"`` (powers of two clipped to ``[min, max]``,
+  plus ``max``; the default), ``"pow2:N"`` (the same, from N up: sizes below N run the first bucket),
+  an explicit list, or ``"none"``;
+- ``padding``: what the model declares about padding it: ``"rows"`` (slices along the dim are
+  independent, so zero rows appended and then sliced off change nothing: a batch) or ``"mask"`` (the
+  model takes the dim's true size as a ``DimSize`` and masks the padding itself: a sequence under
+  attention); ``None`` means the dim is never padded;
+- the ``strategy`` that follows: ``padded`` (every size up to the largest bucket runs the smallest
+  bucket that covers it), ``buckets`` (bucket sizes run precompiled, others compile on first use) or
+  ``compile`` (every size but ``opt`` compiles on first use).
+
+The profiles are the cross product of the dims' bucket sets (``opt`` for a dim without buckets) plus
+the all-``opt`` profile. Their number grows fast with several bucketed dims, so a build has a budget
+(``max_profiles``); a set over budget is refused before anything compiles, with the count per dim.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..errors import SpecError
+
+PADDING_KINDS = ("rows", "mask")
+BUCKET_POLICIES = ("pow2", "none")
+DEFAULT_BUCKETS = "pow2"
+DEFAULT_MAX_PROFILES = 64
+
+
+def resolve_buckets(spec: Any, bounds: tuple[int, int, int], what: str) -> tuple[int, ...]:
+    """The sorted bucket sizes of one dim from its policy (``"pow2"``, ``"pow2:N"``, ``"none"`` or sizes)."""
+    lo, _, hi = bounds
+    if spec is None or spec == "none":
+        return ()
+    if isinstance(spec, str) and (spec == "pow2" or spec.startswith("pow2:")):
+        start = spec.partition(":")[2]
+        if start and not (start.isdigit() and int(start) >= 1):
+            raise SpecError(f"{what}: 'pow2:N' needs a positive integer N (the smallest bucket), got {spec!r}.")
+        floor = max(lo, int(start or 1))
+        return tuple(sorted({1 << k for k in range(hi.bit_length()) if floor <= 1 << k <= hi} | {hi}))
+    if isinstance(spec, (list, tuple)) and spec and all(isinstance(b, int) and not isinstance(b, bool) for b in spec):
+        outside = [b for b in spec if not lo <= b <= hi]
+        if outside:
+            raise SpecError(f"{what}: bucket sizes {outside} lie outside the dim's range [{lo}, {hi}]; "
+                            "every bucket must be a size the dim can take.")
+        return tuple(sorted(set(spec)))
+    raise SpecError(f"{what}: buckets must be 'pow2', 'pow2:N', 'none' or a non-empty list of sizes, got {spec!r}.")
+
+
+@dataclass(frozen=True)
+class DimPlan:
+    """How one dynamic dim of the program is served."""
+
+    symbol: str  # the dim variable in the exported program
+    name: str | None  # the NamedDimension's name; None for an independent (unnamed) dim
+    bounds: tuple[int, int, int]
+    uses: tuple[tuple[int, int], ...]  # (flat input index, axis) where the dim appears
+    buckets: tuple[int, ...]
+    padding: str | None
+
+    @property
+    def label(self) -> str:
+        return repr(self.name) if self.name else f"'{self.symbol}'"
+
+    @property
+    def strategy(self) -> str:
+        if self.padding and self.buckets:
+            return "padded"
+        return "buckets" if self.buckets else "compile"
+
+    def target(self, size: int) -> int:
+        """The size to run ``size`` at: the smallest covering bucket if padded, else ``size`` itself."""
+        if self.padding and self.buckets and size <= self.buckets[-1]:
+            return next(b for b in self.buckets if b >= size)
+        return size
+
+    def to_json(self, leaf_paths: Sequence[str]) -> dict[str, Any]:
+        lo, opt, hi = self.bounds
+        return {"symbol": self.symbol, "name": self.name, "min": lo, "opt": opt, "max": hi,
+                "uses": [[leaf_paths[i], a] for i, a in self.uses], "buckets": list(self.buckets),
+                "padding": self.padding, "strategy": self.strategy}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], leaf_paths: Sequence[str]) -> "DimPlan":
+        index = {p: i for i, p in enumerate(leaf_paths)}
+        return cls(str(data["symbol"]), data["name"], (int(data["min"]), int(data["opt"]), int(data["max"])),
+                   tuple((index[p], int(a)) for p, a in data["uses"]), tuple(int(b) for b in data["buckets"]),
+                   data["padding"])
+
+
+def first_use_compiles(dim: Mapping[str, Any]) -> str:
+    """In words, the sizes of a dim (its manifest entry, ``DimPlan.to_json``) that no precompiled profile
+    serves, so that their first call compiles; ``""`` when every in-range size runs without compiling."""
+    lo, opt, hi = dim["min"], dim["opt"], dim["max"]
+    buckets = list(dim["buckets"])
+    if dim["strategy"] == "dynamic":
+        return ""
+    if dim["strategy"] == "padded":
+        return "" if buckets[-1] >= hi else f"sizes {buckets[-1] + 1}..{hi}"
+    kept = buckets if dim["strategy"] == "buckets" else [opt]
+    if len(kept) >= hi - lo + 1:
+        return ""
+    return f"sizes other than {' '.join(map(str, kept))}"
+
+
+def plan_dims(symbols: Sequence[Any], leaf_paths: Sequence[str], buckets: Any = DEFAULT_BUCKETS,
+              padding: Mapping[str, str] | None = None) -> list[DimPlan]:
+    """One ``DimPlan`` per program symbol (``export.Symbol``).
+
+    ``buckets`` is one policy for every dim, or ``{dim name: policy}`` (unlisted dims get the default);
+    ``padding`` is ``{dim name: "rows" | "mask"}``. Both are keyed by ``NamedDimension`` name.
+    """
+    padding = dict(padding or {})
+    per_dim = dict(buckets) if isinstance(buckets, Mapping) else {}
+    default = DEFAULT_BUCKETS if isinstance(buckets, Mapping) else buckets
+    names = [s.named for s in symbols if s.named]
+    for what, table in (("buckets", per_dim), ("padding", padding)):
+        unknown = sorted(set(table) - set(names))
+        if unknown:
+            raise SpecError(
+                f"{what}: {', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not a named dim "
+                f"of this function; its named dims are: {', '.join(map(repr, names)) or 'none'} "
+                "(only NamedDimensions can be bucketed or padded by name)."
+            )
+    for name, kind in padding.items():
+        if kind not in PADDING_KINDS:
+            raise SpecError(f"padding[{name!r}]: must be one of {', '.join(map(repr, PADDING_KINDS))}, got {kind!r}.")
+    index = {p: i for i, p in enumerate(leaf_paths)}
+    plans = []
+    for s in symbols:
+        spec = per_dim.get(s.named, default) if s.named else default
+        what = f"buckets[{s.named!r}]" if s.named else f"buckets (dim {s.describe()})"
+        plans.append(DimPlan(s.name, s.named, s.bounds, tuple((index[p], a) for p, a in s.uses),
+                             resolve_buckets(spec, s.bounds, what), padding.get(s.named) if s.named else None))
+    return plans
+
+
+def profiles(dims: Sequence[DimPlan], max_profiles: int = DEFAULT_MAX_PROFILES) -> list[tuple[int, ...]]:
+    """Every profile as one size per dim (in ``dims`` order): opt first, then the bucket product."""
+    if isinstance(max_profiles, bool) or not isinstance(max_profiles, int) or max_profiles < 1:
+        raise SpecError(f"max_profiles must be a positive integer, got {max_profiles!r}.")
+    choices = [d.buckets or (d.bounds[1],) for d in dims]
+    count = math.prod(len(c) for c in choices)
+    opt = tuple(d.bounds[1] for d in dims)
+    total = count + (0 if all(o in c for o, c in zip(opt, choices)) else 1)
+    if total > max_profiles:
+        per = ", ".join(f"{d.label}: {len(c)}" for d, c in zip(dims, choices) if len(c) > 1)
+        raise SpecError(
+            f"{total} shape profiles exceed the budget of {max_profiles} executables (buckets per dim: {per}; "
+            "profiles are their product, plus opt). Raise the budget (max_profiles), give a dim fewer "
+            "buckets (an explicit list such as [1, 8, 64]), or set a dim's buckets to 'none'."
+        )
+    return list(dict.fromkeys([opt, *itertools.product(*choices)]))

@@ -1,0 +1,125 @@
+"""A compiled function's call signature and the checks every call goes through, without jax.
+
+``Executable`` (jax arrays) and ``runtime.Runtime`` (numpy, no jax) share them: a call's arguments
+are matched to the runtime parameters by position and keyword, flattened through each parameter's
+structure, and every leaf is checked for type, rank, dtype (no silent casts), each dim against its
+range, and named dims for one size across inputs. Errors name the input, the dim and the range.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import CallError
+from .spec import InputInfo, count_leaves, rebuild
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A runtime parameter of the executable: its name, how it may be passed, its structure."""
+
+    name: str
+    kind: str  # an inspect.Parameter kind name
+    template: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "structure": self.template}
+
+
+def array_types() -> tuple[type, ...]:
+    """numpy arrays and scalars, and jax arrays if jax is loaded (this module never imports it)."""
+    jax = sys.modules.get("jax")
+    return (np.ndarray, np.generic, jax.Array) if jax is not None and hasattr(jax, "Array") else (np.ndarray, np.generic)
+
+
+def bind_call(fname: str, visible: Sequence[Parameter], args: Sequence[Any], kwargs: dict[str, Any],
+              describe: Any) -> dict[str, Any]:
+    """Match a call's arguments to the visible parameters; ``describe(name)`` says what one expects."""
+    names = [p.name for p in visible]
+    positional = [p for p in visible if p.kind != "KEYWORD_ONLY"]
+    if len(args) > len(positional):
+        raise CallError(
+            f"{fname}() takes {len(positional)} positional argument(s) "
+            f"({', '.join(p.name for p in positional)}) but {len(args)} were given."
+        )
+    values: dict[str, Any] = {p.name: a for p, a in zip(positional, args)}
+    for key, value in kwargs.items():
+        if key not in names:
+            raise CallError(
+                f"{fname}() got an unexpected keyword argument {key!r}; its inputs are: "
+                f"{', '.join(names)} (compile-time constants cannot be passed)."
+            )
+        if key in values:
+            raise CallError(f"{fname}() got multiple values for input {key!r}.")
+        values[key] = value
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise CallError(
+            f"{fname}() is missing input(s) {', '.join(repr(m) for m in missing)}; "
+            f"expected: {', '.join(f'{n}: {describe(n)}' for n in missing)}."
+        )
+    return values
+
+
+def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
+    """The shape of one flat input, after checking it against its spec."""
+    if not isinstance(value, array_types()):
+        raise CallError(f"input '{path}' must be an array (numpy or jax) of {info!r}, got {type(value).__name__}.")
+    shape = tuple(value.shape)
+    if len(shape) != info.rank:
+        raise CallError(f"input '{path}' has rank {len(shape)} (shape {shape}) but expected rank {info.rank}: {info!r}.")
+    if value.dtype != info.dtype:
+        raise CallError(
+            f"input '{path}' has dtype {np.dtype(value.dtype).name} but expected {info.dtype.name}; "
+            f"convert it explicitly, e.g. x.astype('{info.dtype.name}') (no silent casts)."
+        )
+    for d, (size, lo, hi) in enumerate(zip(shape, info.shape_bounds.min, info.shape_bounds.max)):
+        if not lo <= size <= hi:
+            name = info.dimension_names.get(d)
+            label = f" (NamedDimension {name!r})" if name else ""
+            expected = f"fixed at {lo}" if lo == hi else f"in range [{lo}, {hi}]"
+            raise CallError(
+                f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
+                f"the input's shape is {shape}, declared as {info!r}."
+            )
+    return shape
+
+
+def input_infos(leaves: Sequence[tuple[str, InputInfo]], parameters: Sequence[Parameter],
+                visible: Sequence[Parameter] | None = None) -> dict[str, Any]:
+    """Each visible parameter's spec: an ``InputInfo``, or its dicts, lists and tuples of them.
+
+    ``leaves`` are every parameter's leaves in order (a template numbers its own leaves from 0).
+    """
+    shown = {p.name for p in (parameters if visible is None else visible)}
+    out, start = {}, 0
+    for p in parameters:
+        n = count_leaves(p.template)
+        if p.name in shown:
+            out[p.name] = rebuild(p.template, [info for _, info in leaves[start:start + n]])
+        start += n
+    return out
+
+
+def named_uses(leaves: Sequence[tuple[str, InputInfo]]) -> dict[str, list[tuple[int, int]]]:
+    """Every NamedDimension's (flat input, axis) uses."""
+    uses: dict[str, list[tuple[int, int]]] = {}
+    for li, (_, info) in enumerate(leaves):
+        for d, n in info.dimension_names.items():
+            uses.setdefault(n, []).append((li, d))
+    return uses
+
+
+def check_leaves(values: Sequence[Any], leaves: Sequence[tuple[str, InputInfo]],
+                 uses: dict[str, list[tuple[int, int]]]) -> tuple[tuple[int, ...], ...]:
+    """Validate flat inputs against their specs; the tuple of their shapes."""
+    shapes = tuple(check_leaf(v, path, info) for v, (path, info) in zip(values, leaves))
+    for name, where in uses.items():
+        if len({shapes[li][d] for li, d in where}) > 1:
+            parts = ", ".join(f"input '{leaves[li][0]}' dim {d} is {shapes[li][d]}" for li, d in where)
+            raise CallError(f"NamedDimension {name!r} must have one size in every input, but {parts}.")
+    return shapes

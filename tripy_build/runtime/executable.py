@@ -1,0 +1,607 @@
+"""``Executable``: a compiled function with a signature, input checks and shape dispatch.
+
+Every call is checked against the declared specs before it reaches XLA. ``dispatch`` then maps the
+call's shapes to a profile: a precompiled executable runs as is, or with the inputs padded up to a
+bucket and the outputs sliced back where the model declared that exact. A shape no profile covers
+is compiled from the exported program once, kept for the process and stored in the compile cache for
+the next one. Calls whose shapes were seen before take a fast path of one dictionary lookup on top of
+jax's own dispatch. The weights are device arrays held by the executable and passed to every call;
+``bind`` replaces them (or fixes runtime inputs) without recompiling.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import hashlib
+import inspect
+import logging
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from .. import host
+from . import compile_cache
+from ..core import dispatch
+from ..compiler import selftest
+from . import xla as xla_executable
+from ..errors import CallError
+from ..compiler.export import Program
+from ..compiler.optimization import compiler_options
+from ..core.profiles import DimPlan
+from ..core.signature import Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses
+from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
+from ..compiler.weights import Weight, resolve
+
+log = logging.getLogger("tripy_build.executable")
+
+_FAST_CACHE_LIMIT = 4096
+
+
+@dataclass
+class Precompiled:
+    """One executable compiled ahead of time: the profile it serves, its bytes and how to call it."""
+
+    target: tuple[int, ...]  # the size of each dynamic dim (empty for the prep program)
+    blob: bytes
+    meta: dict[str, Any]  # format, platform, shapes and dtypes of every program input, depends_on
+    call: Callable | None = None  # None until loaded (loading is deferred to first use)
+    loader: Callable[[], Callable] | None = field(default=None, repr=False)
+    seconds: float = 0.0  # compile time; recorded in the sidecar index, not the manifest
+    warm: bool = False  # run once already (XNNPACK prepares an executable on its first run: 5-20 ms)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def ready(self) -> Callable | None:
+        if self.call is None and self.loader is not None:
+            with self.lock:
+                if self.call is None and self.loader is not None:
+                    self.call, self.loader = self.loader(), None
+        return self.call
+
+
+class Executable:
+    """A compiled function. Call it like the original, with only the runtime inputs."""
+
+    def __init__(self, *, program: Program, program_bytes: bytes, prep_bytes: bytes | None, name: str,
+                 parameters: Sequence[Parameter], leaves: Sequence[tuple[str, InputInfo]],
+                 sizes: Sequence[tuple[str, DimSize]], outputs: Sequence[InputInfo], dims: Sequence[DimPlan],
+                 dispatcher: dispatch.Dispatcher, optimization_level: int, platforms: Sequence[str],
+                 precompiled: Sequence[Precompiled], prep_exe: Precompiled | None = None,
+                 metadata: dict[str, Any] | None = None, selftest_source: Callable | None = None,
+                 origin: tuple[str, list] | None = None):
+        self._program = program
+        self._program_bytes = program_bytes
+        self._prep_bytes = prep_bytes
+        self._name = name
+        self._parameters = list(parameters)
+        self._leaves = list(leaves)
+        self._sizes = list(sizes)
+        self._outputs = list(outputs)
+        self.dims = list(dims)
+        self._dispatcher = dispatcher
+        self.optimization_level = optimization_level
+        self.platforms = tuple(platforms)
+        self._precompiled = list(precompiled)
+        self._prep_exe = prep_exe
+        self.metadata = dict(metadata or {})
+        self._selftest_source = selftest_source  # the traced function: the self-test reference
+        self._origin = origin  # (artifact path, self-test entries) for a loaded executable
+        self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
+        self._by_target: dict[tuple[int, ...], Any] = {p.target: p for p in self._precompiled}
+        self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile, measured by warm_up
+        self._universal: Precompiled | None = None  # one executable for every shape (IREE's dynamic module)
+        self.compiler: dict[str, Any] = {"name": "xla"}  # which compiler made the executables, and how
+        self.tolerance: float | None = None  # the self-test's, when compute runs at reduced precision
+        self._compile_lock = threading.Lock()
+        self._program_digest = hashlib.sha256(program_bytes).hexdigest()
+        self._named_uses = named_uses(self._leaves)
+        self._leaf_slices: dict[str, slice] = {}
+        start = 0
+        for p in self._parameters:
+            n = count_leaves(p.template)
+            self._leaf_slices[p.name] = slice(start, start + n)
+            start += n
+        self._weights: list[Weight] = list(program.weights)
+        self._leading = self._prepare()
+        self._bound: dict[str, tuple[Any, str]] = {}
+        self._derive()
+
+    def _derive(self) -> None:
+        """Recompute what depends on which parameters are bound."""
+        self._visible = [p for p in self._parameters if p.name not in self._bound]
+        self._bound_leaves: dict[str, list[Any]] = {}
+        for name, (value, _) in self._bound.items():
+            leaves: list[Any] = []
+            flatten_like(next(p for p in self._parameters if p.name == name).template, value, name, leaves)
+            self._bound_leaves[name] = leaves
+        self._all_leaf_params = all("leaf" in p.template for p in self._visible)
+        self._fast: dict[tuple, Callable] = {}
+        self._runners: dict[tuple, Callable] = {}
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(p.name, getattr(inspect.Parameter, p.kind)) for p in self._visible]
+        )
+        self.__name__ = self._name
+
+    # --- weights ---------------------------------------------------------------------------------
+    def _prepare(self) -> list[Any]:
+        """The leading arguments of every call: the weights, with the prep program run on them."""
+        values = [w.value for w in self._weights]
+        if self._program.prep is None:
+            return resolve(self._program.sources, values, [])
+        run = self._prep_exe.ready() if self._prep_exe is not None else None
+        if run is None:
+            run = jax.jit(self._program.prep.call)
+        return resolve(self._program.sources, values, jax.tree_util.tree_leaves(run(*values)))
+
+    @property
+    def weights(self) -> dict[str, Any]:
+        """The weights the program takes, by path (e.g. ``params['proj']['weight']``)."""
+        return {w.path: w.value for w in self._weights}
+
+    def bind(self, **values: Any) -> "Executable":
+        """A new executable with some arguments replaced, without recompiling.
+
+        A runtime input bound to a value disappears from the signature (``load`` restores it from the
+        artifact). A constant argument (e.g. ``params``) gets new weights: the same tree, shapes and
+        dtypes as at compile time (leaves the program does not use are ignored), never cast.
+        """
+        runtime = {p.name for p in self._parameters}
+        constants = {w.argument for w in self._weights if w.argument}
+        for name in values:
+            if name not in runtime | constants:
+                raise CallError(
+                    f"bind(): {name!r} is not an input or a constant argument with weights; inputs: "
+                    f"{', '.join(sorted(runtime)) or 'none'}; constant arguments: {', '.join(sorted(constants)) or 'none'}."
+                )
+        new = self._with_bound({n: v for n, v in values.items() if n in runtime},
+                               {n: self._bound.get(n, (None, f"bound/{n}"))[1] for n in values if n in runtime})
+        swapped = {n: v for n, v in values.items() if n in constants and n not in runtime}
+        if swapped and self._universal is not None and self.compiler.get("name") == "iree":
+            raise CallError(f"bind({', '.join(swapped)}=...): this IREE module holds its weights as constants (IREE packs "
+                            "them when it compiles); build again with the new params.")
+        if swapped:
+            new._weights = [_replace_weight(w, swapped) if w.argument in swapped else w for w in self._weights]
+            new._leading = new._prepare()
+            new._selftest_cache = None
+            if new._selftest_source is None:
+                new._origin = None  # the stored self-test outputs were computed with the old weights
+            new._derive()
+        return new
+
+    def _with_bound(self, values: dict[str, Any], dirs: dict[str, str]) -> "Executable":
+        """``bind`` for runtime inputs, with the artifact directory each bound input is saved to."""
+        for name, value in values.items():  # as given, before device_put could cast (float64 -> float32)
+            leaves: list[Any] = []
+            flatten_like(next(p for p in self._parameters if p.name == name).template, value, name, leaves)
+            for leaf, (path, info) in zip(leaves, self._leaves_of(name)):
+                check_leaf(leaf, path, info)
+        new = copy.copy(self)
+        new._bound = dict(self._bound)
+        new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})
+        new._selftest_cache = None
+        if values and new._selftest_source is None:
+            new._origin = None
+        new._derive()
+        return new
+
+    def _assemble_named(self, values: dict[str, Any]) -> list[Any]:
+        leaves: list[Any] = []
+        for p in self._parameters:
+            if p.name in self._bound_leaves:
+                leaves.extend(self._bound_leaves[p.name])
+            else:
+                flatten_like(p.template, values[p.name], p.name, leaves)
+        return leaves
+
+    # --- introspection ---------------------------------------------------------------------------
+    @property
+    def input_infos(self) -> dict[str, Any]:
+        return input_infos(self._leaves, self._parameters, self._visible)
+
+    @property
+    def output_infos(self) -> list[InputInfo]:
+        return list(self._outputs)
+
+    def get_input_info(self) -> list[Any]:
+        return list(self.input_infos.values())
+
+    def get_output_info(self) -> list[InputInfo]:
+        return self.output_infos
+
+    @property
+    def profiles(self) -> list[dict[str, int]]:
+        """The precompiled profiles, each as ``{dim: size}`` (dims by name, or symbol if unnamed)."""
+        return [{d.name or d.symbol: n for d, n in zip(self.dims, p.target)} for p in self._precompiled]
+
+    @property
+    def dispatcher(self) -> dispatch.Dispatcher:
+        return self._dispatcher
+
+    @property
+    def flat_inputs(self) -> list[tuple[str, InputInfo]]:
+        """Every runtime input leaf in program order, by path (bound ones included)."""
+        return list(self._leaves)
+
+    @property
+    def precompiled_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
+        """Input shapes that run a precompiled executable as they are (without padding or compiling)."""
+        return [self._dispatcher.leaf_shapes(p.target) for p in self._precompiled]
+
+    def set_universal(self, executable: Precompiled) -> None:
+        """Serve every in-range shape with one executable, exactly as given (no padding, no profiles)."""
+        self._universal = executable
+        self._runners.clear()
+        self._fast.clear()
+
+    def add_profiles(self, precompiled: Sequence[Precompiled]) -> None:
+        """Serve these precompiled profiles too (the compiler adds them once they are built)."""
+        self._precompiled.extend(precompiled)
+        self._by_target.update({p.target: p for p in precompiled})
+        self._runners.clear()
+        self._fast.clear()
+
+    def load_all(self) -> int:
+        """Deserialize every precompiled profile now (loading defers each to its first use); their count."""
+        return sum(p.ready() is not None for p in self._precompiled)
+
+    def warm_up(self, background: bool = False) -> threading.Thread | None:
+        """Deserialize every profile and run it once on zeros, cheapest first, so no call pays for that.
+
+        A profile's first run costs 5-20 ms more than the next (XNNPACK prepares the executable), on
+        top of deserializing it (2-15 ms). With ``background``, a daemon thread does it while calls
+        are served (XLA releases the GIL); a call that needs a profile first warms it itself.
+        """
+        profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
+        if self._universal is not None:
+            profiles = [self._universal]
+        if not background:
+            for p in profiles:
+                self._warm(p)
+            return None
+        thread = threading.Thread(target=self._warm_all, args=(profiles,), name="tripy_build-warmup", daemon=True)
+        with _WARMUPS_LOCK:
+            _WARMUPS.add(thread)
+        thread.start()
+        return thread
+
+    def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
+        try:
+            for p in profiles:
+                if _STOPPING.is_set():
+                    break
+                self._warm(p)
+            self._runners.clear()  # routes planned before the latencies were known
+            self._fast.clear()
+        except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it
+            log.warning("%s: background warm-up stopped: %s", self._name, e)
+        finally:
+            with _WARMUPS_LOCK:
+                _WARMUPS.discard(threading.current_thread())
+
+    def _warm(self, p: Precompiled) -> None:
+        """Run ``p`` once if no call has (its first run is the slow one), then time it for split plans."""
+        if p.target in self._latency:
+            return
+        call = p.ready()
+        with p.lock:
+            if p.target in self._latency or call is None:
+                return
+            shapes = self._dispatcher.leaf_shapes(p.target if p is not self._universal else
+                                                  tuple(d.bounds[1] for d in self.dims))
+            zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
+            args = (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
+            if not p.warm:
+                jax.block_until_ready(call(*args))
+                p.warm = True
+            self._latency[p.target] = _fastest_run(call, args)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{name}: {info!r}" for name, info in self.input_infos.items())
+        return f"<tripy_build.Executable {self._name}({args})>"
+
+    # --- calling ---------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if not kwargs:
+                try:
+                    fn = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
+                except AttributeError:
+                    fn = None
+                if fn is not None:
+                    return fn(*args)
+            return self._checked_call(args, kwargs)
+        except ValueError as e:
+            if "sharding" not in str(e):
+                raise
+            raise self._device_error(args, kwargs) from None
+
+    def _device_error(self, args: Sequence[Any], kwargs: dict[str, Any]) -> CallError:
+        """XLA's sharding mismatch, said as which input is on which device and how to move it."""
+        device = jax.devices()[0]
+        names = [*self._names[:len(args)], *kwargs]
+        for name, value in zip(names, [*args, *kwargs.values()]):
+            for leaf in jax.tree_util.tree_leaves(value):
+                if isinstance(leaf, jax.Array) and leaf.devices() != {device}:
+                    return CallError(f"input {name!r} is on {', '.join(map(str, leaf.devices()))}, but this executable "
+                                     f"runs on {device}; move it first: jax.device_put({name}, jax.devices()[0]).")
+        return CallError(f"an input is on a device this executable does not run on ({device}); move the inputs "
+                         "there with jax.device_put.")
+
+    @property
+    def _names(self) -> list[str]:
+        return [p.name for p in self._visible]
+
+    def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return bind_call(self._name, self._visible, args, kwargs, lambda n: repr(self.input_infos[n]))
+
+    def check_leaves(self, leaves: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+        """Validate flat inputs against the specs; the tuple of their shapes."""
+        return check_leaves(leaves, self._leaves, self._named_uses)
+
+    def _bound_by_index(self) -> dict[int, Any]:
+        return {self._leaf_slices[name].start + i: value
+                for name, values in self._bound_leaves.items() for i, value in enumerate(values)}
+
+    def call_flat(self, *leaves: Any) -> Any:
+        """Call with the unbound runtime inputs flattened in order (self-tests use this)."""
+        bound, it = self._bound_by_index(), iter(leaves)
+        full = [bound[i] if i in bound else next(it) for i in range(len(self._leaves))]
+        return self._runner(self.check_leaves(full))(full)
+
+    def run_profile(self, target: Sequence[int], leaves: Sequence[Any], sizes: Sequence[int]) -> list[Any]:
+        """Run the program compiled for ``target`` (sizes per dim) on inputs already of its shapes; flat outputs."""
+        return self._run_flat(tuple(target), leaves, sizes)
+
+    def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        leaves = self._assemble_named(self._bind(args, kwargs))
+        run = self._runner(self.check_leaves(leaves))
+        out = run(leaves)
+        if self._all_leaf_params and not kwargs and len(args) == len(self._visible):
+            if len(self._fast) >= _FAST_CACHE_LIMIT:
+                self._fast.clear()
+            self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = self._fast_path(run)
+        return out
+
+    def _fast_path(self, run: Callable) -> Callable:
+        """What later calls with the same argument shapes run: the compiled call itself where possible."""
+        exact = getattr(run, "exact", None)
+        if self._bound:
+            bound, n = self._bound_by_index(), len(self._leaves)
+
+            def assemble(*args: Any) -> Any:
+                it = iter(args)
+                return run([bound[i] if i in bound else next(it) for i in range(n)])
+            return assemble
+        if exact is not None:
+            fn, lead, sizes = exact
+            # A Compiled object's own dispatch function (made on its first call) skips a Python frame.
+            direct = getattr(fn, "_call", None) if isinstance(fn, jax.stages.Compiled) else fn
+            if direct is not None:
+                return lambda *args: direct(*lead, *args, *sizes)
+        return lambda *args: run(list(args))
+
+    def _runner(self, shapes: tuple[tuple[int, ...], ...]) -> Callable:
+        """A function of the flat (validated) inputs that runs them at this combination of shapes."""
+        run = self._runners.get(shapes)
+        if run is not None:
+            return run
+        route = self._dispatcher.route(shapes, self._latency)
+        if self._universal is not None:  # every shape runs as it is
+            fn, lead, sizes = self._universal.ready(), tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
+
+            def run(leaves: Sequence[Any]) -> Any:
+                return fn(*lead, *leaves, *sizes)
+        elif route.split is None and not route.padded and not any(c is not None for c in route.slices):
+            fn = self._callable(route.target)
+            lead, sizes = tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
+
+            def run(leaves: Sequence[Any]) -> Any:
+                return fn(*lead, *leaves, *sizes)
+            run.exact = (fn, lead, sizes)  # type: ignore[attr-defined]
+        else:
+            tree = self._program.main.out_tree
+
+            def run(leaves: Sequence[Any]) -> Any:
+                outs = self._dispatcher.run(route, leaves, self._run_flat)
+                return jax.tree_util.tree_unflatten(tree, [jax.device_put(o) for o in outs])
+        if len(self._runners) >= _FAST_CACHE_LIMIT:
+            self._runners.clear()
+        self._runners[shapes] = run
+        return run
+
+    def _run_flat(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[Any]:
+        """One profile on inputs of its shapes: its flat outputs."""
+        out = self._callable(tuple(target))(*self._leading, *leaves, *[np.int32(n) for n in sizes])
+        return jax.tree_util.tree_leaves(out)
+
+    def _callable(self, target: tuple[int, ...]) -> Callable:
+        """The compiled program for one profile: precompiled, or compiled now (once) and cached."""
+        entry = self._by_target.get(target)
+        if isinstance(entry, Precompiled):
+            if not entry.warm and entry.lock.locked():
+                with entry.lock:  # the warm-up thread is on it: wait rather than run it cold beside it
+                    pass
+            call = entry.ready()
+            if call is not None:
+                entry.warm = True
+                return call
+        elif entry is not None:
+            return entry
+        with self._compile_lock:
+            entry = self._by_target.get(target)
+            if entry is not None and not isinstance(entry, Precompiled):
+                return entry
+            fn = self._compile(target)
+            self._by_target[target] = fn
+            return fn
+
+    def _compile(self, target: tuple[int, ...]) -> Callable:
+        """Compile the exported program for ``target``, through the compile cache."""
+        shapes = [a.shape for a in self._program.leading_avals()]
+        shapes += list(self._dispatcher.leaf_shapes(target)) + [()] * len(self._sizes)
+        platform = jax.default_backend()
+        iree = self.compiler.get("name") == "iree"
+        if iree:
+            from . import iree as iree_backend
+
+            options = {"iree": list(iree_backend.FLAGS), **iree_backend.versions()}
+        else:
+            options = compiler_options(self.optimization_level, platform)
+        cache = compile_cache.shared() if host.tested_jax() else None
+        key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform, options=options,
+                                host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
+        hit = cache.get(key) if cache is not None else None
+        label = ", ".join(f"{d.name or d.symbol}={n}" for d, n in zip(self.dims, target))
+        if hit is not None:
+            blob, meta = hit
+            try:
+                fn = (iree_backend.Module(blob, 0, self._program.main.out_tree, "compile cache") if iree else
+                      xla_executable.load(blob, meta, self._program.main.out_tree, self._name, platform))
+                log.info("%s: %s loaded from the compile cache", self._name, label)
+                return fn
+            except Exception as e:  # noqa: BLE001 - a bad entry is recompiled, never fatal
+                log.warning("%s: compile cache entry for %s unusable (%s); compiling", self._name, label, e)
+        t0 = time.perf_counter()
+        if iree:
+            blob, _ = iree_backend.compile_static(self._program.main, shapes)
+            compiled, meta = iree_backend.Module(blob, 0, self._program.main.out_tree, self._name), {}
+        else:
+            compiled = xla_executable.compile_shapes(self._program.main, shapes, options)
+        log.info("%s: compiled %s on first use in %.0f ms (no profile covers it)", self._name, label,
+                 (time.perf_counter() - t0) * 1e3)
+        if cache is not None:
+            if not iree:
+                blob, meta = xla_executable.serialize(compiled)
+            cache.put(key, blob, meta)
+        return compiled
+
+    # --- self-test and saving --------------------------------------------------------------------
+    def selftest_cases(self) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+        """Self-test manifest entries and files: made from the traced function, or read from the artifact."""
+        if self._selftest_cache is None:
+            if self._selftest_source is not None:
+                source = self._selftest_source
+
+                def reference(*leaves: Any) -> Any:
+                    sizes = self._dispatcher.route(tuple(np.shape(x) for x in leaves)).sizes
+                    return source(*leaves, *[jax.numpy.int32(n) for n in sizes])
+                cases = selftest.make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case())
+                self._selftest_cache = selftest.to_files(cases, self.tolerance)
+            elif self._origin is not None:
+                from ..artifact import layout as artifact
+
+                path, entries = self._origin
+                self._selftest_cache = (entries, artifact.read(path, selftest.file_names(entries))[1])
+            else:
+                self._selftest_cache = ([], {})
+        return self._selftest_cache
+
+    def _padded_case(self) -> dict[int, tuple[int, ...]] | None:
+        """Input shapes that need padding (each padded dim just above a bucket), for a self-test case."""
+        sizes, padded = [], False
+        for d in self.dims:
+            lo, opt, hi = d.bounds
+            above = [b + 1 for b in d.buckets if b + 1 <= hi and b + 1 not in d.buckets]
+            if d.strategy == "padded" and above:
+                sizes.append(min(above, key=lambda n: abs(n - opt)))
+                padded = True
+            else:
+                sizes.append(opt)
+        if not padded:
+            return None
+        return dict(enumerate(self._dispatcher.leaf_shapes(sizes)))
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write this executable as an artifact directory; returns its path."""
+        from ..artifact.serialization import save
+
+        return str(save(self, path))
+
+    @staticmethod
+    def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> "Executable":
+        """Load an artifact written by ``save`` or the build command, without compiling (see ``tripy_build.load``)."""
+        from ..artifact.serialization import load
+
+        return load(path, warmup, trust_executables)
+
+    def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
+        return self._leaves[self._leaf_slices[name]]
+
+
+def _fastest_run(call: Callable, args: Sequence[Any], budget_s: float = 0.004, most: int = 10) -> float:
+    """A profile's latency for planning splits: the fastest of a few runs (at least one, ~4 ms in all)."""
+    best, spent, n = float("inf"), 0.0, 0
+    while n < most and (n < 2 or spent < budget_s) and not (n >= 1 and spent > budget_s):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call(*args))
+        t = time.perf_counter() - t0
+        best, spent, n = min(best, t), spent + t, n + 1
+    return best
+
+
+_WARMUPS: set[threading.Thread] = set()
+_WARMUPS_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+@atexit.register
+def _stop_warmups() -> None:
+    """Let warm-up threads finish the profile they are running before the interpreter exits.
+
+    A daemon thread killed inside XLA while Python shuts down aborts the process; stopping between
+    profiles costs at most one profile's run.
+    """
+    _STOPPING.set()
+    with _WARMUPS_LOCK:
+        threads = list(_WARMUPS)
+    for t in threads:
+        t.join()
+
+
+def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:
+    """``weight`` with its value taken from the new value of its argument, checked, never cast."""
+    argument = weight.argument
+    leaves = {argument + jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(values[argument])[0]}
+    if weight.path not in leaves:
+        raise CallError(f"bind({argument}=...): the new value has no leaf {weight.path}, which the program uses; "
+                        "pass a tree with the same structure as at compile time.")
+    value = leaves[weight.path]
+    want = (tuple(weight.value.shape), np.dtype(weight.value.dtype))
+    got = (tuple(np.shape(value)), np.dtype(getattr(value, "dtype", np.asarray(value).dtype)))
+    if not isinstance(value, array_types()) or got != want:
+        raise CallError(
+            f"bind({argument}=...): {weight.path} must be an array of shape {want[0]} and dtype {want[1].name}, "
+            f"got {type(value).__name__} of shape {got[0]} and dtype {got[1].name} (no silent casts)."
+        )
+    return Weight(weight.path, argument, jax.device_put(value))
+
+
+def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> Executable:
+    """Load a built artifact, checking every file it uses against its digest first; nothing compiles.
+
+    Args:
+        path: the artifact directory (``Executable.save`` or ``python -m tripy_build``).
+        warmup: ``"background"`` (default): the call returns at once and a thread deserializes each
+            precompiled profile and runs it once, so no later call pays for a profile's first use;
+            ``"now"``: the same before returning (a server that must be ready when loaded);
+            ``"none"``: each profile is prepared by the first call that needs it.
+        trust_executables: ``False`` ignores the machine code the artifact ships (its precompiled
+            executables are neither read nor deserialized) and compiles each profile from the portable
+            exported program instead, on this host, through the compile cache: for an artifact from
+            a source you do not trust to run native code from (docs/trust.md).
+
+    Returns:
+        An ``Executable`` with the artifact's signature, profiles and weights.
+
+    Example::
+
+        exe = tripy_build.load("artifacts/geglu/2bb85d9bc22e7905")
+        y = exe(np.ones((37, 512), np.float32))
+    """
+    return Executable.load(path, warmup, trust_executables)
