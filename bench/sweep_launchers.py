@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from tripy_build import host
-from tripy_build.artifact import layout as artifact
-from tripy_build.cli.app import result_files
+from tripy_build.artifact.read import reproducible_tree
+from tripy_build.cli.sweep import result_files
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = ["model=geglu,mlp", "shapes=static,dynamic", "optimization_level=0,3", "precision=float32,bfloat16"]
@@ -60,7 +60,7 @@ def run(launcher: str, tmp: Path, env: dict[str, str]) -> tuple[float, float | N
     if proc.returncode != 0:
         raise SystemExit(f"{launcher} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-2000:]}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    files = artifact.reproducible_tree(arts)
+    files = reproducible_tree(arts)
     stages: dict[str, float] = {}
     for result in result_files(sweep):
         for stage, seconds in json.loads(result.read_text()).get("stages", {}).items():

@@ -40,21 +40,21 @@ def make_geglu_params(dim_in: int = DIM_IN, dim_out: int = DIM_OUT, seed: int = 
 
 
 def reproducible_files(root: Path) -> dict[str, bytes]:
-    """The byte-reproducible files of every artifact under ``root`` (``artifact.reproducible_tree``)."""
-    from tripy_build.artifact import layout as artifact
+    """The byte-reproducible files of every artifact under ``root`` (``reproducible_tree``)."""
+    from tripy_build.artifact.read import reproducible_tree
 
-    return artifact.reproducible_tree(root)
+    return reproducible_tree(root)
 
 
 def default_sweep_dir(cwd: Path) -> Path:
     """The one sweep directory a ``-m`` run made under Hydra's default ``hydra.sweep.dir``
     (``multirun/<date>/<time>`` in its working directory ``cwd``), as users run sweeps: every job of the
     sweep must have written there, and the sweep's shared init must be gone."""
-    from tripy_build.cli import app as cli
+    from tripy_build.cli import sweep
 
     found = sorted(p for p in (cwd / "multirun").glob("*/*") if p.is_dir())
     assert len(found) == 1, f"one sweep directory expected under {cwd / 'multirun'}, found {found}"
-    assert not (found[0] / cli.SHARED_INIT).exists()
+    assert not (found[0] / sweep.SHARED_INIT).exists()
     return found[0]
 
 

@@ -583,7 +583,7 @@ def test_selftest_stays_within_its_size_budget_and_still_catches_a_wrong_output(
     """Inputs over 64 KB are stored as seeds, outputs over 4096 elements as samples plus sums."""
     import io
 
-    from tripy_build.compiler import selftest
+    from tripy_build.artifact import selftest
     from tripy_build.cli.verify import verify
 
     w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)

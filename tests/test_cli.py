@@ -17,7 +17,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import tripy_build as tb
-from tripy_build.cli import app as cli
+from tripy_build.cli import sweep
 from tripy_build.cli import config
 from tripy_build.build.pipeline import build
 from tripy_build.build.model import input_infos, load as instantiate_model, padding as model_padding
@@ -146,7 +146,7 @@ def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
     assert "8 builds, 4 failed" in proc.stdout
     # each job keeps Hydra's config and its log beside its result (a single build writes neither)
     assert all((sweep_dir / str(r["job"]) / ".hydra" / "config.yaml").is_file() for r in rows)
-    assert "profile" in (sweep_dir / str(built[0]["job"]) / "cli.log").read_text()
+    assert "profile" in (sweep_dir / str(built[0]["job"]) / "build.log").read_text()
     for r in built:
         assert_matches_eager(Path(r["path"]))
 
@@ -426,7 +426,7 @@ def test_sweep_with_bench_adds_latency_and_marks_the_pareto_front(tmp_path):
 
 
 def test_mark_pareto():
-    from tripy_build.cli.app import mark_pareto
+    from tripy_build.cli.sweep import mark_pareto
 
     rows = [{"a": 1, "b": 5}, {"a": 2, "b": 2}, {"a": 3, "b": 3}, {"a": 1, "b": 5}, {"a": "", "b": 1}]
     mark_pareto(rows, ("a", "b"))
@@ -602,7 +602,7 @@ def test_tripy_local_launcher_gives_the_same_artifacts_as_the_basic_one(tmp_path
         assert proc.returncode == 1, proc.stderr[-3000:]  # the optimization_level=9 jobs fail
         assert "[sweep] 8/8 done, 4 failed" in proc.stdout and "8 builds, 4 failed;" in proc.stdout
         orders[launcher] = [[o for o in r["overrides"].split() if not o.startswith("artifacts_dir=")] for r in rows]
-        assert not (tmp_path / "basic-sweep" / cli.SHARED_INIT).exists()  # the jobs' shared init is removed
+        assert not (tmp_path / "basic-sweep" / sweep.SHARED_INIT).exists()  # the jobs' shared init is removed
         sweeps[launcher] = reproducible_files(tmp_path / launcher)
     assert len(sweeps["basic"]) > 8 and sweeps["basic"] == sweeps["tripy_local"]
     # tripy_local starts the dynamic jobs first (the largest), and reports every job in the sweep's order
@@ -693,7 +693,7 @@ def test_tripy_local_gives_a_fresh_process_to_jobs_that_set_the_cpu_target(tmp_p
 def test_builds_in_one_process_share_the_models_init(tmp_path, monkeypatch):
     """Jobs differing only in how they compile take the init params the first one made: identical weights,
     one init call, read-only arrays; another seed or another width inits again."""
-    from tripy_build.build import pipeline as build_module
+    from tripy_build.build import init_cache as build_module
     from tripy_build.models.geglu import GEGLU
 
     calls = []
@@ -720,7 +720,7 @@ def test_builds_in_other_processes_share_the_models_init_through_a_directory(tmp
     import dataclasses
     import logging
 
-    from tripy_build.build import pipeline as build_module
+    from tripy_build.build import init_cache as build_module
 
     shared = tmp_path / "shared"
     common = ["model=geglu", "model.dim_in=16", "model.dim_out=32", "shapes=static", f"artifacts_dir={tmp_path}"]

@@ -414,7 +414,7 @@ def test_optimization_levels_resolve_to_compiler_options_that_change_the_code(rn
     for level in (0, 1, 3, 4, 5):
         exe = tb.compile(f, level, args=[II((4, 8), "float32"), w], buckets="none")
         (pre,) = exe._precompiled
-        assert pre.meta["compiler_options"] == compiler_options(level, "cpu")
+        assert pre.entry.compiler_options == compiler_options(level, "cpu")
         assert_close(exe(x), f(jnp.asarray(x), w))
         blobs[level] = pre.blob
     assert compiler_options(0, "cpu") == {"xla_backend_optimization_level": 0} and compiler_options(4, "cpu") == {}

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build.artifact import layout as artifact
-from tripy_build.artifact import store as gc
+from tripy_build.artifact.layout import disk_size
+from tripy_build.artifact import lock, store
+from tripy_build.artifact.describe import parse_size
+from tripy_build.build import memo
 
 
 def _artifacts(root: Path, n: int) -> list[Path]:
@@ -32,8 +34,8 @@ def _artifacts(root: Path, n: int) -> list[Path]:
 def test_least_recently_used_go_first_and_a_load_counts_as_use(tmp_path):
     paths = _artifacts(tmp_path, 4)
     tb.load(paths[0], warmup="none")  # now the most recently used
-    size = artifact.disk_size(paths[1])
-    result = gc.collect(tmp_path, max_bytes=int(2.5 * size))
+    size = disk_size(paths[1])
+    result = store.collect(tmp_path, max_bytes=int(2.5 * size))
     assert [p for p, _ in result.removed] == [paths[1], paths[2]]
     assert all(p.is_dir() for p in (paths[0], paths[3])) and not paths[1].exists() and not paths[2].exists()
     assert not [p for p in (tmp_path / "m").iterdir() if p.name.startswith(".")]
@@ -41,9 +43,9 @@ def test_least_recently_used_go_first_and_a_load_counts_as_use(tmp_path):
 
 def test_age_budget_and_dry_run(tmp_path):
     paths = _artifacts(tmp_path, 3)
-    dry = gc.collect(tmp_path, max_age_days=1500 / 86400, dry_run=True)
+    dry = store.collect(tmp_path, max_age_days=1500 / 86400, dry_run=True)
     assert [p for p, _ in dry.removed] == [paths[0], paths[1]] and paths[0].is_dir()
-    gc.collect(tmp_path, max_age_days=1500 / 86400)
+    store.collect(tmp_path, max_age_days=1500 / 86400)
     assert [p.exists() for p in paths] == [False, False, True]
 
 
@@ -52,14 +54,14 @@ def test_an_artifact_being_loaded_is_never_removed(tmp_path):
     held, release = threading.Event(), threading.Event()
 
     def loader():
-        with gc.reading(paths[0]):
+        with lock.reading(paths[0]):
             held.set()
             release.wait(30)
 
     t = threading.Thread(target=loader)
     t.start()
     held.wait(10)
-    result = gc.collect(tmp_path, max_bytes=0)
+    result = store.collect(tmp_path, max_bytes=0)
     release.set()
     t.join()
     assert result.in_use == [paths[0]] and paths[0].is_dir() and not paths[1].exists()
@@ -100,9 +102,9 @@ def test_memo_entries_of_removed_artifacts_are_dropped(tmp_path, monkeypatch):
     memo_dir().mkdir(parents=True)
     (memo_dir() / "a.json").write_text(json.dumps({"path": str(paths[0])}))
     (memo_dir() / "b.json").write_text(json.dumps({"path": str(tmp_path / "gone")}))
-    assert gc.prune_memo() == 1 and (memo_dir() / "a.json").exists()
+    assert memo.prune() == 1 and (memo_dir() / "a.json").exists()
 
 
 @pytest.mark.parametrize("text,size", [("500MB", 500 * 2**20), ("2G", 2 * 2**30), ("1.5GiB", int(1.5 * 2**30)), ("10", 10)])
 def test_sizes(text, size):
-    assert gc.parse_size(text) == size
+    assert parse_size(text) == size

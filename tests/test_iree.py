@@ -72,10 +72,10 @@ def both(request):
 
 def test_every_zoo_model_matches_xla_within_float32_tolerance(both):
     name, model, params, xla, iree = both
-    assert xla.compiler == {"name": "xla"}
-    assert iree.compiler["name"] == "iree" and iree.compiler["mode"] == CASES[name][3]
-    if iree.compiler["mode"] == "profiles":
-        assert "failed to legalize operation 'stablehlo.dynamic_" in iree.compiler["why"]
+    assert xla.compiler.name == "xla" and xla.compiler.mode is None
+    assert iree.compiler.name == "iree" and iree.compiler.mode == CASES[name][3]
+    if iree.compiler.mode == "profiles":
+        assert "failed to legalize operation 'stablehlo.dynamic_" in iree.compiler.why
     for xs in edge_inputs(model, CASES[name][1]):
         want = np.asarray(xla(*xs))
         got = np.asarray(iree(*xs))
@@ -184,11 +184,15 @@ def test_build_command_with_backend_iree_records_the_compiler_in_key_and_summary
 
 
 def test_incompatible_iree_module_is_reported():
-    here = dict(iree_backend.versions())
     from tripy_build import host
+    from tripy_build.artifact.compat import incompatibility
+    from tripy_build.artifact.manifest import IREE_FORMAT, ExecutableEntry
 
-    ok = dict(host.host_features(), **here)
-    assert iree_backend.incompatibility(ok) is None
-    assert "compiled by IREE 0.0.1" in iree_backend.incompatibility(dict(ok, **{"iree-base-compiler": "0.0.1"}))
-    assert "features this host lacks (zz_feature)" in iree_backend.incompatibility(
-        dict(ok, cpu_features=ok["cpu_features"] + " zz_feature"))
+    def module(depends_on):
+        return ExecutableEntry("executables/0.vmfb", IREE_FORMAT, "cpu", depends_on=depends_on)
+
+    ok = dict(host.host_features(), **iree_backend.versions())
+    assert incompatibility(module(ok)) is None
+    assert "compiled by IREE 0.0.1" in incompatibility(module(dict(ok, **{"iree-base-compiler": "0.0.1"})))
+    assert "features this host lacks (zz_feature)" in incompatibility(
+        module(dict(ok, cpu_features=ok["cpu_features"] + " zz_feature")))

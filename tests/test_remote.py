@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 
 pytest.importorskip("fsspec", reason="cache.remote needs fsspec: pip install -e '.[remote]'")
 
-from tripy_build.artifact import layout as artifact
+from tripy_build.artifact.write import FOREIGN_STALE_SECONDS, remove_stale_temporaries
 from tripy_build.cli import config  # noqa: E402
 from tripy_build.build.pipeline import build  # noqa: E402
 from tripy_build.cli.verify import verify  # noqa: E402
@@ -120,7 +120,7 @@ def test_temporaries_of_other_hosts_are_judged_by_age_only(tmp_path, monkeypatch
     theirs_old = tmp_path / f".b.tmp-{dead}@there-abc12345"
     for p in (mine_dead, theirs_young, theirs_old):
         p.mkdir()
-    old = time.time() - artifact.FOREIGN_STALE_SECONDS - 60
+    old = time.time() - FOREIGN_STALE_SECONDS - 60
     os.utime(theirs_old, (old, old))
-    artifact.remove_stale_temporaries(tmp_path)
+    remove_stale_temporaries(tmp_path)
     assert [p.exists() for p in (mine_dead, theirs_young, theirs_old)] == [False, True, False]

@@ -10,7 +10,7 @@ from .errors import TripyBuildError  # noqa: E402
 from .core.spec import DimSize, InputInfo, NamedDimension  # noqa: E402
 
 _LAZY = {"compile": "compiler.pipeline", "load": "runtime.executable", "Executable": "runtime.executable",
-         "CompatibilityWarning": "artifact.serialization"}
+         "CompatibilityWarning": "artifact.compat"}
 
 __all__ = ["compile", "load", "Executable", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
            "CompatibilityWarning", "__version__"]

@@ -1,8 +1,8 @@
-"""What a compiled CPU executable depends on, read off this host without importing jax.
+"""Facts about this machine, read without importing jax: versions, CPU features, cores, its name and
+cache folder. A leaf every layer may use (like ``errors``).
 
-An XLA CPU executable is native code for one jaxlib, machine and set of CPU features; XLA's own
-loader only logs a feature mismatch and may then die on an illegal instruction. ``host_features``
-records what a build depended on, ``incompatibility`` says why this host must not load it.
+An XLA CPU executable is native code for one jaxlib, machine and set of CPU features: ``host_features``
+records what a build depended on, and ``artifact.compat`` judges a host against it.
 
 The CPU features an executable needs are the ones LLVM compiled it for, which its bytes name (the
 target triple, the CPU and ``+feature`` list): a build with ``--xla_cpu_max_isa=AVX2`` needs far
@@ -16,9 +16,9 @@ import os
 import platform
 import re
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-FORMAT = "pjrt-executable-v1"
 TESTED_JAX_SERIES = ("0.10.",)
 
 
@@ -43,6 +43,12 @@ def version(dist: str) -> str:
     from importlib.metadata import version as dist_version
 
     return dist_version(dist)
+
+
+def cache_home() -> Path:
+    """Where tripy_build keeps what it caches on this machine (the command memo, run-time compiles):
+    ``$XDG_CACHE_HOME/tripy_build``, by default ``~/.cache/tripy_build``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tripy_build"
 
 
 def usable_cores() -> list[int]:
@@ -133,68 +139,14 @@ def host_isa(client: Any) -> dict[str, Any] | None:
     return _HOST_ISA[0]
 
 
-def incompatibility(recorded: dict[str, Any], client: Any = None) -> str | None:
-    """Why an executable built with ``recorded`` dependencies must not be loaded here, or None.
+def toolchain() -> dict[str, Any]:
+    """The versions a build depends on (part of the build key and the manifest)."""
+    from . import __version__
 
-    With the executable's own ``isa`` recorded and a PJRT ``client`` to ask, the features compared
-    are LLVM's on both sides; otherwise the build host's ``/proc/cpuinfo`` flags against this host's.
-    """
-    host = host_features()
-    if not tested_jax():
-        return f"jax {host['jax']} is not a version this loader was tested with ({', '.join(TESTED_JAX_SERIES)}x)"
-    for key in ("jaxlib", "machine", "system"):
-        if recorded.get(key) != host[key]:
-            return f"built for {key} {recorded.get(key)!r}, this host has {host[key]!r}"
-    here = host_isa(client) if client is not None and recorded.get("isa") is not None else None
-    if here is not None:
-        missing = sorted(set(recorded["isa"]) - set(here["isa"]))
-        what = f"compiled for {recorded.get('target_cpu') or 'a CPU'} with features this host ({here['cpu']}) lacks"
-    else:
-        missing = sorted(set(recorded.get("cpu_features", "").split()) - set(host["cpu_features"].split()))
-        what = "built on a CPU with features this host lacks"
-    if missing:
-        shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
-        return f"{what} ({shown})"
-    return None
-
-
-# ``target.cpu`` values: a ceiling on the instruction set XLA may use (``--xla_cpu_max_isa``).
-CPU_TARGETS = {"x86_64": ("SSE4_2", "AVX", "AVX2", "AVX512", "AVX512_VNNI", "AVX512_BF16", "AMX"),
-               "aarch64": ("NEON", "SVE", "SVE2")}
-PORTABLE = {"x86_64": "AVX2", "aarch64": "NEON"}  # x86-64-v3: every x86 server CPU since 2013 has it
-
-
-def max_isa(target: str) -> str | None:
-    """The ``--xla_cpu_max_isa`` value for a ``target.cpu`` setting (None: compile for this host)."""
-    if target == "host":
-        return None
-    machine = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
-    if target == "portable":
-        return PORTABLE.get(machine)
-    allowed = CPU_TARGETS.get(machine, ())
-    if target.upper() not in allowed:
-        from .errors import ConfigError
-
-        raise ConfigError(f"target.cpu: {target!r} is not an instruction-set ceiling XLA knows on {machine}; use host, "
-                          f"portable or one of {', '.join(allowed) or '(none on this machine)'}.")
-    return target.upper()
-
-
-def apply_cpu_target(target: str, backend_started: bool) -> None:
-    """Put ``--xla_cpu_max_isa`` for ``target`` in ``XLA_FLAGS``: XLA reads it when its CPU backend starts."""
-    isa = max_isa(target)
-    if isa is None:
-        return
-    flag = f"--xla_cpu_max_isa={isa}"
-    current = os.environ.get("XLA_FLAGS", "")
-    if flag in current.split():
-        return
-    if backend_started or "--xla_cpu_max_isa" in current:
-        from .errors import ConfigError
-
-        raise ConfigError(
-            f"target.cpu={target} compiles with {flag}, which XLA reads once, when its CPU backend starts, and this "
-            f"process started it with XLA_FLAGS={current!r}. Build in a fresh process (a sweep: "
-            "hydra/launcher=submitit_local runs each job in one), or start this one with XLA_FLAGS set."
-        )
-    os.environ["XLA_FLAGS"] = f"{current} {flag}".strip()
+    return {
+        "python": platform.python_version(),
+        "jax": version("jax"),
+        "jaxlib": version("jaxlib"),
+        "tripy_build": __version__,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }

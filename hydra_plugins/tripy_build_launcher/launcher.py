@@ -199,7 +199,7 @@ def next_job(pending: Sequence[int], jobs: Sequence[_Job], mine: set[str], other
     """The job a free worker takes next: the largest pending (``pending`` is largest first), and among
     the equally large, one of a model this worker has built, else one of a model no other worker has.
 
-    A worker keeps the inits it made (``tripy_build.build._INIT_MEMO``), and the others read them from
+    A worker keeps the inits it made (``tripy_build.build.init_cache``), and the others read them from
     the sweep's shared init directory (~50 ms instead of 0.4-0.9 s for a zoo model); workers that start
     on different models do not make the same init at once. In the 16-job sweep of
     bench/sweep_launchers.py (two models) the two workers made four inits before, one per model now.
@@ -227,7 +227,7 @@ def _died(cfg: DictConfig, how: str) -> JobReturn:
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobStatus
 
-    from tripy_build.cli.app import write_result
+    from tripy_build.cli.sweep import write_result
 
     HydraConfig.instance().set_config(cfg)  # the sweep's subdir may interpolate the job's hydra keys
     output_dir = Path(str(OmegaConf.select(cfg, "hydra.sweep.dir"))) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
@@ -284,7 +284,7 @@ def estimated_work(cfg: DictConfig) -> float:
 # What the fork server imports: what a build imports, short of starting jax's backend (~0.16 s per
 # worker more, imported on its first build otherwise). jax loads its LAPACK kernels from scipy.linalg
 # when its CPU backend starts.
-PRELOAD = [__name__, "tripy_build.cli.app", "tripy_build.compiler.pipeline", "tripy_build.artifact.serialization",
+PRELOAD = [__name__, "tripy_build.cli.app", "tripy_build.compiler.pipeline", "tripy_build.runtime.save",
            "scipy.linalg"]
 
 

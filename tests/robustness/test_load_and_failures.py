@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build.artifact import layout as artifact
+from tripy_build.artifact.read import verify_files
 from tripy_build.cli.verify import verify
 
 B = tb.NamedDimension("batch", 1, 4, 32)
@@ -107,4 +107,4 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_previous_artifact(tmp_path, mon
     after = {p.relative_to(target): p.read_bytes() for p in target.rglob("*") if p.is_file()}
     assert after == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a temporary was left behind"
-    assert artifact.verify_files(target)
+    assert verify_files(target)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ArtifactError
+from .manifest import ExecutableEntry, Manifest
 
 _CONSTRAINT = re.compile(r"symbolic shape constraint (\w+) (<=|>=) (-?\d+)")
 
@@ -34,7 +35,7 @@ def _fail(where: str, field: str, found: Any, program: Any) -> ArtifactError:
                          "describe its program (it was edited or damaged). Rebuild the artifact.")
 
 
-def check(where: str, manifest: dict[str, Any], in_avals: Sequence[Any], out_avals: Sequence[Any],
+def check(where: str, manifest: Manifest, in_avals: Sequence[Any], out_avals: Sequence[Any],
           program_bytes: bytes, module_text: Callable[[], str]) -> None:
     """Compare the manifest's specs, dims and profiles with the program's avals and bounds.
 
@@ -43,29 +44,29 @@ def check(where: str, manifest: dict[str, Any], in_avals: Sequence[Any], out_ava
     messages as plain strings (0.02 ms); ``module_text`` (the module printed: 9-38 ms here) is asked only
     if a dim is not found that way.
     """
-    specs, dims = manifest["input_specs"], manifest["dims"]
-    if len(in_avals) < len(specs):
-        raise _fail(where, "the number of input_specs", len(specs), f"{len(in_avals)} inputs")
+    leaves, dims = manifest.leaves, manifest.dims
+    if len(in_avals) < len(leaves):
+        raise _fail(where, "the number of input_specs", len(leaves), f"{len(in_avals)} inputs")
     bounds = program_bounds(program_bytes.decode("latin-1"))
-    if any(d["symbol"] not in bounds for d in dims):
+    if any(d.symbol not in bounds for d in dims):
         bounds = program_bounds(module_text())
     symbols: dict[str, tuple[str | None, int, int]] = {}  # symbol -> (dim name, min, max) as the manifest says
     for d in dims:
-        symbols[d["symbol"]] = (d["name"], int(d["min"]), int(d["max"]))
-        lo, hi = bounds.get(d["symbol"], [1, None])
+        symbols[d.symbol] = (d.name, d.bounds[0], d.bounds[2])
+        lo, hi = bounds.get(d.symbol, [1, None])
         if hi is None:
-            raise _fail(where, f"dims[{d['symbol']!r}]", "a dynamic dim", "no such bounded dim")
-        if (int(d["min"]), int(d["max"])) != (lo, hi):
-            raise _fail(where, f"dims[{d['symbol']!r}] range", f"[{d['min']}, {d['max']}]",
-                        f"{d['symbol']} in [{lo}, {hi}]")
-    for spec, aval in zip(specs, in_avals):
-        field = f"input_specs[{spec['path']!r}]"
-        if np.dtype(spec["dtype"]) != np.dtype(aval.dtype):
-            raise _fail(where, f"{field} dtype", spec["dtype"], np.dtype(aval.dtype).name)
-        if len(spec["min"]) != len(aval.shape):
-            raise _fail(where, f"{field} rank", len(spec["min"]), f"rank {len(aval.shape)}")
+            raise _fail(where, f"dims[{d.symbol!r}]", "a dynamic dim", "no such bounded dim")
+        if (d.bounds[0], d.bounds[2]) != (lo, hi):
+            raise _fail(where, f"dims[{d.symbol!r}] range", f"[{d.bounds[0]}, {d.bounds[2]}]", f"{d.symbol} in [{lo}, {hi}]")
+    for (path, info), aval in zip(leaves, in_avals):
+        field = f"input_specs[{path!r}]"
+        b = info.shape_bounds
+        if info.dtype != np.dtype(aval.dtype):
+            raise _fail(where, f"{field} dtype", info.dtype.name, np.dtype(aval.dtype).name)
+        if info.rank != len(aval.shape):
+            raise _fail(where, f"{field} rank", info.rank, f"rank {len(aval.shape)}")
         for axis, dim in enumerate(aval.shape):
-            lo, hi, name = spec["min"][axis], spec["max"][axis], spec["dim_names"][axis]
+            lo, hi, name = b.min[axis], b.max[axis], info.dimension_names.get(axis)
             if isinstance(dim, (int, np.integer)):
                 if (lo, hi) != (int(dim), int(dim)):
                     raise _fail(where, f"{field} dim {axis}", f"[{lo}, {hi}]", f"a fixed size {int(dim)}")
@@ -77,21 +78,21 @@ def check(where: str, manifest: dict[str, Any], in_avals: Sequence[Any], out_ava
             if (lo, hi) != (s_lo, s_hi) or (name is not None and name != s_name):
                 raise _fail(where, f"{field} dim {axis}", f"{name or 'unnamed'} [{lo}, {hi}]",
                             f"{symbol} in [{bounds[symbol][0]}, {bounds[symbol][1]}]")
-    outputs = manifest["outputs"]
+    outputs = manifest.outputs
     if len(outputs) != len(out_avals):
         raise _fail(where, "the number of outputs", len(outputs), f"{len(out_avals)} outputs")
     for i, (spec, aval) in enumerate(zip(outputs, out_avals)):
-        if np.dtype(spec["dtype"]) != np.dtype(aval.dtype) or len(spec["min"]) != len(aval.shape):
-            raise _fail(where, f"outputs[{i}]", f"{spec['dtype']} of rank {len(spec['min'])}",
+        b = spec.shape_bounds
+        if spec.dtype != np.dtype(aval.dtype) or spec.rank != len(aval.shape):
+            raise _fail(where, f"outputs[{i}]", f"{spec.dtype.name} of rank {spec.rank}",
                         f"{np.dtype(aval.dtype).name} of rank {len(aval.shape)}")
         for axis, dim in enumerate(aval.shape):
-            if isinstance(dim, (int, np.integer)) and (spec["min"][axis], spec["max"][axis]) != (int(dim), int(dim)):
-                raise _fail(where, f"outputs[{i}] dim {axis}", f"[{spec['min'][axis]}, {spec['max'][axis]}]",
-                            f"a fixed size {int(dim)}")
+            if isinstance(dim, (int, np.integer)) and (b.min[axis], b.max[axis]) != (int(dim), int(dim)):
+                raise _fail(where, f"outputs[{i}] dim {axis}", f"[{b.min[axis]}, {b.max[axis]}]", f"a fixed size {int(dim)}")
 
 
 def consistent(where: str, leaves: Sequence[tuple[str, Any]], dims: Sequence[Any],
-               executables: Sequence[dict[str, Any]], leading: int) -> None:
+               executables: Sequence[ExecutableEntry], leading: int) -> None:
     """The manifest agrees with itself: every dynamic axis of an input spec is a listed dim with the same
     range and name, every bucket and profile lies in its dim's range, and each executable's recorded input
     dtypes and shapes are the specs' at its profile (``leading``: the weights before the inputs). Both
@@ -121,16 +122,16 @@ def consistent(where: str, leaves: Sequence[tuple[str, Any]], dims: Sequence[Any
                 raise fail(f"input_specs[{path!r}] dim {axis}", f"dynamic [{b.min[axis]}, {b.max[axis]}]", "nothing")
     for n, entry in enumerate(executables):
         sizes = {}
-        for d, size in zip(dims, entry.get("target", [])):
+        for d, size in zip(dims, entry.target):
             lo, _, hi = d.bounds
             if not lo <= int(size) <= hi:
                 raise fail(f"executables[{n}] size of {d.name or d.symbol}", size, f"[{lo}, {hi}]")
             sizes.update({use: int(size) for use in d.uses})
-        dtypes = entry.get("input_dtypes", [])[leading:leading + len(leaves)]
-        shapes = entry.get("input_shapes", [])[leading:leading + len(leaves)]
+        dtypes = entry.input_dtypes[leading:leading + len(leaves)]
+        shapes = entry.input_shapes[leading:leading + len(leaves)]
         for li, ((path, info), dtype, shape) in enumerate(zip(leaves, dtypes, shapes)):
             want = [sizes.get((li, a), info.shape_bounds.min[a]) for a in range(info.rank)]
-            if dtype != info.dtype.name or (not entry.get("dynamic") and list(shape) != want):
+            if dtype != info.dtype.name or (not entry.dynamic and list(shape) != want):
                 raise ArtifactError(
                     f"{where}: input_specs[{path!r}] is {info.dtype.name} {want} at executables[{n}]'s profile, but "
                     f"that executable was compiled for {dtype} {list(shape)}; the manifest contradicts itself (it "

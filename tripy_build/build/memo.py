@@ -11,6 +11,7 @@ full path, which recomputes the build key from scratch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,20 +19,22 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..artifact import layout as artifact
+from ..artifact.digest import sha256_file
+from ..artifact.layout import is_artifact
+from ..artifact.read import verify_files
 from ..errors import ArtifactError
+from ..host import cache_home
 
 ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "TRIPY_BUILD_", "HYDRA_", "PYTHONPATH")
 
 
 def memo_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tripy_build" / "memo"
+    return cache_home() / "memo"
 
 
 def _config_dirs(argv: Sequence[str]) -> list[Path] | None:
     """Config directories the command reads, or None if it is not a plain single build."""
-    dirs = [Path(__file__).parent / "conf"]
+    dirs = [Path(__file__).resolve().parents[1] / "conf"]  # the packaged configs
     args = iter(argv)
     for arg in args:
         if arg in ("--config-dir", "-cd"):
@@ -54,7 +57,7 @@ def fingerprint(argv: Sequence[str]) -> str | None:
     import jax
     import jaxlib
 
-    from .pipeline import package_digest
+    from .key import package_digest
     from ..host import host_features
 
     configs = {}
@@ -82,14 +85,14 @@ def lookup(argv: Sequence[str]) -> Any:
         memo = json.loads((memo_dir() / f"{fp}.json").read_text())
         path = Path(memo["path"])
         for source, digest in memo["sources"].items():
-            if artifact.sha256_file(Path(source)) != digest:
+            if sha256_file(Path(source)) != digest:
                 return None
-        manifest = artifact.verify_files(path)
+        manifest = verify_files(path)
     except (OSError, ValueError, KeyError, TypeError, ArtifactError):
         return None
-    if manifest.get("metadata", {}).get("build_key") != memo["key"]:
+    if manifest.build_key != memo["key"]:
         return None
-    from .pipeline import result_from_manifest
+    from .report import result_from_manifest
 
     return result_from_manifest(path, memo["key"], memo["model"], True, {}, manifest, memo["sources"])
 
@@ -118,3 +121,18 @@ def answer(argv: Sequence[str]) -> bool:
     print(f"cache hit: {result.path} (build key {result.key[:16]}, unchanged command)", file=sys.stderr)
     print(result.summary(), flush=True)
     return True
+
+
+def prune() -> int:
+    """Drop memo entries whose artifact no longer exists; how many."""
+    dropped = 0
+    for entry in memo_dir().glob("*.json") if memo_dir().is_dir() else []:
+        try:
+            target = Path(json.loads(entry.read_text())["path"])
+        except (OSError, ValueError, KeyError, TypeError):
+            target = None
+        if target is None or not is_artifact(target):
+            with contextlib.suppress(OSError):
+                entry.unlink()
+                dropped += 1
+    return dropped

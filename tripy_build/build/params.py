@@ -74,13 +74,13 @@ def restore(directory: str | os.PathLike, like: Any, what: str = "params.checkpo
 
 
 def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError]) -> Any:
-    from ..artifact import layout as artifact
-    from ..artifact.serialization import from_npy
+    from ..artifact.read import read_files, read_manifest
+    from ..artifact.npy import from_npy
 
     try:
-        manifest = artifact.read_manifest(path)
-        entries = {w["path"]: w for w in manifest.get("weights", []) if w.get("argument") == "params"}
-        _, files = artifact.read(path, [e["file"] for e in entries.values()], [], manifest)
+        manifest = read_manifest(path)
+        entries = {w.path: w for w in manifest.weights if w.argument == "params"}
+        _, files = read_files(path, [e["file"] for e in entries.values()], [], manifest)
     except TripyBuildError as e:
         raise error(f"{what}: {e}") from None
     paths, treedef = jax.tree_util.tree_flatten_with_path(like)
@@ -90,7 +90,7 @@ def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError
         if name not in entries:
             raise error(f"{what}: the artifact {str(path)!r} stores no weight {name}; it was built from a "
                         "different model.")
-        leaves.append(from_npy(files[entries[name]["file"]], str(path / entries[name]["file"]), entries[name]["dtype"]))
+        leaves.append(from_npy(files[entries[name].file], str(path / entries[name].file), entries[name].dtype))
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 

@@ -20,7 +20,10 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from ..artifact import layout as artifact
+from ..artifact.digest import list_files
+from ..artifact.layout import INDEX, MANIFEST, is_artifact, safe_relpath
+from ..artifact.read import read_manifest, verify_files
+from ..artifact.write import temporary_prefix
 from ..errors import ArtifactError, ConfigError
 from ..host import hostname
 
@@ -59,16 +62,16 @@ class Store:
             log.warning("remote cache %s: cannot read %s (%s); building locally", self.url, obj, e)
             return False
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=artifact.temporary_prefix(target), dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), dir=target.parent))
         try:
             _extract(data, tmp)
-            artifact.verify_files(tmp)
-            if artifact.read_manifest(tmp).get("metadata", {}).get("build_key", "")[:len(key)] != key:
+            verify_files(tmp)
+            if (read_manifest(tmp).build_key or "")[:len(key)] != key:
                 raise ArtifactError(f"{obj}: holds an artifact of another build key")
             try:
                 os.rename(tmp, target)
             except OSError:
-                if not artifact.is_artifact(target):
+                if not is_artifact(target):
                     raise
             return True
         except (ArtifactError, OSError, tarfile.TarError) as e:
@@ -84,7 +87,7 @@ class Store:
             return False
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for rel in sorted([*artifact.list_files(path), artifact.INDEX, artifact.MANIFEST]):
+            for rel in sorted([*list_files(path), INDEX, MANIFEST]):
                 tar.add(path / rel, arcname=rel, recursive=False)
         tmp = f"{obj}.tmp-{os.getpid()}@{hostname()}"
         self.fs.makedirs(obj.rsplit("/", 1)[0], exist_ok=True)
@@ -100,7 +103,7 @@ def _extract(data: bytes, dest: Path) -> None:
     """Regular files with safe relative paths only; anything else in the tar is an error."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar.getmembers():
-            rel = artifact.safe_relpath(member.name)
+            rel = safe_relpath(member.name)
             if not member.isfile():
                 raise ArtifactError(f"member {member.name!r} is not a regular file")
             out = dest / PurePosixPath(rel)

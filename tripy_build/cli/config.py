@@ -18,7 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..build.pipeline import BuildRequest
+from ..build.request import BuildRequest
 from ..errors import ConfigError, SpecError
 from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, resolve_buckets
 from ..core.spec import NamedDimension
@@ -223,8 +223,8 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if not isinstance(platforms, list) or not platforms or any(p not in PLATFORMS for p in platforms):
         raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS + COMPILERS)} or a list of "
                           f"{' and '.join(PLATFORMS)}, e.g. backend=[cpu,cuda].")
-    from ..artifact.store import parse_size
-    from ..host import max_isa
+    from ..artifact.describe import parse_size
+    from ..compiler.target import max_isa
 
     max_isa(plain["target"]["cpu"])  # refuses a name XLA does not know here
     return BuildRequest(

@@ -15,18 +15,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
-COMMANDS = [
-    ("[KEY=VALUE ...]", "build one artifact from the default config plus overrides (model=mlp shapes=static ...)"),
-    ("-m KEY=A,B ...", "a sweep: build every combination, then a summary table; exits 1 if a job failed"),
-    ("verify PATH [--rebuild]", "check digests, params, load and self-test; --rebuild also rebuilds and compares"),
-    ("inspect PATH [--cost] [--dump DIR]", "an artifact as tables; --dump writes its StableHLO and HLO per profile"),
-    ("show PATH", "the same as inspect"),
-    ("list [ARTIFACTS_DIR]", "what was built there (default: artifacts): model, shapes, options, size, date, key"),
-    ("bench PATH", "cold start, stalls and latency of an artifact where it runs"),
-    ("gc [DIR] --max-bytes 2G --max-age-days 30", "remove least recently used artifacts (never one being loaded)"),
-    ("serve PATH... [--host 127.0.0.1] [--port 8000] [--max-delay-ms 0]", "serve artifacts over HTTP (KServe v2, Triton's client works), "
-     "batching requests along the rows dim"),
-]
+from ..artifact.describe import table
+from .main import COMMANDS
 
 LAUNCHERS = ("basic (default: one job after another), tripy_local (a pool of workers, one per core), "
              "submitit_local, submitit_slurm, slurm_cpu (Slurm CPU nodes; pip install -e '.[submitit]'), "
@@ -91,27 +81,25 @@ def group_options(group: str) -> list[tuple[str, str]]:
     return out
 
 
-def _table(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return [indent + "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
-
-
 def text() -> str:
     from . import config
     from ..models import MODELS
 
     lines = ["tripy_build: build a JAX model into a deployable artifact (python -m tripy_build, or tripy-build).",
              "", "Commands:"]
-    lines += _table([("python -m tripy_build " + c, m) for c, m in COMMANDS])
+    commands = [("[KEY=VALUE ...]", "build one artifact from the default config plus overrides (model=mlp shapes=static ...)"),
+                ("-m KEY=A,B ...", "a sweep: build every combination, then a summary table; exits 1 if a job failed"),
+                *((f"{name} {usage.split(': ', 1)[0]}", usage.split(": ", 1)[1]) for name, (_, usage) in COMMANDS.items())]
+    lines += table(None, [("python -m tripy_build " + c, m) for c, m in commands])
     lines += ["", "Config groups (group=option):"]
     for group in ("model", "shapes", "precision"):
         lines.append(f"  {group}:")
-        lines += _table([(name, meaning) for name, meaning in group_options(group)], indent="    ")
+        lines += table(None, [(name, meaning) for name, meaning in group_options(group)], indent="    ")
     lines += [f"  hydra/launcher: {LAUNCHERS}", "",
               "Keys (KEY=VALUE; type, default, meaning):"]
-    lines += _table([(k, t, d, m) for k, t, d, m in keys(config.BuildConfig)])
+    lines += table(None, [(k, t, d, m) for k, t, d, m in keys(config.BuildConfig)])
     lines += ["", "Model keys (model.KEY=VALUE):"]
-    lines += _table([(k, t, d, m) for k, t, d, m in keys(config.model_schema(next(iter(MODELS.values()))), "model.")
+    lines += table(None, [(k, t, d, m) for k, t, d, m in keys(config.model_schema(next(iter(MODELS.values()))), "model.")
                      if k in ("model._target_", "model.name", "model.padding")])
     for name, cls in MODELS.items():
         settings = [(k.split(".", 1)[1], d) for k, _, d, _ in keys(config.model_schema(cls), "model.")
@@ -119,8 +107,9 @@ def text() -> str:
         lines.append(f"  {name}: " + ", ".join(f"{k}={d}" for k, d in settings))
     lines += [
         "  your own model: model._target_ may name a Flax NNX, Flax Linen or Equinox module class, or a function",
-        "    with model.init; its config declares model.inputs ({x: [batch, 64]}), optionally model.input_dtypes",
-        "    and (Equinox) model.vmap; other keys are constructor arguments. See examples/conf and the README.",
+        "    with model.init; its config declares model.inputs ({x: [batch, 64]}, passed to the call by name),",
+        "    optionally model.input_dtypes, model.call (constant call arguments: {train: false}) and (Equinox)",
+        "    model.vmap; other keys are constructor arguments. See examples/conf and the README.",
         "",
         "Hydra's flags still work: --cfg job (the composed config), --config-dir DIR (your configs), "
         "--hydra-help, --multirun (-m).",

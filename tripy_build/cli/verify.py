@@ -18,8 +18,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from ..artifact import layout as artifact
-from ..compiler import selftest
+from ..artifact import selftest
+from ..artifact.describe import human_size
+from ..artifact.layout import reproducible_files
+from ..artifact.manifest import SCHEMA_VERSION, Manifest
+from ..artifact.read import check_entries, read_files, read_index, read_manifest, unlisted_files
 from ..errors import TripyBuildError
 
 
@@ -46,31 +49,34 @@ class Report:
             return None
 
 
-def _file_checks(report: Report, root: Path) -> dict[str, Any] | None:
-    manifest = report.attempt("manifest", lambda: artifact.read_manifest(root))
+def _file_checks(report: Report, root: Path) -> Manifest | None:
+    manifest = report.attempt("manifest", lambda: read_manifest(root))
     if manifest is None:
         return None
-    report.check(True, "manifest", f"schema_version {manifest['schema_version']}, function {manifest.get('function')!r}")
-    index = report.attempt("index", lambda: artifact.read_index(root, manifest))
-    tables = [("manifest", manifest.get("files") or {})] + ([("index", index)] if index is not None else [])
+    report.check(True, "manifest", f"schema_version {SCHEMA_VERSION}, function {manifest.function!r}")
+    index = report.attempt("index", lambda: read_index(root, manifest))
+    listed = {rel: {"size": e.size, "sha256": e.sha256} for rel, e in manifest.files.items()}
+    tables = [("manifest", listed)] + ([("index", index)] if index is not None else [])
     for where, table in tables:
         for rel, entry in sorted(table.items()):
-            ok = report.attempt(f"digest {rel}", lambda t={rel: entry}: artifact._check_entries(root, t, where, ()))
+            ok = report.attempt(f"digest {rel}", lambda t={rel: entry}: check_entries(root, t, where, ()))
             if ok is not None:
                 report.check(True, f"digest {rel}", f"sha256 {entry['sha256'][:16]}... ({where})")
     if index is not None:
-        extra = artifact.unlisted_files(root)
+        extra = unlisted_files(root)
         report.check(not extra, "no unlisted files", ", ".join(extra[:5]))
     return manifest
 
 
-def _selftest_checks(report: Report, exe: Any, manifest: dict[str, Any], files: dict[str, bytes], label: str = "") -> None:
-    entries = manifest.get("selftest") or []
+def _selftest_checks(report: Report, exe: Any, manifest: Manifest, files: dict[str, bytes], label: str = "") -> None:
+    import jax
+
+    entries = list(manifest.selftest)
     report.check(bool(entries), f"{label}self-test present", f"{len(entries)} cases")
     for case, rtol, atol in selftest.from_files(entries, files):
         shapes = " ".join("x".join(map(str, a.shape)) or "scalar" for a in case.inputs)
         try:
-            ok, err = selftest.check(exe.call_flat, case, rtol, atol)
+            ok, err = selftest.check(lambda *xs: jax.tree_util.tree_leaves(exe.call_flat(*xs)), case, rtol, atol)
         except TripyBuildError as e:
             report.check(False, f"{label}self-test {case.name}", str(e))
             continue
@@ -78,7 +84,8 @@ def _selftest_checks(report: Report, exe: Any, manifest: dict[str, Any], files: 
 
 
 def _load(report: Report, root: Path, label: str = "", trust_executables: bool = True) -> Any:
-    from ..artifact.serialization import CompatibilityWarning, load
+    from ..artifact.compat import CompatibilityWarning
+    from ..runtime.loader import load
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CompatibilityWarning)
@@ -93,7 +100,7 @@ def _load(report: Report, root: Path, label: str = "", trust_executables: bool =
             how = "deserialized and usable here" if trust_executables else \
                 "compiled here from the portable program (the shipped executables ignored)"
             report.check(True, f"{label}load", f"{n} precompiled profile(s) {how}; weights "
-                                               f"{artifact.human_size(sum(v.nbytes for v in exe.weights.values()))}")
+                                               f"{human_size(sum(v.nbytes for v in exe.weights.values()))}")
     return exe
 
 
@@ -111,8 +118,9 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def _rebuild(report: Report, root: Path, manifest: dict[str, Any]) -> None:
-    from ..build.pipeline import build, request_from_record
+def _rebuild(report: Report, root: Path, manifest: Manifest) -> None:
+    from ..build.key import request_from_record
+    from ..build.pipeline import build
 
     tmp = Path(tempfile.mkdtemp(prefix="tripy_build-verify-"))
     try:
@@ -123,20 +131,20 @@ def _rebuild(report: Report, root: Path, manifest: dict[str, Any]) -> None:
         if result is None:
             return
         report.check(True, "rebuild", str(result.path))
-        recorded = manifest["metadata"]["build_key_parts"]
-        new = artifact.read_manifest(result.path)["metadata"]["build_key_parts"]
-        changed = _changed_keys(recorded, new)
-        report.check(not changed, "rebuild: same build key", "differs in: " + ", ".join(changed) if changed else manifest["metadata"]["build_key"][:16])
-        for rel in artifact.reproducible_files(manifest):
+        rebuilt = read_manifest(result.path)
+        changed = _changed_keys(manifest.key_parts, rebuilt.key_parts)
+        report.check(not changed, "rebuild: same build key",
+                     "differs in: " + ", ".join(changed) if changed else (manifest.build_key or "")[:16])
+        for rel in reproducible_files(manifest):
             a, b = root / rel, result.path / rel
             same = b.is_file() and a.read_bytes() == b.read_bytes()
             report.check(same, f"rebuild: bytes {rel}", "identical" if same else "differ")
-        rebuilt_params = artifact.read_manifest(result.path)["metadata"].get("params", {}).get("sha256")
-        recorded_params = manifest["metadata"].get("params", {}).get("sha256")
+        rebuilt_params = (rebuilt.metadata.get("params") or {}).get("sha256")
+        recorded_params = (manifest.metadata.get("params") or {}).get("sha256")
         report.check(rebuilt_params == recorded_params, "rebuild: params by value", (rebuilt_params or "")[:16])
         exe = _load(report, result.path, "rebuild: ")
         if exe is not None:
-            files = artifact.read(root, selftest.file_names(manifest.get("selftest") or []))[1]
+            files = read_files(root, selftest.file_names(manifest.selftest))[1]
             _selftest_checks(report, exe, manifest, files, "rebuild: ")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -154,7 +162,7 @@ def verify(path: str | Path, rebuild: bool = False, out=sys.stdout, portable_onl
     if manifest is not None and report.failed == 0:
         exe = _load(report, root, trust_executables=not portable_only)
         if exe is not None:
-            files = report.attempt("self-test files", lambda: artifact.read(root, selftest.file_names(manifest.get("selftest") or []))[1])
+            files = report.attempt("self-test files", lambda: read_files(root, selftest.file_names(manifest.selftest))[1])
             if files is not None:
                 _selftest_checks(report, exe, manifest, files)
         if rebuild:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jax
 
+from ..runtime.program import Program
 from . import weights as weights_lib
 from ..errors import TraceError, raised_in_user_code
 from ..core.spec import DimSize, InputInfo, NamedDimension, collect_named_dims
@@ -124,20 +125,6 @@ def _independent_dims_error(err: Exception, symbols: Sequence[Symbol], fname: st
         "NamedDimension(name, min, opt, max) shared by those inputs.\n"
         f"JAX said: {text.splitlines()[0]}"
     )
-
-
-@dataclass
-class Program:
-    """A traced function as exported programs plus the weights they take."""
-
-    main: jax.export.Exported  # (*leading, *inputs, *dim sizes) -> outputs
-    prep: jax.export.Exported | None  # (*weights) -> prepared weights; None if there is nothing to prepare
-    weights: list[weights_lib.Weight]
-    sources: list[weights_lib.Source]  # where each leading argument of main comes from
-    symbols: list[Symbol]
-
-    def leading_avals(self) -> list[jax.ShapeDtypeStruct]:
-        return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.main.in_avals[:len(self.sources)]]
 
 
 def _translated(err: Exception, symbols: Sequence[Symbol], fname: str) -> Exception | None:

@@ -24,8 +24,6 @@ from ..errors import SpecError
 
 PRECISIONS = ("float32", "bfloat16", "float16")
 DEFAULT_MAX_ERROR = {"float32": None, "bfloat16": 0.02, "float16": 0.005}
-# Tolerance of the self-test and the padding proof: two compiles of reduced-precision code round differently.
-TOLERANCE = {"bfloat16": 2e-2, "float16": 1e-2}
 
 
 def check(precision: Any, max_error: Any = None) -> tuple[str | None, float | None]:
@@ -72,3 +70,27 @@ def error(got: Sequence[Any], want: Sequence[Any]) -> tuple[float, float]:
         worst_abs = max(worst_abs, diff)
         worst_rel = max(worst_rel, diff / max(float(np.abs(w).max(initial=0.0)), 1e-12))
     return worst_abs, worst_rel
+
+
+def measure_precision(exe: Any, reference: Callable, dtype: str, budget: float | None) -> None:
+    """Compare ``exe`` (an ``Executable``) with the float32 ``reference`` on the self-test inputs; record the
+    error in its metadata; enforce the budget."""
+    from ..artifact.selftest import from_files
+    from .selftest import run_once
+
+    worst_abs, worst_rel, names = 0.0, 0.0, []
+    for case, _, _ in from_files(*exe.selftest_cases()):
+        got = jax.tree_util.tree_leaves(exe.call_flat(*case.inputs))
+        sizes = exe.dispatcher.route([np.shape(x) for x in case.inputs]).sizes
+        want = jax.tree_util.tree_leaves(run_once(reference, *case.inputs, *[np.int32(n) for n in sizes]))
+        a, r = error(got, want)
+        worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
+        names.append(case.name)
+    exe.metadata["precision"] = {"dtype": dtype, "max_abs_error": worst_abs, "max_rel_error": worst_rel,
+                                 "max_error": budget, "measured_on": names}
+    if budget is not None and worst_rel > budget:
+        raise SpecError(
+            f"precision {dtype}: the outputs differ from float32 by up to {worst_rel:.3g} of their scale (max abs "
+            f"{worst_abs:.3g}) on the self-test inputs ({', '.join(names)}), over the budget max_error={budget:g}. "
+            "Raise the budget, or build in float16 or float32."
+        )

@@ -23,6 +23,8 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+
+from ..runtime.program import Source, Weight, resolve
 from jax._src import core, source_info_util
 from jax._src.pjit import jit_p
 
@@ -33,35 +35,6 @@ INLINE_MAX_BYTES = 1024
 MAX_EQN_GROWTH = 1.0
 SMALL_EQN_BYTES = 64 * 1024
 MAX_PREPARED_GROWTH = 1.5
-
-
-@dataclass(frozen=True)
-class Weight:
-    """One array the program takes as a weight: where it came from and its value."""
-
-    path: str  # e.g. "params['proj']['weight']", or "const[3]" for an array the function closes over
-    argument: str | None  # the constant argument it belongs to (bindable by that name), or None
-    value: Any
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.value.shape, dtype=np.int64)) * np.dtype(self.value.dtype).itemsize
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where one leading argument of ``main`` comes from: a weight, or an output of ``prep``."""
-
-    kind: str  # "weight" | "prep"
-    index: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {self.kind: self.index}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Source":
-        (kind, index), = data.items()
-        return cls(kind, int(index))
 
 
 @dataclass
@@ -79,10 +52,6 @@ class Split:
         """The leading arguments of ``main`` for these weight values (``run_prep`` runs ``prep``)."""
         prepared = (run_prep or self.prep)(*weights) if self.prep is not None else []
         return resolve(self.sources, weights, prepared)
-
-
-def resolve(sources: Sequence[Source], weights: Sequence[Any], prepared: Sequence[Any]) -> list[Any]:
-    return [weights[s.index] if s.kind == "weight" else prepared[s.index] for s in sources]
 
 
 def _nbytes(aval: Any) -> int:

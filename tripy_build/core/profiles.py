@@ -94,16 +94,17 @@ class DimPlan:
                    data["padding"])
 
 
-def first_use_compiles(dim: Mapping[str, Any]) -> str:
-    """In words, the sizes of a dim (its manifest entry, ``DimPlan.to_json``) that no precompiled profile
-    serves, so that their first call compiles; ``""`` when every in-range size runs without compiling."""
-    lo, opt, hi = dim["min"], dim["opt"], dim["max"]
-    buckets = list(dim["buckets"])
-    if dim["strategy"] == "dynamic":
+def first_use_compiles(dim: DimPlan, strategy: str | None = None) -> str:
+    """In words, the sizes of ``dim`` that no precompiled profile serves, so that their first call compiles;
+    ``""`` when every in-range size runs without compiling. ``strategy`` overrides the plan's own
+    (``dynamic``: one module for every shape)."""
+    lo, opt, hi = dim.bounds
+    strategy = strategy or dim.strategy
+    if strategy == "dynamic":
         return ""
-    if dim["strategy"] == "padded":
-        return "" if buckets[-1] >= hi else f"sizes {buckets[-1] + 1}..{hi}"
-    kept = buckets if dim["strategy"] == "buckets" else [opt]
+    if strategy == "padded":
+        return "" if dim.buckets[-1] >= hi else f"sizes {dim.buckets[-1] + 1}..{hi}"
+    kept = list(dim.buckets) if strategy == "buckets" else [opt]
     if len(kept) >= hi - lo + 1:
         return ""
     return f"sizes other than {' '.join(map(str, kept))}"

@@ -332,3 +332,16 @@ def flatten_like(template: Any, value: Any, path: str, out: list[Any]) -> None:
         raise CallError(f"input '{path}' must be a {kind} of {len(children)}, got {got}.")
     for i, (child, v) in enumerate(zip(children, value)):
         flatten_like(child, v, _child_path(path, i), out)
+
+
+def structure_template(tree: Any) -> Any:
+    """A JSON template (``spec.rebuild``'s format) of a pytree whose leaves are their flat indices, or None."""
+    if isinstance(tree, int):
+        return {"leaf": tree}
+    if isinstance(tree, dict) and all(isinstance(k, str) for k in tree):
+        children = [[k, structure_template(tree[k])] for k in sorted(tree)]
+        return None if any(c is None for _, c in children) else {"dict": children}
+    if type(tree) in (list, tuple):
+        children = [structure_template(c) for c in tree]
+        return None if any(c is None for c in children) else {type(tree).__name__: children}
+    return None

@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..host import cache_home
+
 log = logging.getLogger("tripy_build.compile_cache")
 
 ENV_DIR = "TRIPY_BUILD_CACHE_DIR"
@@ -36,8 +38,7 @@ def default_dir() -> Path | None:
     configured = os.environ.get(ENV_DIR)
     if configured is not None:
         return None if configured.strip().lower() in ("", "off", "none", "0") else Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tripy_build" / "executables"
+    return cache_home() / "executables"
 
 
 def default_max_bytes() -> int:

@@ -27,17 +27,16 @@ import jax
 import numpy as np
 
 from .. import host
-from . import compile_cache
+from ..artifact import selftest
+from ..artifact.manifest import Compiler, ExecutableEntry
 from ..core import dispatch
-from ..compiler import selftest
-from . import xla as xla_executable
-from ..errors import CallError
-from ..compiler.export import Program
-from ..compiler.optimization import compiler_options
 from ..core.profiles import DimPlan
 from ..core.signature import Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
-from ..compiler.weights import Weight, resolve
+from ..errors import CallError
+from . import compile_cache
+from . import xla as xla_executable
+from .program import Program, Weight, resolve
 
 log = logging.getLogger("tripy_build.executable")
 
@@ -50,7 +49,7 @@ class Precompiled:
 
     target: tuple[int, ...]  # the size of each dynamic dim (empty for the prep program)
     blob: bytes
-    meta: dict[str, Any]  # format, platform, shapes and dtypes of every program input, depends_on
+    entry: ExecutableEntry  # its manifest entry: format, platform, shapes and dtypes of its inputs, what it needs
     call: Callable | None = None  # None until loaded (loading is deferred to first use)
     loader: Callable[[], Callable] | None = field(default=None, repr=False)
     seconds: float = 0.0  # compile time; recorded in the sidecar index, not the manifest
@@ -74,7 +73,8 @@ class Executable:
                  dispatcher: dispatch.Dispatcher, optimization_level: int, platforms: Sequence[str],
                  precompiled: Sequence[Precompiled], prep_exe: Precompiled | None = None,
                  metadata: dict[str, Any] | None = None, selftest_source: Callable | None = None,
-                 origin: tuple[str, list] | None = None):
+                 selftest_make: Callable | None = None, origin: tuple[str, list] | None = None,
+                 compiler: Compiler | None = None, compiler_options: dict[str, dict[str, Any]] | None = None):
         self._program = program
         self._program_bytes = program_bytes
         self._prep_bytes = prep_bytes
@@ -91,12 +91,15 @@ class Executable:
         self._prep_exe = prep_exe
         self.metadata = dict(metadata or {})
         self._selftest_source = selftest_source  # the traced function: the self-test reference
+        self._selftest_make = selftest_make  # (reference, leaves, fixed, extra) -> cases: the compiler's
         self._origin = origin  # (artifact path, self-test entries) for a loaded executable
         self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
         self._by_target: dict[tuple[int, ...], Any] = {p.target: p for p in self._precompiled}
         self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile, measured by warm_up
         self._universal: Precompiled | None = None  # one executable for every shape (IREE's dynamic module)
-        self.compiler: dict[str, Any] = {"name": "xla"}  # which compiler made the executables, and how
+        self.compiler = compiler or Compiler()  # which compiler made the executables, and how
+        # platform -> the XLA options its executables were compiled with; run-time compiles use them too
+        self.compiler_options = dict(compiler_options or {})
         self.tolerance: float | None = None  # the self-test's, when compute runs at reduced precision
         self._compile_lock = threading.Lock()
         self._program_digest = hashlib.sha256(program_bytes).hexdigest()
@@ -162,7 +165,7 @@ class Executable:
         new = self._with_bound({n: v for n, v in values.items() if n in runtime},
                                {n: self._bound.get(n, (None, f"bound/{n}"))[1] for n in values if n in runtime})
         swapped = {n: v for n, v in values.items() if n in constants and n not in runtime}
-        if swapped and self._universal is not None and self.compiler.get("name") == "iree":
+        if swapped and self._universal is not None and self.compiler.name == "iree":
             raise CallError(f"bind({', '.join(swapped)}=...): this IREE module holds its weights as constants (IREE packs "
                             "them when it compiles); build again with the new params.")
         if swapped:
@@ -446,13 +449,13 @@ class Executable:
         shapes = [a.shape for a in self._program.leading_avals()]
         shapes += list(self._dispatcher.leaf_shapes(target)) + [()] * len(self._sizes)
         platform = jax.default_backend()
-        iree = self.compiler.get("name") == "iree"
+        iree = self.compiler.name == "iree"
         if iree:
             from . import iree as iree_backend
 
             options = {"iree": list(iree_backend.FLAGS), **iree_backend.versions()}
         else:
-            options = compiler_options(self.optimization_level, platform)
+            options = self.compiler_options.get(platform, {})
         cache = compile_cache.shared() if host.tested_jax() else None
         key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform, options=options,
                                 host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
@@ -462,7 +465,8 @@ class Executable:
             blob, meta = hit
             try:
                 fn = (iree_backend.Module(blob, 0, self._program.main.out_tree, "compile cache") if iree else
-                      xla_executable.load(blob, meta, self._program.main.out_tree, self._name, platform))
+                      xla_executable.load(blob, ExecutableEntry.from_json(meta), self._program.main.out_tree,
+                                          self._name, platform))
                 log.info("%s: %s loaded from the compile cache", self._name, label)
                 return fn
             except Exception as e:  # noqa: BLE001 - a bad entry is recompiled, never fatal
@@ -477,7 +481,8 @@ class Executable:
                  (time.perf_counter() - t0) * 1e3)
         if cache is not None:
             if not iree:
-                blob, meta = xla_executable.serialize(compiled)
+                blob, entry = xla_executable.serialize(compiled, platform)
+                meta = entry.to_json()
             cache.put(key, blob, meta)
         return compiled
 
@@ -485,19 +490,19 @@ class Executable:
     def selftest_cases(self) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
         """Self-test manifest entries and files: made from the traced function, or read from the artifact."""
         if self._selftest_cache is None:
-            if self._selftest_source is not None:
+            if self._selftest_source is not None and self._selftest_make is not None:
                 source = self._selftest_source
 
                 def reference(*leaves: Any) -> Any:
                     sizes = self._dispatcher.route(tuple(np.shape(x) for x in leaves)).sizes
                     return source(*leaves, *[jax.numpy.int32(n) for n in sizes])
-                cases = selftest.make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case())
+                cases = self._selftest_make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case())
                 self._selftest_cache = selftest.to_files(cases, self.tolerance)
             elif self._origin is not None:
-                from ..artifact import layout as artifact
+                from ..artifact.read import read_files
 
                 path, entries = self._origin
-                self._selftest_cache = (entries, artifact.read(path, selftest.file_names(entries))[1])
+                self._selftest_cache = (entries, read_files(path, selftest.file_names(entries))[1])
             else:
                 self._selftest_cache = ([], {})
         return self._selftest_cache
@@ -519,14 +524,14 @@ class Executable:
 
     def save(self, path: str | os.PathLike) -> str:
         """Write this executable as an artifact directory; returns its path."""
-        from ..artifact.serialization import save
+        from .save import save
 
         return str(save(self, path))
 
     @staticmethod
     def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> "Executable":
         """Load an artifact written by ``save`` or the build command, without compiling (see ``tripy_build.load``)."""
-        from ..artifact.serialization import load
+        from .loader import load
 
         return load(path, warmup, trust_executables)
 

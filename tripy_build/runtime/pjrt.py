@@ -30,9 +30,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import host
+from ..artifact.compat import incompatibility
+from ..artifact.manifest import ExecutableEntry, Manifest
+from ..artifact.read import Contents, read_contents
 from ..core.dispatch import Dispatcher, output_axes_static
 from ..errors import ArtifactError, CallError
-from ..artifact.serialization import Contents, read
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses
 from ..core.spec import count_leaves, flatten_like, rebuild, to_dtype
 
@@ -113,17 +115,17 @@ class _Device:
 class _Compiled:
     """One deserialized executable: its argument avals (only those XLA kept) and output handlers."""
 
-    def __init__(self, device: _Device, blob: bytes, meta: dict[str, Any], where: str):
+    def __init__(self, device: _Device, blob: bytes, entry: ExecutableEntry, where: str):
         try:
             self.loaded = _client.deserialize_executable(blob, device.device_list, None)
         except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
             raise ArtifactError(f"{where}: cannot deserialize the executable ({type(e).__name__}: {str(e)[:200]}).") from None
         self.device = device
-        self.kept = list(meta["kept_inputs"])
-        avals = [_Aval(s, to_dtype(d)) for s, d in zip(meta["input_shapes"], meta["input_dtypes"])]
+        self.kept = list(entry.kept_inputs)
+        avals = [_Aval(s, to_dtype(d)) for s, d in zip(entry.input_shapes, entry.input_dtypes)]
         self.avals = [avals[i] for i in self.kept]
         self.handlers = [device.jax.array_result_handler(_Aval(s, to_dtype(d)), device.sharding, True, _skip_checks=True)
-                         for s, d in zip(meta["output_shapes"], meta["output_dtypes"])]
+                         for s, d in zip(entry.output_shapes, entry.output_dtypes)]
 
     def device_outputs(self, args: Sequence[Any]) -> list[Any]:
         put = self.device.put
@@ -139,30 +141,32 @@ class Runtime:
 
     def __init__(self, contents: Contents):
         c = contents
+        m = c.manifest
         c.check_platform("cpu")
         self._contents = c
-        self.__name__ = c.name
+        self._manifest = m
+        self.__name__ = m.function
         self._iree = _iree_module(c)  # IREE's dynamic module serves every shape, without jaxlib
         self._device = _Device() if self._iree is None else None
-        self._leaves = c.leaves
-        self._uses = named_uses(c.leaves)
-        bound = c.bound_values() if c.bound else {}
-        self._bound = {n: _flat(next(p for p in c.parameters if p.name == n).template, v, n) for n, v in bound.items()}
-        self._counts = [count_leaves(p.template) for p in c.parameters]  # flat leaves per parameter
+        self._leaves = list(m.leaves)
+        self._uses = named_uses(self._leaves)
+        bound = c.bound_values() if m.bound_inputs else {}
+        self._bound = {n: _flat(next(p for p in m.parameters if p.name == n).template, v, n) for n, v in bound.items()}
+        self._counts = [count_leaves(p.template) for p in m.parameters]  # flat leaves per parameter
         self._args, start = [], 0
-        for p, n in zip(c.parameters, self._counts):
+        for p, n in zip(m.parameters, self._counts):
             if p.name not in bound:
-                self._args.extend(c.leaves[start:start + n])
+                self._args.extend(self._leaves[start:start + n])
             start += n
-        self._all_parameters = list(c.parameters)
-        self._visible = [p for p in c.parameters if p.name not in bound]
-        self._profiles = {tuple(int(n) for n in e["target"]): e for e in c.executables  # XLA's; IREE's: tb.load
-                          if e.get("platform") == "cpu" and e.get("format") == host.FORMAT and c.usable(e, _client)}
+        self._all_parameters = list(m.parameters)
+        self._visible = [p for p in m.parameters if p.name not in bound]
+        self._profiles = {e.target: e for e in m.executables  # XLA's; IREE's per-profile modules: tb.load
+                          if e.platform == "cpu" and e.is_xla and c.usable(e, _client)}
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._lock = threading.Lock()
         self._full: Any = None
-        self._dispatcher = Dispatcher(c.dims, [info.shape_bounds.opt for _, info in c.leaves],
-                                      [s.name for _, s in c.sizes], output_axes_static(c.outputs, c.dims),
+        self._dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in self._leaves],
+                                      [s.name for _, s in m.sizes], output_axes_static(m.outputs, m.dims),
                                       list(self._profiles))
         self._leading = self._prepare() if self._iree is None else []
         self._fast: dict[tuple, Any] = {}  # (type, shape, dtype) per positional numpy input -> its route
@@ -170,15 +174,15 @@ class Runtime:
 
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them (falling back to jax without one)."""
-        c = self._contents
-        weights = [self._device.put(c.weight(w), _Aval(w["shape"], to_dtype(w["dtype"]))) for w in c.weights]
+        c, m = self._contents, self._manifest
+        weights = [self._device.put(c.weight(w), _Aval(w.shape, to_dtype(w.dtype))) for w in m.weights]
         prepared: list[Any] = []
-        if any(kind == "prep" for kind, _ in c.sources):
-            entry = c.prep_executable
+        if any(kind == "prep" for kind, _ in m.sources):
+            entry = m.prep.executable if m.prep else None
             if entry is None or not c.usable(entry, _client):
-                return [self._full_executable()._leading[i] for i in range(len(c.sources))]
-            prepared = _Compiled(self._device, c.files[entry["file"]], entry, c.where(entry["file"])).device_outputs(weights)
-        return [weights[i] if kind == "weight" else prepared[i] for kind, i in c.sources]
+                return [self._full_executable()._leading[i] for i in range(len(m.sources))]
+            prepared = _Compiled(self._device, c.files[entry.file], entry, c.where(entry.file)).device_outputs(weights)
+        return [weights[i] if kind == "weight" else prepared[i] for kind, i in m.sources]
 
     @property
     def input_infos(self) -> dict[str, Any]:
@@ -186,7 +190,7 @@ class Runtime:
 
     @property
     def output_infos(self) -> list[Any]:
-        return list(self._contents.outputs)
+        return list(self._manifest.outputs)
 
     def __repr__(self) -> str:
         return f"<tripy_build.runtime.Runtime {self.__name__}({', '.join(f'{p}: {i!r}' for p, i in self._leaves)})>"
@@ -223,7 +227,7 @@ class Runtime:
                 return fast(args)
         values = bind_call(self.__name__, self._visible, args, kwargs, lambda n: repr(self.input_infos[n]))
         leaves: list[Any] = []
-        for p in self._contents.parameters:
+        for p in self._manifest.parameters:
             leaves.extend(self._bound[p.name] if p.name in self._bound else _flat(p.template, values[p.name], p.name))
         run = self._flat_runner(leaves)
         if run is None:
@@ -257,7 +261,7 @@ class Runtime:
                             f"({', '.join(p for p, _ in self._args)}), got {len(leaves)}.")
         it = iter(leaves)
         full: list[Any] = []
-        for p, n in zip(self._contents.parameters, self._counts):
+        for p, n in zip(self._manifest.parameters, self._counts):
             full.extend(self._bound[p.name] if p.name in self._bound else [next(it) for _ in range(n)])
         return full
 
@@ -285,32 +289,29 @@ class Runtime:
                 compiled = self._compiled.get(target)
                 if compiled is None:
                     entry = self._profiles[target]
-                    compiled = _Compiled(self._device, self._contents.files[entry["file"]], entry,
-                                         self._contents.where(entry["file"]))
+                    compiled = _Compiled(self._device, self._contents.files[entry.file], entry,
+                                         self._contents.where(entry.file))
                     self._compiled[target] = compiled
         return compiled([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
 
     def _structure(self, outputs: list[np.ndarray]) -> Any:
-        template = self._contents.output_structure
+        template = self._manifest.output_structure
         return rebuild(template, outputs) if template is not None else outputs
 
     def _full_executable(self) -> Any:
         """The full ``Executable`` (imports jax), for shapes that need compiling."""
         with self._lock:
             if self._full is None:
-                from ..artifact.serialization import load as full_load
+                from .loader import load as full_load
 
                 self._full = full_load(self._contents.path, warmup="none")
         return self._full
 
 
-def _iree_entry(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _iree_entry(manifest: Manifest) -> ExecutableEntry | None:
     """The artifact's IREE dynamic-shape module if it can run here (IREE installed, same release and CPU)."""
-    from . import iree as iree_backend
-
-    entry = next((e for e in manifest.get("executables", []) if e.get("format") == iree_backend.FORMAT
-                  and e.get("dynamic")), None)
-    return entry if entry is not None and iree_backend.incompatibility(entry.get("depends_on", {})) is None else None
+    entry = next((e for e in manifest.executables if e.is_iree and e.dynamic), None)
+    return entry if entry is not None and incompatibility(entry) is None else None
 
 
 def _iree_module(c: Contents) -> Any:
@@ -319,7 +320,7 @@ def _iree_module(c: Contents) -> Any:
         return None
     from . import iree as iree_backend
 
-    return iree_backend.Module(c.files[entry["file"]], 0, None, c.where(entry["file"]))
+    return iree_backend.Module(c.files[entry.file], 0, None, c.where(entry.file))
 
 
 def _flat(template: Any, value: Any, path: str) -> list[Any]:
@@ -358,17 +359,17 @@ def load(path: str | os.PathLike, warmup: str = "none") -> Runtime:
         except BaseException as e:  # noqa: BLE001 - re-raised below, in the caller's thread
             started.append(e)
 
-    from ..artifact import layout as artifact
+    from ..artifact.read import read_manifest
 
     thread = threading.Thread(target=start_client, name="tripy_build-jaxlib")
     try:
-        needs_jaxlib = _iree_entry(artifact.read_manifest(Path(path))) is None
+        needs_jaxlib = _iree_entry(read_manifest(Path(path))) is None
     except ArtifactError:
         needs_jaxlib = True  # read() below says what is wrong
     if needs_jaxlib:
         thread.start()
     try:
-        contents = read(path)
+        contents = read_contents(path)
     finally:
         if needs_jaxlib:
             thread.join()

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from ..host import FORMAT
+from ..artifact.manifest import XLA_FORMAT, ExecutableEntry
 
 
 def backend_started() -> bool:
@@ -28,22 +28,21 @@ def _backend(platform_name: str):
     return jax.devices(platform_name)[0].client
 
 
-def serialize(compiled: jax.stages.Compiled) -> tuple[bytes, dict[str, Any]]:
-    """The executable's bytes and what is needed to call it again."""
+def serialize(compiled: jax.stages.Compiled, platform: str = "cpu") -> tuple[bytes, ExecutableEntry]:
+    """The executable's bytes and what is needed to call it again (its file and profile are the caller's)."""
     unloaded = compiled._executable._unloaded_executable
     blob = unloaded.backend.serialize_executable(unloaded.xla_executable)
-    meta = {
-        "format": FORMAT,
-        "input_shapes": [list(a.shape) for a in unloaded.input_avals],
-        "input_dtypes": [np.dtype(a.dtype).name for a in unloaded.input_avals],
-        "output_shapes": [list(a.shape) for a in unloaded.output_avals],
-        "output_dtypes": [np.dtype(a.dtype).name for a in unloaded.output_avals],
-        "kept_inputs": sorted(unloaded.kept_var_idx),
-    }
-    return blob, meta
+    entry = ExecutableEntry(
+        "", XLA_FORMAT, platform,
+        input_shapes=tuple(tuple(a.shape) for a in unloaded.input_avals),
+        input_dtypes=tuple(np.dtype(a.dtype).name for a in unloaded.input_avals),
+        output_shapes=tuple(tuple(a.shape) for a in unloaded.output_avals),
+        output_dtypes=tuple(np.dtype(a.dtype).name for a in unloaded.output_avals),
+        kept_inputs=tuple(sorted(unloaded.kept_var_idx)))
+    return blob, entry
 
 
-def load(blob: bytes, meta: dict[str, Any], out_tree: Any, name: str, platform_name: str = "cpu") -> jax.stages.Compiled:
+def load(blob: bytes, entry: ExecutableEntry, out_tree: Any, name: str, platform_name: str = "cpu") -> jax.stages.Compiled:
     """Deserialize an executable and wrap it as a ``jax.stages.Compiled`` (jax's C++ fast call path)."""
     from jax._src import core, stages
     from jax._src.interpreters import pxla
@@ -53,8 +52,8 @@ def load(blob: bytes, meta: dict[str, Any], out_tree: Any, name: str, platform_n
     device = backend.local_devices()[0]
     devices = xc.DeviceList((device,))
     executable = backend.deserialize_executable(blob, executable_devices=devices)
-    in_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in zip(meta["input_shapes"], meta["input_dtypes"])]
-    out_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in zip(meta["output_shapes"], meta["output_dtypes"])]
+    in_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in zip(entry.input_shapes, entry.input_dtypes)]
+    out_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in zip(entry.output_shapes, entry.output_dtypes)]
     sharding = jax.sharding.SingleDeviceSharding(device)
     n_in, n_out = len(in_avals), len(out_avals)
     unloaded = pxla.UnloadedMeshExecutable(
@@ -62,7 +61,7 @@ def load(blob: bytes, meta: dict[str, Any], out_tree: Any, name: str, platform_n
         input_avals=in_avals, input_shardings=[sharding] * n_in,
         output_avals=out_avals, output_shardings=[sharding] * n_out,
         committed=True, name=name, unordered_effects=[], ordered_effects=[], keepalive=[],
-        host_callbacks=[], kept_var_idx=set(meta["kept_inputs"]), mut=None,
+        host_callbacks=[], kept_var_idx=set(entry.kept_inputs), mut=None,
         xla_in_layouts=[None] * n_in, dispatch_in_layouts=[None] * n_in, xla_out_layouts=[None] * n_out,
         all_args_info=None, pgle_profiler=None,
     )

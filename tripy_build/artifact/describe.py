@@ -1,0 +1,179 @@
+"""An artifact in words for people: sizes, tensor specs, tables, the manifest as ``inspect`` shows it and
+the one line ``list`` gives it. Every command prints through these, so they agree."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..core.profiles import first_use_compiles
+from ..core.spec import InputInfo
+from ..errors import ConfigError, TripyBuildError
+from .layout import disk_size
+from .manifest import Manifest
+
+
+def human_size(n: float) -> str:
+    """``9.0 MB``: a byte count as every command shows it, in units of 1024 (as ``gc --max-bytes 2G`` reads it)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def parse_size(text: str, key: str = "cache.max_bytes") -> int:
+    """``500MB``, ``2G``, ``1.5GiB`` or bytes -> bytes (units of 1024); ``key`` names the setting in errors."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)(i?b)?\s*", str(text).lower())
+    if not m:
+        raise ConfigError(f"{key}: {text!r} is not a size; e.g. 500MB, 2G or 1073741824.")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
+
+
+def spec_text(info: InputInfo) -> str:
+    """``float32[batch=[1..64, opt 8], 512]``: a tensor spec in one line."""
+    b, dims = info.shape_bounds, []
+    for axis, (lo, opt, hi) in enumerate(zip(b.min, b.opt, b.max)):
+        name = info.dimension_names.get(axis)
+        dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
+    return f"{info.dtype.name}[{', '.join(dims)}]"
+
+
+def table(headers: Sequence[str] | None, rows: Sequence[Sequence[Any]], indent: str = "  ") -> list[str]:
+    """Rows as aligned columns, under ``headers`` and a rule (no headers: the rows alone)."""
+    cells = [[str(c) for c in r] for r in rows]
+    width_of = [list(headers)] if headers else []
+    widths = [max(len(r[i]) for r in [*width_of, *cells]) for i in range(len((width_of or cells or [[]])[0]))]
+    line = lambda r: indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    head = [line(list(headers)), line(["-" * w for w in widths])] if headers else []
+    return [*head, *map(line, cells)]
+
+
+def dim_lines(m: Manifest) -> list[str]:
+    """One line per dynamic dim: its range, how it is served, and which sizes compile on first use."""
+    strategies = {"padded": "padded ({})", "buckets": "not padded", "compile": "not padded, opt only",
+                  "dynamic": "dynamic"}
+    lines = []
+    for d in m.dims:
+        strategy = m.strategy(d)
+        lines.append(f"{d.name or d.symbol} [{d.bounds[0]}..{d.bounds[2]}]: {strategies[strategy].format(d.padding)}"
+                     + (f", buckets {' '.join(map(str, d.buckets))}" if d.buckets and strategy != "dynamic" else "")
+                     + (f"; {gap} compile on first use" if (gap := first_use_compiles(d, strategy)) else ""))
+    return lines
+
+
+def file_sizes(m: Manifest, index: dict[str, Any]) -> dict[str, int]:
+    """Bytes per top-level file or folder of the artifact (``weights/``, ``program.jaxexport``...)."""
+    sizes: dict[str, int] = {}
+    entries = {**{rel: e.size for rel, e in m.files.items()}, **{rel: e["size"] for rel, e in index.items()}}
+    for rel, size in entries.items():
+        top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
+        sizes[top] = sizes.get(top, 0) + size
+    return sizes
+
+
+def compiler_line(m: Manifest) -> str:
+    """Which compiler made the executables and how: ``by IREE (dynamic); the weights are stored twice...``."""
+    c = m.compiler
+    by = f"by {c.name.upper()}" + (f" ({c.mode})" if c.mode else "")
+    if c.why:
+        by += f", as it cannot compile the dynamic program ({c.why})"
+    if c.mode == "dynamic":
+        by += ("; the weights are stored twice: packed into the module as constants (IREE repacks weights passed "
+               "as arguments on every call, 2.5-5x slower) and as weights/ (verify, rebuilds, checkpoints)")
+    return by
+
+
+def profiles_line(m: Manifest, index: dict[str, Any], seconds: dict[str, float]) -> str:
+    """``7 precompiled by XLA, 150.5 KB, 0.5 s of compile time``, or ``""`` with none."""
+    if not m.executables:
+        return ""
+    size = sum(index.get(e.file, {}).get("size", 0) for e in m.executables)
+    return (f"{len(m.executables)} precompiled {compiler_line(m)}, {human_size(size)}, "
+            f"{sum(seconds.get(e.file, 0) for e in m.executables):.1f} s of compile time")
+
+
+def precision_line(m: Manifest) -> str:
+    p = m.precision
+    if not p:
+        return ""
+    return (f"{p['dtype']}, error against float32 {p['max_rel_error']:.3%} of the output scale (max abs "
+            f"{p['max_abs_error']:.3g})" + (f", budget {p['max_error']:.2%}" if p.get("max_error") else ""))
+
+
+def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[str, float],
+                  costs: dict[str, Any] | None = None) -> str:
+    """The artifact as ``inspect`` prints it: inputs, outputs, dims, profiles (``costs``: XLA's estimates per
+    executable file), weights, files, toolchain, the build-key parts and a reduced precision's error."""
+    out = [f"artifact: {root}", f"  function {m.function!r}, optimization_level {m.optimization_level}, "
+           f"platforms {', '.join(m.platforms)}"]
+    out += ["", "inputs"] + table(["input", "spec"], [[path, spec_text(info)] for path, info in m.leaves])
+    if m.sizes:
+        passed = ", ".join(f"{path} = the true size of {size.name!r}" for path, size in m.sizes)
+        out += [f"  passed to the function, not part of the signature: {passed}"]
+    out += ["", "outputs"] + table(["output", "spec"], [[i, spec_text(o)] for i, o in enumerate(m.outputs)])
+    if m.dims:
+        out += ["", "dims"] + table(["dim", "range", "opt", "strategy", "padding", "buckets", "compiled on first use"], [
+            [d.name or d.symbol, f"[{d.bounds[0]}..{d.bounds[2]}]", d.bounds[1], m.strategy(d), d.padding or "-",
+             " ".join(map(str, d.buckets)) or "-", first_use_compiles(d, m.strategy(d)) or "none"] for d in m.dims])
+    rows = []
+    for e in m.executables:
+        c = (costs or {}).get(e.file, {})
+        label = "every shape" if e.dynamic else " ".join(f"{k}={v}" for k, v in e.profile.items())
+        rows.append([label or "static", e.file, human_size(index.get(e.file, {}).get("size", 0)),
+                     f"{seconds.get(e.file, 0):.2f}", f"{c['flops'] / 1e6:.1f}" if c.get("flops") is not None else "-",
+                     human_size(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
+    c = m.compiler
+    out += ["", f"compiler: {c.name}" + (f", {c.mode}" if c.mode else "")
+            + (" (weights stored twice: packed in the module, and as weights/)" if c.mode == "dynamic" else "")
+            + (f" (the dynamic program was refused: {c.why})" if c.why else "")
+            + (f", flags {' '.join(c.flags)}" if c.flags else "")]
+    out += ["", f"profiles ({len(rows)})"] + table(["profile", "file", "size", "compile s", "MFLOP", "temp"], rows)
+    if m.weights:
+        out += ["", "weights"] + table(["weight", "argument", "dtype", "shape", "file"], [
+            [w.path, w.argument or "-", w.dtype, w.shape, w.file] for w in m.weights])
+        out.append(f"  prep program: {'yes (' + m.prep.file + ')' if m.prep else 'none (weights used as stored)'}")
+    sizes = file_sizes(m, index)
+    out += ["", f"files ({human_size(sum(sizes.values()))})"] + table(
+        ["file", "size"], [[k, human_size(v)] for k, v in sorted(sizes.items())])
+    out += ["", "toolchain"] + table(["what", "value"], [[k, v] for k, v in sorted(m.toolchain.items())])
+    out += ["  compiler options: " + json.dumps(m.compiler_options, sort_keys=True)]
+    p = m.precision
+    if p:
+        out += ["", f"precision {p['dtype']}: max abs error {p['max_abs_error']:.3g}, max rel error "
+                f"{p['max_rel_error']:.3g} against float32 on the self-test inputs"
+                + (f" (budget {p['max_error']:g})" if p.get("max_error") is not None else "")]
+    if m.key_parts:
+        out += ["", f"build key {(m.build_key or '')[:16]}"] + table(["part", "value"], [
+            [k, json.dumps(v, sort_keys=True)[:100]] for k, v in sorted(m.key_parts.items())])
+    return "\n".join(out)
+
+
+LIST_COLUMNS = ("model", "inputs", "options", "profiles", "size", "date", "key")
+
+
+def list_row(path: Path) -> dict[str, str]:
+    """``list``'s row for one artifact: model, inputs, options, profiles, size, date and key (or, for one whose
+    manifest or index cannot be read, why)."""
+    from .read import read_index, read_manifest
+
+    date = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+    try:
+        m = read_manifest(path)
+        read_index(path, m)  # a damaged index makes the row say so
+    except TripyBuildError as e:
+        return {"model": path.parent.name, "inputs": "-", "options": f"damaged: {str(e).splitlines()[0][:80]}",
+                "profiles": "-", "size": "-", "date": date, "key": path.name}
+    config = m.key_parts.get("config") or {}
+    options = [m.compiler.name if m.compiler.name != "xla" else "+".join(m.platforms),
+               f"O{m.optimization_level}", config.get("precision", "float32")]
+    if config.get("target_cpu", "host") != "host":
+        options.append(f"cpu={config['target_cpu']}")
+    if (m.key_parts.get("params") or {}).get("init") == "checkpoint":
+        options.append("checkpoint")
+    return {"model": m.model, "inputs": "; ".join(f"{p} {spec_text(info)}" for p, info in m.leaves),
+            "options": " ".join(options), "profiles": str(len(m.executables)), "size": human_size(disk_size(path)),
+            "date": date, "key": str(m.build_key or path.name)[:16]}

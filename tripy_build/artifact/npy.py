@@ -1,0 +1,43 @@
+"""Arrays in an artifact: ``.npy`` bytes, never pickled, with the dtypes numpy lacks (bfloat16, fp8) viewed back."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from ..core.spec import to_dtype
+from ..errors import ArtifactError
+
+
+def npy(array: Any) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(np.asarray(array)), allow_pickle=False)
+    return buf.getvalue()
+
+
+def from_npy(data: bytes, where: str, dtype: Any = None) -> np.ndarray:
+    """An array from ``.npy`` bytes; with ``dtype``, checked against it (``as_dtype``)."""
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except ValueError as e:
+        raise ArtifactError(f"{where}: not a readable .npy array ({e}).") from None
+    if dtype is None:
+        return array
+    viewed = as_dtype(array, dtype)
+    if viewed is not None:
+        return viewed
+    want = to_dtype(dtype)
+    raise ArtifactError(f"{where}: holds {array.dtype.name} data, but the manifest says {want.name}; the artifact is damaged.")
+
+
+def as_dtype(array: np.ndarray, dtype: Any) -> np.ndarray | None:
+    """``array`` as ``dtype``, or None where it holds another dtype. numpy has no bfloat16 (or fp8) of its
+    own: ``.npy`` stores those as raw void items of the same size, which are viewed as ``dtype`` here."""
+    want = to_dtype(dtype)
+    if array.dtype == want:
+        return array
+    if array.dtype.kind == "V" and array.dtype.itemsize == want.itemsize:
+        return array.view(want)
+    return None

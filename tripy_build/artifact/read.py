@@ -1,0 +1,238 @@
+"""Reading an artifact: its manifest parsed into a ``Manifest``, and every file a reader uses checked.
+
+The manifest's kind and schema version are checked before anything else, and every file's size and
+sha256 before its bytes are used; nothing is unpickled and nothing is read through a link.
+``read_contents`` is what both loaders start from: the manifest and the checked bytes of every file
+they deserialize, read while holding the reader's lock (``lock.reading``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.spec import count_leaves, rebuild
+from ..errors import ArtifactError
+from . import crosscheck
+from .compat import CompatibilityWarning, incompatibility
+from .digest import list_files, sha256_bytes, sha256_file
+from .layout import INDEX, INDEX_KIND, MANIFEST, MAX_JSON_BYTES, no_links, reproducible_files, safe_relpath
+from .lock import reading
+from .manifest import KIND, SCHEMA_VERSION, ExecutableEntry, Manifest, WeightEntry
+from .npy import from_npy
+
+
+def _parse_json(path: Path, what: str) -> Any:
+    """A manifest or index, bounded: at most ``MAX_JSON_BYTES`` and no deeper than Python can parse."""
+    no_links(path.parent, PurePosixPath(path.name))
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise ArtifactError(f"{path}: {size} bytes, over the {MAX_JSON_BYTES} a {what} may have (a real one is "
+                            "kilobytes); refusing to parse it.")
+    try:
+        return json.loads(path.read_bytes())
+    except RecursionError:
+        raise ArtifactError(f"{path}: nested too deeply to be a {what}; the artifact is damaged.") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path}: not valid JSON ({e}); the artifact is damaged.") from None
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """The artifact's ``Manifest``: its kind and schema version checked, every field parsed."""
+    root = Path(path)
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise ArtifactError(
+            f"{str(root)!r} is not a tripy_build artifact: {MANIFEST} is missing. "
+            "Pass the directory that Executable.save() or the build command wrote."
+        )
+    manifest = _parse_json(mpath, "manifest")
+    if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
+        raise ArtifactError(f"{mpath}: not a tripy_build manifest (kind is {manifest.get('kind') if isinstance(manifest, dict) else None!r}).")
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ArtifactError(
+            f"{mpath}: schema_version {version!r} is not supported; this tripy_build reads version "
+            f"{SCHEMA_VERSION}. Rebuild the artifact or use a matching tripy_build."
+        )
+    if not isinstance(manifest.get("files"), dict):
+        raise ArtifactError(f"{mpath}: no 'files' table; the artifact is damaged.")
+    return Manifest.from_json(manifest, str(mpath))
+
+
+def check_entries(root: Path, listed: dict[str, Any], where: str, names: Sequence[str]) -> dict[str, bytes]:
+    """Each listed file's size and sha256 against its entry in ``where``; the bytes of those in ``names``."""
+    contents: dict[str, bytes] = {}
+    for rel, entry in listed.items():
+        fpath = no_links(root, safe_relpath(rel))
+        if not isinstance(entry, dict):
+            raise ArtifactError(f"{root / where}: malformed entry for {rel!r}; the artifact is damaged.")
+        if not fpath.is_file():
+            raise ArtifactError(f"{fpath}: listed in {where} but missing; the artifact is incomplete.")
+        data = fpath.read_bytes() if rel in names else None
+        size = len(data) if data is not None else fpath.stat().st_size
+        if size != entry.get("size"):
+            raise ArtifactError(f"{fpath}: size {size} does not match {where} ({entry.get('size')}); "
+                                "the artifact is damaged or was modified.")
+        digest = sha256_bytes(data) if data is not None else sha256_file(fpath)
+        if digest != entry.get("sha256"):
+            raise ArtifactError(f"{fpath}: sha256 {digest[:16]}... does not match {where} "
+                                f"({str(entry.get('sha256'))[:16]}...); the artifact is damaged or was modified.")
+        if data is not None:
+            contents[rel] = data
+    return contents
+
+
+def read_index(root: Path, manifest: Manifest, table: str = "files") -> dict[str, Any]:
+    """The sidecar index's file table (or another ``table`` in it, such as ``compile_seconds``).
+
+    Every path in its file table must lie under a prefix the manifest names.
+    """
+    spec = manifest.index
+    if not isinstance(spec, dict) or spec.get("file") != INDEX:
+        raise ArtifactError(f"{root / MANIFEST}: no 'index' entry; the artifact is damaged.")
+    ipath = root / INDEX
+    try:
+        index = _parse_json(ipath, "index")
+    except FileNotFoundError:
+        raise ArtifactError(f"{ipath}: missing; the artifact is incomplete.") from None
+    if not isinstance(index, dict) or index.get("kind") != INDEX_KIND or not isinstance(index.get("files"), dict):
+        raise ArtifactError(f"{ipath}: not a tripy_build index; the artifact is damaged.")
+    covers = tuple(spec.get("covers") or ())
+    for rel in index["files"]:
+        if not isinstance(rel, str) or not rel.startswith(covers):
+            raise ArtifactError(f"{ipath}: lists {rel!r}, outside the prefixes the manifest delegates to it ({', '.join(covers)}).")
+    extra = index.get(table, {})
+    return extra if isinstance(extra, dict) else {}
+
+
+def read_files(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence[str] | None = None,
+               manifest: Manifest | None = None) -> tuple[Manifest, dict[str, bytes]]:
+    """The manifest and the bytes of ``names``, after checking digests.
+
+    Every listed file is checked, or with ``prefixes`` given only ``names`` and the files under those
+    prefixes: a loader checks what it deserializes, ``verify`` checks everything. A ``manifest``
+    already read by ``read_manifest`` is not read again.
+    """
+    root = Path(path)
+    manifest = manifest if manifest is not None else read_manifest(root)
+    listed = {rel: {"size": e.size, "sha256": e.sha256} for rel, e in manifest.files.items()}
+    index = read_index(root, manifest)
+    for rel in [*listed, *index]:
+        safe_relpath(rel)
+
+    def wanted(table: dict[str, Any]) -> dict[str, Any]:
+        if prefixes is None:
+            return table
+        return {k: v for k, v in table.items() if k in names or k.startswith(tuple(prefixes))}
+
+    contents = check_entries(root, wanted(listed), MANIFEST, names)
+    contents.update(check_entries(root, wanted(index), INDEX, names))
+    for rel in names:
+        if rel not in contents:
+            raise ArtifactError(f"{root / MANIFEST}: does not list {rel!r}, which this artifact needs.")
+    return manifest, contents
+
+
+def verify_files(path: str | os.PathLike) -> Manifest:
+    """The manifest, after checking every listed file's size and digest."""
+    return read_files(path, [])[0]
+
+
+def unlisted_files(path: str | os.PathLike) -> list[str]:
+    """Files in the artifact that neither the manifest nor the index vouches for."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    known = set(manifest.files) | set(read_index(root, manifest))
+    return [rel for rel in list_files(root) if rel not in known]
+
+
+def reproducible_tree(root: Path) -> dict[str, bytes]:
+    """The reproducible files of every artifact under ``root``, by path relative to it: what two builds
+    of the same configs must agree on byte for byte."""
+    return {str((m.parent / rel).relative_to(root)): (m.parent / rel).read_bytes()
+            for m in sorted(Path(root).rglob(MANIFEST)) for rel in reproducible_files(read_manifest(m.parent))}
+
+
+@dataclass
+class Contents:
+    """An artifact as a loader needs it: the manifest, and the checked bytes of every file it deserializes."""
+
+    path: str
+    manifest: Manifest
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def bound_files(self) -> dict[str, list[str]]:
+        """Each bound input's ``.npy`` leaves, by parameter name."""
+        counts = {p.name: count_leaves(p.template) for p in self.manifest.parameters}
+        return {name: [f"{rel}/{i}.npy" for i in range(counts[name])] for name, rel in self.manifest.bound_inputs.items()}
+
+    def where(self, rel: str = MANIFEST) -> str:
+        return os.path.join(self.path, rel)
+
+    def array(self, rel: str, dtype: Any = None) -> np.ndarray:
+        return from_npy(self.files[rel], self.where(rel), dtype)
+
+    def weight(self, entry: WeightEntry) -> np.ndarray:
+        return self.array(entry.file, entry.dtype)
+
+    def bound_values(self) -> dict[str, Any]:
+        values, start, files = {}, 0, self.bound_files
+        for p in self.manifest.parameters:
+            n = count_leaves(p.template)
+            if p.name in files:
+                infos = [info for _, info in self.manifest.leaves[start:start + n]]
+                values[p.name] = rebuild(p.template, [self.array(f, info.dtype) for f, info in zip(files[p.name], infos)])
+            start += n
+        return values
+
+    def usable(self, entry: ExecutableEntry, client: Any = None) -> bool:
+        """Whether a precompiled executable can run here (``client``: the PJRT client that would run it,
+        asked which CPU features it compiles for); warns with the reason when it cannot."""
+        import warnings
+
+        reason = incompatibility(entry, client)
+        if reason is not None:
+            warnings.warn(f"{self.where(entry.file)}: skipped ({reason}); the exported program will be "
+                          "compiled for these shapes on first use instead.", CompatibilityWarning, stacklevel=4)
+        return reason is None
+
+    def check_platform(self, platform: str) -> None:
+        """Refuse an artifact whose program was not exported for ``platform`` (this host's)."""
+        platforms = self.manifest.platforms
+        if platform not in platforms:
+            raise ArtifactError(
+                f"{self.where()}: built for {', '.join(platforms)} only, and this host runs {platform}: the "
+                f"program cannot run here. Rebuild with backend=[{', '.join([*platforms, platform])}] (a "
+                "multi-platform artifact: executables for the build host, the portable program for the rest)."
+            )
+
+
+def read_contents(path: str | os.PathLike, executables: bool = True) -> Contents:
+    """Parse an artifact's manifest and read every file a loader needs, each checked against its digest.
+
+    With ``executables=False`` the precompiled executables are not read at all (``trust_executables``)."""
+    with reading(path):
+        m = read_manifest(path)
+        where = os.path.join(str(path), MANIFEST)
+        names = {p.name for p in m.parameters}
+        for name in m.bound_inputs:
+            if name not in names:
+                raise ArtifactError(f"{where}: bound input {name!r} is not an input of {m.function}.")
+        crosscheck.consistent(where, m.leaves, m.dims, m.executables, len(m.sources))
+        contents = Contents(str(path), m)
+        prep = m.prep
+        wanted = [m.program.file, *([prep.file] if prep else []), *(w.file for w in m.weights),
+                  *(e.file for e in [*m.executables, *([prep.executable] if prep and prep.executable else [])]
+                    if executables),
+                  *(f for fs in contents.bound_files.values() for f in fs)]
+        contents.files = read_files(path, wanted, [], m)[1]
+        return contents
+
+

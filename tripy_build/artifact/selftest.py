@@ -1,0 +1,155 @@
+"""The self-test an artifact carries: seeded inputs at the min, opt and max shapes (and one padded), with
+the outputs the model computed for them at build, in files; and the comparison ``verify`` makes.
+
+Every artifact carries them so that ``verify`` can check, on any host, that the executables it loads
+compute what the model computed when it was built, without the model's code. The cases are made at
+build by ``compiler/selftest.py``. Within a size budget an array is a ``.npy`` file; beyond it an input
+is the seed that makes it (regenerated and checked against its recorded sha256) and an output a sample
+of its elements plus its sum and absolute sum, which bound the error of every element.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..core.spec import InputInfo
+from ..errors import ArtifactError
+from .npy import from_npy, npy
+
+
+CASES = ("min", "opt", "max")
+PREFIX = "selftest"
+# The tolerance of a comparison at a dtype: two compiles of reduced-precision code round differently.
+RTOL = {"float16": 1e-2, "bfloat16": 2e-2}
+DEFAULT_RTOL = 1e-4
+
+# The self-test's size budget. An input larger than this is stored as the seed that makes it (numpy
+# regenerates it, checked against its recorded sha256); an output with more elements than
+# OUTPUT_SAMPLE keeps that many evenly spaced elements plus its sum and absolute sum, which bound the
+# error of every element. The default transformer artifact's self-test went from 33 MB to ~0.2 MB.
+INPUT_INLINE_MAX_BYTES = 64 * 1024
+OUTPUT_SAMPLE = 4096
+
+
+@dataclass
+class Case:
+    name: str
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+    seeds: list[tuple[int, ...]] | None = None  # per input: the seed ``sample`` made it from
+    sampled: list[dict[str, Any] | None] | None = None  # per output: its sample entry, or None when whole
+
+
+def sample(info: InputInfo, shape: Sequence[int], seed: Sequence[int]) -> np.ndarray:
+    return sample_dtype(info.dtype, shape, seed)
+
+
+def sample_dtype(dtype: Any, shape: Sequence[int], seed: Sequence[int]) -> np.ndarray:
+    """Seeded inputs: booleans, small integers (valid indices for gathers), or standard normals."""
+    rng = np.random.default_rng(list(seed))
+    dtype = np.dtype(dtype)
+    kind = dtype.kind
+    if kind == "b":
+        return rng.random(shape) < 0.5
+    if kind in "iu":
+        return rng.integers(0, 4, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+def sample_indices(size: int) -> np.ndarray:
+    """The flat indices an output's sample keeps: ``OUTPUT_SAMPLE`` evenly spaced, first and last included."""
+    return np.unique(np.linspace(0, size - 1, OUTPUT_SAMPLE).round().astype(np.int64))
+
+
+def to_files(cases: Sequence[Case], rtol: float | None = None) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """Manifest entries and file contents (``.npy``, no pickle) for ``cases``; ``rtol`` overrides the per-dtype one.
+
+    Within the size budget an array is a file; beyond it an input is its seed and an output its sample.
+    """
+    entries, files = [], {}
+    for case in cases:
+        entry = {"name": case.name, "inputs": [], "outputs": [],
+                 "dtypes": [np.dtype(a.dtype).name for a in (*case.inputs, *case.outputs)]}
+        for i, a in enumerate(case.inputs):
+            rel = f"{PREFIX}/{case.name}/input{i}.npy"
+            if case.seeds is not None and a.nbytes > INPUT_INLINE_MAX_BYTES:
+                entry["inputs"].append({"seed": list(case.seeds[i]), "shape": list(a.shape),
+                                        "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()})
+            else:
+                files[rel] = npy(a)
+                entry["inputs"].append(rel)
+        for i, a in enumerate(case.outputs):
+            rel = f"{PREFIX}/{case.name}/output{i}.npy"
+            if a.size > OUTPUT_SAMPLE:
+                wide = a.astype(np.float64)
+                files[rel] = npy(a.reshape(-1)[sample_indices(a.size)])
+                entry["outputs"].append({"file": rel, "shape": list(a.shape), "sum": float(wide.sum()),
+                                         "abs_sum": float(np.abs(wide).sum())})
+            else:
+                files[rel] = npy(a)
+                entry["outputs"].append(rel)
+        entry["rtol"] = rtol or max((RTOL.get(np.dtype(o.dtype).name, DEFAULT_RTOL) for o in case.outputs),
+                                    default=DEFAULT_RTOL)
+        entry["atol"] = entry["rtol"]
+        entries.append(entry)
+    return entries, files
+
+
+def from_files(entries: Sequence[dict[str, Any]], files: dict[str, bytes]) -> list[tuple[Case, float, float]]:
+    """The cases back: inputs read or regenerated from their seeds (digest-checked), outputs whole or sampled."""
+    out = []
+    for e in entries:
+        dtypes = e.get("dtypes") or [None] * (len(e["inputs"]) + len(e["outputs"]))
+        inputs = []
+        for ref, dtype in zip(e["inputs"], dtypes):
+            if isinstance(ref, str):
+                inputs.append(from_npy(files[ref], ref, dtype))
+                continue
+            x = sample_dtype(dtype, ref["shape"], ref["seed"])
+            if hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest() != ref["sha256"]:
+                raise ArtifactError(
+                    f"self-test {e['name']}: the input numpy generates from seed {ref['seed']} differs from the one the "
+                    f"build used (sha256 mismatch): this numpy ({np.__version__}) draws other numbers, or the "
+                    "manifest was edited. Verify with the numpy the artifact was built with.")
+            inputs.append(x)
+        outputs, sampled = [], []
+        for ref, dtype in zip(e["outputs"], dtypes[len(e["inputs"]):]):
+            rel = ref if isinstance(ref, str) else ref["file"]
+            outputs.append(from_npy(files[rel], rel, dtype))
+            sampled.append(None if isinstance(ref, str) else ref)
+        out.append((Case(e["name"], inputs, outputs, sampled=sampled), float(e["rtol"]), float(e["atol"])))
+    return out
+
+
+def file_names(entries: Sequence[dict[str, Any]]) -> list[str]:
+    return [ref if isinstance(ref, str) else ref["file"] for e in entries
+            for ref in (*e["inputs"], *e["outputs"]) if isinstance(ref, str) or "file" in ref]
+
+
+def check(call: Callable, case: Case, rtol: float, atol: float) -> tuple[bool, float]:
+    """Run one case through ``call`` (the case's flat inputs -> the flat outputs); (passed, max abs error).
+
+    A sampled output is compared at its sampled elements, and its sum against the recorded one within
+    the bound that the per-element tolerance implies (``atol * size + rtol * abs_sum``).
+    """
+    got = [np.asarray(o) for o in call(*case.inputs)]
+    sampled = case.sampled or [None] * len(case.outputs)
+    if len(got) != len(case.outputs):
+        return False, float("inf")
+    worst, ok = 0.0, True
+    for g, w, s in zip(got, case.outputs, sampled):
+        if g.dtype != w.dtype or (g.shape != w.shape if s is None else list(g.shape) != s["shape"]):
+            return False, float("inf")
+        g64 = g.astype(np.float64)
+        if s is not None:
+            ok = ok and abs(float(g64.sum()) - s["sum"]) <= atol * g.size + rtol * s["abs_sum"]
+            g64 = g64.reshape(-1)[sample_indices(g.size)]
+        w64 = w.astype(np.float64)
+        err = np.abs(g64 - w64)
+        worst = max(worst, float(err.max(initial=0.0)))
+        ok = ok and bool(np.all(err <= atol + rtol * np.abs(w64)))
+    return ok, worst

@@ -1,0 +1,92 @@
+"""The build key: a sha256 over named parts, everything that can change what a build produces.
+
+The parts (``key_parts``) are the resolved config, the model's source by content, the params' identity,
+the toolchain (with tripy_build's own sources: ``package_digest``), the target and the compiler options;
+an artifact records them, so a build can be told apart from another by part (``verify --rebuild``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ..artifact.manifest import Manifest
+from ..core.spec import NamedDimension
+from ..errors import ArtifactError
+from .request import BuildRequest
+
+KEY_LENGTH = 16  # hex digits of the build key used in directory names
+
+# The code that can change what a build produces: these subpackages (recursively) and modules of
+# tripy_build. Not the CLI, the server or the zoo (a model's own source is a key part of its own).
+BUILD_CODE = ("core", "artifact", "runtime", "compiler", "build", "host.py")
+
+
+def package_digest() -> str:
+    """sha256 over the sources of ``BUILD_CODE``: a code change without a version bump still rebuilds."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for part in BUILD_CODE:
+        for path in sorted([root / part] if part.endswith(".py") else (root / part).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any],
+              frameworks: dict[str, str] | None = None) -> dict[str, Any]:
+    from ..compiler.optimization import compiler_options
+    from ..host import host_features, toolchain
+
+    host = host_features()
+    return {
+        "config": recorded_config(vb),
+        "model_code": {name: digest for name, _, digest in sources},
+        "params": params_identity,
+        "toolchain": dict(toolchain(), tripy_build_source=package_digest(), **(frameworks or {})),
+        "target": {"platforms": vb.platforms, "cpu": vb.target_cpu, "machine": host["machine"],
+                   "system": host["system"], "cpu_features": host["cpu_features"]},
+        "compiler_options": ({p: compiler_options(vb.optimization_level, p) for p in vb.platforms}
+                             if vb.compiler == "xla" else {"iree": iree_options()}),
+    }
+
+
+_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_checkpoint_key", "params_seed", "cache_max_bytes",
+               "cache_max_age_days", "cache_remote", "shared_init_dir")  # locations; params go by identity
+
+
+def recorded_config(vb: BuildRequest) -> dict[str, Any]:
+    """The resolved config as the build key and the manifest record it (output locations left out)."""
+    config = {k: v for k, v in dataclasses.asdict(vb).items() if k not in _NOT_IN_KEY}
+    config["shapes"] = {k: list(v.bounds) if isinstance(v, NamedDimension) else v for k, v in vb.shapes.items()}
+    return config
+
+
+def request_from_record(manifest: Manifest, artifact_path: Path, artifacts_dir: Path) -> BuildRequest:
+    """The build request an artifact was made from, to rebuild it elsewhere (``verify --rebuild``)."""
+    try:
+        parts = manifest.key_parts
+        config, identity = dict(parts["config"]), parts["params"]
+    except (KeyError, TypeError):
+        raise ArtifactError(
+            f"{artifact_path}: records no build config (it was saved from the Python API, not built by "
+            "`python -m tripy_build`), so it cannot be rebuilt."
+        ) from None
+    config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
+    config.setdefault("compiler", "xla")
+    checkpoint = None if identity.get("init") == "random" else str(artifact_path)  # its weights
+    return BuildRequest(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
+                        artifacts_dir=str(artifacts_dir), force=True)
+
+
+def iree_options() -> dict[str, Any]:
+    from ..runtime import iree as iree_backend
+
+    return {"flags": list(iree_backend.FLAGS), **iree_backend.versions()}
+
+
+def build_key(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

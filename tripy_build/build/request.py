@@ -1,0 +1,36 @@
+"""``BuildRequest``: what to build, validated, in plain Python values (the CLI's config makes one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.spec import NamedDimension
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What to build, validated, in plain Python values (``config.validate`` makes one from a Hydra config)."""
+
+    model: dict[str, Any]  # with _target_ and name, and padding if the config overrides the model's
+    shapes: dict[str, int | NamedDimension]
+    shapes_name: str
+    buckets: dict[str, Any]  # dim name -> "pow2" | "none" | [sizes]; unlisted dims get "pow2"
+    max_profiles: int
+    platforms: list[str]  # XLA platforms the program is exported for; executables for the build host's
+    compiler: str  # xla, or iree (CPU only): which compiler makes the executables
+    target_cpu: str  # host | portable | an instruction-set ceiling (--xla_cpu_max_isa)
+    optimization_level: int
+    precision: str  # the compute dtype: float32, bfloat16 or float16
+    max_error: float | None  # the error budget against float32, relative to each output's scale
+    params_seed: int
+    params_checkpoint: str | None
+    artifacts_dir: str
+    force: bool
+    cache_max_bytes: int | None = None  # after building, keep artifacts_dir within this (gc.py)
+    cache_max_age_days: float | None = None
+    cache_remote: str | None = None  # an fsspec URL shared by builders (remote.py)
+    # a directory where builds in several processes share a model's random init (``init_cache``);
+    # a sweep's jobs use their sweep directory's
+    shared_init_dir: str | None = None
+    params_checkpoint_key: str | None = None  # the params' sub-tree in a checkpoint that saved more

@@ -1,0 +1,63 @@
+"""``python -m tripy_build`` and the ``tripy-build`` script: one registry of subcommands.
+
+An unchanged build command is answered from the memo before Hydra is even imported; any other build
+runs the Hydra app (``app.py``). The other commands and ``--help`` are answered without Hydra. Ctrl-C
+ends any of them with one line and exit status 130; a build it interrupts leaves nothing (artifacts are
+written to a temporary directory that is removed, and renamed into place only when complete).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# command -> (module under tripy_build.cli, what it does): ``help.py`` prints the same table
+COMMANDS = {
+    "verify": ("verify", "PATH [--rebuild]: check digests, params, load and self-test; --rebuild also rebuilds "
+                         "and compares"),
+    "inspect": ("show", "PATH [--cost] [--dump DIR]: an artifact as tables; --dump writes its StableHLO and HLO "
+                        "per profile"),
+    "show": ("show", "PATH: the same as inspect"),
+    "list": ("listing", "[ARTIFACTS_DIR]: what was built there (default: artifacts): model, shapes, options, size, "
+                        "date, key"),
+    "bench": ("bench", "PATH: cold start, stalls and latency of an artifact where it runs"),
+    "gc": ("cleanup", "[DIR] --max-bytes 2G --max-age-days 30: remove least recently used artifacts (never one "
+                      "being loaded)"),
+    "serve": ("serve", "PATH... [--host 127.0.0.1] [--port 8000] [--max-delay-ms 0]: serve artifacts over HTTP "
+                       "(KServe v2, Triton's client works), batching requests along the rows dim"),
+}
+
+
+def _run() -> None:
+    import importlib
+
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    if command in COMMANDS:
+        module = importlib.import_module(f"{__package__}.{COMMANDS[command][0]}")
+        sys.exit(module.main(sys.argv[2:]))
+    if command == "build":
+        del sys.argv[1]
+    if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        from .help import main as usage
+
+        usage()
+        return
+    from ..build.memo import answer
+
+    if not answer(sys.argv[1:]):
+        from .app import command
+
+        command()
+
+
+def console() -> None:
+    if sys.path[0] not in ("", os.getcwd()):
+        # `python -m tripy_build` imports from the working directory first; the `tripy-build` script does too,
+        # so that a config's model._target_ finds the user's package either way
+        sys.path.insert(0, os.getcwd())
+    try:
+        _run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopped; nothing half-written was left (an unfinished artifact is removed).",
+              file=sys.stderr, flush=True)
+        sys.exit(130)

@@ -1,0 +1,111 @@
+"""``tripy_build.load``: an artifact as an ``Executable``, without compiling and without pickle.
+
+Every file a loader uses is checked against its digest first (``artifact.read.read_contents``), the
+manifest against the exported program (``artifact.crosscheck``). Precompiled executables are
+deserialized on first use, so a process that serves a few shapes pays only for those; one built for
+another host is skipped with a ``CompatibilityWarning``, and its shapes compile from the exported
+program instead (with the options the manifest records).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..artifact import crosscheck
+from ..artifact.manifest import XLA_FORMAT, ExecutableEntry
+from ..artifact.read import read_contents
+from ..errors import ArtifactError, SpecError
+
+
+WARMUPS = ("background", "now", "none")
+
+
+def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> Any:
+    """Load an artifact written by ``save`` or the build command, without compiling (``tripy_build.load``)."""
+    if warmup not in WARMUPS:
+        raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
+    import jax
+
+    from ..core.dispatch import Dispatcher, output_axes
+    from . import iree as iree_backend
+    from . import xla as xla_executable
+    from .executable import Executable, Precompiled
+    from .program import Program, Source, Weight
+
+    c = read_contents(path, executables=trust_executables)
+    m = c.manifest
+    c.check_platform(jax.default_backend())
+    client = jax.devices()[0].client
+
+    def program(file: str) -> jax.export.Exported:
+        try:
+            exported = jax.export.deserialize(bytearray(c.files[file]))
+        except Exception as e:  # noqa: BLE001 - any failure here means the program file is unusable
+            raise ArtifactError(f"{c.where(file)}: cannot deserialize the exported program ({e}).") from None
+        lo = jax.export.minimum_supported_calling_convention_version
+        hi = jax.export.maximum_supported_calling_convention_version
+        if not lo <= exported.calling_convention_version <= hi:
+            raise ArtifactError(
+                f"{c.where(file)}: exported with calling convention version {exported.calling_convention_version}, "
+                f"but this jax ({jax.__version__}) runs versions {lo}..{hi}: the program is too "
+                f"{'new' if exported.calling_convention_version > hi else 'old'} for it. Rebuild the artifact with "
+                f"this jax, or install the jax it was built with ({m.toolchain.get('jax', '?')}).")
+        return exported
+
+    main = program(m.program.file)
+    crosscheck.check(c.where(), m, main.in_avals[len(m.sources):], main.out_avals, c.files[m.program.file],
+                     main.mlir_module)
+    prep = program(m.prep.file) if m.prep else None
+    weights = [Weight(w.path, w.argument, jax.device_put(c.weight(w))) for w in m.weights]
+    backend = jax.default_backend()
+
+    compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it
+
+    def precompiled(entry: ExecutableEntry, exported: jax.export.Exported, label: str) -> Precompiled | None:
+        if not trust_executables:
+            if exported is not main or entry.dynamic or entry.platform != backend:
+                return None  # the prep program runs through jax; IREE's dynamic module has no portable twin
+            here = ExecutableEntry("", XLA_FORMAT, backend, entry.target)
+            return Precompiled(entry.target, b"", here, loader=lambda: compiled_here[0]._compile(entry.target))
+        if entry.platform != backend or not c.usable(entry, client):
+            return None
+        pre = Precompiled(entry.target, c.files[entry.file], entry)
+        if entry.is_iree:
+            pre.loader = iree_backend.loader(pre.blob, entry, exported.out_tree, len(m.sources), c.where(entry.file))
+            return pre
+
+        def loader() -> Any:
+            try:
+                return xla_executable.load(pre.blob, entry, exported.out_tree, label, entry.platform)
+            except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
+                raise ArtifactError(f"{c.where(entry.file)}: cannot deserialize the executable "
+                                    f"({type(e).__name__}: {str(e)[:200]}).") from None
+        pre.loader = loader
+        return pre
+
+    profiles = [p for p in (precompiled(e, main, m.function) for e in m.executables) if p is not None]
+    universal = next((p for p in profiles if p.entry.dynamic), None)
+    profiles = [p for p in profiles if p is not universal]
+    prep_exe = precompiled(m.prep.executable, prep, f"{m.function}_prep") if m.prep and m.prep.executable else None
+    try:
+        dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in m.leaves], [s.name for _, s in m.sizes],
+                                output_axes(main.out_avals, m.dims), [p.target for p in profiles])
+    except (SpecError, KeyError) as e:
+        raise ArtifactError(f"{c.where()}: the dims do not match the exported program ({e}).") from None
+    exe = Executable(
+        program=Program(main, prep, weights, [Source(k, i) for k, i in m.sources]),
+        program_bytes=c.files[m.program.file], prep_bytes=c.files.get(m.prep.file) if m.prep else None,
+        name=m.function, parameters=m.parameters, leaves=m.leaves, sizes=m.sizes, outputs=m.outputs, dims=m.dims,
+        dispatcher=dispatcher, optimization_level=m.optimization_level, platforms=m.platforms,
+        precompiled=profiles, prep_exe=prep_exe, metadata=m.metadata, origin=(c.path, list(m.selftest)),
+        compiler=m.compiler, compiler_options=m.compiler_options,
+    )
+    compiled_here.append(exe)
+    if universal is not None:
+        exe.set_universal(universal)
+    if m.bound_inputs:
+        exe = exe._with_bound(c.bound_values(), m.bound_inputs)
+    if warmup != "none":
+        exe.warm_up(background=warmup == "background")
+    return exe

@@ -1,0 +1,53 @@
+"""What an executable runs: the exported main and prep programs, and the weights they take.
+
+``main`` takes its weights as leading arguments: some as stored (``weight``), some as the prep
+program made them from the stored ones at load (``prep``: transposes, casts, concatenations, done once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One array the program takes as a weight: where it came from and its value."""
+
+    path: str  # e.g. "params['proj']['weight']", or "const[3]" for an array the function closes over
+    argument: str | None  # the constant argument it belongs to (bindable by that name), or None
+    value: Any
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.value.shape, dtype=np.int64)) * np.dtype(self.value.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one leading argument of ``main`` comes from: a weight, or an output of ``prep``."""
+
+    kind: str  # "weight" | "prep"
+    index: int
+
+
+
+def resolve(sources: Sequence[Source], weights: Sequence[Any], prepared: Sequence[Any]) -> list[Any]:
+    return [weights[s.index] if s.kind == "weight" else prepared[s.index] for s in sources]
+
+
+@dataclass
+class Program:
+    """A traced function as exported programs plus the weights they take."""
+
+    main: jax.export.Exported  # (*leading, *inputs, *dim sizes) -> outputs
+    prep: jax.export.Exported | None  # (*weights) -> prepared weights; None if there is nothing to prepare
+    weights: list[Weight]
+    sources: list[Source]  # where each leading argument of main comes from
+    symbols: list[Any] = field(default_factory=list)  # the export's dim symbols (when just compiled)
+
+    def leading_avals(self) -> list[jax.ShapeDtypeStruct]:
+        return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.main.in_avals[:len(self.sources)]]

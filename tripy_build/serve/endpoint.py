@@ -1,0 +1,160 @@
+"""One artifact served: its v2 metadata, requests decoded and checked, batched, answered, its statistics."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CallError
+from . import batching
+from .codec import datatype, metadata_shape, ranges
+
+
+class Endpoint:
+    """One artifact served under its name: its metadata, requests decoded, batched and answered."""
+
+    def __init__(self, model: Any, version: str, path: Path | None = None, batch_dim: str = "auto",
+                 max_batch: int | None = None, max_delay_ms: float = 0.0):
+        """``model``: what ``runtime.Runtime`` offers (``__name__``, ``flat_args``, ``output_infos``, ``dims``,
+        ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact."""
+        self.runtime, self.path, self.version = model, path, version
+        self.name = model.__name__
+        self.args = model.flat_args
+        self.outputs = model.output_infos
+        self.output_names = [f"output{i}" for i in range(len(self.outputs))]
+        self.plan, self.batching = batching.plan(self.args, self.outputs, model.dims, batch_dim, max_batch,
+                                                 max_delay_ms)
+        self.batcher = batching.Batcher(model.call_flat, self.plan, self.name)
+        self.last_inference_ms = 0
+
+    @classmethod
+    def load(cls, path: str | Path, **options: Any) -> "Endpoint":
+        """An artifact loaded by the jax-free runtime, every profile warmed; its version is its build key."""
+        from .. import runtime
+
+        path = Path(path)
+        return cls(runtime.load(path, warmup="now"), path.resolve().name, path, **options)
+
+    def metadata(self) -> dict[str, Any]:
+        def tensor(name: str, info: Any) -> dict[str, Any]:
+            return {"name": name, "datatype": datatype(info.dtype), "shape": metadata_shape(info), "ranges": ranges(info)}
+
+        return {"name": self.name, "versions": [self.version], "platform": "tripy_build",
+                "inputs": [tensor(p, info) for p, info in self.args],
+                "outputs": [tensor(n, info) for n, info in zip(self.output_names, self.outputs)],
+                "batching": ({"dim": self.plan.dim, "max_batch": self.plan.max_batch,
+                              "max_delay_ms": self.plan.max_delay_s * 1e3} if self.plan else None),
+                "batching_note": self.batching}
+
+    def decode(self, request: Any, binary: memoryview) -> list[np.ndarray]:
+        """A request's flat inputs, in the model's order, each checked against its declaration."""
+        if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+            raise CallError('the request must be a JSON object with an "inputs" list '
+                            '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')
+        expected = {p: (i, info) for i, (p, info) in enumerate(self.args)}
+        leaves: list[Any] = [None] * len(self.args)
+        offset = 0
+        for item in request["inputs"]:
+            if not isinstance(item, dict) or "name" not in item:
+                raise CallError(f'every entry of "inputs" must be an object with a "name", got {item!r:.200}.')
+            name = item["name"]
+            if name not in expected:
+                raise CallError(f"input {name!r}: {self.name} has no such input; it takes "
+                                f"{', '.join(repr(p) for p in expected)}.")
+            index, info = expected[name]
+            if leaves[index] is not None:
+                raise CallError(f"input {name!r} is given twice; give it once.")
+            leaves[index], offset = self._tensor(item, info, binary, offset)
+        missing = [p for (p, _), v in zip(self.args, leaves) if v is None]
+        if missing:
+            raise CallError(f"{self.name} needs input(s) {', '.join(repr(m) for m in missing)}, which the request lacks "
+                            f"(expected: {', '.join(f'{p}: {i!r}' for p, i in self.args)}).")
+        if offset != len(binary):
+            raise CallError(f"the request carries {len(binary)} bytes of binary tensor data but its inputs' "
+                            f"binary_data_size add up to {offset}.")
+        self.runtime.check_flat(*leaves)
+        return leaves
+
+    @staticmethod
+    def _tensor(item: dict[str, Any], info: Any, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
+        name, want = item["name"], datatype(info.dtype)
+        shape = item.get("shape")
+        if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                 for n in shape)):
+            raise CallError(f"input {name!r}: \"shape\" must be a list of non-negative integers, got {shape!r:.200}.")
+        if item.get("datatype") != want:
+            raise CallError(f"input {name!r}: datatype {item.get('datatype')!r} given, but it is {want} "
+                            f"({info!r}); send it as {want}.")
+        count = int(np.prod(shape, dtype=np.int64))
+        size = (item.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            need = count * info.dtype.itemsize
+            if size != need or offset + need > len(binary):
+                raise CallError(f"input {name!r}: shape {shape} of {want} is {need} bytes, but binary_data_size is "
+                                f"{size!r} with {len(binary) - offset} bytes left in the request.")
+            array = np.frombuffer(binary[offset:offset + need], dtype=info.dtype).reshape(shape)
+            return array, offset + need
+        if "data" not in item:
+            raise CallError(f'input {name!r}: has neither "data" nor a "binary_data_size" parameter.')
+        try:
+            array = np.asarray(item["data"], dtype=info.dtype)
+        except (TypeError, ValueError) as e:
+            raise CallError(f"input {name!r}: \"data\" is not a list of {want} values ({e}).") from None
+        if array.size != count:
+            raise CallError(f"input {name!r}: shape {shape} holds {count} values, but \"data\" has {array.size}.")
+        return array.reshape(shape), offset
+
+    def infer(self, request: Any, binary: memoryview) -> tuple[dict[str, Any], list[bytes]]:
+        """Run one request: the v2 response, and the binary output data that follows it."""
+        leaves = self.decode(request, binary)
+        wanted = self._wanted(request)
+        outs = self.batcher.submit(leaves).result()
+        self.last_inference_ms = int(time.time() * 1000)
+        response: dict[str, Any] = {"model_name": self.name, "model_version": self.version, "outputs": []}
+        if "id" in request:
+            response["id"] = request["id"]
+        blobs = []
+        for name, as_binary in wanted:
+            out = np.ascontiguousarray(outs[self.output_names.index(name)])
+            entry: dict[str, Any] = {"name": name, "datatype": datatype(out.dtype), "shape": list(out.shape)}
+            if as_binary:
+                blob = out.tobytes()
+                entry["parameters"] = {"binary_data_size": len(blob)}
+                blobs.append(blob)
+            else:
+                entry["data"] = (out.astype(np.float32) if out.dtype.kind == "V" or out.dtype.name == "bfloat16"
+                                 else out).ravel().tolist()
+            response["outputs"].append(entry)
+        return response, blobs
+
+    def _wanted(self, request: dict[str, Any]) -> list[tuple[str, bool]]:
+        """(output name, as binary) for each output to return: the requested ones, else all."""
+        default = bool((request.get("parameters") or {}).get("binary_data_output", False))
+        asked = request.get("outputs")
+        if asked is None:
+            return [(n, default) for n in self.output_names]
+        if not isinstance(asked, list) or not all(isinstance(o, dict) and "name" in o for o in asked):
+            raise CallError(f'"outputs" must be a list of objects with a "name", got {asked!r:.200}.')
+        for o in asked:
+            if o["name"] not in self.output_names:
+                raise CallError(f"output {o['name']!r}: {self.name} has no such output; it has "
+                                f"{', '.join(self.output_names)}.")
+        return [(o["name"], bool((o.get("parameters") or {}).get("binary_data", default))) for o in asked]
+
+    def statistics(self) -> dict[str, Any]:
+        s = self.batcher.stats
+        with s.lock:
+            ok = s.requests - s.failed
+            return {"name": self.name, "version": self.version, "last_inference": self.last_inference_ms,
+                    "inference_count": s.rows, "execution_count": s.calls,
+                    "inference_stats": {"success": {"count": ok}, "fail": {"count": s.failed},
+                                        "queue": {"count": s.requests, "ns": s.queue_ns},
+                                        "compute_infer": {"count": s.calls, "ns": s.compute_ns}},
+                    "batch_stats": [{"batch_size": n, "compute_infer": {"count": c, "ns": ns}}
+                                    for n, (c, ns) in sorted(s.batches.items())]}
+
+    def close(self) -> None:
+        self.batcher.close()
