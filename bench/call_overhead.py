@@ -12,7 +12,8 @@ Contenders, each called as ``jax.block_until_ready(f(x))`` on a jax array ``x`` 
 
 Contenders are interleaved in many short rounds (per round and batch, each contender in turn runs
 a few untimed calls, then a short block of timed ones; the order rotates each round), and every
-call is timed on its own. The table shows the median over all calls and the 10th/90th percentiles. Because a shared machine's speed drifts, the ratios
+call is timed on its own. The table shows the median over all calls and the 10th/90th percentiles.
+Because a shared machine's speed drifts, the ratios
 are *paired*: per round, a contender's median divided by jax.jit's median from the same round, then
 the median (and interquartile range) of those per-round ratios. The 5% target (the artifact's
 per-call overhead against the raw executable at batch 8) is judged on that.
@@ -129,7 +130,7 @@ def main(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
     xs = {b: jax.device_put(rng.standard_normal((b, model.dim_in)).astype(np.float32)) for b in BATCHES}
     ref = {b: np.asarray(contenders["jax.jit"](xs[b])) for b in BATCHES}
-    for name, fn in contenders.items():  # warm up (compiles whatever is compiled lazily) and check
+    for fn in contenders.values():  # warm up (compiles whatever is compiled lazily) and check
         for b in BATCHES:
             for _ in range(3):
                 y = jax.block_until_ready(fn(xs[b]))

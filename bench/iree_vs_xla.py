@@ -27,9 +27,9 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import tripy_build as tb  # noqa: E402
-from tripy_build.cli.bench import _steady, cold_start  # noqa: E402
-from tripy_build.models import MODELS, input_infos  # noqa: E402
+import tripy_build as tb
+from tripy_build.cli.bench import _steady, cold_start
+from tripy_build.models import MODELS, input_infos
 
 DIMS = {"batch": (1, 8, 64), "seq": (1, 64, 256), "height": (8, 32, 64), "width": (8, 32, 64)}
 # Few buckets, so that IREE's per-profile fallback (about 2 s a module) stays a short build.

@@ -234,7 +234,7 @@ class Iree:
         try:
             (art / "dynamic.vmfb").write_bytes(self._compile(name, params, dyn))
             return {"files": {"*": "dynamic.vmfb"}}
-        except Exception as e:  # iree.compiler.CompilerToolError: dynamic shapes it cannot lower
+        except Exception as e:  # noqa: BLE001 - iree.compiler.CompilerToolError: dynamic shapes it cannot lower
             errors = [ln.strip() for ln in str(e).splitlines() if "error:" in ln] or [str(e).splitlines()[0]]
             reason = errors[0].split("error:", 1)[-1].split(": %")[0].strip()[:200]
         rejected_s, files = clock() - t, {}
@@ -279,7 +279,7 @@ class TorchAoti:
 
     def imports(self):
         import torch
-        import torch._inductor  # noqa: F401  (aoti_load_package lives here; it imports dynamo, sympy, ...)
+        import torch._inductor
         torch.set_num_threads(1)
 
     def load(self, name, art, meta):
@@ -292,7 +292,7 @@ def torch_module(name: str, params: dict):
     """The zoo model's math in torch, with the zoo's weights (Linear weights are [out, in] in both)."""
     import math
     import torch
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
     from torch import nn
 
     def filled(module, weight, bias):
@@ -595,7 +595,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"environment": env_info, "args": vars(args), "models": MODELS,
                                                "results": results, "summary": summary}, indent=1, default=str))
-    for m, k in [(m, k) for m in summary for k, s in summary[m].items() if not s["ok"]]:
+    for m, k in [(model, k) for model in summary for k, s in summary[model].items() if not s["ok"]]:
         failed.append(f"{m}/{k} output differs from jax.jit(model.apply) by more than {RTOL} x max |ref|")
     for f in failed:
         print(f"FAILED: {f}")
@@ -655,7 +655,7 @@ def report(models: list[str], summary: dict) -> None:
     for m in models:
         rows = summary.get(m, {})
         ref = rows.get("tripy_build", {})
-        for key, r in rows.items():
+        for r in rows.values():
             cells = []
             for _, k, scale in cols:
                 v = r[k]
@@ -670,7 +670,7 @@ def report(models: list[str], summary: dict) -> None:
     print("Cold start split (medians, ms): spawn -> child's first line, imports, load, first call; spawn -> exit;")
     print("and the new shape's second call (steady at that shape):")
     for m in models:
-        for key, r in summary.get(m, {}).items():
+        for r in summary.get(m, {}).values():
             sp = dict(r["split"], **{"to exit": r["to exit"]})
             parts = ", ".join(f"{k} {num(v * 1e3)}" for k, v in sp.items() if v is not None)
             second = f", new 2nd {num(r['new 2nd'] * 1e3)}" if r["new 2nd"] is not None else ""

@@ -152,7 +152,8 @@ def test_linen_checkpoint_of_its_variables(tmp_path):
 def test_wrong_checkpoint_is_refused_naming_the_leaf(case, tmp_path):
     if case == "shape":
         other = NNXMLP(12, 10, 5, 0.5, rngs=nnx.Rngs(0))  # hidden 10, the config says 16
-        tree, leaf, expected = nnx.state(other, nnx.Param), "['fc1']['bias']", "(10,) and dtype float32, but the model needs shape (16,)"
+        tree, leaf = nnx.state(other, nnx.Param), "['fc1']['bias']"
+        expected = "(10,) and dtype float32, but the model needs shape (16,)"
     else:
         model = NNXMLP(12, 16, 5, 0.5, rngs=nnx.Rngs(0))
         tree = jax.tree_util.tree_map(lambda a: a.astype(np.float16), nnx.state(model, nnx.Param))
@@ -183,7 +184,8 @@ BAD = [
     # a library module whose inputs the config does not declare
     ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2}, "model.inputs: flax.nnx.Linear does not declare"),
     # a constructor argument the module does not take, with its signature
-    ({"_target_": "flax.nnx.Linear", "in_features": 4, "outs": 2, "inputs": {"x": ["batch", 4]}}, "does not accept these settings"),
+    ({"_target_": "flax.nnx.Linear", "in_features": 4, "outs": 2, "inputs": {"x": ["batch", 4]}},
+     "does not accept these settings"),
     # vmap is for Equinox modules only
     ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "vmap": "batch",
       "inputs": {"inputs": ["batch", 4]}}, "model.vmap: only Equinox"),
@@ -191,7 +193,8 @@ BAD = [
     ({"_target_": "equinox.nn.MLP", "in_size": 4, "out_size": 2, "width_size": 4, "depth": 1, "vmap": "seq",
       "inputs": {"x": ["batch", 4]}}, "model.vmap: 'seq' must name a dim"),
     # a function without its init
-    ({"_target_": "examples.embedding.apply", "inputs": {"ids": ["batch", 5]}}, "model.init: examples.embedding.apply is a function"),
+    ({"_target_": "examples.embedding.apply", "inputs": {"ids": ["batch", 5]}},
+     "model.init: examples.embedding.apply is a function"),
     # an unknown input dtype
     ({"_target_": "flax.nnx.Linear", "in_features": 4, "out_features": 2, "inputs": {"inputs": ["batch", 4]},
       "input_dtypes": {"inputs": "float99"}}, "model.input_dtypes.inputs: unknown dtype 'float99'"),
@@ -291,6 +294,7 @@ def test_checkpoint_saved_with_the_optimizer_is_read_through_checkpoint_key(layo
     result = build(request(CASES["nnx_mlp"][0], tmp_path, f"params.checkpoint={ckpt}", f"params.checkpoint_key={key}"))
     np.testing.assert_allclose(run_fresh(result.path, X, tmp_path), np.asarray(_nnx_eval(trained)(X)), rtol=1e-5,
                                atol=1e-5)
-    with pytest.raises(ConfigError, match=rf"no leaf params\['fc1'\]\['bias'\]\.value under 'optimizer'.*set params\.checkpoint_key={key}\."):
+    wrong_key = rf"no leaf params\['fc1'\]\['bias'\]\.value under 'optimizer'.*set params\.checkpoint_key={key}\."
+    with pytest.raises(ConfigError, match=wrong_key):
         build(request(CASES["nnx_mlp"][0], tmp_path, f"params.checkpoint={ckpt}", "params.checkpoint_key=optimizer",
                       "force=true"))

@@ -19,14 +19,14 @@ import pytest
 
 pytest.importorskip("iree.runtime", reason="IREE is an optional extra: pip install -e '.[iree]'")
 
-import tripy_build as tb  # noqa: E402
+import tripy_build as tb
 from tripy_build import runtime
 from tripy_build.cli import config
-from tripy_build.runtime import iree as iree_backend  # noqa: E402
-from tripy_build.build.pipeline import build  # noqa: E402
-from tripy_build.models import ConvNet, GEGLU, MLP, TransformerBlock, input_infos  # noqa: E402
+from tripy_build.runtime import iree as iree_backend
+from tripy_build.build.pipeline import build
+from tripy_build.models import ConvNet, GEGLU, MLP, TransformerBlock, input_infos
 
-from test_cli import SMALL, compose_cfg, eager_reference  # noqa: E402
+from test_cli import SMALL, compose_cfg, eager_reference
 
 KEY = jax.random.PRNGKey(0)
 
@@ -58,7 +58,7 @@ def compile_both(name):
 def edge_inputs(model, dims, seed=0):
     """Inputs at every dim's min, max and one above min, the other dims at opt."""
     rng = np.random.default_rng(seed)
-    for dim, (lo, opt, hi) in dims.items():
+    for dim, (lo, _, hi) in dims.items():
         for n in sorted({lo, min(lo + 1, hi), hi}):
             sizes = {d: (n if d == dim else r[1]) for d, r in dims.items()}
             yield [rng.standard_normal([sizes[d] if isinstance(d, str) else d for d in shape]).astype(np.float32)
@@ -167,9 +167,9 @@ def test_a_program_iree_refuses_is_a_compile_error():
 def test_build_command_with_backend_iree_records_the_compiler_in_key_and_summary(tmp_path):
     overrides = ["model=mlp", *SMALL["mlp"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
                  f"artifacts_dir={tmp_path / 'arts'}"]
-    vb = config.validate(compose_cfg([*overrides, "backend=iree"]))
-    assert vb.compiler == "iree" and vb.platforms == ["cpu"]
-    result = build(vb)
+    build_request = config.validate(compose_cfg([*overrides, "backend=iree"]))
+    assert build_request.compiler == "iree" and build_request.platforms == ["cpu"]
+    result = build(build_request)
     assert "by IREE (dynamic)" in result.profiles and "the weights are stored twice" in result.profiles
     module = sum(f.stat().st_size for f in (result.path / "executables").iterdir())
     weights = sum(f.stat().st_size for f in (result.path / "weights").iterdir())
@@ -180,7 +180,7 @@ def test_build_command_with_backend_iree_records_the_compiler_in_key_and_summary
     xla = build(config.validate(compose_cfg(overrides)))
     assert xla.key != result.key
     x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
-    np.testing.assert_allclose(tb.load(result.path)(x), eager_reference(vb, {"x": x}), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(tb.load(result.path)(x), eager_reference(build_request, {"x": x}), rtol=1e-4, atol=1e-5)
 
 
 def test_incompatible_iree_module_is_reported():

@@ -16,9 +16,9 @@ from hydra import compose, initialize_config_module
 pytest.importorskip("fsspec", reason="cache.remote needs fsspec: pip install -e '.[remote]'")
 
 from tripy_build.artifact.write import FOREIGN_STALE_SECONDS, remove_stale_temporaries
-from tripy_build.cli import config  # noqa: E402
-from tripy_build.build.pipeline import build  # noqa: E402
-from tripy_build.cli.verify import verify  # noqa: E402
+from tripy_build.cli import config
+from tripy_build.build.pipeline import build
+from tripy_build.cli.verify import verify
 
 SMALL = ["model=mlp", "model.dim_in=8", "model.hidden=16", "model.dim_out=8", "model.layers=2",
          "shapes.dims.batch=[1,2,4]"]

@@ -120,7 +120,7 @@ def verify(path: Path, *extra: str, xdg: Path, cwd: Path) -> Run:
 
 
 def last_line(r: Run) -> str:
-    lines = [l for l in r.output.splitlines() if l.strip()]
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
 
 
@@ -462,7 +462,7 @@ class Streamed:
             self.lines.append(line)
 
     def seen(self, text: str) -> bool:
-        return any(text in l for l in list(self.lines))
+        return any(text in ln for ln in list(self.lines))
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -577,8 +577,8 @@ def test_verify_catches_tampering(builds, tmp_path):
     results = in_parallel([lambda c=c: verify(c[2], xdg=tmp_path / "xdg", cwd=tmp_path / "work") for c in cases])
     problems = []
     for (tamper, named, _), r in zip(cases, results):
-        fails = [l for l in r.output.splitlines() if l.startswith("FAIL")]
-        if r.returncode == 0 or not last_line(r).startswith("FAILED") or not any(named in l for l in fails):
+        fails = [ln for ln in r.output.splitlines() if ln.startswith("FAIL")]
+        if r.returncode == 0 or not last_line(r).startswith("FAILED") or not any(named in ln for ln in fails):
             problems.append(f"{tamper}: exit {r.returncode}, FAIL lines {fails}\n{r.output[-1500:]}")
     assert not problems, "\n\n".join(problems)
 
@@ -614,6 +614,6 @@ def test_verify_artifact_saved_from_the_python_api(tmp_path):
                                   lambda: verify(path, "--rebuild", xdg=tmp_path / "xdg", cwd=tmp_path / "work")])
     assert_verified(plain)
     assert rebuild.returncode != 0 and last_line(rebuild).startswith("FAILED"), rebuild.output[-3000:]
-    fails = [l for l in rebuild.output.splitlines() if l.startswith("FAIL")]
-    assert any("rebuild" in l and "cannot be rebuilt" in l for l in fails), rebuild.output[-3000:]
+    fails = [ln for ln in rebuild.output.splitlines() if ln.startswith("FAIL")]
+    assert any("rebuild" in ln and "cannot be rebuilt" in ln for ln in fails), rebuild.output[-3000:]
     assert "Traceback" not in rebuild.output

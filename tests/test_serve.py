@@ -155,7 +155,7 @@ def test_batching_off_runs_each_request_alone(artifact, direct):
         answers = concurrently(6, lambda i: post(infer_url(server), *request(*cases[i])))
         _, meta = get(f"{server.url}/v2/models/two_heads")
         _, stats = get(f"{server.url}/v2/models/two_heads/stats")
-    for (x, t), (status, body, _) in zip(cases, answers):
+    for (x, t), (_, body, _) in zip(cases, answers):
         np.testing.assert_allclose(outputs(body)[0], direct.call_flat(x, t)[0], rtol=1e-6)
     assert meta["batching"] is None and "batching off" in meta["batching_note"]
     assert stats["model_stats"][0]["execution_count"] == 6
@@ -219,7 +219,9 @@ def test_bad_requests_get_a_400_that_names_the_problem_and_do_not_fail_the_other
 
 
 def test_serve_options_that_cannot_work_are_refused_with_the_fix(artifact, tmp_path):
-    with pytest.raises(ConfigError, match=r"batch dim 'seq' is not declared rows-padded \(padding: none\).*model.padding.seq=rows in the build config, or compile\(padding=\{'seq': 'rows'\}\)"):
+    refused = (r"batch dim 'seq' is not declared rows-padded \(padding: none\).*model.padding.seq=rows in the build "
+               r"config, or compile\(padding=\{'seq': 'rows'\}\)")
+    with pytest.raises(ConfigError, match=refused):
         Server([artifact], port=0, batch_dim="seq")
     with pytest.raises(ConfigError, match=r"batch dim 'rows': the model has no such dynamic dim; its dims are 'batch', 'seq'"):
         Server([artifact], port=0, batch_dim="rows")

@@ -202,5 +202,6 @@ def test_one_name_two_ranges_across_inputs_fails_at_compile():
 
 def test_errors_are_exceptions():
     assert issubclass(tb.TripyBuildError, Exception)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception) as e:
         tb.NamedDimension("n", 3, 2, 1)
+    assert isinstance(e.value, tb.TripyBuildError)

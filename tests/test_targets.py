@@ -32,21 +32,21 @@ def _manifest(path):
 
 @pytest.fixture(scope="module")
 def multi(tmp_path_factory):
-    vb = config.validate(compose_cfg([*GEGLU, "backend=[cpu,cuda]", f"artifacts_dir={tmp_path_factory.mktemp('arts')}"]))
-    return vb, build(vb).path
+    request = config.validate(compose_cfg([*GEGLU, "backend=[cpu,cuda]", f"artifacts_dir={tmp_path_factory.mktemp('arts')}"]))
+    return request, build(request).path
 
 
 def test_multi_platform_artifact_exports_for_both_and_runs_here(multi):
-    vb, path = multi
+    request, path = multi
     m = _manifest(path)
-    assert vb.platforms == ["cpu", "cuda"] and m["platforms"] == ["cpu", "cuda"]
+    assert request.platforms == ["cpu", "cuda"] and m["platforms"] == ["cpu", "cuda"]
     assert set(m["compiler_options"]) == {"cpu", "cuda"}
     assert {e["platform"] for e in m["executables"]} == {"cpu"}  # precompiled for the build host only
     exported = jax.export.deserialize(bytearray((path / "program.jaxexport").read_bytes()))
     assert tuple(exported.platforms) == ("cpu", "cuda")
     x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(tb.load(path)(x)), eager_reference(vb, {"x": x}), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(runtime.load(path)(x), eager_reference(vb, {"x": x}), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(tb.load(path)(x)), eager_reference(request, {"x": x}), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runtime.load(path)(x), eager_reference(request, {"x": x}), rtol=1e-5, atol=1e-5)
 
 
 def test_an_artifact_without_this_hosts_platform_is_refused_at_load(multi, tmp_path):
@@ -69,7 +69,7 @@ def test_a_cuda_only_build_on_a_cpu_host_is_refused_and_writes_nothing(tmp_path)
     assert "backend=[cpu,cuda]" in proc.stderr and not (tmp_path / "arts").exists()
 
 
-@pytest.mark.skipif(jax.devices()[0].platform != "cpu" or not __import__("platform").machine().lower() in ("x86_64", "amd64"),
+@pytest.mark.skipif(jax.devices()[0].platform != "cpu" or __import__("platform").machine().lower() not in ("x86_64", "amd64"),
                     reason="the portable ceiling tested here is x86-64's AVX2")
 def test_portable_cpu_build_targets_avx2_and_loads_here(tmp_path):
     host = run_cli(*GEGLU, f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path).stdout

@@ -4,12 +4,11 @@ The names that need jax (``compile``, ``load``, ``Executable``) are imported on 
 ``tripy_build.runtime``, which runs a built artifact without jax, starts fast.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
+from .errors import TripyBuildError
+from .core.spec import DimSize, InputInfo, NamedDimension
 
-from .errors import TripyBuildError  # noqa: E402
-from .core.spec import DimSize, InputInfo, NamedDimension  # noqa: E402
-
-_LAZY = {"compile": "compiler.pipeline", "load": "runtime.executable", "Executable": "runtime.executable",
+_LAZY = {"compile": "compiler.pipeline", "load": "runtime.loader", "Executable": "runtime.executable",
          "CompatibilityWarning": "artifact.compat"}
 
 __all__ = ["compile", "load", "Executable", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",

@@ -141,7 +141,7 @@ def host_isa(client: Any) -> dict[str, Any] | None:
 
 def toolchain() -> dict[str, Any]:
     """The versions a build depends on (part of the build key and the manifest)."""
-    from . import __version__
+    from .version import __version__
 
     return {
         "python": platform.python_version(),

@@ -53,7 +53,8 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
         )
     manifest = _parse_json(mpath, "manifest")
     if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
-        raise ArtifactError(f"{mpath}: not a tripy_build manifest (kind is {manifest.get('kind') if isinstance(manifest, dict) else None!r}).")
+        kind = manifest.get("kind") if isinstance(manifest, dict) else None
+        raise ArtifactError(f"{mpath}: not a tripy_build manifest (kind is {kind!r}).")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ArtifactError(
@@ -106,7 +107,8 @@ def read_index(root: Path, manifest: Manifest, table: str = "files") -> dict[str
     covers = tuple(spec.get("covers") or ())
     for rel in index["files"]:
         if not isinstance(rel, str) or not rel.startswith(covers):
-            raise ArtifactError(f"{ipath}: lists {rel!r}, outside the prefixes the manifest delegates to it ({', '.join(covers)}).")
+            raise ArtifactError(f"{ipath}: lists {rel!r}, outside the prefixes the manifest delegates to it "
+                                f"({', '.join(covers)}).")
     extra = index.get(table, {})
     return extra if isinstance(extra, dict) else {}
 

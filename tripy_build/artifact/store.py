@@ -37,7 +37,8 @@ class Collected:
         lines += [f"  {verb} {p} ({human_size(n)})" for p, n in self.removed]
         lines += [f"  in use, kept: {p}" for p in self.in_use]
         if self.memo_entries:
-            lines.append(f"  dropped {self.memo_entries} memo entr{'y' if self.memo_entries == 1 else 'ies'} of removed artifacts")
+            entries = "entry" if self.memo_entries == 1 else "entries"
+            lines.append(f"  dropped {self.memo_entries} memo {entries} of removed artifacts")
         return "\n".join(lines)
 
 

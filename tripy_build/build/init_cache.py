@@ -28,16 +28,16 @@ INIT_MEMO_MAX_BYTES = 256 << 20
 _INIT_LOCK = threading.Lock()  # builds may run in threads
 
 
-def initial_params(vb: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
+def initial_params(request: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
     """The model's init at the config's seed: from ``_INIT_MEMO`` when this process made it already, else
-    from ``vb.shared_init_dir`` when another process did (and shared there when none had)."""
+    from ``request.shared_init_dir`` when another process did (and shared there when none had)."""
     import jax
     import numpy as np
 
     from ..compiler.selftest import run_once
 
     def init() -> Any:
-        return jax.device_get(model_io.run_init(lambda: run_once(model.init, jax.random.PRNGKey(vb.params_seed))))
+        return jax.device_get(model_io.run_init(lambda: run_once(model.init, jax.random.PRNGKey(request.params_seed))))
 
     if not model_io.pure_init(model):
         return init()
@@ -50,9 +50,9 @@ def initial_params(vb: BuildRequest, model: Any, parts: dict[str, Any]) -> Any:
     if kept is not None:
         params = kept[0]
     else:
-        shared = Path(vb.shared_init_dir) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz" \
-            if vb.shared_init_dir else None
-        params = _read_shared_init(shared, model, vb.params_seed) if shared is not None else None
+        shared = Path(request.shared_init_dir) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz" \
+            if request.shared_init_dir else None
+        params = _read_shared_init(shared, model, request.params_seed) if shared is not None else None
         if params is None:
             params = init()
             if shared is not None:

@@ -36,21 +36,21 @@ def package_digest() -> str:
     return h.hexdigest()
 
 
-def key_parts(vb: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any],
+def key_parts(request: BuildRequest, sources: list[tuple[str, str, str]], params_identity: dict[str, Any],
               frameworks: dict[str, str] | None = None) -> dict[str, Any]:
     from ..compiler.optimization import compiler_options
     from ..host import host_features, toolchain
 
     host = host_features()
     return {
-        "config": recorded_config(vb),
+        "config": recorded_config(request),
         "model_code": {name: digest for name, _, digest in sources},
         "params": params_identity,
         "toolchain": dict(toolchain(), tripy_build_source=package_digest(), **(frameworks or {})),
-        "target": {"platforms": vb.platforms, "cpu": vb.target_cpu, "machine": host["machine"],
+        "target": {"platforms": request.platforms, "cpu": request.target_cpu, "machine": host["machine"],
                    "system": host["system"], "cpu_features": host["cpu_features"]},
-        "compiler_options": ({p: compiler_options(vb.optimization_level, p) for p in vb.platforms}
-                             if vb.compiler == "xla" else {"iree": iree_options()}),
+        "compiler_options": ({p: compiler_options(request.optimization_level, p) for p in request.platforms}
+                             if request.compiler == "xla" else {"iree": iree_options()}),
     }
 
 
@@ -58,10 +58,10 @@ _NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_checkpoint
                "cache_max_age_days", "cache_remote", "shared_init_dir")  # locations; params go by identity
 
 
-def recorded_config(vb: BuildRequest) -> dict[str, Any]:
+def recorded_config(request: BuildRequest) -> dict[str, Any]:
     """The resolved config as the build key and the manifest record it (output locations left out)."""
-    config = {k: v for k, v in dataclasses.asdict(vb).items() if k not in _NOT_IN_KEY}
-    config["shapes"] = {k: list(v.bounds) if isinstance(v, NamedDimension) else v for k, v in vb.shapes.items()}
+    config = {k: v for k, v in dataclasses.asdict(request).items() if k not in _NOT_IN_KEY}
+    config["shapes"] = {k: list(v.bounds) if isinstance(v, NamedDimension) else v for k, v in request.shapes.items()}
     return config
 
 

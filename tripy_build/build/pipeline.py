@@ -29,51 +29,51 @@ from .request import BuildRequest
 log = logging.getLogger("tripy_build.build")
 
 
-def build(vb: BuildRequest) -> BuildResult:
-    """Build (or find in the cache) the artifact that ``vb`` describes."""
+def build(request: BuildRequest) -> BuildResult:
+    """Build (or find in the cache) the artifact that ``request`` describes."""
     from ..compiler.target import apply_cpu_target
     from ..runtime.xla import backend_started
     from . import params as params_io
 
-    apply_cpu_target(vb.target_cpu, backend_started())
+    apply_cpu_target(request.target_cpu, backend_started())
     timings: dict[str, float] = {}
-    model = model_io.load(vb.model, vb.shapes)
-    model_name = vb.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
-    infos = model_io.input_infos(model, vb.shapes)
+    model = model_io.load(request.model, request.shapes)
+    model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
+    infos = model_io.input_infos(model, request.shapes)
 
     t0 = time.perf_counter()
     params = None
-    if vb.params_checkpoint is None:
-        identity: dict[str, Any] = {"init": "random", "seed": vb.params_seed}
+    if request.params_checkpoint is None:
+        identity: dict[str, Any] = {"init": "random", "seed": request.params_seed}
     else:
         import jax
 
         like = model_io.run_init(lambda: jax.eval_shape(model.init, jax.random.PRNGKey(0)))
-        params = params_io.restore(vb.params_checkpoint, like, key=vb.params_checkpoint_key)
+        params = params_io.restore(request.params_checkpoint, like, key=request.params_checkpoint_key)
         identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
         timings["restore params"] = time.perf_counter() - t0
     sources = model_io.sources(model)
-    parts = key_parts(vb, sources, identity, model_io.framework_versions(model))
+    parts = key_parts(request, sources, identity, model_io.framework_versions(model))
     key = build_key(parts)
-    target = Path(vb.artifacts_dir) / model_name / key[:KEY_LENGTH]
+    target = Path(request.artifacts_dir) / model_name / key[:KEY_LENGTH]
     inputs = {path: digest for _, path, digest in sources}
-    if vb.params_checkpoint is not None:
-        ckpt = Path(vb.params_checkpoint).resolve()
+    if request.params_checkpoint is not None:
+        ckpt = Path(request.params_checkpoint).resolve()
         inputs.update({str(ckpt / rel): e["sha256"] for rel, e in list_files(ckpt).items()})
 
     if target.parent.is_dir():
         remove_stale_temporaries(target.parent)  # what killed builds left, before the cache is asked
-    replace = vb.force
+    replace = request.force
     shared = None
-    if vb.cache_remote:
+    if request.cache_remote:
         from .remote import Store
 
-        shared = Store(vb.cache_remote)
+        shared = Store(request.cache_remote)
 
     def upload(path: Path) -> None:
         if shared is not None and shared.put(path, model_name, key[:KEY_LENGTH]):
-            log.info("uploaded to the remote cache %s", vb.cache_remote)
-    if not vb.force and is_artifact(target):
+            log.info("uploaded to the remote cache %s", request.cache_remote)
+    if not request.force and is_artifact(target):
         try:
             manifest = verify_files(target)
             touch(target / MANIFEST)
@@ -83,29 +83,29 @@ def build(vb: BuildRequest) -> BuildResult:
         except ArtifactError as e:
             log.warning("existing artifact is not intact, rebuilding and replacing it: %s", e)
             replace = True
-    if shared is not None and not vb.force and not is_artifact(target):
+    if shared is not None and not request.force and not is_artifact(target):
         t0 = time.perf_counter()
         if shared.fetch(model_name, key[:KEY_LENGTH], target):
             timings["download"] = time.perf_counter() - t0
-            log.info("remote cache hit: %s from %s (build key %s)", target, vb.cache_remote, key[:KEY_LENGTH])
+            log.info("remote cache hit: %s from %s (build key %s)", target, request.cache_remote, key[:KEY_LENGTH])
             result = result_from_manifest(target, key, model_name, True, timings, read_manifest(target), inputs)
-            result.remote = vb.cache_remote
+            result.remote = request.cache_remote
             return result
 
-    result = result_from_manifest(*_build(vb, model, model_name, infos, params, parts, key, target, timings, replace),
+    result = result_from_manifest(*_build(request, model, model_name, infos, params, parts, key, target, timings, replace),
                                   inputs)
     upload(result.path)
-    if vb.cache_max_bytes is not None or vb.cache_max_age_days is not None:
+    if request.cache_max_bytes is not None or request.cache_max_age_days is not None:
         from .memo import prune
 
-        collected = store.collect(vb.artifacts_dir, vb.cache_max_bytes, vb.cache_max_age_days, keep=[result.path])
+        collected = store.collect(request.artifacts_dir, request.cache_max_bytes, request.cache_max_age_days, keep=[result.path])
         if collected.removed:
             collected.memo_entries = prune()
             log.info("cache budget: %s", collected.summary().splitlines()[0])
     return result
 
 
-def _build(vb, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:
+def _build(request, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:
     from . import params as params_io
     from ..compiler.pipeline import build_executable
     from ..runtime.save import save
@@ -120,16 +120,16 @@ def _build(vb, model, model_name, infos, params, parts, key, target, timings, re
 
     if params is None:
         t0 = time.perf_counter()
-        params = initial_params(vb, model, parts)
+        params = initial_params(request, model, parts)
         stage("init params", time.perf_counter() - t0)
-    padding = model_io.padding(model, vb.model, vb.shapes)
+    padding = model_io.padding(model, request.model, request.shapes)
     mask_dims = {d: DimSize(d) for d, kind in padding.items() if kind == "mask"}
     used = {d for info in infos.values() for d in info.dimension_names.values()}
     exe = build_executable(
-        model.apply, vb.optimization_level, args=[params, *infos.values()],
-        kwargs={"lengths": mask_dims} if mask_dims else None, platforms=vb.platforms, name=model_name,
-        log=stage, buckets={d: b for d, b in vb.buckets.items() if d in used}, padding=padding,
-        max_profiles=vb.max_profiles, precision=vb.precision, max_error=vb.max_error, backend=vb.compiler,
+        model.apply, request.optimization_level, args=[params, *infos.values()],
+        kwargs={"lengths": mask_dims} if mask_dims else None, platforms=request.platforms, name=model_name,
+        log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
+        max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error, backend=request.compiler,
     )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,

@@ -79,12 +79,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every step of a save at INFO
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
     _check_added_keys(cfg)
-    vb = config.validate(cfg)
+    request = config.validate(cfg)
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:  # the sweep's jobs, in any process, share a model's init
-        vb = dataclasses.replace(vb, shared_init_dir=str(Path(hc.sweep.dir) / SHARED_INIT))
+        request = dataclasses.replace(request, shared_init_dir=str(Path(hc.sweep.dir) / SHARED_INIT))
     t0 = time.perf_counter()
-    result = build(vb)
+    result = build(request)
     if hc.mode != RunMode.MULTIRUN:
         memo.record(sys.argv[1:], result)
     record = {
@@ -160,7 +160,7 @@ def main(cfg: DictConfig) -> None:
         if not sweep:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
-    except Exception as e:  # noqa: BLE001 - in a sweep one job's crash must not hide the rest
+    except Exception as e:
         if not sweep:
             raise
         record = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}

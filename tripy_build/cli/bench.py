@@ -139,14 +139,14 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
     """Every measurement, as a JSON-able dict (see the module docstring)."""
     import numpy as np
 
-    import tripy_build as tb
+    from ..runtime.loader import load
 
     cold = None
     if cold_rounds:
         cold = {"tripy_build.load": cold_start(path, cold_rounds, "tripy_build", warmup),
                 "tripy_build.runtime.load": cold_start(path, cold_rounds, "runtime", "none")}
     t0 = time.perf_counter()
-    exe = tb.load(path, warmup=warmup)
+    exe = load(path, warmup=warmup)
     load_s = time.perf_counter() - t0
     dims = exe.dims
     opt = [d.bounds[1] for d in dims]

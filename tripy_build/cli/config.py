@@ -19,6 +19,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..build.request import BuildRequest
+from ..compiler.optimization import DEFAULT_LEVEL, check_level
 from ..errors import ConfigError, SpecError
 from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, resolve_buckets
 from ..core.spec import NamedDimension
@@ -91,7 +92,7 @@ class BuildConfig:
     backend: Any = key("cpu", "cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable "
                               "program for the rest); iree: the CPU program compiled by IREE (pip install -e '.[iree]')")
     target: TargetConfig = key(help="the machine the executables are for", factory=TargetConfig)
-    optimization_level: int = key(3, "0..5: 0..2 lower XLA's LLVM backend level (faster builds, slower code), "
+    optimization_level: int = key(DEFAULT_LEVEL, "0..5: 0..2 lower XLA's LLVM backend level (faster builds, slower code), "
                                      "3 XLA's default; 4 and 5 equal 3 on the CPU")
     precision: PrecisionConfig = key(help="compute precision", factory=PrecisionConfig)
     params: ParamsConfig = key(help="where the weights come from", factory=ParamsConfig)
@@ -171,8 +172,10 @@ def validate(cfg: DictConfig) -> BuildRequest:
                 f"model.{unknown[0]}: {zoo.__name__} has no such setting; allowed: {', '.join(sorted(allowed))}."
             )
     level = plain["optimization_level"]
-    if not 0 <= level <= 5:
-        raise ConfigError(f"optimization_level: must be 0..5 (see tripy_build/options.py), got {level}.")
+    try:
+        check_level(level)
+    except SpecError as e:
+        raise ConfigError(str(e)) from None
     for key, value in plain["model"].items():
         if key == "padding":
             continue

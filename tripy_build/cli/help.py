@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from ..artifact.describe import table
-from .main import COMMANDS
+from .commands import COMMANDS
 
 LAUNCHERS = ("basic (default: one job after another), tripy_local (a pool of workers, one per core), "
              "submitit_local, submitit_slurm, slurm_cpu (Slurm CPU nodes; pip install -e '.[submitit]'), "

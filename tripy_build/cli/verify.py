@@ -59,7 +59,7 @@ def _file_checks(report: Report, root: Path) -> Manifest | None:
     tables = [("manifest", listed)] + ([("index", index)] if index is not None else [])
     for where, table in tables:
         for rel, entry in sorted(table.items()):
-            ok = report.attempt(f"digest {rel}", lambda t={rel: entry}: check_entries(root, t, where, ()))
+            ok = report.attempt(f"digest {rel}", lambda t={rel: entry}, w=where: check_entries(root, t, w, ()))
             if ok is not None:
                 report.check(True, f"digest {rel}", f"sha256 {entry['sha256'][:16]}... ({where})")
     if index is not None:

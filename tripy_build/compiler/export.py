@@ -149,7 +149,7 @@ def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Se
     try:
         with deterministic_locations():
             closed, out_tree = weights_lib.trace(flat_fn, [*specs, *size_specs])
-    except Exception as err:  # noqa: BLE001 - we translate what we recognise and re-raise the rest
+    except Exception as err:
         translated = _translated(err, symbols, fname)
         if translated is None:
             user = raised_in_user_code(err, f"{fname}, while tracing,")
@@ -170,7 +170,7 @@ def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Se
             prep = jax.export.export(jax.jit(split.prep), platforms=tuple(platforms))(*weight_specs)
         try:
             main = jax.export.export(jax.jit(split.main), platforms=tuple(platforms))(*leading, *specs, *size_specs)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             translated = _translated(err, symbols, fname)
             if translated is None:
                 raise

@@ -38,8 +38,8 @@ _BY_PLATFORM = {"cpu": _CPU, "cuda": _CUDA, "rocm": _CUDA}
 def check_level(level: Any) -> int:
     if isinstance(level, bool) or not isinstance(level, int) or level not in LEVELS:
         raise SpecError(
-            f"optimization_level must be an integer from 0 to 5, got {level!r}. Higher levels may compile "
-            f"longer for faster code; {DEFAULT_LEVEL} is the default (see tripy_build/options.py)."
+            f"optimization_level: must be an integer in 0..5, got {level!r}. Higher levels may compile "
+            f"longer for faster code; {DEFAULT_LEVEL} is the default (see tripy_build/compiler/optimization.py)."
         )
     return level
 

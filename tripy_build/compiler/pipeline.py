@@ -36,7 +36,7 @@ from .proofs import prove_padding
 from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
 
 
-def compile(func: Callable, optimization_level: int = DEFAULT_LEVEL, *, args: Sequence[Any] = (),
+def compile(func: Callable, optimization_level: int = DEFAULT_LEVEL, *, args: Sequence[Any] = (),  # noqa: A001
             kwargs: dict[str, Any] | None = None, buckets: Any = profiles_lib.DEFAULT_BUCKETS,
             padding: Mapping[str, str] | None = None, max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES,
             precision: str | None = None, max_error: float | None = None, backend: str = "xla") -> Executable:
@@ -154,11 +154,12 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
             f"self-test, the padding proof); include {host_platform!r} (e.g. backend=[{host_platform},{platforms[0]}]), "
             f"or build on a {platforms[0]} host. The others compile from the portable program where the artifact loads."
         )
+    options = {p: compiler_options(optimization_level, p) for p in platforms}  # recorded; run-time compiles use them
     prep_exe = None
     if host_platform in platforms and program.prep is not None:
         t0 = time.perf_counter()
         prep_exe = _compile_one(program.prep, [w.value.shape for w in program.weights], (), host_platform, None,
-                                compiler_options(optimization_level, host_platform))
+                                options[host_platform])
         log("compile prep", time.perf_counter() - t0)
     parameters = [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime]
     exe = Executable(
@@ -166,7 +167,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
         parameters=parameters, leaves=leaves, sizes=sizes, outputs=outputs, dims=dims, dispatcher=dispatcher,
         optimization_level=optimization_level, platforms=platforms, precompiled=[], prep_exe=prep_exe,
         selftest_source=flat, selftest_make=selftest.make,
-        compiler_options={p: compiler_options(optimization_level, p) for p in platforms},
+        compiler_options=options,
     )
     exe.tolerance = RTOL.get(reduced)
     leading = [a.shape for a in program.leading_avals()]

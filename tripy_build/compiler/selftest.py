@@ -1,6 +1,7 @@
 """Self-test cases made at build: seeded inputs at the min, opt and max shapes, with reference outputs.
 
-Their format in an artifact, and the comparison ``verify`` makes, are ``artifact/selftest.py``'s. The reference is the function traced from its Python source by ``jax.jit`` at each case's concrete
+Their format in an artifact, and the comparison ``verify`` makes, are ``artifact/selftest.py``'s. The
+reference is the function traced from its Python source by ``jax.jit`` at each case's concrete
 shapes: independent of everything an artifact adds (the symbolic export, the weight split and prep
 program, the profiles, padding). Eager, op-by-op JAX would be independent too but costs 3-4x more
 (each op compiles for each shape: 2-6 s per shape for the transformer block here).

@@ -61,11 +61,11 @@ def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keywo
 def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Argument]:
     """Match compile arguments to ``func``'s parameters (``inspect.Signature.bind``), in signature order;
     variadic ones are frozen to what was given: ``*args`` as ``args0``, ``args1``..., ``**kwargs`` by name."""
-    P = inspect.Parameter
+    kinds = inspect.Parameter
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
-        signature = inspect.Signature([P("args", P.VAR_POSITIONAL), P("kwargs", P.VAR_KEYWORD)])
+        signature = inspect.Signature([kinds("args", kinds.VAR_POSITIONAL), kinds("kwargs", kinds.VAR_KEYWORD)])
     fname = getattr(func, "__name__", type(func).__name__)
     try:
         bound = signature.bind(*args, **kwargs)
@@ -78,10 +78,10 @@ def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any]) 
     result: list[Argument] = []
     for name, value in bound.arguments.items():
         kind = signature.parameters[name].kind
-        if kind is P.VAR_POSITIONAL:
-            result += [_make_argument(f"{name}{i}", P.POSITIONAL_OR_KEYWORD, v) for i, v in enumerate(value)]
-        elif kind is P.VAR_KEYWORD:
-            result += [_make_argument(k, P.KEYWORD_ONLY, v, by_keyword=True) for k, v in value.items()]
+        if kind is kinds.VAR_POSITIONAL:
+            result += [_make_argument(f"{name}{i}", kinds.POSITIONAL_OR_KEYWORD, v) for i, v in enumerate(value)]
+        elif kind is kinds.VAR_KEYWORD:
+            result += [_make_argument(k, kinds.KEYWORD_ONLY, v, by_keyword=True) for k, v in value.items()]
         else:
             result.append(_make_argument(name, kind, value, by_keyword=name in kwargs))
     return result

@@ -146,7 +146,7 @@ class Dispatcher:
                 n = sizes[di]
                 if d.padding != "rows" or single.target[di] == n:
                     continue
-                chunks = split_plan(n, d.buckets, lambda b: latency.get(single.target[:di] + (b,) + single.target[di + 1:]))
+                chunks = split_plan(n, d.buckets, lambda b, at=di, t=single.target: latency.get(t[:at] + (b,) + t[at + 1:]))
                 if chunks:
                     parts, start = [], 0
                     for c in chunks:

@@ -44,10 +44,6 @@ import jax
 import jax.numpy as jnp
 
 from ..errors import ConfigError
-from .bert import Bert
-from .gpt2 import GPT2
-from .resnet import ResNet
-from .vit import ViT
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -329,7 +325,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     def opened(path: Path):
         try:
             return safe_open(str(path), framework="numpy")
-        except Exception as e:  # safetensors raises its own SafetensorError for a damaged file
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError for a damaged file
             raise CheckpointError(f"{path} is not a readable safetensors file: {str(e).splitlines()[0]}") from None
 
     keys: set[str] = set()

@@ -22,7 +22,27 @@ WARMUPS = ("background", "now", "none")
 
 
 def load(path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> Any:
-    """Load an artifact written by ``save`` or the build command, without compiling (``tripy_build.load``)."""
+    """Load a built artifact, checking every file it uses against its digest first; nothing compiles.
+
+    Args:
+        path: the artifact directory (``Executable.save`` or ``python -m tripy_build``).
+        warmup: ``"background"`` (default): the call returns at once and a thread deserializes each
+            precompiled profile and runs it once, so no later call pays for a profile's first use;
+            ``"now"``: the same before returning (a server that must be ready when loaded);
+            ``"none"``: each profile is prepared by the first call that needs it.
+        trust_executables: ``False`` ignores the machine code the artifact ships (its precompiled
+            executables are neither read nor deserialized) and compiles each profile from the portable
+            exported program instead, on this host, through the compile cache: for an artifact from
+            a source you do not trust to run native code from (docs/trust.md).
+
+    Returns:
+        An ``Executable`` with the artifact's signature, profiles and weights.
+
+    Example::
+
+        exe = tripy_build.load("artifacts/geglu/2bb85d9bc22e7905")
+        y = exe(np.ones((37, 512), np.float32))
+    """
     if warmup not in WARMUPS:
         raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
     import jax

@@ -64,12 +64,12 @@ class _Handler(BaseHTTPRequestHandler):
             rest = rest[2:]
         return ep, rest
 
-    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+    def do_GET(self) -> None:
         parts = [p for p in self.path.split("?", 1)[0].split("/") if p]
         if parts in (["v2", "health", "live"], ["v2", "health", "ready"]):
             return self._send(200, {"live" if parts[2] == "live" else "ready": True})
         if parts == ["v2"]:
-            from .. import __version__
+            from ..version import __version__
 
             return self._send(200, {"name": "tripy_build", "version": __version__, "extensions": [
                 "binary_tensor_data", "statistics"]})
@@ -87,7 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, {"model_stats": [ep.statistics()]})
         return self._error(404, f"no such resource: GET {self.path}.")
 
-    def do_POST(self) -> None:  # noqa: N802 - the base class's name
+    def do_POST(self) -> None:
         parts = [p for p in self.path.split("?", 1)[0].split("/") if p]
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
