@@ -6,13 +6,17 @@ are built once per session. Tests that modify an artifact copy it first (``artif
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_module
 
 import tripy_build as tb
 
@@ -180,3 +184,43 @@ def isolated_memo(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
         yield
+
+
+# --- the build command, for the tests of every layer that build through it -------------------------
+
+SMALL = {
+    "geglu": ["model.dim_in=16", "model.dim_out=8"],
+    "mlp": ["model.dim_in=16", "model.hidden=32", "model.dim_out=8", "model.layers=2"],
+    "transformer": ["model.d_model=16", "model.heads=2", "model.d_ff=32"],
+    "convnet": ["model.channels=[4,8]"],
+}
+SMALL_SHAPES = {
+    "dynamic": ["shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,4,8]", "shapes.dims.height=[4,8,12]",
+                "shapes.dims.width=[4,8,12]"],
+    "static": ["shapes.dims.batch=2", "shapes.dims.seq=4", "shapes.dims.height=8", "shapes.dims.width=8"],
+}
+
+
+def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tripy_build", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def compose_cfg(overrides: list[str]):
+    """The build command's config for ``overrides``, composed by Hydra's compose API."""
+    from tripy_build.cli import config
+
+    config.register()
+    with initialize_config_module(config_module="tripy_build.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def eager_reference(request, x_by_name):
+    """The model a build request names, applied eagerly to its init at the request's seed."""
+    from tripy_build.build.model import load as instantiate_model
+
+    model = instantiate_model(request.model)
+    params = model.init(jax.random.PRNGKey(request.params_seed))
+    return np.asarray(model.apply(params, *x_by_name.values()))

@@ -31,7 +31,7 @@ from tripy_build.build.pipeline import build  # noqa: E402
 from tripy_build.errors import ConfigError  # noqa: E402
 from tripy_build.build.model import framework_of, load  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from examples.embedding import apply as emb_apply, init as emb_init  # noqa: E402
 from examples.flax_linen import DenseStack  # noqa: E402

@@ -21,7 +21,7 @@ from tripy_build import runtime
 from tripy_build.cli import config
 from tripy_build.build.pipeline import build
 
-from test_cli import SMALL, compose_cfg, eager_reference, run_cli
+from conftest import SMALL, compose_cfg, eager_reference, run_cli
 
 GEGLU = ["model=geglu", *SMALL["geglu"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]"]
 

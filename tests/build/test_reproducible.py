@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 WORKERS = 2  # concurrent build processes in a batch (builds are mostly single-threaded)
 TIMEOUT = 300

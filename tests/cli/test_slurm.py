@@ -20,7 +20,7 @@ from tripy_build.cli.verify import verify
 
 from conftest import default_sweep_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local-slurm.sh"
 
 

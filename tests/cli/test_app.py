@@ -14,7 +14,6 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
 
 import tripy_build as tb
 from tripy_build.cli import sweep
@@ -23,29 +22,9 @@ from tripy_build.build.pipeline import build
 from tripy_build.build.model import input_infos, load as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
-from conftest import default_sweep_dir, reproducible_files
+from conftest import SMALL, SMALL_SHAPES, compose_cfg, default_sweep_dir, eager_reference, reproducible_files, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
-SMALL = {
-    "geglu": ["model.dim_in=16", "model.dim_out=8"],
-    "mlp": ["model.dim_in=16", "model.hidden=32", "model.dim_out=8", "model.layers=2"],
-    "transformer": ["model.d_model=16", "model.heads=2", "model.d_ff=32"],
-    "convnet": ["model.channels=[4,8]"],
-}
-SMALL_SHAPES = {
-    "dynamic": ["shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,4,8]", "shapes.dims.height=[4,8,12]",
-                "shapes.dims.width=[4,8,12]"],
-    "static": ["shapes.dims.batch=2", "shapes.dims.seq=4", "shapes.dims.height=8", "shapes.dims.width=8"],
-}
-
-
-def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tripy_build", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-
-
+REPO = Path(__file__).resolve().parents[2]
 def run_sweep(tmp_path: Path, *overrides: str, name: str | None = "sweep") -> tuple[subprocess.CompletedProcess, list | None]:
     """A ``-m`` sweep with its sweep dir at ``tmp_path/name``, or Hydra's default one (``multirun/<date>/<time>``
     under ``tmp_path``, as users run it) when ``name`` is None (artifacts in ``tmp_path/arts`` unless an override
@@ -55,18 +34,6 @@ def run_sweep(tmp_path: Path, *overrides: str, name: str | None = "sweep") -> tu
     proc = run_cli("-m", *overrides, *arts, *sweep_dir, cwd=tmp_path, timeout=600)
     summary = (default_sweep_dir(tmp_path) if name is None else tmp_path / name) / "summary.json"
     return proc, json.loads(summary.read_text()) if summary.is_file() else None
-
-
-def compose_cfg(overrides: list[str]):
-    config.register()
-    with initialize_config_module(config_module="tripy_build.conf", version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
-
-
-def eager_reference(request, x_by_name):
-    model = instantiate_model(request.model)
-    params = model.init(jax.random.PRNGKey(request.params_seed))
-    return np.asarray(model.apply(params, *x_by_name.values()))
 
 
 def sample_inputs(exe, which: str, seed: int = 0):

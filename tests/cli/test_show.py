@@ -11,7 +11,7 @@ import pytest
 from tripy_build.cli import config
 from tripy_build.build.pipeline import build
 
-from test_cli import SMALL, SMALL_SHAPES, compose_cfg
+from conftest import SMALL, SMALL_SHAPES, compose_cfg
 
 
 @pytest.fixture(scope="module", params=["geglu", "mlp", "transformer", "convnet"])

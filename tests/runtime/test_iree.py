@@ -26,7 +26,7 @@ from tripy_build.runtime import iree as iree_backend
 from tripy_build.build.pipeline import build
 from tripy_build.models import ConvNet, GEGLU, MLP, TransformerBlock, input_infos
 
-from test_cli import SMALL, compose_cfg, eager_reference
+from conftest import SMALL, compose_cfg, eager_reference
 
 KEY = jax.random.PRNGKey(0)
 
