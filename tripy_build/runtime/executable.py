@@ -11,7 +11,6 @@ jax's own dispatch. The weights are device arrays held by the executable and pas
 
 from __future__ import annotations
 
-import atexit
 import copy
 import hashlib
 import inspect
@@ -34,7 +33,7 @@ from ..core.profiles import DimPlan
 from ..core.signature import Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
-from . import compile_cache
+from . import compile_cache, warmup
 from . import xla as xla_executable
 from .program import Program, Weight, resolve
 
@@ -267,25 +266,18 @@ class Executable:
             for p in profiles:
                 self._warm(p)
             return None
-        thread = threading.Thread(target=self._warm_all, args=(profiles,), name="tripy_build-warmup", daemon=True)
-        with _WARMUPS_LOCK:
-            _WARMUPS.add(thread)
-        thread.start()
-        return thread
+        return warmup.start(lambda: self._warm_all(profiles))
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
         try:
             for p in profiles:
-                if _STOPPING.is_set():
+                if warmup.stopping():
                     break
                 self._warm(p)
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it
             log.warning("%s: background warm-up stopped: %s", self._name, e)
-        finally:
-            with _WARMUPS_LOCK:
-                _WARMUPS.discard(threading.current_thread())
 
     def _warm(self, p: Precompiled) -> None:
         """Run ``p`` once if no call has (its first run is the slow one), then time it for split plans."""
@@ -302,7 +294,7 @@ class Executable:
             if not p.warm:
                 jax.block_until_ready(call(*args))
                 p.warm = True
-            self._latency[p.target] = _fastest_run(call, args)
+            self._latency[p.target] = warmup.fastest_run(call, args)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{name}: {info!r}" for name, info in self.input_infos.items())
@@ -530,36 +522,6 @@ class Executable:
 
     def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
         return self._leaves[self._leaf_slices[name]]
-
-
-def _fastest_run(call: Callable, args: Sequence[Any], budget_s: float = 0.004, most: int = 10) -> float:
-    """A profile's latency for planning splits: the fastest of a few runs (at least one, ~4 ms in all)."""
-    best, spent, n = float("inf"), 0.0, 0
-    while n < most and (n < 2 or spent < budget_s) and not (n >= 1 and spent > budget_s):
-        t0 = time.perf_counter()
-        jax.block_until_ready(call(*args))
-        t = time.perf_counter() - t0
-        best, spent, n = min(best, t), spent + t, n + 1
-    return best
-
-
-_WARMUPS: set[threading.Thread] = set()
-_WARMUPS_LOCK = threading.Lock()
-_STOPPING = threading.Event()
-
-
-@atexit.register
-def _stop_warmups() -> None:
-    """Let warm-up threads finish the profile they are running before the interpreter exits.
-
-    A daemon thread killed inside XLA while Python shuts down aborts the process; stopping between
-    profiles costs at most one profile's run.
-    """
-    _STOPPING.set()
-    with _WARMUPS_LOCK:
-        threads = list(_WARMUPS)
-    for t in threads:
-        t.join()
 
 
 def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:
