@@ -108,24 +108,23 @@ def weight_owners(arguments: Sequence[Argument]) -> dict[int, tuple[str, str]]:
 
 
 def _check_outputs(result: Any, fname: str) -> None:
-    def is_array(x: Any) -> bool:
-        return isinstance(x, (jax.Array, np.ndarray))
+    """The function returns arrays: one, or nested in dicts (string keys), lists and tuples, at least one."""
+    def bad_leaves(x: Any, path: str) -> list[str]:
+        if isinstance(x, (jax.Array, np.ndarray)):
+            return []
+        if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+            return [b for k in x for b in bad_leaves(x[k], f"{path}[{k!r}]")]
+        if isinstance(x, (tuple, list)):
+            return [b for i, v in enumerate(x) for b in bad_leaves(v, f"{path}[{i}]")]
+        return [f"{path or 'the result'} is {type(x).__name__}"]
 
-    if is_array(result):
-        return
-    if isinstance(result, (tuple, list)) and result and all(is_array(r) for r in result):
-        return
-    if isinstance(result, (tuple, list)):
-        bad = [f"[{i}] is {type(r).__name__}" for i, r in enumerate(result) if not is_array(r)]
-        detail = "it is empty" if not result else "element " + ", ".join(bad[:4])
+    bad = bad_leaves(result, "")
+    if bad or not jax.tree_util.tree_leaves(result):
+        detail = ", ".join(bad[:4]) if bad else "it is empty: no array in it"
         raise TraceError(
-            f"{fname} must return one or more arrays (an array, or a tuple/list of arrays), "
-            f"but it returned a {type(result).__name__} where {detail}."
+            f"{fname} must return one or more arrays (an array, or arrays in dicts with string keys, lists and "
+            f"tuples), but it returned a {type(result).__name__} where {detail}: {result!r:.200}."
         )
-    raise TraceError(
-        f"{fname} must return one or more arrays (an array, or a tuple/list of arrays), "
-        f"but it returned {type(result).__name__}: {result!r:.200}."
-    )
 
 
 def flat_function(func: Callable, arguments: Sequence[Argument]) -> Callable:
