@@ -43,7 +43,7 @@ def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict
         args = [jax.numpy.asarray(x) for x in full]
         outputs = jax.tree_util.tree_leaves(run_once(flat_fn, *args))
         cases.append(Case(which, list(sampled.values()), [np.asarray(o) for o in outputs],
-                          seeds=[(seed, ci, li) for li in sampled]))
+                          seeds=[(seed, ci, li) for li in sampled], values=[leaves[li][1].values for li in sampled]))
     return cases
 
 

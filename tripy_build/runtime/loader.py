@@ -48,6 +48,7 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     import jax
 
     from ..core.dispatch import Dispatcher, output_axes
+    from ..core.profiles import pad_values
     from . import iree as iree_backend
     from . import xla as xla_executable
     from .executable import Executable, Precompiled
@@ -110,7 +111,8 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     prep_exe = precompiled(m.prep.executable, prep, f"{m.function}_prep") if m.prep and m.prep.executable else None
     try:
         dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in m.leaves], [s.name for _, s in m.sizes],
-                                output_axes(main.out_avals, m.dims), [p.target for p in profiles])
+                                output_axes(main.out_avals, m.dims), [p.target for p in profiles],
+                                pad_values(m.dims, m.leaf_paths))
     except (SpecError, KeyError) as e:
         raise ArtifactError(f"{c.where()}: the dims do not match the exported program ({e}).") from None
     exe = Executable(
