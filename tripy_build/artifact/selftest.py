@@ -40,7 +40,7 @@ class Case:
     name: str
     inputs: list[np.ndarray]
     outputs: list[np.ndarray]
-    seeds: list[tuple[int, ...]] | None = None  # per input: the seed ``sample`` made it from
+    seeds: list[tuple[int, ...] | None] | None = None  # per input: the seed ``sample`` made it from (None: not sampled)
     sampled: list[dict[str, Any] | None] | None = None  # per output: its sample entry, or None when whole
     values: list[tuple[int, int] | None] | None = None  # per input: the value range ``sample`` drew from
 
@@ -79,7 +79,7 @@ def to_files(cases: Sequence[Case], rtol: float | None = None) -> tuple[list[dic
                  "dtypes": [np.dtype(a.dtype).name for a in (*case.inputs, *case.outputs)]}
         for i, a in enumerate(case.inputs):
             rel = f"{PREFIX}/{case.name}/input{i}.npy"
-            if case.seeds is not None and a.nbytes > INPUT_INLINE_MAX_BYTES:
+            if case.seeds is not None and case.seeds[i] is not None and a.nbytes > INPUT_INLINE_MAX_BYTES:
                 entry["inputs"].append({"seed": list(case.seeds[i]), "shape": list(a.shape),
                                         **({"values": list(case.values[i])} if case.values and case.values[i] else {}),
                                         "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()})

@@ -7,6 +7,7 @@ compiles, and so is one another host uploaded to the shared cache (``remote.py``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -45,6 +46,13 @@ def build(request: BuildRequest) -> BuildResult:
     params = None
     if request.params_checkpoint is None:
         identity: dict[str, Any] = {"init": "random", "seed": request.params_seed}
+    elif params_io.is_pretrained(request.params_checkpoint):
+        # a Hugging Face save_pretrained directory: the model's settings come from its config.json
+        model, params = params_io.load_pretrained(model, request.model, request.params_checkpoint)
+        request = dataclasses.replace(request, model={**request.model, **model_io.settings(model)})
+        infos = model_io.input_infos(model, request.shapes)
+        identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
+        timings["read checkpoint"] = time.perf_counter() - t0
     else:
         import jax
 

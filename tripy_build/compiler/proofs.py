@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from ..artifact.selftest import DEFAULT_RTOL, RTOL, sample
-from ..core.profiles import MaskInput
+from ..core.profiles import MaskInput, mask_inputs
 from ..errors import SpecError
 from ..runtime.executable import Executable
 
@@ -40,7 +40,8 @@ def prove_padding(exe: Executable, seed: int = 0) -> None:
             at_small = tuple(small if i == di else n for i, n in enumerate(base))
             at_large = tuple(large if i == di else n for i, n in enumerate(base))
             leaves = exe.flat_inputs
-            inputs = [sample(info, s, (seed, di, small, li))
+            ones = mask_inputs(exe.dims, [p for p, _ in leaves])
+            inputs = [np.ones(s, info.dtype) if li in ones else sample(info, s, (seed, di, small, li))
                       for li, ((_, info), s) in enumerate(zip(leaves, dispatcher.leaf_shapes(at_small)))]
             mask = d.padding.input if isinstance(d.padding, MaskInput) else None
             filled = [x if x.shape == big else _fill(x, big, rng, info.values, zero=path == mask)

@@ -134,6 +134,13 @@ class DimPlan:
                    else padding)
 
 
+def mask_inputs(dims: Sequence[DimPlan], leaf_paths: Sequence[str]) -> frozenset[int]:
+    """The flat inputs that are attention masks of a mask-input dim (by index): a self-test or a proof sets
+    them to ones at the real positions (a row that attends to nothing has no meaning to keep)."""
+    masks = {d.padding.input for d in dims if isinstance(d.padding, MaskInput)}
+    return frozenset(i for i, p in enumerate(leaf_paths) if p in masks)
+
+
 def pad_values(dims: Sequence[DimPlan], leaf_paths: Sequence[str]) -> list[float]:
     """The value each flat input is padded with: 0, or its ``pad_values`` entry under a mask-input dim."""
     fills = [0.0] * len(leaf_paths)

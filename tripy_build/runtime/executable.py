@@ -29,7 +29,7 @@ from .. import host
 from ..artifact import selftest
 from ..artifact.manifest import Compiler, ExecutableEntry
 from ..core import dispatch
-from ..core.profiles import DimPlan
+from ..core.profiles import DimPlan, mask_inputs
 from ..core.signature import (Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses,
                               value_checks)
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
@@ -502,7 +502,8 @@ class Executable:
                 def reference(*leaves: Any) -> Any:
                     sizes = self._dispatcher.route(tuple(np.shape(x) for x in leaves)).sizes
                     return source(*leaves, *[jax.numpy.int32(n) for n in sizes])
-                cases = self._selftest_make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case())
+                cases = self._selftest_make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case(),
+                                            ones=mask_inputs(self.dims, [p for p, _ in self._leaves]))
                 self._selftest_cache = selftest.to_files(cases, self.tolerance)
             elif self._origin is not None:
                 from ..artifact.read import read_files
