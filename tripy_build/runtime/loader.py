@@ -78,7 +78,7 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     crosscheck.check(c.where(), m, main.in_avals[len(m.sources):], main.out_avals, c.files[m.program.file],
                      main.mlir_module)
     prep = program(m.prep.file) if m.prep else None
-    weights = [Weight(w.path, w.argument, jax.device_put(c.weight(w))) for w in m.weights]
+    weights = [Weight(w.path, w.argument, jax.device_put(c.take_weight(w))) for w in m.weights]
     backend = jax.default_backend()
 
     compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it

@@ -176,7 +176,7 @@ class Runtime:
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them (falling back to jax without one)."""
         c, m = self._contents, self._manifest
-        weights = [self._device.put(c.weight(w), _Aval(w.shape, to_dtype(w.dtype))) for w in m.weights]
+        weights = [self._device.put(c.take_weight(w), _Aval(w.shape, to_dtype(w.dtype))) for w in m.weights]
         prepared: list[Any] = []
         if any(kind == "prep" for kind, _ in m.sources):
             entry = m.prep.executable if m.prep else None
