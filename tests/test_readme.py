@@ -30,6 +30,8 @@ SMALLER = {
                            "49 profiles of a 256-wide block: ~40 s"),
     r"^python -m tripy_build -m ": ("model.dim_in=16 shapes.dims.batch=[1,2,4] artifacts_dir=sweep-artifacts",
                                     "8 builds at full width: ~40 s (kept apart: $ART is the newest full-size geglu)"),
+    r"model=bert params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32]",
+                                      "50 profiles of a tiny BERT up to (16, 512): ~20 s"),
     r"tripy_build bench ": ("--stream 20 --shapes 1 --cold-rounds 1 --budget 0.05", "200 calls, 8 shapes: ~30 s"),
 }
 
