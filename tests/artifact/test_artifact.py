@@ -118,7 +118,7 @@ def test_manifest_and_index_file_tables_cover_every_file(geglu_artifact):
     assert m["index"] == {"file": "index.json", "covers": ["executables/"]}
     # the weights are stored once, as .npy files, and they are byte-reproducible
     assert sorted(w["file"] for w in m["weights"]) == sorted(f for f in m["files"] if f.startswith("weights/"))
-    compiled = [*m["executables"], *([m["prep"]["executable"]] if m["prep"] else [])]
+    compiled = [*m["executables"], *[c["executable"] for c in (m["prep"]["chunks"] if m["prep"] else [])]]
     assert set(index["compile_seconds"]) == {e["file"] for e in compiled} == set(index["files"])
     for rel, entry in {**m["files"], **index["files"]}.items():
         path = geglu_artifact / rel

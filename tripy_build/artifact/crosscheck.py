@@ -136,3 +136,24 @@ def consistent(where: str, leaves: Sequence[tuple[str, Any]], dims: Sequence[Any
                     f"{where}: input_specs[{path!r}] is {info.dtype.name} {want} at executables[{n}]'s profile, but "
                     f"that executable was compiled for {dtype} {list(shape)}; the manifest contradicts itself (it "
                     "was edited or damaged). Rebuild the artifact.")
+
+
+def prep_chunks(where: str, manifest: Manifest) -> None:
+    """The prep chunks make every prepared weight exactly once, each from stored weights whose shapes and
+    dtypes its executable was compiled for (a loader runs them as the manifest says, so it must be true)."""
+    m = manifest
+    if m.prep is None or not m.prep.chunks:
+        return
+    wanted = sorted({i for kind, i in m.sources if kind == "prep"})
+    made = sorted(k for c in m.prep.chunks for k in c.outputs)
+    if made != wanted:
+        raise ArtifactError(f"{where}: prep.chunks make the prepared weights {made}, but leading takes {wanted}; the "
+                            "manifest contradicts itself (it was edited or damaged). Rebuild the artifact.")
+    for n, c in enumerate(m.prep.chunks):
+        e = c.executable
+        if any(not 0 <= i < len(m.weights) for i in c.weights) or len(e.input_shapes) != len(c.weights) or any(
+                (tuple(m.weights[i].shape), m.weights[i].dtype) != (tuple(s), d)
+                for i, s, d in zip(c.weights, e.input_shapes, e.input_dtypes)) or len(e.output_shapes) != len(c.outputs):
+            raise ArtifactError(f"{where}: prep.chunks[{n}] reads weights {list(c.weights)} and makes "
+                                f"{len(c.outputs)} output(s), which its executable was not compiled for; the manifest "
+                                "contradicts itself (it was edited or damaged). Rebuild the artifact.")

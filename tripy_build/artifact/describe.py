@@ -136,7 +136,8 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
     if m.weights:
         out += ["", "weights"] + table(["weight", "argument", "dtype", "shape", "file"], [
             [w.path, w.argument or "-", w.dtype, w.shape, w.file] for w in m.weights])
-        out.append(f"  prep program: {'yes (' + m.prep.file + ')' if m.prep else 'none (weights used as stored)'}")
+        chunks = f"; precompiled in {len(m.prep.chunks)} chunk(s)" if m.prep and m.prep.chunks else ""
+        out.append(f"  prep program: {'yes (' + m.prep.file + chunks + ')' if m.prep else 'none (weights used as stored)'}")
     sizes = file_sizes(m, index)
     out += ["", f"files ({human_size(sum(sizes.values()))})"] + table(
         ["file", "size"], [[k, human_size(v)] for k, v in sorted(sizes.items())])

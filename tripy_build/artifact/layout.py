@@ -20,7 +20,6 @@ MAX_JSON_BYTES = 16 * 1024 * 1024  # a manifest or index larger than this is ref
 UNSTABLE_PREFIXES = ("executables/",)  # files whose bytes vary between builds: listed in the index
 PROGRAM_FILE = "program.jaxexport"
 PREP_FILE = "prep.jaxexport"
-PREP_EXECUTABLE = "executables/prep.xla"
 
 
 def dumps(data: Any) -> bytes:
@@ -65,6 +64,10 @@ def no_links(root: Path, rel: PurePosixPath) -> Path:
 def executable_file(i: int, iree: bool) -> str:
     """The file of the ``i``-th precompiled executable (an IREE module or XLA's)."""
     return f"executables/{i}.{'vmfb' if iree else 'xla'}"
+
+
+def prep_executable_file(n: int) -> str:
+    return f"executables/prep_{n}.xla"
 
 
 def weight_file(i: int) -> str:

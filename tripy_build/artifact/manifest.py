@@ -98,12 +98,23 @@ IREE_FORMAT = "iree-vmfb"
 
 
 @dataclass(frozen=True)
+class PrepChunkEntry:
+    """A piece of the prep program, precompiled: it reads only ``weights`` and makes only ``outputs``."""
+
+    weights: tuple[int, ...]  # indices into ``Manifest.weights``
+    outputs: tuple[int, ...]  # indices of the prep program's outputs (``Manifest.sources``' "prep" entries)
+    executable: ExecutableEntry  # precompiled for the build host's platform
+
+
+@dataclass(frozen=True)
 class PrepEntry:
     """The prep program: the weight-only work of the function, run once at load."""
 
-    file: str  # its exported program
+    file: str  # its exported program (whole: run through jax where the chunks cannot run)
     format: str  # "jax.export"
-    executable: ExecutableEntry | None = None  # precompiled for the build host's platform, or None
+    # precompiled in pieces that share no weight, run one after another (compiler/weights.py); empty:
+    # none for this platform. A schema-3 manifest's single "executable" reads as one chunk.
+    chunks: tuple[PrepChunkEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -203,7 +214,8 @@ class Manifest:
             "program": _plain(self.program),
             "prep": None if self.prep is None else {
                 "file": self.prep.file, "format": self.prep.format,
-                "executable": None if self.prep.executable is None else self.prep.executable.to_json()},
+                "chunks": [{"weights": list(c.weights), "outputs": list(c.outputs), "executable": c.executable.to_json()}
+                           for c in self.prep.chunks]},
             "weights": [_plain(w) for w in self.weights],
             "leading": [{kind: i} for kind, i in self.sources],
             "dims": [dict(d.to_json(paths), strategy=self.strategy(d)) for d in self.dims],
@@ -237,9 +249,7 @@ class Manifest:
                 platforms=tuple(str(p) for p in m["platforms"]),
                 program=ProgramFile(str(m["program"]["file"]), str(m["program"]["format"]),
                                     m["program"].get("calling_convention_version")),
-                prep=None if not prep else PrepEntry(
-                    str(prep["file"]), str(prep["format"]),
-                    None if not prep.get("executable") else ExecutableEntry.from_json(prep["executable"])),
+                prep=None if not prep else PrepEntry(str(prep["file"]), str(prep["format"]), _prep_chunks(m)),
                 weights=tuple(WeightEntry(str(w["file"]), str(w["path"]), w["argument"], str(w["dtype"]),
                                           tuple(int(n) for n in w["shape"])) for w in m["weights"]),
                 sources=tuple((str(k), int(i)) for entry in m["leading"] for k, i in entry.items()),
@@ -257,6 +267,16 @@ class Manifest:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, SpecError) as e:
             raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is "
                                 "damaged.") from None
+
+
+def _prep_chunks(m: Mapping[str, Any]) -> tuple[PrepChunkEntry, ...]:
+    prep = m["prep"]
+    if prep.get("executable"):  # before chunks: one executable for all of prep
+        outputs = sorted({int(i) for entry in m["leading"] for k, i in entry.items() if k == "prep"})
+        return (PrepChunkEntry(tuple(range(len(m["weights"]))), tuple(outputs),
+                               ExecutableEntry.from_json(prep["executable"])),)
+    return tuple(PrepChunkEntry(tuple(int(i) for i in c["weights"]), tuple(int(k) for k in c["outputs"]),
+                                ExecutableEntry.from_json(c["executable"])) for c in prep.get("chunks") or ())
 
 
 def _plain(record: Any) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 The manifest's kind and schema version are checked before anything else, and every file's size and
 sha256 before its bytes are used; nothing is unpickled and nothing is read through a link.
 ``read_contents`` is what both loaders start from: the manifest and the checked bytes of every file
-they deserialize, read while holding the reader's lock (``lock.reading``).
+they deserialize, read while holding the reader's lock (``lock.reading``); the weights are read and
+checked one by one as the loader places them (``Contents.take_weight``).
 """
 
 from __future__ import annotations
@@ -181,15 +182,18 @@ class Contents:
     def array(self, rel: str, dtype: Any = None) -> np.ndarray:
         return from_npy(self.files[rel], self.where(rel), dtype)
 
-    def weight(self, entry: WeightEntry) -> np.ndarray:
-        return self.array(entry.file, entry.dtype)
-
     def take_weight(self, entry: WeightEntry) -> np.ndarray:
-        """A weight, its bytes no longer kept here: a loader places each weight on the device once, and the
-        host copy lives only as long as the device buffer needs it (a model's weights are held once)."""
-        array = self.weight(entry)
-        self.files.pop(entry.file, None)
-        return array
+        """A weight, read from its file when a loader needs it and checked against its digest then.
+
+        Not read with the rest by ``read_contents``: a loader places the weights on the device one prep
+        chunk at a time, so only those still needed are in memory (a model's weights are held once).
+        """
+        try:
+            with reading(self.path):
+                data = read_files(self.path, [entry.file], [], self.manifest)[1][entry.file]
+        except ArtifactError as e:
+            raise ArtifactError(f"{e} (reading the weight {entry.path})") from None
+        return from_npy(data, self.where(entry.file), entry.dtype)
 
     def bound_values(self) -> dict[str, Any]:
         values, start, files = {}, 0, self.bound_files
@@ -236,9 +240,10 @@ def read_contents(path: str | os.PathLike, executables: bool = True) -> Contents
                 raise ArtifactError(f"{where}: bound input {name!r} is not an input of {m.function}.")
         crosscheck.consistent(where, m.leaves, m.dims, m.executables, len(m.sources))
         contents = Contents(str(path), m)
+        crosscheck.prep_chunks(where, m)
         prep = m.prep
-        wanted = [m.program.file, *([prep.file] if prep else []), *(w.file for w in m.weights),
-                  *(e.file for e in [*m.executables, *([prep.executable] if prep and prep.executable else [])]
+        wanted = [m.program.file, *([prep.file] if prep else []),
+                  *(e.file for e in [*m.executables, *(c.executable for c in (prep.chunks if prep else ()))]
                     if executables),
                   *(f for fs in contents.bound_files.values() for f in fs)]
         contents.files = read_files(path, wanted, [], m)[1]

@@ -163,11 +163,16 @@ def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Se
     leading = [weight_specs[s.index] if s.kind == "weight" else
                jax.ShapeDtypeStruct(split.prep_avals[s.index].shape, split.prep_avals[s.index].dtype)
                for s in split.sources]
-    prep = None
+    prep, chunks = None, []
     with deterministic_locations():
         if split.prep is not None:
             split.prep.__name__ = split.prep.__qualname__ = f"{fname}_prep"
             prep = jax.export.export(jax.jit(split.prep), platforms=tuple(platforms))(*weight_specs)
+            for n, chunk in enumerate(split.chunks):
+                fn = split.chunk_fn(chunk)
+                fn.__name__ = fn.__qualname__ = f"{fname}_prep{n}"
+                chunks.append((chunk, jax.export.export(jax.jit(fn), platforms=tuple(platforms))(
+                    *[weight_specs[i] for i in chunk.weights])))
         try:
             main = jax.export.export(jax.jit(split.main), platforms=tuple(platforms))(*leading, *specs, *size_specs)
         except Exception as err:
@@ -175,7 +180,7 @@ def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Se
             if translated is None:
                 raise
             raise translated.with_traceback(None) from None
-    return Program(main, prep, split.weights, split.sources, symbols)
+    return Program(main, prep, split.weights, split.sources, symbols, chunks)
 
 
 def output_infos(program: Program, leaves: Sequence[tuple[str, InputInfo]], n_sizes: int) -> list[InputInfo]:

@@ -156,17 +156,17 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
             f"or build on a {platforms[0]} host. The others compile from the portable program where the artifact loads."
         )
     options = {p: compiler_options(optimization_level, p) for p in platforms}  # recorded; run-time compiles use them
-    prep_exe = None
-    if host_platform in platforms and program.prep is not None:
+    prep_exes = []
+    if program.prep is not None:
         t0 = time.perf_counter()
-        prep_exe = _compile_one(program.prep, [w.value.shape for w in program.weights], (), host_platform, None,
-                                options[host_platform])
+        prep_exes = [_compile_one(exported, [program.weights[i].value.shape for i in chunk.weights], (), host_platform,
+                                  None, options[host_platform]) for chunk, exported in program.chunks]
         log("compile prep", time.perf_counter() - t0)
     parameters = [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime]
     exe = Executable(
         program=program, program_bytes=exported_bytes, prep_bytes=prep_bytes, name=flat.__name__,
         parameters=parameters, leaves=leaves, sizes=sizes, outputs=outputs, dims=dims, dispatcher=dispatcher,
-        optimization_level=optimization_level, platforms=platforms, precompiled=[], prep_exe=prep_exe,
+        optimization_level=optimization_level, platforms=platforms, precompiled=[], prep_exes=prep_exes,
         selftest_source=flat, selftest_make=selftest.make,
         compiler_options=options,
     )

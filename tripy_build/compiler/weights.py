@@ -14,17 +14,23 @@ with prepared weights it runs as fast. An equation is moved to ``prep`` only if 
 weight (or derived from one), its outputs have static shapes (never a dim of a dynamic input), it has
 no side effects and it does not make its data larger; the split is abandoned if the prepared weights
 would outgrow the raw ones by ``MAX_PREPARED_GROWTH``.
+
+``prep`` is also cut into chunks (``PrepChunk``): groups of prepared arrays that share no weight,
+about ``PREP_CHUNK_BYTES`` each. A loader runs them one after another and drops each chunk's raw
+weights once it has run, so the raw weights and the prepared ones are never both held in full: for
+BERT-base, whose prep transposes and fuses nearly every matrix, one prep call held 1.8x the weights.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
-from ..runtime.program import Source, Weight, resolve
+from ..runtime.program import PrepChunk, Source, Weight, resolve
 from jax._src import core, source_info_util
 from jax._src.pjit import jit_p
 
@@ -35,6 +41,8 @@ INLINE_MAX_BYTES = 1024
 MAX_EQN_GROWTH = 1.0
 SMALL_EQN_BYTES = 64 * 1024
 MAX_PREPARED_GROWTH = 1.5
+# A prep chunk's raw and prepared bytes together, about (one group of arrays sharing a weight may exceed it).
+PREP_CHUNK_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -47,6 +55,8 @@ class Split:
     sources: list[Source]  # one per leading argument of main
     main: Callable  # (*leading, *inputs) -> outputs, with the function's own output tree
     out_tree: Any
+    chunks: list[PrepChunk] = dataclasses.field(default_factory=list)  # prep in pieces that share no weight
+    chunk_fn: Callable[[PrepChunk], Callable] | None = None  # a chunk's function: (*its weights) -> its outputs
 
     def prepare(self, weights: Sequence[Any], run_prep: Callable | None = None) -> list[Any]:
         """The leading arguments of ``main`` for these weight values (``run_prep`` runs ``prep``)."""
@@ -154,6 +164,17 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
         _eval(prep_eqns, env)
         return [env[v] for v in computed]
 
+    def chunk_fn(chunk: PrepChunk) -> Callable:
+        wanted = [computed[k] for k in chunk.outputs]
+        eqns = _needed(prep_eqns, wanted)
+
+        def run(*values: Any) -> list[Any]:
+            env = dict(inline)
+            env.update(zip([weight_vars[i] for i in chunk.weights], values))
+            _eval(eqns, env)
+            return [env[v] for v in wanted]
+        return run
+
     def main(*args: Any) -> Any:
         env = dict(inline)
         env.update(zip(leading, args[:len(leading)]))
@@ -162,7 +183,59 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
         outs = [v.val if isinstance(v, core.Literal) else env[v] for v in jaxpr.outvars]
         return jax.tree_util.tree_unflatten(out_tree, outs)
 
-    return Split(weights, prep if computed else None, [v.aval for v in computed], sources, main, out_tree)
+    chunks = _chunks(prep_eqns, computed, weight_vars) if computed else []
+    return Split(weights, prep if computed else None, [v.aval for v in computed], sources, main, out_tree, chunks,
+                 chunk_fn if computed else None)
+
+
+def _needed(eqns: Sequence[Any], wanted: Sequence[Any]) -> list[Any]:
+    """The equations of ``eqns`` that ``wanted`` depends on, in order."""
+    need = set(wanted)
+    kept = []
+    for eqn in reversed(eqns):
+        if any(v in need for v in eqn.outvars):
+            kept.append(eqn)
+            need.update(v for v in eqn.invars if not isinstance(v, core.Literal))
+    return kept[::-1]
+
+
+def _chunks(prep_eqns: Sequence[Any], computed: Sequence[Any], weight_vars: Sequence[Any]) -> list[PrepChunk]:
+    """``computed`` cut into chunks that share no weight (nor any work), about ``PREP_CHUNK_BYTES`` each.
+
+    Prepared arrays made from a common weight, or through a common intermediate, are grouped (a
+    union-find over the prep equations); groups are packed in order of their first prepared array.
+    """
+    parent: dict[Any, Any] = {}
+
+    def find(v: Any) -> Any:
+        while parent.setdefault(v, v) is not v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for eqn in prep_eqns:
+        vs = [v for v in (*eqn.invars, *eqn.outvars) if not isinstance(v, core.Literal)]
+        for v in vs[1:]:
+            parent[find(v)] = find(vs[0])
+    groups: dict[Any, list[int]] = {}
+    for k, v in enumerate(computed):
+        groups.setdefault(find(v), []).append(k)
+    index = {v: i for i, v in enumerate(weight_vars)}
+    chunks: list[PrepChunk] = []
+    weights: list[int] = []
+    outputs: list[int] = []
+    size = 0
+    for root, ks in groups.items():
+        members = [i for v, i in index.items() if find(v) is root]
+        n = sum(_nbytes(computed[k].aval) for k in ks) + sum(_nbytes(weight_vars[i].aval) for i in members)
+        if outputs and size + n > PREP_CHUNK_BYTES:
+            chunks.append(PrepChunk(tuple(sorted(weights)), tuple(outputs)))
+            weights, outputs, size = [], [], 0
+        weights += members
+        outputs += ks
+        size += n
+    chunks.append(PrepChunk(tuple(sorted(weights)), tuple(outputs)))
+    return chunks
 
 
 def _vars_read(eqns: Sequence[Any]) -> set[Any]:

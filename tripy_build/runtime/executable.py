@@ -71,7 +71,7 @@ class Executable:
                  parameters: Sequence[Parameter], leaves: Sequence[tuple[str, InputInfo]],
                  sizes: Sequence[tuple[str, DimSize]], outputs: Sequence[InputInfo], dims: Sequence[DimPlan],
                  dispatcher: dispatch.Dispatcher, optimization_level: int, platforms: Sequence[str],
-                 precompiled: Sequence[Precompiled], prep_exe: Precompiled | None = None,
+                 precompiled: Sequence[Precompiled], prep_exes: Sequence[Precompiled] = (),
                  metadata: dict[str, Any] | None = None, selftest_source: Callable | None = None,
                  selftest_make: Callable | None = None, origin: tuple[str, list] | None = None,
                  compiler: Compiler | None = None, compiler_options: dict[str, dict[str, Any]] | None = None):
@@ -88,7 +88,7 @@ class Executable:
         self.optimization_level = optimization_level
         self.platforms = tuple(platforms)
         self._precompiled = list(precompiled)
-        self._prep_exe = prep_exe
+        self._prep_exes = list(prep_exes)  # one per ``program.chunks``; none: prep runs through jax, whole
         self.metadata = dict(metadata or {})
         self._selftest_source = selftest_source  # the traced function: the self-test reference
         self._selftest_make = selftest_make  # (reference, leaves, fixed, extra) -> cases: the compiler's
@@ -133,19 +133,31 @@ class Executable:
 
     # --- weights ---------------------------------------------------------------------------------
     def _prepare(self) -> list[Any]:
-        """The leading arguments of every call: the weights, with the prep program run on them."""
-        values = [w.value for w in self._weights]
+        """The leading arguments of every call: the weights, with the prep program run on them.
+
+        Chunk by chunk (``PrepChunk``): a chunk's raw weights are let go once it has run, unless
+        ``main`` takes them as they are, so the raw and the prepared weights are never both held whole.
+        """
+        sources = self._program.sources
         if self._program.prep is None:
-            return resolve(self._program.sources, values, [])
-        run = self._prep_exe.ready() if self._prep_exe is not None else None
-        if run is None:
-            run = jax.jit(self._program.prep.call)
-        return resolve(self._program.sources, values, jax.tree_util.tree_leaves(run(*values)))
+            return resolve(sources, [w.array() for w in self._weights], [])
+        runs = [p.ready() for p in self._prep_exes]
+        if not runs or any(r is None for r in runs):
+            values = [w.array() for w in self._weights]
+            return resolve(sources, values, jax.tree_util.tree_leaves(jax.jit(self._program.prep.call)(*values)))
+        direct = {i: self._weights[i].array() for i in {s.index for s in sources if s.kind == "weight"}}
+        prepared: list[Any] = [None] * len(self._program.prep.out_avals)
+        for (chunk, _), run in zip(self._program.chunks, runs):
+            outs = jax.block_until_ready(run(*[direct[i] if i in direct else self._weights[i].array()
+                                               for i in chunk.weights]))
+            for k, out in zip(chunk.outputs, outs):
+                prepared[k] = out
+        return resolve(sources, [direct.get(i) for i in range(len(self._weights))], prepared)
 
     @property
     def weights(self) -> dict[str, Any]:
         """The weights the program takes, by path (e.g. ``params['proj']['weight']``)."""
-        return {w.path: w.value for w in self._weights}
+        return {w.path: w.array() for w in self._weights}
 
     def bind(self, **values: Any) -> "Executable":
         """A new executable with some arguments replaced, without recompiling.

@@ -1,7 +1,10 @@
 """``tripy_build.load``: an artifact as an ``Executable``, without compiling and without pickle.
 
-Every file a loader uses is checked against its digest first (``artifact.read.read_contents``), the
-manifest against the exported program (``artifact.crosscheck``). Precompiled executables are
+Every file a loader uses is checked against its digest before it is used (``artifact.read.read_contents``;
+the weights one by one as they are placed, ``Contents.take_weight``), the manifest against the exported
+program (``artifact.crosscheck``). The raw weights that only the prep program reads are not kept: the
+executable holds what prep made of them, and reads them from the artifact again if asked
+(``Executable.weights``, ``save``, ``bind``). Precompiled executables are
 deserialized on first use, so a process that serves a few shapes pays only for those; one built for
 another host is skipped with a ``CompatibilityWarning``, and its shapes compile from the exported
 program instead (with the options the manifest records).
@@ -9,6 +12,7 @@ program instead (with the options the manifest records).
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -49,10 +53,11 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
 
     from ..core.dispatch import Dispatcher, output_axes
     from ..core.profiles import pad_values
+    from ..core.spec import to_dtype
     from . import iree as iree_backend
     from . import xla as xla_executable
     from .executable import Executable, Precompiled
-    from .program import Program, Source, Weight
+    from .program import PrepChunk, Program, Source, Stored, Weight
 
     c = read_contents(path, executables=trust_executables)
     m = c.manifest
@@ -78,12 +83,16 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     crosscheck.check(c.where(), m, main.in_avals[len(m.sources):], main.out_avals, c.files[m.program.file],
                      main.mlir_module)
     prep = program(m.prep.file) if m.prep else None
-    weights = [Weight(w.path, w.argument, jax.device_put(c.take_weight(w))) for w in m.weights]
+    direct = {i for kind, i in m.sources if kind == "weight"}
+    weights = [Weight(w.path, w.argument, jax.device_put(c.take_weight(w)) if i in direct else
+                      Stored(w.shape, to_dtype(w.dtype), functools.partial(c.take_weight, w)))
+               for i, w in enumerate(m.weights)]
     backend = jax.default_backend()
 
     compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it
 
-    def precompiled(entry: ExecutableEntry, exported: jax.export.Exported, label: str) -> Precompiled | None:
+    def precompiled(entry: ExecutableEntry, exported: jax.export.Exported, label: str,
+                    out_tree: Any = None) -> Precompiled | None:
         if not trust_executables:
             if exported is not main or entry.dynamic or entry.platform != backend:
                 return None  # the prep program runs through jax; IREE's dynamic module has no portable twin
@@ -98,7 +107,7 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
 
         def loader() -> Any:
             try:
-                return xla_executable.load(pre.blob, entry, exported.out_tree, label, entry.platform)
+                return xla_executable.load(pre.blob, entry, out_tree or exported.out_tree, label, entry.platform)
             except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
                 raise ArtifactError(f"{c.where(entry.file)}: cannot deserialize the executable "
                                     f"({type(e).__name__}: {str(e)[:200]}).") from None
@@ -108,7 +117,11 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     profiles = [p for p in (precompiled(e, main, m.function) for e in m.executables) if p is not None]
     universal = next((p for p in profiles if p.entry.dynamic), None)
     profiles = [p for p in profiles if p is not universal]
-    prep_exe = precompiled(m.prep.executable, prep, f"{m.function}_prep") if m.prep and m.prep.executable else None
+    chunks = [PrepChunk(c.weights, c.outputs) for c in (m.prep.chunks if m.prep else ())]
+    prep_exes = [precompiled(c.executable, prep, f"{m.function}_prep{n}", jax.tree_util.tree_structure([0] * len(c.outputs)))
+                 for n, c in enumerate(m.prep.chunks if m.prep else ())]
+    if None in prep_exes:
+        chunks, prep_exes = [], []  # prep runs whole, through jax
     try:
         dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in m.leaves], [s.name for _, s in m.sizes],
                                 output_axes(main.out_avals, m.dims), [p.target for p in profiles],
@@ -116,11 +129,12 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     except (SpecError, KeyError) as e:
         raise ArtifactError(f"{c.where()}: the dims do not match the exported program ({e}).") from None
     exe = Executable(
-        program=Program(main, prep, weights, [Source(k, i) for k, i in m.sources]),
+        program=Program(main, prep, weights, [Source(k, i) for k, i in m.sources],
+                        chunks=[(chunk, None) for chunk in chunks]),
         program_bytes=c.files[m.program.file], prep_bytes=c.files.get(m.prep.file) if m.prep else None,
         name=m.function, parameters=m.parameters, leaves=m.leaves, sizes=m.sizes, outputs=m.outputs, dims=m.dims,
         dispatcher=dispatcher, optimization_level=m.optimization_level, platforms=m.platforms,
-        precompiled=profiles, prep_exe=prep_exe, metadata=m.metadata, origin=(c.path, list(m.selftest)),
+        precompiled=profiles, prep_exes=prep_exes, metadata=m.metadata, origin=(c.path, list(m.selftest)),
         compiler=m.compiler, compiler_options=m.compiler_options,
     )
     compiled_here.append(exe)

@@ -174,16 +174,26 @@ class Runtime:
         self._simple = not self._bound and all("leaf" in p.template for p in self._visible)
 
     def _prepare(self) -> list[Any]:
-        """Weights on the device, with the prep program run on them (falling back to jax without one)."""
+        """Weights on the device, with the prep program run on them chunk by chunk, each chunk's raw weights
+        let go once it has run (falling back to jax where the chunks cannot run here)."""
         c, m = self._contents, self._manifest
-        weights = [self._device.put(c.take_weight(w), _Aval(w.shape, to_dtype(w.dtype))) for w in m.weights]
-        prepared: list[Any] = []
+        direct = {i: self._device.put(c.take_weight(m.weights[i]), _Aval(m.weights[i].shape, to_dtype(m.weights[i].dtype)))
+                  for i in {i for kind, i in m.sources if kind == "weight"}}
+        prepared: dict[int, Any] = {}
         if any(kind == "prep" for kind, _ in m.sources):
-            entry = m.prep.executable if m.prep else None
-            if entry is None or not c.usable(entry, _client):
+            chunks = m.prep.chunks if m.prep else ()
+            if not chunks or not all(c.usable(chunk.executable, _client) for chunk in chunks):
                 return [self._full_executable()._leading[i] for i in range(len(m.sources))]
-            prepared = _Compiled(self._device, c.files[entry.file], entry, c.where(entry.file)).device_outputs(weights)
-        return [weights[i] if kind == "weight" else prepared[i] for kind, i in m.sources]
+            for chunk in chunks:
+                run = _Compiled(self._device, c.files.pop(chunk.executable.file), chunk.executable,
+                                c.where(chunk.executable.file))
+                args = {i: direct[i] if i in direct else c.take_weight(m.weights[i]) for i in chunk.weights}
+                outs = run.device_outputs([args[i] for i in chunk.weights])
+                for o in outs:
+                    o.block_until_ready()
+                prepared.update(zip(chunk.outputs, outs))
+                del args, outs
+        return [direct[i] if kind == "weight" else prepared[i] for kind, i in m.sources]
 
     @property
     def input_infos(self) -> dict[str, Any]:

@@ -7,10 +7,22 @@ program made them from the stored ones at load (``prep``: transposes, casts, con
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A weight left in its artifact file: read, its digest checked, when something needs its values.
+
+    A loaded executable holds the prepared weights; the raw ones that only prep reads stay on disk
+    (``Executable.weights``, ``save`` and ``bind`` of another argument read them back)."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    read: Callable[[], np.ndarray] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -19,7 +31,10 @@ class Weight:
 
     path: str  # e.g. "params['proj']['weight']", or "const[3]" for an array the function closes over
     argument: str | None  # the constant argument it belongs to (bindable by that name), or None
-    value: Any
+    value: Any  # an array, or ``Stored``
+
+    def array(self) -> Any:
+        return self.value.read() if isinstance(self.value, Stored) else self.value
 
     @property
     def nbytes(self) -> int:
@@ -33,6 +48,15 @@ class Source:
     kind: str  # "weight" | "prep"
     index: int
 
+
+@dataclass(frozen=True)
+class PrepChunk:
+    """A piece of the prep program: it reads only ``weights`` and makes only ``outputs`` (prep's output
+    indices). Loaders run the chunks in turn and drop each chunk's weights after it, so raw and
+    prepared weights are never both held in full (``compiler/weights.py``)."""
+
+    weights: tuple[int, ...]
+    outputs: tuple[int, ...]
 
 
 def resolve(sources: Sequence[Source], weights: Sequence[Any], prepared: Sequence[Any]) -> list[Any]:
@@ -48,6 +72,8 @@ class Program:
     weights: list[Weight]
     sources: list[Source]  # where each leading argument of main comes from
     symbols: list[Any] = field(default_factory=list)  # the export's dim symbols (when just compiled)
+    # prep in pieces, each exported (when just compiled: the build precompiles them) or not (loaded)
+    chunks: list[tuple[PrepChunk, jax.export.Exported | None]] = field(default_factory=list)
 
     def leading_avals(self) -> list[jax.ShapeDtypeStruct]:
         return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.main.in_avals[:len(self.sources)]]

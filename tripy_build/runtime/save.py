@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..artifact.layout import PREP_EXECUTABLE, PREP_FILE, PROGRAM_FILE, executable_file, weight_file
-from ..artifact.manifest import Manifest, PrepEntry, ProgramFile, WeightEntry
+from ..artifact.layout import PREP_FILE, PROGRAM_FILE, executable_file, prep_executable_file, weight_file
+from ..artifact.manifest import Manifest, PrepChunkEntry, PrepEntry, ProgramFile, WeightEntry
 from ..artifact.npy import npy
 from ..artifact.write import write
 from ..core.spec import flatten_like, structure_template
@@ -34,8 +34,9 @@ def manifest(exe: Any, selftest: list[dict[str, Any]]) -> Manifest:
                         for i, p in enumerate(compiled))
     prep = None
     if program.prep is not None:
-        prep = PrepEntry(PREP_FILE, "jax.export", None if exe._prep_exe is None else
-                         dataclasses.replace(exe._prep_exe.entry, file=PREP_EXECUTABLE))
+        prep = PrepEntry(PREP_FILE, "jax.export", tuple(
+            PrepChunkEntry(chunk.weights, chunk.outputs, dataclasses.replace(pre.entry, file=prep_executable_file(n)))
+            for n, ((chunk, _), pre) in enumerate(zip(program.chunks, exe._prep_exes))))
     out_tree = program.main.out_tree
     return Manifest(
         function=exe._name, parameters=tuple(exe._parameters), leaves=tuple(exe._leaves), sizes=tuple(exe._sizes),
@@ -60,15 +61,14 @@ def save(exe: Any, path: str | os.PathLike, replace: bool = True) -> Path:
     files = {PROGRAM_FILE: exe._program_bytes, **selftest_files}
     if exe._prep_bytes is not None:
         files[PREP_FILE] = exe._prep_bytes
-    files.update({weight_file(i): npy(w.value) for i, w in enumerate(exe._weights)})
+    files.update({weight_file(i): npy(w.array()) for i, w in enumerate(exe._weights)})
     for name, (value, rel) in exe._bound.items():
         leaves: list[Any] = []
         flatten_like(next(p for p in exe._parameters if p.name == name).template, value, name, leaves)
         files.update({f"{rel}/{i}.npy": npy(leaf) for i, leaf in enumerate(leaves)})
     compiled = {executable_file(i, p.entry.is_iree): p
                 for i, p in enumerate([exe._universal] if exe._universal is not None else exe._precompiled)}
-    if exe._prep_exe is not None:
-        compiled[PREP_EXECUTABLE] = exe._prep_exe
+    compiled.update({prep_executable_file(n): pre for n, pre in enumerate(exe._prep_exes)})
     files.update({rel: p.blob for rel, p in compiled.items()})
     seconds = {rel: round(p.seconds, 4) for rel, p in compiled.items()}
     return write(path, manifest(exe, entries), files, replace=replace, index_extra={"compile_seconds": seconds})

@@ -1,0 +1,145 @@
+"""The weight split: prep cut into chunks that share no weight, and what a loaded executable holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tripy_build as tb
+from tripy_build import runtime
+from tripy_build.compiler import weights as weights_lib
+from tripy_build.errors import ArtifactError
+from tripy_build.runtime.program import Stored
+
+II = tb.InputInfo
+D = 32
+
+
+def _params(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"table": rng.standard_normal((10, D)).astype(np.float32),  # gathered as stored: no prep
+            "shared": rng.standard_normal((D, D)).astype(np.float32),  # two prepared arrays from one weight
+            "layers": [rng.standard_normal((D, D)).astype(np.float32) for _ in range(3)]}
+
+
+def _model(params, ids, x):
+    h = x + jnp.take(params["table"], ids, axis=0, mode="clip")
+    h = h @ params["shared"].T + h @ (params["shared"] * 2.0)
+    for w in params["layers"]:
+        h = jnp.tanh(h @ w.T)
+    return h
+
+
+def _by_hand(params, ids, x):
+    h = x + params["table"][ids]
+    h = h @ params["shared"].T + h @ (params["shared"] * 2.0)
+    for w in params["layers"]:
+        h = np.tanh(h @ w.T)
+    return h
+
+
+@pytest.fixture
+def chunked(monkeypatch, tmp_path):
+    # one chunk per group: each transpose is 2 x 4 KB, the shared weight's group 3 x 4 KB
+    monkeypatch.setattr(weights_lib, "PREP_CHUNK_BYTES", 9 * 1024)
+    batch = tb.NamedDimension("batch", 1, 2, 4)
+    exe = tb.compile(_model, args=[_params(0), II((batch,), "int32", values=(0, 10)), II((batch, D), "float32")],
+                     padding={"batch": "rows"})
+    return exe, Path(exe.save(tmp_path / "art"))
+
+
+def _inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return rng.integers(0, 10, n).astype(np.int32), rng.standard_normal((n, D)).astype(np.float32)
+
+
+def test_prep_runs_in_chunks_that_share_no_weight_and_every_loader_agrees(chunked):
+    exe, path = chunked
+    m = json.loads((path / "manifest.json").read_text())
+    chunks = m["prep"]["chunks"]
+    paths = [w["path"] for w in m["weights"]]
+    read = [[paths[i] for i in c["weights"]] for c in chunks]
+    assert len(chunks) == 4, read  # the shared weight's two arrays together, each layer alone
+    assert ["params['shared']"] in read and all([f"params['layers'][{i}]"] in read for i in range(3))
+    made = sorted(k for c in chunks for k in c["outputs"])
+    assert made == sorted(i for entry in m["leading"] for kind, i in entry.items() if kind == "prep")
+    assert {"weight": paths.index("params['table']")} in m["leading"]  # gathered as stored
+    assert {f"executables/prep_{n}.xla" for n in range(4)} <= set(json.loads((path / "index.json").read_text())["files"])
+    for n in (1, 3):
+        ids, x = _inputs(n)
+        want = _by_hand(_params(0), ids, x)
+        for loaded in (exe, tb.load(path, warmup="none"), runtime.load(path)):
+            np.testing.assert_allclose(np.asarray(loaded(ids, x)), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_loaded_executable_keeps_only_what_main_takes_and_reads_the_rest_back(chunked, tmp_path):
+    exe, path = chunked
+    loaded = tb.load(path, warmup="none")
+    stored = {w.path for w in loaded._weights if isinstance(w.value, Stored)}
+    assert stored == {"params['shared']", *(f"params['layers'][{i}]" for i in range(3))}  # not held: prep read them
+    want = {"params" + jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(_params(0))[0]}
+    got = loaded.weights  # the prep-only ones read back from the artifact, checked
+    assert set(got) == set(want)
+    for name, value in got.items():
+        np.testing.assert_array_equal(np.asarray(value), want[name])
+    again = Path(loaded.save(tmp_path / "again"))
+    for w in json.loads((path / "manifest.json").read_text())["weights"]:
+        assert (again / w["file"]).read_bytes() == (path / w["file"]).read_bytes()
+    ids, x = _inputs(3)
+    swapped = loaded.bind(params=_params(1))
+    np.testing.assert_allclose(np.asarray(swapped(ids, x)), _by_hand(_params(1), ids, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_changed_after_load_is_refused_when_read_back(chunked):
+    _, path = chunked
+    loaded = tb.load(path, warmup="none")
+    m = json.loads((path / "manifest.json").read_text())
+    layer = next(w for w in m["weights"] if w["path"] == "params['layers'][1]")
+    target = path / layer["file"]
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 1
+    target.write_bytes(bytes(data))
+    ids, x = _inputs(2)
+    loaded(ids, x)  # the prepared weights are in memory: calls go on
+    with pytest.raises(ArtifactError, match=r"weights/\d+\.npy: sha256 .* does not match .*params\['layers'\]\[1\]"):
+        _ = loaded.weights
+
+
+def test_a_manifest_whose_chunks_do_not_cover_prep_is_refused(chunked):
+    _, path = chunked
+    mpath = path / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["prep"]["chunks"][0]["outputs"] = m["prep"]["chunks"][1]["outputs"]
+    mpath.write_text(json.dumps(m))
+    for load in (lambda: tb.load(path, warmup="none"), lambda: runtime.load(path)):
+        with pytest.raises(ArtifactError, match=r"prep.chunks make the prepared weights .* but leading takes"):
+            load()
+
+
+def test_an_artifact_with_one_prep_executable_still_loads(tmp_path):
+    """Before chunks, the manifest named one executable that took every weight ("executable")."""
+    def layers(params, x):
+        h = x @ params["shared"].T + x @ (params["shared"] * 2.0)
+        for w in params["layers"]:
+            h = jnp.tanh(h @ w.T)
+        return h
+
+    batch = tb.NamedDimension("batch", 1, 2, 4)
+    params = {k: v for k, v in _params(0).items() if k != "table"}
+    exe = tb.compile(layers, args=[params, II((batch, D), "float32")], padding={"batch": "rows"})
+    path = Path(exe.save(tmp_path / "art"))
+    mpath = path / "manifest.json"
+    m = json.loads(mpath.read_text())
+    (chunk,) = m["prep"]["chunks"]  # all of prep fits one chunk at the default size, and it reads every weight
+    assert chunk["weights"] == list(range(len(m["weights"])))
+    m["prep"] = {"file": m["prep"]["file"], "format": m["prep"]["format"], "executable": chunk["executable"]}
+    mpath.write_text(json.dumps(m))
+    _, x = _inputs(3)
+    want = np.asarray(exe(x))
+    for loaded in (tb.load(path, warmup="none"), runtime.load(path)):
+        np.testing.assert_allclose(np.asarray(loaded(x)), want, rtol=1e-5, atol=1e-5)
