@@ -248,6 +248,28 @@ def test_auto_batching_stays_off_without_a_rows_dim(tmp_path):
         assert status == 200 and resp["outputs"][0]["data"] == [3.0, 5.0, 7.0]
 
 
+def test_outputs_returned_in_a_dict_are_served_by_their_keys(tmp_path):
+    """A Hugging Face style model returns {"last_hidden_state", "pooler_output"}: clients ask for those names."""
+    def encoder(x):
+        return {"last_hidden_state": jnp.tanh(x), "pooler_output": x.sum(axis=1), "extra": [x[:, 0], x[:, 1]]}
+
+    exe = tb.compile(encoder, args=(tb.InputInfo((tb.NamedDimension("batch", 1, 2, 4), 3), "float32"),),
+                     padding={"batch": "rows"})
+    exe.save(tmp_path / "encoder")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with Server([tmp_path / "encoder"], port=0).start() as server:
+        meta = get(f"{server.url}/v2/models/encoder")[1]
+        assert [o["name"] for o in meta["outputs"]] == ["extra[0]", "extra[1]", "last_hidden_state", "pooler_output"]
+        body = {"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": x.ravel().tolist()}],
+                "outputs": [{"name": "pooler_output"}]}
+        status, resp, _ = post(f"{server.url}/v2/models/encoder/infer", json.dumps(body).encode())
+        assert status == 200 and [o["name"] for o in resp["outputs"]] == ["pooler_output"]
+        np.testing.assert_allclose(outputs(resp)[0], x.sum(axis=1))
+        body["outputs"] = [{"name": "output0"}]
+        status, resp, _ = post(f"{server.url}/v2/models/encoder/infer", json.dumps(body).encode())
+        assert status == 400 and "'output0'" in resp["error"] and "pooler_output" in resp["error"]
+
+
 def test_the_command_serves_until_sigterm(artifact, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--port", "0",
                              "--max-delay-ms", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

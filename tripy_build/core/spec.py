@@ -360,6 +360,27 @@ def flatten_like(template: Any, value: Any, path: str, out: list[Any]) -> None:
         flatten_like(child, v, _child_path(path, i), out)
 
 
+def output_names(template: Any, n: int) -> list[str]:
+    """Names for ``n`` flat outputs: their paths in the dict a function returns (``last_hidden_state``,
+    ``heads[0]``), or ``output0``, ``output1``... when it returns anything else (``template``: as
+    ``structure_template`` makes it, or None)."""
+    if not template or "dict" not in template:
+        return [f"output{i}" for i in range(n)]
+    names = [f"output{i}" for i in range(n)]
+
+    def walk(t: Any, path: str) -> None:
+        if "leaf" in t:
+            names[t["leaf"]] = path
+        elif "dict" in t:
+            for k, c in t["dict"]:
+                walk(c, _child_path(path, k) if path else str(k))
+        else:
+            for i, c in enumerate(t.get("list", t.get("tuple", []))):
+                walk(c, _child_path(path, i))
+    walk(template, "")
+    return names
+
+
 def structure_template(tree: Any) -> Any:
     """A JSON template (``spec.rebuild``'s format) of a pytree whose leaves are their flat indices, or None."""
     if isinstance(tree, int):

@@ -37,7 +37,7 @@ from ..core.dispatch import Dispatcher, output_axes_static
 from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
-from ..core.spec import count_leaves, flatten_like, rebuild, to_dtype
+from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 
 _client = None
 _client_lock = threading.Lock()
@@ -202,6 +202,11 @@ class Runtime:
     @property
     def output_infos(self) -> list[Any]:
         return list(self._manifest.outputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        """Each flat output's name: its key in the returned dict (``last_hidden_state``), else ``output<i>``."""
+        return output_names(self._manifest.output_structure, len(self._manifest.outputs))
 
     def __repr__(self) -> str:
         return f"<tripy_build.runtime.Runtime {self.__name__}({', '.join(f'{p}: {i!r}' for p, i in self._leaves)})>"

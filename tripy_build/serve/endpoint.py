@@ -18,13 +18,13 @@ class Endpoint:
 
     def __init__(self, model: Any, version: str, path: Path | None = None, batch_dim: str = "auto",
                  max_batch: int | None = None, max_delay_ms: float = 0.0):
-        """``model``: what ``runtime.Runtime`` offers (``__name__``, ``flat_args``, ``output_infos``, ``dims``,
-        ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact."""
+        """``model``: what ``runtime.Runtime`` offers (``__name__``, ``flat_args``, ``output_infos``,
+        ``output_names``, ``dims``, ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact."""
         self.runtime, self.path, self.version = model, path, version
         self.name = model.__name__
         self.args = model.flat_args
         self.outputs = model.output_infos
-        self.output_names = [f"output{i}" for i in range(len(self.outputs))]
+        self.output_names = model.output_names
         self.plan, self.batching = batching.plan(self.args, self.outputs, model.dims, batch_dim, max_batch,
                                                  max_delay_ms)
         self.batcher = batching.Batcher(model.call_flat, self.plan, self.name)
