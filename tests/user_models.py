@@ -49,3 +49,16 @@ def positional_apply(params, *inputs):
 
 def positional_init(key, width: int):
     return {"w": jnp.ones((width, 3))}
+
+
+class NNXAttention(nnx.Module):
+    """An encoder layer taking an attention mask as Hugging Face's models do: ``(x, attention_mask)``, the
+    mask int32 ``[batch, seq]``, 1 at real tokens and 0 at padding."""
+
+    def __init__(self, width: int, heads: int, *, rngs: nnx.Rngs):
+        self.attn = nnx.MultiHeadAttention(num_heads=heads, in_features=width, decode=False, rngs=rngs)
+        self.norm = nnx.LayerNorm(width, rngs=rngs)
+
+    def __call__(self, x, attention_mask):
+        keep = attention_mask.astype(bool)
+        return self.norm(x + self.attn(x, mask=nnx.make_attention_mask(keep, keep)))

@@ -28,7 +28,7 @@ import orbax.checkpoint as ocp  # noqa: E402
 import tripy_build as tb  # noqa: E402
 from tripy_build.cli import config  # noqa: E402
 from tripy_build.build.pipeline import build  # noqa: E402
-from tripy_build.errors import ConfigError  # noqa: E402
+from tripy_build.errors import CallError, ConfigError  # noqa: E402
 from tripy_build.build.model import framework_of, load  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -298,3 +298,30 @@ def test_checkpoint_saved_with_the_optimizer_is_read_through_checkpoint_key(layo
     with pytest.raises(ConfigError, match=wrong_key):
         build(request(CASES["nnx_mlp"][0], tmp_path, f"params.checkpoint={ckpt}", "params.checkpoint_key=optimizer",
                       "force=true"))
+
+
+def test_a_library_module_with_an_attention_mask_pads_seq_through_it(tmp_path):
+    """``padding: {seq: {mask_input: attention_mask}}`` on a user's NNX module: every seq runs padded,
+    and its real positions match the module run by NNX at the true length."""
+    from tests.user_models import NNXAttention
+
+    model_cfg = {"_target_": "tests.user_models.NNXAttention", "width": 8, "heads": 2,
+                 "inputs": {"x": ["batch", "seq", 8], "attention_mask": ["batch", "seq"]},
+                 "input_dtypes": {"attention_mask": "int32"}, "input_values": {"attention_mask": [0, 2]},
+                 "padding": {"batch": "rows", "seq": {"mask_input": "attention_mask"}}}
+    result = build(request(model_cfg, tmp_path, "+shapes.dims.seq=[1,4,8]"))
+    exe = tb.load(result.path)
+    assert exe.dims[[d.name for d in exe.dims].index("seq")].strategy == "padded"
+    module = NNXAttention(8, 2, rngs=nnx.Rngs(SEED))
+    rng = np.random.default_rng(2)
+    for batch, seq, real in [(3, 3, [3, 3, 3]), (2, 5, [5, 2]), (1, 7, [4])]:  # 3, 5, 7 are past a bucket
+        x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
+        mask = (np.arange(seq)[None, :] < np.array(real)[:, None]).astype(np.int32)
+        got = np.asarray(exe(x, mask))
+        assert got.shape == (batch, seq, 8)
+        for b, n in enumerate(real):  # each row alone, at its true length, by NNX
+            want = np.asarray(module(x[b:b + 1, :n], mask[b:b + 1, :n]))
+            np.testing.assert_allclose(got[b:b + 1, :n], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(CallError, match=r"attention_mask.*\[0, 2\)"):
+        exe(np.zeros((1, 3, 8), np.float32), np.full((1, 3), 2, np.int32))
+
