@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build.models import MODELS, MLP, ConvNet, GEGLU, TransformerBlock, input_infos
+from tripy_build.models import GPT2, MLP, MODELS, Bert, ConvNet, GEGLU, ResNet, TransformerBlock, ViT, input_infos
 
 KEY = jax.random.PRNGKey(0)
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -95,13 +95,17 @@ def boundary_sizes(exe):
 
 
 def test_registry():
-    assert MODELS == {"geglu": GEGLU, "mlp": MLP, "transformer": TransformerBlock, "convnet": ConvNet}
+    assert MODELS == {"geglu": GEGLU, "mlp": MLP, "transformer": TransformerBlock, "convnet": ConvNet,
+                      "bert": Bert, "gpt2": GPT2, "vit": ViT, "resnet50": ResNet}
     for key, cls in MODELS.items():
         assert cls.name == key
         model = cls()  # every hyperparameter has a default
         names = list(model.inputs())
         assert names == list(model.input_dtypes())
-        assert set(model.input_dtypes().values()) == {"float32"}
+        dtypes = model.input_dtypes()
+        assert set(dtypes.values()) <= {"float32", "int32"}
+        # every integer input declares the values it may hold (token ids: [0, vocab))
+        assert set(getattr(model, "input_values", dict)()) == {n for n, d in dtypes.items() if d == "int32"}
         # apply(params, *inputs, lengths=None): the inputs follow params, in inputs() order
         params = list(inspect.signature(model.apply).parameters.values())
         assert [p.name for p in params[1:1 + len(names)]] == names
