@@ -106,11 +106,14 @@ MODELS = {
 SHAPES = {"text": {"real": [(1, 128), (8, 128), (1, 512)], "new": (3, 77),
                    "quick": [(1, 16), (4, 16), (1, 32)], "quick_new": (3, 7)},
           "image": {"real": [(1,), (8,)], "new": (3,), "quick": [(1,), (4,)], "quick_new": (3,)}}
-# tripy_build CLI overrides per kind: the default dims stop seq at 256 and allow 64 x 10 > max_profiles buckets
+# tripy_build CLI overrides per kind. Real size: the default dims stop seq at 256, and batch 1..64 x seq
+# 1..512 would be 7 x 10 power-of-two buckets > max_profiles (64), so batch stops at 8 (4 x 10 = 40
+# profiles); images keep the defaults. Quick: small dims and few buckets, to build in seconds.
 TB_OVERRIDES = {"text": {"real": ["shapes.dims.batch=[1,8,8]", "shapes.dims.seq=[1,128,512]"],
-                         "quick": ["shapes.dims.batch=[1,4,4]", "shapes.dims.seq=[1,16,32]"]},
-                "image": {"real": [], "quick": ["shapes.dims.batch=[1,4,4]"]}}
-PAUSE_S = 0.05  # between two timed calls (of different contenders): spinning threads go idle
+                         "quick": ["shapes.dims.batch=[1,4,4]", "shapes.dims.seq=[1,16,32]",
+                                   "shapes.buckets.batch=[1,4]", "shapes.buckets.seq=[16,32]"]},
+                "image": {"real": [], "quick": ["shapes.dims.batch=[1,4,4]", "shapes.buckets.batch=[1,4]"]}}
+PAUSE_S = {"real": 0.05, "quick": 0.01}  # between two timed calls (of different contenders): spinning threads go idle
 
 
 def clock() -> float:
@@ -679,7 +682,7 @@ class Bench:
                     for key in ("torch", "torch.compile"):
                         if key in res:
                             res[key]["size"] = size
-                    self.say(f"  {m}: {msg['params'] / 1e6:.1f} M parameters, {msg['dtype']}, HF attention {msg['attn']}; "
+                    self.say(f"  {m}: {msg['params'] / 1e6:.3g} M parameters, {msg['dtype']}, HF attention {msg['attn']}; "
                              f"saved and PyTorch's reference outputs in {wall:.1f} s, {size / 1e6:.1f} MB")
                 elif msg.get("failed"):
                     keys = {"export": ORT_KEYS, "optimize": ("ort-opt",), "compile": ("torch.compile",)}[stage]
@@ -732,7 +735,7 @@ class Bench:
         seconds = clock() - t
         log.write_text(" ".join(argv) + "\n" + out)
         path = next((ln.split("artifact:", 1)[1].split("  (")[0].strip() for ln in out.splitlines()
-                     if ln.startswith("artifact:")), None)
+                     if ln.strip().startswith("artifact:")), None)
         if rc != 0 or path is None:
             lines = [ln for ln in out.splitlines() if ln.strip()]
             hint = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
@@ -808,7 +811,7 @@ class Bench:
                     except (RuntimeError, OSError) as e:
                         self.fail(m, key, "steady call", one_line(str(e)))
                         alive.pop(key).kill()
-                    time.sleep(PAUSE_S)
+                    time.sleep(PAUSE_S[args.size])
         for key, child in alive.items():
             try:
                 child.send("exit")
@@ -949,7 +952,10 @@ def main(argv=None) -> int:
     bench = Bench(args, root)
     try:
         for m in args.models:
+            t = clock()
             bench.model(m)
+            bench.results[m]["wall_s"] = clock() - t
+            print(f"  {m}: done in {clock() - t:.0f} s", flush=True)
     finally:
         if tmp is not None:
             tmp.cleanup()
