@@ -39,7 +39,8 @@ def spec_text(info: InputInfo) -> str:
     for axis, (lo, opt, hi) in enumerate(zip(b.min, b.opt, b.max)):
         name = info.dimension_names.get(axis)
         dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
-    return f"{info.dtype.name}[{', '.join(dims)}]"
+    values = f" in [{info.values[0]}, {info.values[1]})" if info.values is not None else ""
+    return f"{info.dtype.name}[{', '.join(dims)}]{values}"
 
 
 def table(headers: Sequence[str] | None, rows: Sequence[Sequence[Any]], indent: str = "  ") -> list[str]:

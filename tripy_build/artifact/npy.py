@@ -18,9 +18,18 @@ def npy(array: Any) -> bytes:
 
 
 def from_npy(data: bytes, where: str, dtype: Any = None) -> np.ndarray:
-    """An array from ``.npy`` bytes; with ``dtype``, checked against it (``as_dtype``)."""
+    """An array from ``.npy`` bytes, a read-only view of them (not a copy: a model's weights are read once);
+    with ``dtype``, checked against it (``as_dtype``)."""
     try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
+        header = io.BytesIO(data)
+        version = np.lib.format.read_magic(header)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, stored = read_header(header)
+        if stored.hasobject:
+            raise ValueError("object arrays are never read (they would need pickle)")
+        count = int(np.prod(shape, dtype=np.int64))
+        array = np.frombuffer(data, stored, count=count, offset=header.tell())
+        array = array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
     except ValueError as e:
         raise ArtifactError(f"{where}: not a readable .npy array ({e}).") from None
     if dtype is None:

@@ -184,6 +184,13 @@ class Contents:
     def weight(self, entry: WeightEntry) -> np.ndarray:
         return self.array(entry.file, entry.dtype)
 
+    def take_weight(self, entry: WeightEntry) -> np.ndarray:
+        """A weight, its bytes no longer kept here: a loader places each weight on the device once, and the
+        host copy lives only as long as the device buffer needs it (a model's weights are held once)."""
+        array = self.weight(entry)
+        self.files.pop(entry.file, None)
+        return array
+
     def bound_values(self) -> dict[str, Any]:
         values, start, files = {}, 0, self.bound_files
         for p in self.manifest.parameters:

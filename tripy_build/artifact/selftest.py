@@ -40,23 +40,26 @@ class Case:
     name: str
     inputs: list[np.ndarray]
     outputs: list[np.ndarray]
-    seeds: list[tuple[int, ...]] | None = None  # per input: the seed ``sample`` made it from
+    seeds: list[tuple[int, ...] | None] | None = None  # per input: the seed ``sample`` made it from (None: not sampled)
     sampled: list[dict[str, Any] | None] | None = None  # per output: its sample entry, or None when whole
+    values: list[tuple[int, int] | None] | None = None  # per input: the value range ``sample`` drew from
 
 
 def sample(info: InputInfo, shape: Sequence[int], seed: Sequence[int]) -> np.ndarray:
-    return sample_dtype(info.dtype, shape, seed)
+    return sample_dtype(info.dtype, shape, seed, info.values)
 
 
-def sample_dtype(dtype: Any, shape: Sequence[int], seed: Sequence[int]) -> np.ndarray:
-    """Seeded inputs: booleans, small integers (valid indices for gathers), or standard normals."""
+def sample_dtype(dtype: Any, shape: Sequence[int], seed: Sequence[int], values: Sequence[int] | None = None) -> np.ndarray:
+    """Seeded inputs: booleans, integers (in the declared ``values`` range, else small ones: valid indices for
+    gathers), or standard normals."""
     rng = np.random.default_rng(list(seed))
     dtype = np.dtype(dtype)
     kind = dtype.kind
     if kind == "b":
         return rng.random(shape) < 0.5
     if kind in "iu":
-        return rng.integers(0, 4, shape).astype(dtype)
+        lo, hi = values if values is not None else (0, 4)
+        return rng.integers(lo, hi, shape).astype(dtype)
     return rng.standard_normal(shape).astype(np.float32).astype(dtype)
 
 
@@ -76,8 +79,9 @@ def to_files(cases: Sequence[Case], rtol: float | None = None) -> tuple[list[dic
                  "dtypes": [np.dtype(a.dtype).name for a in (*case.inputs, *case.outputs)]}
         for i, a in enumerate(case.inputs):
             rel = f"{PREFIX}/{case.name}/input{i}.npy"
-            if case.seeds is not None and a.nbytes > INPUT_INLINE_MAX_BYTES:
+            if case.seeds is not None and case.seeds[i] is not None and a.nbytes > INPUT_INLINE_MAX_BYTES:
                 entry["inputs"].append({"seed": list(case.seeds[i]), "shape": list(a.shape),
+                                        **({"values": list(case.values[i])} if case.values and case.values[i] else {}),
                                         "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()})
             else:
                 files[rel] = npy(a)
@@ -109,7 +113,7 @@ def from_files(entries: Sequence[dict[str, Any]], files: dict[str, bytes]) -> li
             if isinstance(ref, str):
                 inputs.append(from_npy(files[ref], ref, dtype))
                 continue
-            x = sample_dtype(dtype, ref["shape"], ref["seed"])
+            x = sample_dtype(dtype, ref["shape"], ref["seed"], ref.get("values"))
             if hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest() != ref["sha256"]:
                 raise ArtifactError(
                     f"self-test {e['name']}: the input numpy generates from seed {ref['seed']} differs from the one the "

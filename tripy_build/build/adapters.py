@@ -68,6 +68,12 @@ class LibraryModel:
             except Exception:  # noqa: BLE001 - numpy raises TypeError or others for an unknown name
                 raise ConfigError(f"model.input_dtypes.{name}: unknown dtype {dtype!r}; e.g. float32, int32, bfloat16.") from None
         self._dtypes = {n: str(dtypes.get(n, "float32")) for n in self._inputs}
+        values = cfg.get("input_values") or {}
+        if not isinstance(values, dict) or set(values) - set(self._inputs) or not all(
+                isinstance(v, (list, tuple)) and len(v) == 2 for v in values.values()):
+            raise ConfigError(f"model.input_values: must map integer input names ({', '.join(self._inputs)}) to "
+                              f"[lo, hi), the values they may hold (token ids: [0, vocab_size]), got {values!r}.")
+        self._values = {n: tuple(v) for n, v in values.items()}
         if cfg.get("vmap") is not None and self.framework != "equinox":
             raise ConfigError(f"model.vmap: only Equinox modules are mapped over a dim; {target_path} is a "
                               f"{self.framework} model. Remove model.vmap.")
@@ -147,6 +153,9 @@ class LibraryModel:
 
     def input_dtypes(self) -> dict[str, str]:
         return dict(self._dtypes)
+
+    def input_values(self) -> dict[str, tuple[int, int]]:
+        return dict(self._values)
 
     def example_inputs(self) -> list[Any]:
         """Zeros at each input's opt shape: what a Linen module is initialised with."""

@@ -23,7 +23,7 @@ from .adapters import (SETTING_ERRORS, EquinoxModel, FunctionModel, LinenModel, 
 # Model config keys that are ours, not constructor arguments.
 OWN_KEYS = ("_target_", "name", "padding")
 # The keys a library model or a function also takes from the config.
-LIBRARY_KEYS = ("inputs", "input_dtypes", "vmap", "init", "call")
+LIBRARY_KEYS = ("inputs", "input_dtypes", "input_values", "vmap", "init", "call")
 PROTOCOL = ("init", "apply", "inputs")
 
 
@@ -85,6 +85,7 @@ def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str = 
     """The model's declared inputs with every named dim resolved from ``shapes.dims``."""
     infos = {}
     dtypes = model.input_dtypes() if hasattr(model, "input_dtypes") else {}
+    values = model.input_values() if hasattr(model, "input_values") else {}
     for name, shape in model.inputs().items():
         resolved = []
         for i, d in enumerate(shape):
@@ -97,7 +98,7 @@ def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str = 
                 resolved.append(dims[d])
             else:
                 resolved.append(d)
-        infos[name] = InputInfo(resolved, dtypes.get(name, dtype))
+        infos[name] = InputInfo(resolved, dtypes.get(name, dtype), values.get(name))
     return infos
 
 
@@ -113,6 +114,14 @@ def padding(model: Any, model_cfg: dict[str, Any], dims: dict[str, Any]) -> dict
         raise ConfigError(f"model.padding: {', '.join(map(repr, unknown))} is not a dim of this model's inputs "
                           f"(its dims: {', '.join(map(repr, sorted(used))) or 'none'}).")
     return {d: k for d, k in declared.items() if isinstance(dims.get(d), NamedDimension)}
+
+
+def settings(model: Any) -> dict[str, Any]:
+    """A zoo model's settings (its dataclass fields) as config values (tuples as lists)."""
+    import dataclasses
+
+    return {f.name: list(v) if isinstance(v := getattr(model, f.name), tuple) else v
+            for f in dataclasses.fields(model)}
 
 
 def pure_init(model: Any) -> bool:

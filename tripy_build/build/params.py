@@ -195,3 +195,35 @@ def _subtree(tree: Any, names: set[tuple[str, ...]]) -> dict[str, Any] | None:
 def _recorded(meta: Any) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and dtype orbax recorded for a leaf."""
     return tuple(getattr(meta, "shape", ()) or ()), np.dtype(getattr(meta, "dtype", None) or "float32")
+
+
+def is_pretrained(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` is a Hugging Face ``save_pretrained`` directory (``config.json`` and safetensors)."""
+    from ..models import hf
+
+    path = Path(directory)
+    return (path / hf.CONFIG).is_file() and ((path / hf.WEIGHTS).is_file() or (path / hf.INDEX).is_file())
+
+
+def load_pretrained(model_cfg: dict[str, Any], directory: str | os.PathLike) -> tuple[Any, Any]:
+    """``(model, params)`` from a Hugging Face ``save_pretrained`` directory, for the zoo model ``model_cfg`` names
+    when it has a Hugging Face architecture (``models/hf.py``): its settings from ``config.json``, its tensors
+    streamed from safetensors. A setting the build config gives (one that differs from the model's default)
+    must agree with the checkpoint's."""
+    import dataclasses
+
+    from ..models import MODELS, hf
+    from .adapters import _import
+
+    cls = _import(model_cfg["_target_"], "model._target_")
+    if cls not in MODELS.values() or getattr(cls, "name", None) not in hf.NAMES:
+        raise ConfigError(
+            f"params.checkpoint: {str(directory)!r} is a Hugging Face save_pretrained directory, but model "
+            f"{model_cfg.get('name') or model_cfg['_target_']} has no Hugging Face architecture; models that read one: "
+            f"{', '.join(sorted(hf.NAMES))}.")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    given = {k: v for k, v in model_cfg.items() if k in defaults and hf.normalized(v) != hf.normalized(defaults[k])}
+    try:
+        return hf.load_pretrained(cls, directory, given)
+    except hf.CheckpointError as e:
+        raise ConfigError(f"params.checkpoint: {e}") from None

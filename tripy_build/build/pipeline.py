@@ -7,6 +7,7 @@ compiles, and so is one another host uploaded to the shared cache (``remote.py``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -37,14 +38,23 @@ def build(request: BuildRequest) -> BuildResult:
 
     apply_cpu_target(request.target_cpu, backend_started())
     timings: dict[str, float] = {}
-    model = model_io.load(request.model, request.shapes)
+    t0 = time.perf_counter()
+    params = None
+    pretrained = request.params_checkpoint is not None and params_io.is_pretrained(request.params_checkpoint)
+    if pretrained:
+        # a Hugging Face save_pretrained directory: the model's settings come from its config.json
+        model, params = params_io.load_pretrained(request.model, request.params_checkpoint)
+        request = dataclasses.replace(request, model={**request.model, **model_io.settings(model)})
+        timings["read checkpoint"] = time.perf_counter() - t0
+    else:
+        model = model_io.load(request.model, request.shapes)
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)
 
-    t0 = time.perf_counter()
-    params = None
     if request.params_checkpoint is None:
         identity: dict[str, Any] = {"init": "random", "seed": request.params_seed}
+    elif pretrained:
+        identity = {"init": "checkpoint", "sha256": params_io.digest(params)}
     else:
         import jax
 

@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ..build.request import BuildRequest
 from ..compiler.optimization import DEFAULT_LEVEL, check_level
 from ..errors import ConfigError, SpecError
-from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, resolve_buckets
+from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, MaskInput, resolve_buckets
 from ..core.spec import NamedDimension
 
 
@@ -109,8 +109,9 @@ def model_schema(model_cls: type) -> type:
     fields = [("_target_", str, key(f"{model_cls.__module__}.{model_cls.__qualname__}",
                                     "the model: a class (zoo-style, Flax NNX, Linen, Equinox) or a function")),
               ("name", str, key(model_cls.name, "the artifact folder's name: <artifacts_dir>/<name>/<key>")),
-              ("padding", dict[str, str], key(help="dim name -> rows | mask | none: which dims may be padded up "
-                                                   "to a bucket (proven at build); the model's own by default",
+              ("padding", dict[str, Any], key(help="dim name -> rows | mask | none | {mask_input: INPUT}: which "
+                                                   "dims may be padded up to a bucket (proven at build); the "
+                                                   "model's own by default",
                                               factory=lambda: dict(getattr(model_cls, "padding", {}))))]
     hints = typing.get_type_hints(model_cls)
     for f in dataclasses.fields(model_cls):
@@ -186,8 +187,14 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if not isinstance(padding, dict):
         raise ConfigError(f"model.padding: must map dim names to 'rows', 'mask' or 'none', got {padding!r}.")
     for dim, kind in padding.items():
-        if kind not in (*PADDING_KINDS, "none"):
-            raise ConfigError(f"model.padding.{dim}: must be one of {', '.join((*PADDING_KINDS, 'none'))}, got {kind!r}.")
+        if isinstance(kind, dict):
+            try:
+                MaskInput.parse(kind, f"model.padding.{dim}")
+            except SpecError as e:
+                raise ConfigError(str(e)) from None
+        elif kind not in (*PADDING_KINDS, "none"):
+            raise ConfigError(f"model.padding.{dim}: must be one of {', '.join((*PADDING_KINDS, 'none'))} or "
+                              f"{{mask_input: INPUT}} (the model ignores positions where that input is 0), got {kind!r}.")
     dims = {name: _dim(f"shapes.dims.{name}", v) for name, v in plain["shapes"]["dims"].items()}
     buckets = plain["shapes"]["buckets"]
     for name, spec in buckets.items():

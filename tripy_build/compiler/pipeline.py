@@ -142,7 +142,8 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     outputs = output_infos(program, leaves, len(sizes))
     out_axes = output_axes(program.main.out_avals, dims)
     targets = profiles_lib.profiles(dims, max_profiles)
-    dispatcher = Dispatcher(dims, [info.shape_bounds.opt for _, info in leaves], size_names, out_axes, targets)
+    dispatcher = Dispatcher(dims, [info.shape_bounds.opt for _, info in leaves], size_names, out_axes, targets,
+                            profiles_lib.pad_values(dims, [p for p, _ in leaves]))
     exported_bytes = bytes(program.main.serialize())
     prep_bytes = bytes(program.prep.serialize()) if program.prep is not None else None
     log("trace+export", time.perf_counter() - t0)

@@ -1,8 +1,10 @@
 """Padding declarations proven on the compiled executables, before a build or compile returns.
 
 ``rows`` says slices along a dim are independent; ``mask`` says the function masks everything at or
-beyond the dim's true size. Either is checked at every bucket boundary with large random values in the
-padding, so that a model mixing rows or ignoring its mask fails the build, naming the dim.
+beyond the dim's true size; a mask input says it ignores every position where that input is 0. Each is
+checked at every bucket boundary with large random values in the padding (the mask input's padding 0,
+integer inputs within their declared value range), so that a model mixing rows or ignoring its mask
+fails the build, naming the dim.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import jax
 import numpy as np
 
 from ..artifact.selftest import DEFAULT_RTOL, RTOL, sample
+from ..core.profiles import MaskInput, mask_inputs
 from ..errors import SpecError
 from ..runtime.executable import Executable
 
@@ -36,10 +39,13 @@ def prove_padding(exe: Executable, seed: int = 0) -> None:
         for small, large in zip(d.buckets, d.buckets[1:]):
             at_small = tuple(small if i == di else n for i, n in enumerate(base))
             at_large = tuple(large if i == di else n for i, n in enumerate(base))
-            leaf_infos = [info for _, info in exe.flat_inputs]
-            inputs = [sample(info, s, (seed, di, small, li))
-                      for li, (info, s) in enumerate(zip(leaf_infos, dispatcher.leaf_shapes(at_small)))]
-            filled = [x if x.shape == big else _fill(x, big, rng) for x, big in zip(inputs, dispatcher.leaf_shapes(at_large))]
+            leaves = exe.flat_inputs
+            ones = mask_inputs(exe.dims, [p for p, _ in leaves])
+            inputs = [np.ones(s, info.dtype) if li in ones else sample(info, s, (seed, di, small, li))
+                      for li, ((_, info), s) in enumerate(zip(leaves, dispatcher.leaf_shapes(at_small)))]
+            mask = d.padding.input if isinstance(d.padding, MaskInput) else None
+            filled = [x if x.shape == big else _fill(x, big, rng, info.values, zero=path == mask)
+                      for x, big, (path, info) in zip(inputs, dispatcher.leaf_shapes(at_large), leaves)]
             true_sizes = dispatcher.route([x.shape for x in inputs]).sizes
             want = exe.run_profile(at_small, inputs, true_sizes)
             got = exe.run_profile(at_large, filled, true_sizes)
@@ -52,24 +58,32 @@ def prove_padding(exe: Executable, seed: int = 0) -> None:
                 bad = err > rtol + rtol * np.abs(w.astype(np.float64))
                 if g.shape != w.shape or bad.any():
                     worst = float(err.max()) if g.shape == w.shape else float("inf")
+                    declared = d.padding.to_json() if mask else d.padding
                     raise SpecError(
-                        f"padding[{d.name!r}] = {d.padding!r} is not exact for {exe.__name__}: with {d.name}={small} "
+                        f"padding[{d.name!r}] = {declared!r} is not exact for {exe.__name__}: with {d.name}={small} "
                         f"padded to the bucket {large}, output {o} differs from the unpadded result by up to "
                         f"{worst:.3g} (tolerance {rtol:g}). "
                         + ("Slices along this dim are not independent; remove the declaration."
                            if d.padding == "rows" else
+                           f"The model must ignore every position where {mask!r} is 0; fix the masking or remove "
+                           "the declaration." if mask else
                            f"The model must mask every position at or beyond DimSize({d.name!r}); fix the "
                            "masking or remove the declaration.")
                     )
 
 
-def _fill(x: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """``x`` enlarged to ``shape``, the new positions filled with random values far from zero."""
-    if x.dtype.kind == "f":
+def _fill(x: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator, values: tuple[int, int] | None = None,
+          zero: bool = False) -> np.ndarray:
+    """``x`` enlarged to ``shape``: the new positions 0 (``zero``: a mask input's padding), else random values far
+    from zero (an integer input: anywhere in its declared ``values``, such as any token id)."""
+    if zero:
+        out = np.zeros(shape, x.dtype)
+    elif x.dtype.kind == "f":
         out = (rng.standard_normal(shape) * GARBAGE_SCALE + GARBAGE_SCALE / 2).astype(x.dtype)
     elif x.dtype.kind == "b":
         out = rng.random(shape) < 0.5
     else:
-        out = rng.integers(0, 4, shape).astype(x.dtype)
+        lo, hi = values if values is not None else (0, 4)
+        out = rng.integers(lo, hi, shape).astype(x.dtype)
     out[tuple(slice(0, n) for n in x.shape)] = x
     return out

@@ -25,11 +25,12 @@ from ..core.spec import InputInfo
 
 
 def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict[int, Any] | None = None,
-         seed: int = 0, extra: dict[int, tuple[int, ...]] | None = None) -> list[Case]:
+         seed: int = 0, extra: dict[int, tuple[int, ...]] | None = None, ones: frozenset[int] = frozenset()) -> list[Case]:
     """Run ``flat_fn`` (traced from its source with ``jax.jit``) on seeded inputs.
 
     Leaves in ``fixed`` (bound inputs such as weights) take those values and are not stored in the case.
-    ``extra`` gives the shape of every leaf for one more case, ``padded``.
+    ``extra`` gives the shape of every leaf for one more case, ``padded``. Leaves in ``ones`` (attention
+    masks: every real position attended) are all ones.
     """
     fixed = fixed or {}
     shapes = {which: {li: getattr(info.shape_bounds, which) for li, (_, info) in enumerate(leaves)} for which in CASES}
@@ -37,13 +38,14 @@ def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict
         shapes["padded"] = extra
     cases = []
     for ci, (which, case_shapes) in enumerate(shapes.items()):
-        sampled = {li: sample(info, case_shapes[li], (seed, ci, li))
+        sampled = {li: np.ones(case_shapes[li], info.dtype) if li in ones else sample(info, case_shapes[li], (seed, ci, li))
                    for li, (_, info) in enumerate(leaves) if li not in fixed}
         full = [fixed[li] if li in fixed else sampled[li] for li in range(len(leaves))]
         args = [jax.numpy.asarray(x) for x in full]
         outputs = jax.tree_util.tree_leaves(run_once(flat_fn, *args))
         cases.append(Case(which, list(sampled.values()), [np.asarray(o) for o in outputs],
-                          seeds=[(seed, ci, li) for li in sampled]))
+                          seeds=[None if li in ones else (seed, ci, li) for li in sampled],
+                          values=[leaves[li][1].values for li in sampled]))
     return cases
 
 
@@ -51,11 +53,18 @@ ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
 def run_once(fn: Callable, *args: Any) -> Any:
-    """``jax.jit(fn)(*args)`` for code that runs once: LLVM at -O0 compiles in ~60% of the time.
+    """``jax.jit(fn)(*args)`` for code that runs once: LLVM at -O0 compiles in ~60% of the time, and the arrays
+    ``fn`` closes over (a model's weights) are passed in as arguments rather than folded into the program as
+    constants, which for BERT-base (418 MB of weights) made the compile take minutes and gigabytes.
 
     The backend level changes how fast the code runs, not what it computes (no fast-math, no
     reassociation), and a reference compiled differently from the profiles is a better check.
     """
-    return jax.jit(fn).lower(*args).compile(compiler_options=ONCE_OPTIONS)(*args)
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
+    consts = list(closed.consts)
 
+    def with_weights(weights: Sequence[Any], *xs: Any) -> Any:
+        return jax.core.eval_jaxpr(closed.jaxpr, weights, *xs)
 
+    outs = jax.jit(with_weights).lower(consts, *args).compile(compiler_options=ONCE_OPTIONS)(consts, *args)
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), outs)

@@ -113,8 +113,11 @@ class Dispatcher:
     """Maps input shapes to a ``Route`` over a set of profiles (sizes per dim)."""
 
     def __init__(self, dims: Sequence[DimPlan], leaf_shapes: Sequence[Sequence[int]], size_names: Sequence[str],
-                 out_axes: Sequence[Sequence[int | None]], profiles: Sequence[tuple[int, ...]]):
+                 out_axes: Sequence[Sequence[int | None]], profiles: Sequence[tuple[int, ...]],
+                 fills: Sequence[float] | None = None):
+        """``fills``: the value each flat input is padded with (``profiles.pad_values``; 0 by default)."""
         self.dims = list(dims)
+        self._fills = list(fills) if fills is not None else [0] * len(leaf_shapes)
         self._static_shapes = [tuple(s) for s in leaf_shapes]  # opt shapes; dims' axes are overwritten
         self._axes = [dict() for _ in leaf_shapes]  # per leaf: axis -> dim index
         for di, d in enumerate(self.dims):
@@ -185,7 +188,7 @@ class Dispatcher:
         its flat outputs (arrays numpy can view).
         """
         if route.split is None:
-            padded = [pad(x, s) if p else x for x, p, s in zip(leaves, route.pad, route.shapes)]
+            padded = [pad(x, s, f) if p else x for x, p, s, f in zip(leaves, route.pad, route.shapes, self._fills)]
             outs = run_profile(route.target, padded, route.sizes)
             return [np.asarray(o) if c is None else np.asarray(o)[c] for o, c in zip(outs, route.slices)]
         di, parts = route.split
@@ -200,9 +203,9 @@ class Dispatcher:
                 for i, a in enumerate(out_axes)]
 
 
-def pad(x: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """``x`` on the host, zero-padded at the end of each axis up to ``shape``."""
+def pad(x: Any, shape: tuple[int, ...], fill: float = 0) -> np.ndarray:
+    """``x`` on the host, padded with ``fill`` (0: zeros) at the end of each axis up to ``shape``."""
     x = np.asarray(x)
-    out = np.zeros(shape, x.dtype)
+    out = np.zeros(shape, x.dtype) if not fill else np.full(shape, fill, x.dtype)
     out[tuple(slice(0, n) for n in x.shape)] = x
     return out

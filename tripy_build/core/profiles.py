@@ -6,9 +6,11 @@ Each dynamic dim of the program gets a ``DimPlan``:
   plus ``max``; the default), ``"pow2:N"`` (the same, from N up: sizes below N run the first bucket),
   an explicit list, or ``"none"``;
 - ``padding``: what the model declares about padding it: ``"rows"`` (slices along the dim are
-  independent, so zero rows appended and then sliced off change nothing: a batch) or ``"mask"`` (the
+  independent, so zero rows appended and then sliced off change nothing: a batch), ``"mask"`` (the
   model takes the dim's true size as a ``DimSize`` and masks the padding itself: a sequence under
-  attention); ``None`` means the dim is never padded;
+  attention) or a ``MaskInput`` (the model takes an attention mask input and ignores every position
+  where it is 0: padded positions get mask 0, other inputs a pad value, 0 by default: Hugging Face's
+  text models); ``None`` means the dim is never padded;
 - the ``strategy`` that follows: ``padded`` (every size up to the largest bucket runs the smallest
   bucket that covers it), ``buckets`` (bucket sizes run precompiled, others compile on first use) or
   ``compile`` (every size but ``opt`` compiles on first use).
@@ -54,6 +56,41 @@ def resolve_buckets(spec: Any, bounds: tuple[int, int, int], what: str) -> tuple
 
 
 @dataclass(frozen=True)
+class MaskInput:
+    """A dim padded through an input mask: ``input`` (a flat input's path, e.g. ``attention_mask``) is 0 at every
+    padded position, and the function ignores positions where it is 0; the other inputs are padded with their
+    ``pad_values`` (by path; 0 when not listed). Declared as ``{"mask_input": NAME, "pad_values": {PATH: V}}``."""
+
+    input: str
+    pad_values: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def parse(cls, value: Any, what: str) -> "MaskInput":
+        if isinstance(value, MaskInput):
+            return value
+        if not isinstance(value, Mapping) or not isinstance(value.get("mask_input"), str) or \
+                set(value) - {"mask_input", "pad_values"}:
+            raise SpecError(f"{what}: a mask-input padding is {{'mask_input': INPUT, 'pad_values': {{INPUT: VALUE}}}} "
+                            f"(pad_values optional, 0 by default), got {value!r}.")
+        pads = value.get("pad_values") or {}
+        if not isinstance(pads, Mapping) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                     for v in pads.values()):
+            raise SpecError(f"{what}: pad_values maps input names to numbers, got {pads!r}.")
+        return cls(value["mask_input"], tuple(sorted((str(k), v) for k, v in pads.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mask_input": self.input, **({"pad_values": dict(self.pad_values)} if self.pad_values else {})}
+
+    def __str__(self) -> str:
+        return f"mask input {self.input}"
+
+
+def padding_kind(padding: Any) -> str | None:
+    """``rows``, ``mask``, ``mask_input`` or None: what kind of padding a dim's declaration is."""
+    return "mask_input" if isinstance(padding, MaskInput) else padding
+
+
+@dataclass(frozen=True)
 class DimPlan:
     """How one dynamic dim of the program is served."""
 
@@ -62,7 +99,7 @@ class DimPlan:
     bounds: tuple[int, int, int]
     uses: tuple[tuple[int, int], ...]  # (flat input index, axis) where the dim appears
     buckets: tuple[int, ...]
-    padding: str | None
+    padding: str | MaskInput | None  # "rows", "mask", a MaskInput, or None: never padded
 
     @property
     def label(self) -> str:
@@ -84,14 +121,36 @@ class DimPlan:
         lo, opt, hi = self.bounds
         return {"symbol": self.symbol, "name": self.name, "min": lo, "opt": opt, "max": hi,
                 "uses": [[leaf_paths[i], a] for i, a in self.uses], "buckets": list(self.buckets),
-                "padding": self.padding, "strategy": self.strategy}
+                "padding": self.padding.to_json() if isinstance(self.padding, MaskInput) else self.padding,
+                "strategy": self.strategy}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], leaf_paths: Sequence[str]) -> "DimPlan":
         index = {p: i for i, p in enumerate(leaf_paths)}
+        padding = data["padding"]
         return cls(str(data["symbol"]), data["name"], (int(data["min"]), int(data["opt"]), int(data["max"])),
                    tuple((index[p], int(a)) for p, a in data["uses"]), tuple(int(b) for b in data["buckets"]),
-                   data["padding"])
+                   MaskInput.parse(padding, f"dims[{data['symbol']!r}].padding") if isinstance(padding, Mapping)
+                   else padding)
+
+
+def mask_inputs(dims: Sequence[DimPlan], leaf_paths: Sequence[str]) -> frozenset[int]:
+    """The flat inputs that are attention masks of a mask-input dim (by index): a self-test or a proof sets
+    them to ones at the real positions (a row that attends to nothing has no meaning to keep)."""
+    masks = {d.padding.input for d in dims if isinstance(d.padding, MaskInput)}
+    return frozenset(i for i, p in enumerate(leaf_paths) if p in masks)
+
+
+def pad_values(dims: Sequence[DimPlan], leaf_paths: Sequence[str]) -> list[float]:
+    """The value each flat input is padded with: 0, or its ``pad_values`` entry under a mask-input dim."""
+    fills = [0.0] * len(leaf_paths)
+    index = {p: i for i, p in enumerate(leaf_paths)}
+    for d in dims:
+        if isinstance(d.padding, MaskInput):
+            for path, value in d.padding.pad_values:
+                if path in index:
+                    fills[index[path]] = value
+    return fills
 
 
 def first_use_compiles(dim: DimPlan, strategy: str | None = None) -> str:
@@ -111,11 +170,12 @@ def first_use_compiles(dim: DimPlan, strategy: str | None = None) -> str:
 
 
 def plan_dims(symbols: Sequence[Any], leaf_paths: Sequence[str], buckets: Any = DEFAULT_BUCKETS,
-              padding: Mapping[str, str] | None = None) -> list[DimPlan]:
+              padding: Mapping[str, Any] | None = None) -> list[DimPlan]:
     """One ``DimPlan`` per program symbol (``export.Symbol``).
 
     ``buckets`` is one policy for every dim, or ``{dim name: policy}`` (unlisted dims get the default);
-    ``padding`` is ``{dim name: "rows" | "mask"}``. Both are keyed by ``NamedDimension`` name.
+    ``padding`` is ``{dim name: "rows" | "mask" | {"mask_input": INPUT}}``. Both are keyed by ``NamedDimension``
+    name.
     """
     padding = dict(padding or {})
     per_dim = dict(buckets) if isinstance(buckets, Mapping) else {}
@@ -129,9 +189,20 @@ def plan_dims(symbols: Sequence[Any], leaf_paths: Sequence[str], buckets: Any = 
                 f"of this function; its named dims are: {', '.join(map(repr, names)) or 'none'} "
                 "(only NamedDimensions can be bucketed or padded by name)."
             )
-    for name, kind in padding.items():
-        if kind not in PADDING_KINDS:
-            raise SpecError(f"padding[{name!r}]: must be one of {', '.join(map(repr, PADDING_KINDS))}, got {kind!r}.")
+    for name, kind in list(padding.items()):
+        if isinstance(kind, (Mapping, MaskInput)):
+            mask = padding[name] = MaskInput.parse(kind, f"padding[{name!r}]")
+            symbol = next(s for s in symbols if s.named == name)
+            uses = {path for path, _ in symbol.uses}
+            for path in [mask.input, *(p for p, _ in mask.pad_values)]:
+                if path not in leaf_paths:
+                    raise SpecError(f"padding[{name!r}]: {path!r} is not an input; inputs: {', '.join(leaf_paths)}.")
+            if mask.input not in uses:
+                raise SpecError(f"padding[{name!r}]: the mask input {mask.input!r} has no {name!r} dim, so it cannot mark "
+                                f"that dim's padded positions; inputs with it: {', '.join(sorted(uses))}.")
+        elif kind not in PADDING_KINDS:
+            raise SpecError(f"padding[{name!r}]: must be one of {', '.join(map(repr, PADDING_KINDS))} or "
+                            f"{{'mask_input': INPUT}}, got {kind!r}.")
     index = {p: i for i, p in enumerate(leaf_paths)}
     plans = []
     for s in symbols:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Callable, Any, Sequence
 
 import numpy as np
 
@@ -86,7 +86,36 @@ def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
                 f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
                 f"the input's shape is {shape}, declared as {info!r}."
             )
+    if info.values is not None:
+        check_values(value, path, info)
     return shape
+
+
+def check_values(value: Any, path: str, info: InputInfo) -> None:
+    """Every element of an integer input within its declared ``[lo, hi)``."""
+    if not value.size:
+        return
+    lo, hi = info.values
+    low, high = int(value.min()), int(value.max())
+    if low < lo or high >= hi:
+        bad = low if low < lo else high
+        raise CallError(
+            f"input '{path}' holds {bad}, but its values must lie in [{lo}, {hi}) (min {low}, max {high}); "
+            f"declared as {info!r}. An index outside its table would be clamped silently."
+        )
+
+
+def value_checks(leaves: Sequence[tuple[str, InputInfo]]) -> Callable[[Sequence[Any]], None] | None:
+    """What a call whose shapes were checked before still checks: the declared value ranges of its flat inputs
+    (``leaves``, by position). None when no input declares one."""
+    checked = [(i, path, info) for i, (path, info) in enumerate(leaves) if info.values is not None]
+    if not checked:
+        return None
+
+    def check(args: Sequence[Any]) -> None:
+        for i, path, info in checked:
+            check_values(args[i], path, info)
+    return check
 
 
 def input_infos(leaves: Sequence[tuple[str, InputInfo]], parameters: Sequence[Parameter],

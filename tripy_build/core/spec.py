@@ -95,14 +95,16 @@ def to_dtype(dtype: Any) -> np.dtype:
 
 
 class InputInfo:
-    """Shape and dtype of one runtime input.
+    """Shape and dtype of one runtime input, and for an integer input optionally the range of its values.
 
-    ``shape`` entries: an int, a ``(min, opt, max)`` triple, or a ``NamedDimension``.
+    ``shape`` entries: an int, a ``(min, opt, max)`` triple, or a ``NamedDimension``. ``values``: ``(lo, hi)``,
+    every element must lie in ``[lo, hi)`` (token ids in ``[0, vocab)``): a call is checked against it,
+    because an out-of-range index into a table is clamped silently by XLA's gather.
     """
 
-    __slots__ = ("shape_bounds", "dtype", "dimension_names")
+    __slots__ = ("shape_bounds", "dtype", "dimension_names", "values")
 
-    def __init__(self, shape: Sequence[Any], dtype: Any):
+    def __init__(self, shape: Sequence[Any], dtype: Any, values: Sequence[int] | None = None):
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise SpecError(
                 f"InputInfo shape must be a sequence of dims, got {shape!r}; e.g. ((1, 8, 64), 512)."
@@ -128,6 +130,7 @@ class InputInfo:
         self.shape_bounds = ShapeBounds(tuple(mins), tuple(opts), tuple(maxs))
         self.dtype = to_dtype(dtype)
         self.dimension_names: dict[int, str] = names
+        self.values = _check_values(values, self.dtype)
         collect_named_dims([("this InputInfo", self)])
 
     @property
@@ -147,13 +150,16 @@ class InputInfo:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "dtype": self.dtype.name,
             "min": list(self.shape_bounds.min),
             "opt": list(self.shape_bounds.opt),
             "max": list(self.shape_bounds.max),
             "dim_names": [self.dimension_names.get(i) for i in range(self.rank)],
         }
+        if self.values is not None:
+            out["values"] = list(self.values)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "InputInfo":
@@ -163,7 +169,7 @@ class InputInfo:
                 NamedDimension(names[i], lo, opt, hi) if names[i] is not None else (lo, opt, hi)
                 for i, (lo, opt, hi) in enumerate(zip(data["min"], data["opt"], data["max"]))
             ]
-            return cls(dims, data["dtype"])
+            return cls(dims, data["dtype"], data.get("values"))
         except (KeyError, IndexError, TypeError) as e:
             raise SpecError(f"malformed tensor spec {dict(data)!r}: {e!r}") from None
 
@@ -171,11 +177,31 @@ class InputInfo:
         return isinstance(other, InputInfo) and self.to_json() == other.to_json()
 
     def __hash__(self) -> int:
-        return hash((self.shape_bounds, self.dtype, tuple(sorted(self.dimension_names.items()))))
+        return hash((self.shape_bounds, self.dtype, tuple(sorted(self.dimension_names.items())), self.values))
 
     def __repr__(self) -> str:
         dims = ", ".join(repr(d) if not isinstance(d, tuple) else str(d) for d in self.dims())
-        return f"InputInfo(shape=({dims}{',' if self.rank == 1 else ''}), dtype={self.dtype.name})"
+        values = f", values=[{self.values[0]}, {self.values[1]})" if self.values is not None else ""
+        return f"InputInfo(shape=({dims}{',' if self.rank == 1 else ''}), dtype={self.dtype.name}{values})"
+
+
+def _check_values(values: Any, dtype: np.dtype) -> tuple[int, int] | None:
+    """``values`` as ``(lo, hi)``: two integers, ``lo < hi``, for an integer dtype."""
+    if values is None:
+        return None
+    if dtype.kind not in "iu":
+        raise SpecError(f"InputInfo values={values!r}: a range of values is for integer inputs (ids, indices); "
+                        f"this one is {dtype.name}.")
+    if (not isinstance(values, Sequence) or isinstance(values, (str, bytes)) or len(values) != 2
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values)
+            or not values[0] < values[1]):
+        raise SpecError(f"InputInfo values={values!r}: must be (lo, hi), two integers with lo < hi: every element "
+                        "lies in [lo, hi), e.g. (0, vocab_size).")
+    info = np.iinfo(dtype)
+    if values[0] < info.min or values[1] - 1 > info.max:
+        raise SpecError(f"InputInfo values={tuple(values)!r}: outside what {dtype.name} holds "
+                        f"([{info.min}, {info.max}]).")
+    return int(values[0]), int(values[1])
 
 
 def collect_named_dims(infos: Sequence[tuple[str, InputInfo]]) -> dict[str, NamedDimension]:

@@ -9,9 +9,12 @@ Every model class has:
 - ``inputs() -> {input name: shape}``: each dim an int (fixed width) or a dim name string
   (``"batch"``, ``"seq"``, ``"height"``, ``"width"``); the same name means the same size;
 - ``input_dtypes() -> {input name: dtype name}``;
-- ``padding``: ``{dim name: "rows" | "mask"}``, which dims may be padded up to a shape bucket
-  (``rows``: independent slices; ``mask``: ``apply`` masks beyond ``lengths[dim]``). The build
-  proves each declaration on the compiled executables.
+- optionally ``input_values() -> {input name: (lo, hi)}``: the values an integer input may hold (token ids
+  in ``[0, vocab)``), checked on every call;
+- ``padding``: ``{dim name: "rows" | "mask" | {"mask_input": INPUT}}``, which dims may be padded up to
+  a shape bucket (``rows``: independent slices; ``mask``: ``apply`` masks beyond ``lengths[dim]``;
+  ``mask_input``: ``apply`` ignores positions where that input is 0). The build proves each
+  declaration on the compiled executables.
 
 ``MODELS`` maps registry names to classes. ``input_infos(model, dims)`` turns ``inputs()`` into
 ``tripy_build.InputInfo`` objects given ``{dim name: (min, opt, max)}``.
@@ -23,16 +26,24 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .bert import Bert
 from .convnet import ConvNet
 from .geglu import GEGLU
+from .gpt2 import GPT2
 from .mlp import MLP
+from .resnet import ResNet
 from .transformer import TransformerBlock
+from .vit import ViT
 
 MODELS: dict[str, type] = {
     "geglu": GEGLU,
     "mlp": MLP,
     "transformer": TransformerBlock,
     "convnet": ConvNet,
+    "bert": Bert,
+    "gpt2": GPT2,
+    "vit": ViT,
+    "resnet50": ResNet,
 }
 
 
@@ -47,15 +58,16 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in dims.items():
         named[name] = value if isinstance(value, NamedDimension) else NamedDimension(name, *value)
     shapes, dtypes = model.inputs(), model.input_dtypes()
+    values = model.input_values() if hasattr(model, "input_values") else {}
     missing = sorted({d for shape in shapes.values() for d in shape if isinstance(d, str)} - set(named))
     if missing:
         raise ValueError(
             f"{type(model).__name__} needs a (min, opt, max) range for dim(s) {', '.join(map(repr, missing))}."
         )
     return {
-        inp: InputInfo([named[d] if isinstance(d, str) else d for d in shape], dtypes[inp])
+        inp: InputInfo([named[d] if isinstance(d, str) else d for d in shape], dtypes[inp], values.get(inp))
         for inp, shape in shapes.items()
     }
 
 
-__all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "input_infos"]
+__all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "GPT2", "ViT", "ResNet", "input_infos"]

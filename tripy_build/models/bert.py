@@ -127,3 +127,8 @@ class Bert:
 
     def input_dtypes(self) -> dict[str, str]:
         return {n: "int32" for n in ("input_ids", "attention_mask", "token_type_ids")}
+
+    def input_values(self) -> dict[str, tuple[int, int]]:
+        """The values each integer input may hold, ``[lo, hi)``: a call outside is refused."""
+        return {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2),
+                "token_type_ids": (0, self.type_vocab_size)}

@@ -125,5 +125,9 @@ class GPT2:
     def inputs(self) -> dict[str, list]:
         return {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
 
+    def input_values(self) -> dict[str, tuple[int, int]]:
+        """The values each integer input may hold, ``[lo, hi)``: a call outside is refused."""
+        return {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2)}
+
     def input_dtypes(self) -> dict[str, str]:
         return {"input_ids": "int32", "attention_mask": "int32"}

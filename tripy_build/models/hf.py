@@ -224,10 +224,10 @@ def checkpoint_names(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 # --- config.json ------------------------------------------------------------------------------------
 
-def _norm(v: Any) -> Any:
+def normalized(v: Any) -> Any:
     """Lists and tuples compare alike (config.json has lists, dataclasses tuples)."""
     if isinstance(v, (list, tuple)):
-        return tuple(_norm(x) for x in v)
+        return tuple(normalized(x) for x in v)
     return v
 
 
@@ -271,7 +271,7 @@ def model_from_config(model_class: type, checkpoint_dir: str | os.PathLike,
             raise CheckpointError(
                 f"{model_class.__name__} has no setting {key!r} (settings: {', '.join(sorted(fields))})."
             )
-        if key in settings and _norm(settings[key]) != _norm(value):
+        if key in settings and normalized(settings[key]) != normalized(value):
             raise CheckpointError(
                 f"{key}={value!r} was given, but the checkpoint {Path(checkpoint_dir) / CONFIG} says "
                 f"{key}={settings[key]!r}: drop the setting or use a matching checkpoint."

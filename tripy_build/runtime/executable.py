@@ -29,8 +29,9 @@ from .. import host
 from ..artifact import selftest
 from ..artifact.manifest import Compiler, ExecutableEntry
 from ..core import dispatch
-from ..core.profiles import DimPlan
-from ..core.signature import Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses
+from ..core.profiles import DimPlan, mask_inputs
+from ..core.signature import (Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses,
+                              value_checks)
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from . import compile_cache, warmup
@@ -357,14 +358,27 @@ class Executable:
         leaves = self._assemble_named(self._bind(args, kwargs))
         run = self._runner(self.check_leaves(leaves))
         out = run(leaves)
-        if self._all_leaf_params and not kwargs and len(args) == len(self._visible):
+        if self._all_leaf_params and not kwargs and len(args) == len(self._visible) and not (
+                self._bound and any(info.values is not None for _, info in self._leaves)):
             if len(self._fast) >= _FAST_CACHE_LIMIT:
                 self._fast.clear()
             self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = self._fast_path(run)
         return out
 
     def _fast_path(self, run: Callable) -> Callable:
-        """What later calls with the same argument shapes run: the compiled call itself where possible."""
+        """What later calls with the same argument shapes run: the compiled call itself where possible, after
+        checking the values of inputs that declare a range (their shapes and dtypes were checked already)."""
+        fast = self._fast_call(run)
+        check = value_checks(self._leaves) if not self._bound else None
+        if check is None:
+            return fast
+
+        def checked(*args: Any) -> Any:
+            check(args)
+            return fast(*args)
+        return checked
+
+    def _fast_call(self, run: Callable) -> Callable:
         exact = getattr(run, "exact", None)
         if self._bound:
             bound, n = self._bound_by_index(), len(self._leaves)
@@ -488,7 +502,8 @@ class Executable:
                 def reference(*leaves: Any) -> Any:
                     sizes = self._dispatcher.route(tuple(np.shape(x) for x in leaves)).sizes
                     return source(*leaves, *[jax.numpy.int32(n) for n in sizes])
-                cases = self._selftest_make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case())
+                cases = self._selftest_make(reference, self._leaves, self._bound_by_index(), extra=self._padded_case(),
+                                            ones=mask_inputs(self.dims, [p for p, _ in self._leaves]))
                 self._selftest_cache = selftest.to_files(cases, self.tolerance)
             elif self._origin is not None:
                 from ..artifact.read import read_files

@@ -48,6 +48,7 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     import jax
 
     from ..core.dispatch import Dispatcher, output_axes
+    from ..core.profiles import pad_values
     from . import iree as iree_backend
     from . import xla as xla_executable
     from .executable import Executable, Precompiled
@@ -77,7 +78,7 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     crosscheck.check(c.where(), m, main.in_avals[len(m.sources):], main.out_avals, c.files[m.program.file],
                      main.mlir_module)
     prep = program(m.prep.file) if m.prep else None
-    weights = [Weight(w.path, w.argument, jax.device_put(c.weight(w))) for w in m.weights]
+    weights = [Weight(w.path, w.argument, jax.device_put(c.take_weight(w))) for w in m.weights]
     backend = jax.default_backend()
 
     compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it
@@ -110,7 +111,8 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     prep_exe = precompiled(m.prep.executable, prep, f"{m.function}_prep") if m.prep and m.prep.executable else None
     try:
         dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in m.leaves], [s.name for _, s in m.sizes],
-                                output_axes(main.out_avals, m.dims), [p.target for p in profiles])
+                                output_axes(main.out_avals, m.dims), [p.target for p in profiles],
+                                pad_values(m.dims, m.leaf_paths))
     except (SpecError, KeyError) as e:
         raise ArtifactError(f"{c.where()}: the dims do not match the exported program ({e}).") from None
     exe = Executable(

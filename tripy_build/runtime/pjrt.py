@@ -34,8 +34,9 @@ from ..artifact.compat import incompatibility
 from ..artifact.manifest import ExecutableEntry, Manifest
 from ..artifact.read import Contents, read_contents
 from ..core.dispatch import Dispatcher, output_axes_static
+from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
-from ..core.signature import bind_call, check_leaves, input_infos, named_uses
+from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, rebuild, to_dtype
 
 _client = None
@@ -167,7 +168,7 @@ class Runtime:
         self._full: Any = None
         self._dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in self._leaves],
                                       [s.name for _, s in m.sizes], output_axes_static(m.outputs, m.dims),
-                                      list(self._profiles))
+                                      list(self._profiles), pad_values(m.dims, m.leaf_paths))
         self._leading = self._prepare() if self._iree is None else []
         self._fast: dict[tuple, Any] = {}  # (type, shape, dtype) per positional numpy input -> its route
         self._simple = not self._bound and all("leaf" in p.template for p in self._visible)
@@ -175,7 +176,7 @@ class Runtime:
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them (falling back to jax without one)."""
         c, m = self._contents, self._manifest
-        weights = [self._device.put(c.weight(w), _Aval(w.shape, to_dtype(w.dtype))) for w in m.weights]
+        weights = [self._device.put(c.take_weight(w), _Aval(w.shape, to_dtype(w.dtype))) for w in m.weights]
         prepared: list[Any] = []
         if any(kind == "prep" for kind, _ in m.sources):
             entry = m.prep.executable if m.prep else None
@@ -236,8 +237,10 @@ class Runtime:
             outs = self._full_executable()(*args, **kwargs)
             return self._structure([np.asarray(o) for o in jax.tree_util.tree_leaves(outs)])
         if self._simple and not kwargs and len(args) == len(self._visible) and all(type(a) is np.ndarray for a in args):
-            # checked once per shape
-            self._fast[tuple([(np.ndarray, a.shape, a.dtype) for a in args])] = lambda xs: self._structure(run(xs))
+            # shapes and dtypes checked once per shape; declared value ranges on every call
+            check = value_checks(self._leaves) or (lambda xs: None)
+            self._fast[tuple([(np.ndarray, a.shape, a.dtype) for a in args])] = \
+                lambda xs: (check(xs), self._structure(run(xs)))[1]
         return self._structure(run(leaves))
 
     def call_flat(self, *leaves: Any) -> list[np.ndarray]:
