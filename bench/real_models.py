@@ -18,8 +18,8 @@ Contenders (each a class below; one that fails to build, export, compile or run 
 one-line reason and the others go on):
 
 - ``tripy_build``          ``python -m tripy_build model=<name> params.checkpoint=<hf dir> artifacts_dir=<dir>``
-                           from the repo root (plus ``TB_OVERRIDES``: bert/gpt2 need seq up to 512, and
-                           batch capped at 8 to stay within max_profiles), loaded with ``tripy_build.load``;
+                           from the repo root (the models' own shapes: text batch 1..16 x seq 1..512,
+                           image batch 1..16; ``--quick`` adds ``TB_OVERRIDES``), loaded with ``tripy_build.load``;
 - ``tripy_build.runtime``  the same artifact, loaded with ``tripy_build.runtime.load`` (no jax);
 - ``torch``                ``<HF class>.from_pretrained(dir)`` (default attention: sdpa), called under
                            ``torch.inference_mode()``;
@@ -51,9 +51,11 @@ Columns, per model and contender:
 - RSS MB       that process's peak RSS (``VmHWM`` from ``/proc/self/status``) at its first result.
 - <shape> ms   steady latency: median (and p90) of ``--calls`` calls per shape, after two untimed
                warm-up calls per shape. All contenders of a model are alive at once (the first
-               round's processes, kept) and the parent asks them for one call each in turn, shape
-               by shape, the order rotating every repetition, with a short pause between calls (ORT
-               and OpenMP threads spin after a call): the machine's noise is shared.
+               round's processes, kept) and the parent asks each in turn for one turn: an untimed
+               call, then ``PER_TURN`` (2) timed calls back to back; shape by shape, the order
+               rotating every turn, with a short pause between turns. The untimed call wakes the
+               worker threads, asleep after the pause (on this VM that cost 2-180 ms, most for
+               torch's OpenMP threads; its times are in the JSON). The machine's noise is shared.
 - new 1st ms   in the cold-start process, right after the first result: the first call at a shape
                none of its calls used (tripy_build pads it to a precompiled bucket; torch.compile
                recompiles). Median over rounds.
@@ -106,13 +108,15 @@ MODELS = {
 SHAPES = {"text": {"real": [(1, 128), (8, 128), (1, 512)], "new": (3, 77),
                    "quick": [(1, 16), (4, 16), (1, 32)], "quick_new": (3, 7)},
           "image": {"real": [(1,), (8,)], "new": (3,), "quick": [(1,), (4,)], "quick_new": (3,)}}
-# tripy_build CLI overrides per kind. Real size: the default dims stop seq at 256, and batch 1..64 x seq
-# 1..512 would be 7 x 10 power-of-two buckets > max_profiles (64), so batch stops at 8 (4 x 10 = 40
-# profiles); images keep the defaults. Quick: small dims and few buckets, to build in seconds.
-TB_OVERRIDES = {"text": {"real": ["shapes.dims.batch=[1,8,8]", "shapes.dims.seq=[1,128,512]"],
-                         "quick": ["shapes.dims.batch=[1,4,4]", "shapes.dims.seq=[1,16,32]",
-                                   "shapes.buckets.batch=[1,4]", "shapes.buckets.seq=[16,32]"]},
+# tripy_build CLI overrides per kind. Real size: none (model=bert/gpt2 choose shapes=text, batch 1..16 x
+# seq 1..512; vit/resnet50 shapes=image, batch 1..16: every shape here is in range). Quick: small dims and
+# few buckets, so that the tiny models build in seconds.
+TB_OVERRIDES = {"text": {"real": [], "quick": ["shapes.dims.batch=[1,4,4]", "shapes.dims.seq=[1,16,32]",
+                                               "shapes.buckets.batch=[1,4]", "shapes.buckets.seq=[16,32]"]},
                 "image": {"real": [], "quick": ["shapes.dims.batch=[1,4,4]", "shapes.buckets.batch=[1,4]"]}}
+# A turn: one untimed call, then PER_TURN timed ones back to back. The untimed call wakes the contender's
+# worker threads: on this VM a thread asleep after an idle pause took 2-180 ms to wake (OpenMP most).
+PER_TURN = 2
 PAUSE_S = {"real": 0.05, "quick": 0.01}  # between two timed calls (of different contenders): spinning threads go idle
 
 
@@ -438,14 +442,19 @@ def child_run(job, send, t0):
             outs[s] = fn(xs[s])
     save_arrays(Path(job["out"]), outs)
     send(event="ready", rss_kb=vm_hwm_kb())
-    for line in sys.stdin:
+    for line in sys.stdin:  # "call SHAPE K": one untimed call (wakes the threads), then K timed ones
         cmd = line.split()
         if not cmd or cmd[0] == "exit":
             break
-        x = xs[cmd[1]]
+        x, times = xs[cmd[1]], []
         t = clock()
         fn(x)
-        send(event="call", seconds=clock() - t)
+        wake = clock() - t
+        for _ in range(int(cmd[2])):
+            t = clock()
+            fn(x)
+            times.append(clock() - t)
+        send(event="call", wake=wake, seconds=times)
     send(event="exit", rss_kb=vm_hwm_kb())
 
 
@@ -529,13 +538,14 @@ def parse_args(argv=None):
     import argparse
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny configs (2 layers, hidden 64), small shapes, 1 round, "
-                   "3 calls; leaves out torch.compile unless --contenders names it")
+                   "4 calls; leaves out torch.compile unless --contenders names it")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     p.add_argument("--shapes", help="comma-separated subset: BxS for bert/gpt2 (e.g. 1x128,8x128), B for vit/resnet50 "
                    "(e.g. 8); a model none of them fits keeps all its shapes")
     p.add_argument("--contenders", help=f"comma-separated, from {', '.join(BY_KEY)} (default all)")
     p.add_argument("--rounds", type=int, help="cold-start processes per contender (default 3, quick 1)")
-    p.add_argument("--calls", type=int, help="timed calls per shape per contender (default 10, quick 3)")
+    p.add_argument("--calls", type=int, help="timed calls per shape per contender (default 10, quick 4), "
+                   f"in turns of {PER_TURN} after an untimed one")
     p.add_argument("--threads", type=int, help=f"intra-op threads of every contender (default: the cores allowed, {cores()})")
     p.add_argument("--tb-override", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra override for the tripy_build CLI (repeatable; after TB_OVERRIDES)")
@@ -546,7 +556,7 @@ def parse_args(argv=None):
     args.size = "quick" if args.quick else "real"
     args.threads = args.threads or cores()
     args.rounds = args.rounds or (1 if args.quick else 3)
-    args.calls = args.calls or (3 if args.quick else 10)
+    args.calls = args.calls or (4 if args.quick else 10)
     args.build_timeout = args.build_timeout or (600 if args.quick else 3600)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     default = [k for k in BY_KEY if not (args.quick and k == "torch.compile")]
@@ -794,20 +804,25 @@ class Bench:
                 self.steady(m, alive)
 
     def steady(self, m: str, alive: dict) -> None:
-        """Timed calls, one per contender in turn (order rotating), shape by shape."""
+        """Turns of one untimed and PER_TURN timed calls, each contender in turn (order rotating), shape by shape."""
         args, res = self.args, self.results[m]["contenders"]
         shapes = self.results[m]["shapes"]
         times = {k: {s: [] for s in shapes} for k in alive}
-        self.say(f"  {m}: steady calls, {len(alive)} contenders interleaved, {args.calls} per shape")
-        for i in range(args.calls):
+        wakes = {k: {s: [] for s in shapes} for k in alive}
+        turns = -(-args.calls // PER_TURN)
+        self.say(f"  {m}: steady calls, {len(alive)} contenders interleaved, {turns} turns of 1 untimed + "
+                 f"{PER_TURN} timed calls per shape")
+        for i in range(turns):
             for s in shapes:
-                keys = [k for k in alive]
-                keys = keys[i % len(keys):] + keys[:i % len(keys)] if keys else keys
-                for key in keys:
+                keys = list(alive)
+                for key in keys[i % len(keys):] + keys[:i % len(keys)] if keys else keys:
+                    if key not in alive:
+                        continue
                     try:
-                        alive[key].send(f"call {s}")
+                        alive[key].send(f"call {s} {PER_TURN}")
                         msg, _ = alive[key].read(args.build_timeout)
-                        times[key][s].append(msg["seconds"])
+                        times[key][s] += msg["seconds"]
+                        wakes[key][s].append(msg["wake"])
                     except (RuntimeError, OSError) as e:
                         self.fail(m, key, "steady call", one_line(str(e)))
                         alive.pop(key).kill()
@@ -820,8 +835,8 @@ class Bench:
             except (RuntimeError, OSError):
                 pass
             child.close()
-            res[key]["steady"] = {s: {"median": median(t), "p90": p90(t), "n": len(t), "all": t}
-                                  for s, t in times[key].items()}
+            res[key]["steady"] = {s: {"median": median(t), "p90": p90(t), "n": len(t), "all": t,
+                                      "untimed_first_of_turn": wakes[key][s]} for s, t in times[key].items()}
 
     def check(self, m: str, key: str, work: Path) -> None:
         """Outputs against PyTorch eager's: max |a - b| / max |ref| per output, the worst over shapes."""
