@@ -20,7 +20,11 @@ one-line reason and the others go on):
 - ``tripy_build``          ``python -m tripy_build model=<name> params.checkpoint=<hf dir> artifacts_dir=<dir>``
                            from the repo root (the models' own shapes: text batch 1..16 x seq 1..512,
                            image batch 1..16; ``--quick`` adds ``TB_OVERRIDES``), loaded with ``tripy_build.load``;
-- ``tripy_build.runtime``  the same artifact, loaded with ``tripy_build.runtime.load`` (no jax);
+                           Its default ``warmup="background"`` deserializes and runs every profile
+                           once in a thread from load on: in the cold-start process that thread runs
+                           beside the first calls (the kept process waits for it before timed calls);
+- ``tripy_build.runtime``  the same artifact, loaded with ``tripy_build.runtime.load`` (no jax; its
+                           default ``warmup="none"``: a profile is prepared by its first call);
 - ``torch``                ``<HF class>.from_pretrained(dir)`` (default attention: sdpa), called under
                            ``torch.inference_mode()``;
 - ``torch.compile``        the same model through ``torch.compile`` (default mode; it recompiles with
@@ -66,6 +70,10 @@ Columns, per model and contender:
 
 Ratios ``(xR)`` are each contender's value over the best ORT variant's in that column: < 1 means
 faster (or smaller) than ONNX Runtime at its best. No timing is checked: this is a bench.
+
+Measured on 2 cores: the full run takes ~45 minutes (bert 11, gpt2 19, vit 12, resnet50 3; the
+tripy_build builds 16-155 s each, 3 cold starts x 6 contenders x 4 models, 10 calls per shape at up
+to 4.6 s a call); ``--quick`` ~80 s (the floor: ~3.5 s to import torch + transformers per process).
 
     pip install -e '.[real-models]'   # torch's CPU wheel: pip install torch==2.13.0+cpu first
     python bench/real_models.py --quick                       # tiny configs, a smoke test
@@ -147,6 +155,14 @@ def dir_size(path: Path) -> int:
 def vm_hwm_kb() -> int:
     with open("/proc/self/status") as f:
         return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages: how busy the (shared) machine was."""
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        return "?"
 
 
 def shape_key(shape) -> str:
@@ -596,10 +612,7 @@ def environment(args) -> dict:
     xla = "XLA one thread (--xla_cpu_multi_thread_eigen=false)" if n == 1 else f"XLA its own pool ({cores()} cores)"
     env["threads"] = (f"{n} per contender ({cores()} cores allowed): torch.set_num_threads({n}), ORT intra_op_num_threads={n} "
                       f"inter_op 1, OMP_NUM_THREADS={n} MKL_NUM_THREADS={n}; {xla}; not pinned")
-    try:
-        env["load average"] = " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        pass
+    env["load average"] = load_average()
     return env
 
 
@@ -651,8 +664,9 @@ class Bench:
                                  "contenders": {}}
         base = {"model": m, "work": str(work), "hf_dir": str(hf_dir), "quick": args.quick,
                 "shapes": shapes, "new": shape_key(new)}
+        res["load_average"] = {"start": load_average()}
         self.say(f"\n== {m}: shapes {', '.join(shapes)}; new shape {shape_key(new)}"
-                 + (f"; padded mask at {shape_key(pad)}" if pad else ""))
+                 + (f"; padded mask at {shape_key(pad)}" if pad else "") + f" (load average {load_average()})")
         for key in args.contenders:
             res["contenders"][key] = {}
         self.prepare(m, dict(base, mode="prepare", shapes=[list(s) for s in args.shapes_for[m]], new=list(new),
@@ -878,6 +892,7 @@ def summarize(results: dict) -> dict:
             runs = c.get("runs", [])
             row = {"failed": c.get("failed"), "build": c.get("build_s"), "size": c.get("size"),
                    "cold": median([x["cold"] for x in runs]), "rss": median([x["rss_kb"] * 1024 for x in runs]),
+                   "rss_exit": c["rss_exit_kb"] * 1024 if c.get("rss_exit_kb") else None,
                    "new": median([x["new_first"] for x in runs]), "new2": median([x["new_second"] for x in runs]),
                    "err": c.get("err"), "pad_err": c.get("pad_err"), "ok": c.get("ok"),
                    "split": {k: median([x["stamps"][b] - x["stamps"][a] for x in runs])
@@ -945,6 +960,13 @@ def report(args, results: dict, summary: dict) -> list[str]:
             sp = ", ".join(f"{k} {num(v * 1e3)}" for k, v in [("startup", row["startup"]), *row["split"].items()]
                            if v is not None)
             lines.append(f"- {m} {key}: {sp}; new 2nd {num(row['new2'] * 1e3)}")
+    lines += ["", "Peak RSS (MB) of the kept process at its exit: every shape run, tb.load's background warm-up of"
+              " every profile done:"]
+    for m in args.models:
+        rows = summary.get(m, {}).get("rows", {})
+        parts = [f"{k} {num(row['rss_exit'] / 2 ** 20)}" for k, row in rows.items() if row.get("rss_exit")]
+        if parts:
+            lines.append(f"- {m}: " + ", ".join(parts))
     for line in lines:
         print(line)
     return lines
@@ -970,14 +992,15 @@ def main(argv=None) -> int:
             t = clock()
             bench.model(m)
             bench.results[m]["wall_s"] = clock() - t
-            print(f"  {m}: done in {clock() - t:.0f} s", flush=True)
+            bench.results[m].setdefault("load_average", {})["end"] = load_average()
+            print(f"  {m}: done in {clock() - t:.0f} s (load average {load_average()})", flush=True)
     finally:
         if tmp is not None:
             tmp.cleanup()
     summary = summarize(bench.results)
     lines = report(args, bench.results, summary)
     total = clock() - t_start
-    print(f"\ntotal {total:.0f} s")
+    print(f"\ntotal {total:.0f} s (load average {load_average()})")
     if args.json:
         Path(args.json).write_text(json.dumps({"environment": info, "args": vars(args), "results": bench.results,
                                                "summary": summary, "table": lines, "total_s": total},
