@@ -1021,8 +1021,9 @@ def versions(python: str) -> dict:
 
 
 def environment(args: argparse.Namespace, opts: set[str]) -> None:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    mem = next((int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0) / 2**20
+    info, meminfo = Path("/proc/cpuinfo").read_text().splitlines(), Path("/proc/meminfo").read_text().splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "?")
+    mem = next((int(line.split()[1]) for line in meminfo if line.startswith("MemTotal")), 0) / 2**20
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
