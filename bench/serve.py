@@ -1049,8 +1049,9 @@ def environment(args: argparse.Namespace, opts: set[str]) -> None:
         print(f"gRPC client: tritonclient {v.get('tritonclient')}, grpcio {v.get('grpcio')} ({args.grpc_client_python})")
     else:
         print("gRPC client: no python with tritonclient.grpc: the grpc rows are skipped")
-    print(f"windows: {args.seconds:g} s timed after {args.warm:g} s warm, clients {args.clients}, encodings "
-          f"{args.encodings}, contenders {args.contenders}", flush=True)
+    print(f"windows: {args.seconds:g} s timed after {args.warm:g} s warm; clients {','.join(map(str, args.clients))}; "
+          f"encodings {','.join(args.encodings)}; contenders {','.join(args.contenders)}; models {','.join(args.models)}",
+          flush=True)
 
 
 def fmt_ratio(x: float | None, mark: str = "") -> str:
@@ -1092,7 +1093,7 @@ def report(rows: list[dict], hostile_rows: list[dict], args: argparse.Namespace)
         jit = {(r["encoding"], r["clients"]): r for r in mine if r["server"] == "jax.jit" and "rps" in r}
         if jit:
             kinds = [k for k in args.contenders if any(r["server"] == k and "rps" in r for r in mine)]
-            print("\nthroughput against jax.jit behind the same HTTP front end (higher is better):\n")
+            print("\nthroughput against jax.jit (behind tripy_build's HTTP front end; higher is better):\n")
             print("| encoding | clients | " + " | ".join(kinds) + " |")
             print("|---|--:|" + "--:|" * len(kinds))
             for (enc, n), base in jit.items():
