@@ -917,7 +917,7 @@ def hostile(srv: Server, name: str, args: argparse.Namespace, out: list[dict]) -
     p99_0 = unloaded["p99_ms"]
     print(f"hostile {name:6} {srv.kind:11} unloaded: {n} JSON clients, p99 {p99_0:.2f} ms ({unloaded['rps']:.0f} req/s); "
           f"{cap_note}", flush=True)
-    for mode in ("idle", "slowloris"):
+    for mode in [m for m in ("idle", "slowloris") if m in args.hostile_scenarios]:
         label = f"{args.hostile_connections} {'idle' if mode == 'idle' else 'slow-loris'}"
         try:
             with Client(sys.executable, "json", address, name, n, tolerate=True) as c:
@@ -958,6 +958,8 @@ def hostile(srv: Server, name: str, args: argparse.Namespace, out: list[dict]) -
         out.append({"model": name, "server": srv.kind, "scenario": label, "threads": f"{threads_max} ({threads0})",
                     "held": f"{socks_max} / {socks_end}", "rss": "", "answer": "",
                     "p99": f"{r['p99_ms']:.2f} ({p99_0:.2f})", "ratio": ratio, "errors": r["errors"], "verdict": verdict})
+    if "body" not in args.hostile_scenarios:
+        return
     # The huge body.
     size = int(args.hostile_body_mb * 1e6)
     label = f"{args.hostile_body_mb:g} MB JSON"
@@ -1151,6 +1153,8 @@ def main() -> None:
                         help="smoke run: 1 s windows, 1 and 8 clients, geglu, hostile with 300 connections and 20 MB")
     parser.add_argument("--hostile", default="geglu", help="models to run the hostile scenarios on ('none': skip)")
     parser.add_argument("--no-hostile", dest="hostile", action="store_const", const="none")
+    parser.add_argument("--hostile-scenarios", default="idle,slowloris,body",
+                        help="comma-separated, of idle,slowloris,body (default all)")
     parser.add_argument("--hostile-servers", default="batched,mlserver", help="contenders the hostile scenarios hit")
     parser.add_argument("--hostile-connections", type=int, default=None, help="idle / slow connections (default 3000)")
     parser.add_argument("--hostile-body-mb", type=float, default=None, help="the huge JSON request, MB (default 200)")
@@ -1191,6 +1195,7 @@ def main() -> None:
     args.hostile_connections = args.hostile_connections or (300 if q else 3000)
     args.hostile_body_mb = args.hostile_body_mb or (20 if q else 200)
     args.hostile_min_seconds = args.hostile_min_seconds if args.hostile_min_seconds is not None else (3.0 if q else 6.0)
+    args.hostile_scenarios = args.hostile_scenarios.split(",")
     hostile_models = [] if args.hostile in ("none", "") else args.hostile.split(",")
     for bad in set(args.contenders) - set(CONTENDERS):
         parser.error(f"--contenders: no contender {bad!r}; they are {', '.join(CONTENDERS)}")
