@@ -1102,7 +1102,8 @@ def report(rows: list[dict], hostile_rows: list[dict], args: argparse.Namespace)
                   f"{fmt_ratio(m and r['p99_ms'] / m['p99_ms'], mark)} | {r.get('cpu_ms', float('nan')):.3f} |")
         for r in mine:
             if "skipped" in r:
-                print(f"\n- not measured: {r['server']} {r['encoding']}: {r['skipped']}", end="")
+                what = r["server"] + (f" {r['encoding']}" if r["encoding"] != "-" else "")
+                print(f"\n- not measured: {what}: {r['skipped']}", end="")
         print()
         for n in (8, 32):
             t = next((r for r in mine if r["server"] == "batched" and r["encoding"] == "json" and r.get("clients") == n
