@@ -62,7 +62,8 @@ def request(x: np.ndarray, t: np.ndarray, binary: bool = False) -> tuple[bytes, 
 
 def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
     """(status, JSON header, the binary data after it)."""
-    req = urllib.request.Request(url, data=body, headers=headers or {}, method="POST")
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             status, data, head_len = r.status, r.read(), r.headers.get("Inference-Header-Content-Length")
@@ -211,7 +212,7 @@ def test_bad_requests_get_a_400_that_names_the_problem_and_do_not_fail_the_other
         status, body, _ = post(infer_url(server), head + b"\0" * 31, {"Inference-Header-Content-Length": str(len(head))})
         assert status == 400 and "shape [2, 2, 4] of FP32 is 64 bytes, but binary_data_size is 31" in body["error"]
         status, body, _ = post(f"{server.url}/v2/models/nope/infer", good)
-        assert status == 404 and "model 'nope' is not served here; served: two_heads" in body["error"]
+        assert status == 404 and "model 'nope' is not served here" in body["error"] and "two_heads" not in body["error"]
         assert get(f"{server.url}/v2/nothing")[0] == 404
         assert post(infer_url(server), good)[0] == 200  # still serving
         assert get(f"{server.url}/v2/models/two_heads/stats")[1]["model_stats"][0]["inference_stats"]["fail"][

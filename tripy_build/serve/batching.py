@@ -189,6 +189,10 @@ class Batcher:
             self._cond.notify()
         return r.future
 
+    def queued(self) -> int:
+        """Requests waiting for a batch now."""
+        return len(self._queue)
+
     def close(self) -> None:
         """Stop taking requests; those still queued fail, the call in progress finishes."""
         with self._cond:
