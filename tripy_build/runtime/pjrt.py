@@ -268,6 +268,14 @@ class Runtime:
             return [np.asarray(o) for o in jax.tree_util.tree_leaves(self._full_executable().call_flat(*leaves))]
         return run(full)
 
+    def needs_compile(self, *leaves: Any) -> bool:
+        """Whether a call with these (checked) unbound flat inputs runs shapes that no precompiled profile
+        serves, so that it compiles first (a server runs such calls apart, not holding the others up)."""
+        if self._iree is not None:
+            return False
+        shapes = [np.shape(x) for x in self._assemble(leaves)]
+        return self._dispatcher.route(shapes).target not in self._profiles
+
     def check_flat(self, *leaves: Any) -> None:
         """Validate the unbound flat inputs as ``call_flat`` does, without running them (``CallError``)."""
         check_leaves(self._assemble(leaves), self._leaves, self._uses)

@@ -28,7 +28,7 @@ class Endpoint:
         self.output_names = model.output_names
         self.plan, self.batching = batching.plan(self.args, self.outputs, model.dims, batch_dim, max_batch,
                                                  max_delay_ms)
-        self.batcher = batching.Batcher(model.call_flat, self.plan, self.name)
+        self.batcher = batching.Batcher(model.call_flat, self.plan, self.name, getattr(model, "needs_compile", None))
         self.last_inference_ms = 0
 
     @classmethod
