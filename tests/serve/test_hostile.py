@@ -176,6 +176,8 @@ CATALOGUE: dict[str, tuple[bytes, int, str]] = {
     "POST on health": (raw("POST", "/v2/health/ready", b"{}"), 405, "takes GET, HEAD"),
     "DELETE on a model": (raw("DELETE", "/v2/models/model"), 405, "DELETE is not allowed"),
     "OPTIONS on infer": (raw("OPTIONS", INFER), 405, "OPTIONS is not allowed"),
+    "PUT on infer": (raw("PUT", INFER, GOOD), 405, "PUT is not allowed here; this resource takes POST"),
+    "a method HTTP does not have": (raw("FROB", "/v2"), 400, "not valid HTTP"),
     "an unknown path": (raw("GET", "/admin"), 404, "no such resource: GET /admin"),
     "an unknown model": (raw("POST", "/v2/models/other/infer", GOOD), 404, "model 'other' is not served here"),
     "a version that is not served": (raw("POST", "/v2/models/model/versions/9/infer", GOOD), 404, "not '9'"),
@@ -342,6 +344,27 @@ def test_a_huge_declared_body_is_refused_before_it_is_read(server, direct):
     status, headers, body = exchange(server, raw("POST", INFER, b"0123456789", {"Content-Length": str(1 << 30)}))
     assert status == 413 and headers["connection"] == "close" and time.monotonic() - started < 2
     check_good(server, direct)
+
+
+def test_bodies_held_at_once_are_bounded(artifact, direct):
+    """One request holds most of the buffered-bytes budget while its body trickles in: a second large one
+    is answered 503 (retry), a small one is still served, and the budget comes back with the first."""
+    limits = Limits(max_body_bytes=3 << 20, max_json_bytes=1 << 20, max_buffered_bytes=4 << 20, read_timeout=30)
+    with Server([artifact], port=0, limits=limits).start() as s:
+        hog = socket.create_connection(("127.0.0.1", port(s)))
+        hog.sendall(raw("POST", INFER, b"", {"Content-Length": str(3 << 20), "Inference-Header-Content-Length": "10"})
+                    .replace(b"Host: HOST", f"Host: 127.0.0.1:{port(s)}".encode()) + b"x" * 1000)
+        time.sleep(0.3)
+        status, headers, body = exchange(s, raw("POST", INFER, b"", {"Content-Length": str(2 << 20),
+                                                                     "Inference-Header-Content-Length": "10"}))
+        assert status == 503 and headers["retry-after"] == "1"
+        assert "near its limit of 4194304" in json.loads(body)["error"]
+        check_good(s, direct)  # GOOD's few hundred bytes fit beside it
+        hog.close()
+        time.sleep(0.3)
+        status, _, body = exchange(s, raw("POST", INFER, b"", {"Content-Length": str(2 << 20),
+                                                               "Inference-Header-Content-Length": "10"}) + b"\0" * (2 << 20))
+        assert status == 400 and "JSON is malformed" in json.loads(body)["error"]  # accepted, read, then judged
 
 
 def test_a_token_guards_everything_but_the_health_probes(artifact, direct, tmp_path):
