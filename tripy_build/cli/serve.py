@@ -1,4 +1,4 @@
-"""``tripy-build serve PATH... [--host] [--port] [--batch-dim] [--max-batch] [--max-delay-ms] [limits] [access]``.
+"""``tripy-build serve PATH... [--host] [--port] [--grpc-port] [--batch-dim] [--max-batch] [--max-delay-ms] [limits] [access]``.
 
 SIGTERM drains (stop accepting, finish the requests in flight, at most ``--drain-timeout``) and exits 0,
 Ctrl-C exits 130 the same way; a bad path or option exits 2 with one line.
@@ -31,6 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("artifacts", nargs="+", help="artifact directories (artifacts/MODEL/KEY)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--grpc-port", type=int, default=None, help="also serve KServe v2 over gRPC on this port "
+                        "(0 picks a free one; needs pip install 'tripy_build[grpc]')")
     parser.add_argument("--batch-dim", default="auto", help="dim to gather requests along: a rows-padded dim's "
                         "name, 'auto' (the one such dim in every input and output) or 'none'")
     parser.add_argument("--max-batch", type=int, default=None,
@@ -70,12 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = Server(args.artifacts, args.host, args.port, args.batch_dim, args.max_batch, args.max_delay_ms,
                         limits=Limits(**{f: getattr(args, f) for f in Limits.__dataclass_fields__}),
                         allowed_hosts=args.allowed_hosts.split(",") if args.allowed_hosts is not None else None,
-                        allowed_origins=args.allowed_origins.split(","), token_file=args.token_file)
+                        allowed_origins=args.allowed_origins.split(","), token_file=args.token_file,
+                        grpc_port=args.grpc_port)
     except TripyBuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for ep in server.endpoints.values():
         print(f"{ep.name} ({ep.path}): POST {server.url}/v2/models/{ep.name}/infer; {ep.batching}", flush=True)
+    if server.grpc is not None:
+        print(f"gRPC (KServe v2, inference.GRPCInferenceService) on {server.grpc.address}", flush=True)
     print(f"serving on {server.url} (Ctrl-C stops; SIGTERM drains)", flush=True)
     stopped_by = server.serve_forever()
     if stopped_by == "SIGINT":

@@ -68,7 +68,10 @@ class Server:
             loopback, else any.
         allowed_origins: web page origins whose requests are answered (default none: a request carrying an
             ``Origin`` is refused).
-        token_file: a file holding a bearer token that every request but the health probes must carry.
+        token_file: a file holding a bearer token that every request but the health probes must carry (over
+            gRPC too).
+        grpc_port: also serve KServe v2 over gRPC on this port (0 picks a free one; see ``grpc``), with the
+            same batchers; None: HTTP only. Needs the ``grpc`` extra.
 
     Example::
 
@@ -80,7 +83,8 @@ class Server:
     def __init__(self, paths: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8000,
                  batch_dim: str = "auto", max_batch: int | None = None, max_delay_ms: float = 0.0,
                  limits: Limits | None = None, allowed_hosts: Sequence[str] | None = None,
-                 allowed_origins: Sequence[str] = (), token_file: str | Path | None = None):
+                 allowed_origins: Sequence[str] = (), token_file: str | Path | None = None,
+                 grpc_port: int | None = None):
         if not paths:
             raise ConfigError("serve: give at least one artifact directory (e.g. artifacts/geglu/<key>).")
         self.limits = limits or Limits()
@@ -94,6 +98,12 @@ class Server:
                     raise ConfigError(f"{path} and {self.endpoints[ep.name].path} are both named {ep.name!r}; "
                                       "serve one artifact per model name.")
                 self.endpoints[ep.name] = ep
+            self.grpc = None
+            if grpc_port is not None:
+                from .grpc import GrpcServer
+
+                self.grpc = GrpcServer(self.endpoints, host, grpc_port, max_message_bytes=self.limits.max_body_bytes,
+                                       token_file=token_file)
             try:
                 self._socket = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
                                                     backlog=2048, reuse_port=False)
@@ -101,8 +111,7 @@ class Server:
                 raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}; choose another --port "
                                   "(0 picks a free one).") from None
         except BaseException:
-            for ep in self.endpoints.values():
-                ep.close()
+            self._close_endpoints()
             raise
         self.metrics = Metrics(self.endpoints)
         app = App(self.endpoints, self.limits, access, self.metrics)
@@ -123,11 +132,12 @@ class Server:
         """Serve until SIGTERM or SIGINT (in the main thread) or ``close``; then stop accepting, let the requests
         in flight finish (at most ``limits.drain_timeout``) and stop the batchers. The name of the signal that
         stopped it, if one did."""
+        if self.grpc is not None:
+            self.grpc.start()
         try:
             self._uvicorn.run(sockets=[self._socket])
         finally:
-            for ep in self.endpoints.values():
-                ep.close()
+            self._close_endpoints()
         captured = self._uvicorn._captured_signals
         return signal.Signals(captured[0]).name if captured else None
 
@@ -149,8 +159,14 @@ class Server:
             self._thread = None
         else:
             self._socket.close()
-            for ep in self.endpoints.values():
-                ep.close()
+            self._close_endpoints()
+
+    def _close_endpoints(self) -> None:
+        """gRPC's calls in flight finish first (within the drain timeout), then every batcher stops."""
+        if getattr(self, "grpc", None) is not None:
+            self.grpc.stop(self.limits.drain_timeout)
+        for ep in self.endpoints.values():
+            ep.close()
 
     def __enter__(self) -> "Server":
         return self
