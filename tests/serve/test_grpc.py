@@ -11,43 +11,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
 import tripy_build as tb
-from tripy_build import runtime
 from tripy_build.errors import ConfigError
 from tripy_build.serve.endpoint import Endpoint
 from tripy_build.serve.grpc import MAX_MESSAGE_BYTES, GrpcServer
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
-
-W = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
-
-
-def two_heads(x, t, w):
-    """x: (batch, seq, 4) float32, t: (batch,) int32 -> (batch, 3) float32 and (batch,) int32."""
-    h = jnp.tanh(x @ w).sum(axis=1)
-    return h * t[:, None].astype(h.dtype), t * 2
+from serving import concurrently, sample, start_serve
 
 
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory) -> Path:
-    batch, seq = tb.NamedDimension("batch", 1, 4, 16), tb.NamedDimension("seq", 2, 2, 4)
-    exe = tb.compile(two_heads, args=(tb.InputInfo((batch, seq, 4), "float32"), tb.InputInfo((batch,), "int32"), W),
-                     padding={"batch": "rows"}, buckets={"batch": "pow2", "seq": [2, 4]})
-    path = tmp_path_factory.mktemp("grpc") / "two_heads"
-    exe.save(path)
-    return path
 
 
-@pytest.fixture(scope="module")
-def direct(artifact):
-    """The artifact called directly: what every served answer must equal."""
-    return runtime.load(artifact)
 
 
 @contextmanager
@@ -64,9 +43,6 @@ def serving(artifact: Path, max_workers: int = 8, max_message_bytes: int = MAX_M
     finally:
         ep.close()
 
-
-def sample(rng, rows: int, seq: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    return rng.standard_normal((rows, seq, 4)).astype(np.float32), rng.integers(-5, 5, rows).astype(np.int32)
 
 
 def inputs(x: np.ndarray, t: np.ndarray, x_type: str = "FP32", t_type: str = "INT32") -> list:
@@ -98,20 +74,6 @@ def status(call) -> tuple[str, str]:
         return e.code().name, e.details()
     raise AssertionError("the call succeeded")
 
-
-def concurrently(n: int, fn) -> list:
-    """``fn(i)`` on ``n`` threads released together; their results in order."""
-    barrier, results = threading.Barrier(n), [None] * n
-
-    def run(i):
-        barrier.wait()
-        results[i] = fn(i)
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    return results
 
 
 def test_health_and_metadata_as_triton_reads_them(artifact):
@@ -437,18 +399,9 @@ def test_the_command_serves_http_and_grpc_with_one_batcher_and_drains_both(artif
     import signal
     import urllib.request
 
-    proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--port", "0",
-                             "--grpc-port", "0", "--max-delay-ms", "1500"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    proc, lines = start_serve([str(artifact), "--port", "0", "--grpc-port", "0", "--max-delay-ms", "1500"], tmp_path)
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("serving on "):
-                break
-        url = lines[-1].split()[2]
-        grpc_line = next(ln for ln in lines if ln.startswith("gRPC"))
-        client = triton.InferenceServerClient(grpc_line.split()[-1])
+        client = triton.InferenceServerClient(next(ln for ln in lines if ln.startswith("gRPC")).split()[-1])
         x, t = sample(np.random.default_rng(11), 3)
         done: list = []
         client.async_infer("two_heads", inputs(x, t), callback=lambda result, error: done.append((result, error)))
@@ -465,14 +418,8 @@ def test_the_command_serves_http_and_grpc_with_one_batcher_and_drains_both(artif
     finally:
         proc.kill()
     # and both protocols, one batcher: what gRPC ran shows in HTTP's statistics
-    proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--port", "0",
-                             "--grpc-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    proc, lines = start_serve([str(artifact), "--port", "0", "--grpc-port", "0"], tmp_path)
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("serving on "):
-                break
         url = lines[-1].split()[2]
         client = triton.InferenceServerClient(next(ln for ln in lines if ln.startswith("gRPC")).split()[-1])
         x, t = sample(np.random.default_rng(12), 2)

@@ -9,8 +9,6 @@ import gzip
 import http.client
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from tripy_build import runtime
 from tripy_build.errors import ConfigError
 from tripy_build.serve.http import Server
 from tripy_build.serve.limits import Limits
+from serving import start_serve
 
 W = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
 LIMITS = Limits(max_body_bytes=2 << 20, max_json_bytes=1 << 20, max_buffered_bytes=8 << 20, max_header_bytes=16 << 10,
@@ -430,14 +429,9 @@ def test_metrics_count_what_stats_count(server, direct):
 
 def test_sigterm_drains_the_requests_in_flight(artifact, tmp_path):
     """A request waiting out a 1.5 s batching delay when SIGTERM arrives is still answered; then exit 0."""
-    proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--port", "0",
-                             "--max-delay-ms", "1500"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=tmp_path)
+    proc, lines = start_serve([str(artifact), "--port", "0", "--max-delay-ms", "1500"], tmp_path)
     try:
-        for line in proc.stdout:
-            if line.startswith("serving on "):
-                break
-        host, p = line.split()[2].removeprefix("http://").rsplit(":", 1)
+        host, p = lines[-1].split()[2].removeprefix("http://").rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(p), timeout=30)
         conn.request("POST", INFER, GOOD, {"Content-Type": "application/json"})
         time.sleep(0.5)
