@@ -8,7 +8,7 @@ import pytest
 
 import tripy_build as tb
 from tripy_build import runtime
-from serving import W, two_heads
+from serve.serving import W, two_heads
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from tripy_build.serve.endpoint import Endpoint
 from tripy_build.serve.grpc import MAX_MESSAGE_BYTES, GrpcServer
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
-from serving import concurrently, sample, start_serve
+from serve.serving import concurrently, sample, start_serve
 
 
 

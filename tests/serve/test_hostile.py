@@ -22,7 +22,7 @@ from tripy_build import runtime
 from tripy_build.errors import ConfigError
 from tripy_build.serve.http import Server
 from tripy_build.serve.limits import Limits
-from serving import start_serve
+from serve.serving import start_serve
 
 W = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
 LIMITS = Limits(max_body_bytes=2 << 20, max_json_bytes=1 << 20, max_buffered_bytes=8 << 20, max_header_bytes=16 << 10,

@@ -18,7 +18,7 @@ import pytest
 import tripy_build as tb
 from tripy_build.errors import ConfigError
 from tripy_build.serve.http import Server
-from serving import concurrently, sample, start_serve
+from serve.serving import concurrently, sample, start_serve
 
 
 
