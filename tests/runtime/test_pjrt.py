@@ -149,3 +149,20 @@ def test_runtime_takes_jax_arrays_from_a_process_that_uses_jax(affine_artifact):
     x = jax.device_put(_x(4))
     assert_close(rt(x), affine(x, params))
     assert_close(rt(jax.device_put(_x(5))), affine(jnp.asarray(_x(5)), params))  # padded
+
+
+def test_outputs_of_dtypes_dlpack_lacks_come_back(tmp_path):
+    """bfloat16 and float8 results have no DLPack code: the runtime copies them to the host instead of failing."""
+    import ml_dtypes
+
+    def f(x):
+        return (x * 2).astype(jnp.bfloat16), x.astype(jnp.float8_e4m3fn), x + 1
+
+    exe = tb.compile(f, args=(tb.InputInfo((tb.NamedDimension("b", 1, 2, 4), 3), "float32"),))
+    exe.save(tmp_path / "narrow")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
+    got = runtime.load(tmp_path / "narrow", warmup="now")(x)
+    want = exe(x)
+    assert [g.dtype for g in got] == [np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn), np.float32]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))

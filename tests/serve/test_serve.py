@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,33 +16,13 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build import runtime
 from tripy_build.errors import ConfigError
 from tripy_build.serve.http import Server
-
-W = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
-
-
-def two_heads(x, t, w):
-    """x: (batch, seq, 4) float32, t: (batch,) int32 -> (batch, 3) float32 and (batch,) int32."""
-    h = jnp.tanh(x @ w).sum(axis=1)
-    return h * t[:, None].astype(h.dtype), t * 2
+from serve.serving import concurrently, sample, start_serve
 
 
-@pytest.fixture(scope="module")
-def artifact(tmp_path_factory) -> Path:
-    batch, seq = tb.NamedDimension("batch", 1, 4, 16), tb.NamedDimension("seq", 2, 2, 4)
-    exe = tb.compile(two_heads, args=(tb.InputInfo((batch, seq, 4), "float32"), tb.InputInfo((batch,), "int32"), W),
-                     padding={"batch": "rows"}, buckets={"batch": "pow2", "seq": [2, 4]})
-    path = tmp_path_factory.mktemp("serve") / "two_heads"
-    exe.save(path)
-    return path
 
 
-@pytest.fixture(scope="module")
-def direct(artifact):
-    """The artifact called directly: what every served answer must equal."""
-    return runtime.load(artifact)
 
 
 def request(x: np.ndarray, t: np.ndarray, binary: bool = False) -> tuple[bytes, dict[str, str]]:
@@ -62,7 +41,8 @@ def request(x: np.ndarray, t: np.ndarray, binary: bool = False) -> tuple[bytes, 
 
 def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
     """(status, JSON header, the binary data after it)."""
-    req = urllib.request.Request(url, data=body, headers=headers or {}, method="POST")
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             status, data, head_len = r.status, r.read(), r.headers.get("Inference-Header-Content-Length")
@@ -94,27 +74,10 @@ def outputs(response: dict, blob: bytes = b"") -> list[np.ndarray]:
     return out
 
 
-def sample(rng, rows: int, seq: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    return rng.standard_normal((rows, seq, 4)).astype(np.float32), rng.integers(-5, 5, rows).astype(np.int32)
-
 
 def infer_url(server: Server) -> str:
     return f"{server.url}/v2/models/two_heads/infer"
 
-
-def concurrently(n: int, fn) -> list:
-    """``fn(i)`` on ``n`` threads released together; their results in order."""
-    barrier, results = threading.Barrier(n), [None] * n
-
-    def run(i):
-        barrier.wait()
-        results[i] = fn(i)
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    return results
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(artifact, direct):
@@ -211,7 +174,7 @@ def test_bad_requests_get_a_400_that_names_the_problem_and_do_not_fail_the_other
         status, body, _ = post(infer_url(server), head + b"\0" * 31, {"Inference-Header-Content-Length": str(len(head))})
         assert status == 400 and "shape [2, 2, 4] of FP32 is 64 bytes, but binary_data_size is 31" in body["error"]
         status, body, _ = post(f"{server.url}/v2/models/nope/infer", good)
-        assert status == 404 and "model 'nope' is not served here; served: two_heads" in body["error"]
+        assert status == 404 and "model 'nope' is not served here" in body["error"] and "two_heads" not in body["error"]
         assert get(f"{server.url}/v2/nothing")[0] == 404
         assert post(infer_url(server), good)[0] == 200  # still serving
         assert get(f"{server.url}/v2/models/two_heads/stats")[1]["model_stats"][0]["inference_stats"]["fail"][
@@ -271,15 +234,8 @@ def test_outputs_returned_in_a_dict_are_served_by_their_keys(tmp_path):
 
 
 def test_the_command_serves_until_sigterm(artifact, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--port", "0",
-                             "--max-delay-ms", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=tmp_path)
+    proc, lines = start_serve([str(artifact), "--port", "0", "--max-delay-ms", "1"], tmp_path)
     try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("serving on "):
-                break
         url = lines[-1].split()[2]
         assert "batching along 'batch': up to 16 rows a call, a request waiting at most 1 ms" in lines[0], lines
         x, t = sample(np.random.default_rng(7), 5)

@@ -1,49 +1,90 @@
-"""``tripy-build serve PATH... [--host] [--port] [--batch-dim] [--max-batch] [--max-delay-ms]``.
+"""``tripy-build serve PATH... [--host] [--port] [--grpc-port] [--batch-dim] [--max-batch] [--max-delay-ms] [limits] [access]``.
 
-SIGTERM stops the server with exit 0, Ctrl-C with 130; a bad path or option exits 2 with one line.
+SIGTERM drains (stop accepting, finish the requests in flight, at most ``--drain-timeout``) and exits 0,
+Ctrl-C exits 130 the same way; a bad path or option exits 2 with one line.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from typing import Sequence
 
 from ..errors import TripyBuildError
-from ..serve.http import Server
+from ..serve.limits import Limits
+
+
+def _size(text: str) -> int:
+    """``256M``, ``1G``, ``65536``: a byte count."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1:].upper() in units else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (e.g. 65536, 64K, 16M, 1G)") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    defaults = Limits()
     parser = argparse.ArgumentParser(
         prog="tripy-build serve", description="Serve built artifacts over HTTP (KServe v2 protocol), with "
         "dynamic batching along a rows-padded dim.")
     parser.add_argument("artifacts", nargs="+", help="artifact directories (artifacts/MODEL/KEY)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--grpc-port", type=int, default=None, help="also serve KServe v2 over gRPC on this port "
+                        "(0 picks a free one; needs pip install 'tripy_build[grpc]')")
     parser.add_argument("--batch-dim", default="auto", help="dim to gather requests along: a rows-padded dim's "
                         "name, 'auto' (the one such dim in every input and output) or 'none'")
-    parser.add_argument("--max-batch", type=int, default=None, help="most rows in one call (default: the dim's max)")
+    parser.add_argument("--max-batch", type=int, default=None,
+                        help="most rows in one call (default: the largest precompiled size of the dim)")
     parser.add_argument("--max-delay-ms", type=float, default=0.0,
                         help="longest a request waits for others to join its batch (default 0: a batch is what "
                         "queued while the last call ran)")
+    limits = parser.add_argument_group("limits")
+    limits.add_argument("--max-body-bytes", type=_size, default=defaults.max_body_bytes,
+                        help=f"largest request with binary tensor data (default {defaults.max_body_bytes >> 20}M)")
+    limits.add_argument("--max-json-bytes", type=_size, default=defaults.max_json_bytes,
+                        help=f"largest all-JSON request; JSON costs ~5x its size once parsed (default "
+                        f"{defaults.max_json_bytes >> 20}M)")
+    limits.add_argument("--max-buffered-bytes", type=_size, default=defaults.max_buffered_bytes,
+                        help=f"request bodies held at once over all connections (default {defaults.max_buffered_bytes >> 20}M)")
+    limits.add_argument("--max-header-bytes", type=_size, default=defaults.max_header_bytes,
+                        help=f"request line and headers (default {defaults.max_header_bytes >> 10}K)")
+    limits.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help=f"open connections; one more gets 503 (default {defaults.max_connections})")
+    limits.add_argument("--read-timeout", type=float, default=defaults.read_timeout,
+                        help=f"seconds for a request to arrive, head and body (default {defaults.read_timeout:g})")
+    limits.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout,
+                        help=f"seconds a connection may wait with no request (default {defaults.idle_timeout:g})")
+    limits.add_argument("--drain-timeout", type=float, default=defaults.drain_timeout,
+                        help=f"seconds a stopping server waits for requests in flight (default {defaults.drain_timeout:g})")
+    access = parser.add_argument_group("access")
+    access.add_argument("--token-file", default=None,
+                        help="file holding a bearer token every request but /v2/health/* must carry")
+    access.add_argument("--allowed-hosts", default=None, help="comma-separated Host names answered, '*' for any "
+                        "(default: localhost, 127.0.0.1 and ::1 on a loopback address, any otherwise)")
+    access.add_argument("--allowed-origins", default="", help="comma-separated web origins (https://app.example) "
+                        "whose requests are answered (default none: a browser's cross-origin request is refused)")
     args = parser.parse_args(argv)
     try:
-        server = Server(args.artifacts, args.host, args.port, args.batch_dim, args.max_batch, args.max_delay_ms)
+        from ..serve.http import Server
+
+        server = Server(args.artifacts, args.host, args.port, args.batch_dim, args.max_batch, args.max_delay_ms,
+                        limits=Limits(**{f: getattr(args, f) for f in Limits.__dataclass_fields__}),
+                        allowed_hosts=args.allowed_hosts.split(",") if args.allowed_hosts is not None else None,
+                        allowed_origins=args.allowed_origins.split(","), token_file=args.token_file,
+                        grpc_port=args.grpc_port)
     except TripyBuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for ep in server.endpoints.values():
         print(f"{ep.name} ({ep.path}): POST {server.url}/v2/models/{ep.name}/infer; {ep.batching}", flush=True)
-    print(f"serving on {server.url} (Ctrl-C stops)", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server._http.shutdown, daemon=True).start())
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        server.close()
+    if server.grpc is not None:
+        print(f"gRPC (KServe v2, inference.GRPCInferenceService) on {server.grpc.address}", flush=True)
+    print(f"serving on {server.url} (Ctrl-C stops; SIGTERM drains)", flush=True)
+    stopped_by = server.serve_forever()
+    if stopped_by == "SIGINT":
         print("\ninterrupted: stopped serving.", file=sys.stderr, flush=True)
         return 130
-    server.close()
     print("stopped serving.", flush=True)
     return 0

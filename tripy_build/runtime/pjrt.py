@@ -113,6 +113,16 @@ class _Device:
         return self.jax.batched_device_put(aval, self.sharding, [array], self.devices, True, False, self.zero_copy, False)
 
 
+def _host(buffer: Any) -> np.ndarray:
+    """A result buffer as a numpy array: a view through DLPack, or, for dtypes DLPack has no code for
+    (bfloat16, the float8s), jaxlib's own copy to the host."""
+    try:
+        return np.from_dlpack(_DLPack(buffer))
+    except RuntimeError:
+        array, _ = buffer._single_device_array_to_np_array_did_copy()
+        return array
+
+
 class _Compiled:
     """One deserialized executable: its argument avals (only those XLA kept) and output handlers."""
 
@@ -134,7 +144,7 @@ class _Compiled:
         return self.loaded.execute_sharded(placed).consume_with_handlers(self.handlers)
 
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
-        return [np.from_dlpack(_DLPack(o)) for o in self.device_outputs(args)]
+        return [_host(o) for o in self.device_outputs(args)]
 
 
 class Runtime:
@@ -267,6 +277,14 @@ class Runtime:
 
             return [np.asarray(o) for o in jax.tree_util.tree_leaves(self._full_executable().call_flat(*leaves))]
         return run(full)
+
+    def needs_compile(self, *leaves: Any) -> bool:
+        """Whether a call with these (checked) unbound flat inputs runs shapes that no precompiled profile
+        serves, so that it compiles first (a server runs such calls apart, not holding the others up)."""
+        if self._iree is not None:
+            return False
+        shapes = [np.shape(x) for x in self._assemble(leaves)]
+        return self._dispatcher.route(shapes).target not in self._profiles
 
     def check_flat(self, *leaves: Any) -> None:
         """Validate the unbound flat inputs as ``call_flat`` does, without running them (``CallError``)."""

@@ -6,8 +6,11 @@ must not change the real rows' outputs). So requests are batched along such a di
 request's inputs are concatenated along it, the batch runs once (its size picks a bucket as any call
 does), and every output is split back at the same offsets.
 
-Requests are compatible when all their other dims agree (a transformer's requests with different
-``seq`` are kept apart). The oldest request waiting sets the deadline, ``max_delay_ms`` after it
+Requests are compatible when all their other dims agree, with one exception: a dim padded through a
+mask input (a transformer's ``seq`` with its ``attention_mask``) only has to fall in the same bucket,
+since the call runs at the bucket's size anyway: each request is padded to the longest in the batch
+(its mask with 0, the other inputs with their declared pad values) and its outputs are cut back to its
+own length. The oldest request waiting sets the deadline, ``max_delay_ms`` after it
 arrived; compatible requests join it, oldest first, until the rows reach ``max_batch`` or the
 deadline passes. While a batch runs, the next one gathers, so under load batches grow on their own:
 that is why the default delay is 0 (Triton's default too). Measured here (``bench/serve.py``), a
@@ -19,12 +22,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..core.profiles import MaskInput, pad_values
 from ..errors import CallError, ConfigError
 
 
@@ -37,11 +41,16 @@ class BatchPlan:
     max_delay_s: float  # longest a request waits for others to join it
     in_axes: tuple[int, ...]  # per flat input: the axis that is ``dim``
     out_axes: tuple[int, ...]  # per flat output: the axis that is ``dim``
+    # The mask-padded dims requests of different sizes may share a call in: (its DimPlan, per flat input its
+    # axis or None, per flat output its axis or None).
+    ragged: tuple[tuple[Any, tuple[int | None, ...], tuple[int | None, ...]], ...] = ()
+    fills: tuple[float, ...] = ()  # per flat input: the value it is padded with along a ragged dim
 
     def describe(self) -> str:
         wait = (f"a request waiting at most {self.max_delay_s * 1e3:g} ms for others" if self.max_delay_s else
                 "no waiting: a batch is what queued while the last call ran")
-        return f"batching along {self.dim!r}: up to {self.max_batch} rows a call, {wait}"
+        ragged = "".join(f"; requests of different {d.name!r} in one bucket share a call" for d, _, _ in self.ragged)
+        return f"batching along {self.dim!r}: up to {self.max_batch} rows a call, {wait}{ragged}"
 
 
 def _axes(dim: Any, args: Sequence[tuple[str, Any]], outputs: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | str:
@@ -71,7 +80,8 @@ def plan(args: Sequence[tuple[str, Any]], outputs: Sequence[Any], dims: Sequence
         dims: the model's dynamic dims (``profiles.DimPlan``).
         dim: a dim's name; ``"auto"``: the one ``rows`` dim that every input and output has, if any;
             ``"none"``: no batching.
-        max_batch: most rows in one call; default: the dim's max.
+        max_batch: most rows in one call; default: the dim's largest precompiled size (its largest bucket), so
+            that a batch never forms a size that must compile.
         max_delay_ms: longest a request waits for others to join it.
 
     Returns:
@@ -111,11 +121,26 @@ def plan(args: Sequence[tuple[str, Any]], outputs: Sequence[Any], dims: Sequence
         raise ConfigError(f"batch dim {dim!r}: {axes}, so requests cannot be gathered along it. Serve with batch dim 'none'.")
     lo, _, hi = chosen.bounds
     if max_batch is None:
-        max_batch = hi
+        max_batch = chosen.buckets[-1] if chosen.buckets else hi
     if not (isinstance(max_batch, int) and lo <= max_batch <= hi):
         raise ConfigError(f"max_batch: must be an integer in the range of {chosen.name!r}, {lo}..{hi}, got {max_batch!r}.")
-    p = BatchPlan(chosen.name, max_batch, max_delay_ms / 1e3, *axes)
+    p = BatchPlan(chosen.name, max_batch, max_delay_ms / 1e3, *axes, _ragged(dims, chosen, args, outputs),
+                  tuple(pad_values(dims, [path for path, _ in args])))
     return p, p.describe()
+
+
+def _ragged(dims: Sequence[Any], chosen: Any, args: Sequence[tuple[str, Any]], outputs: Sequence[Any]) -> tuple:
+    """The dims padded through a mask input (other than ``chosen``), with their axis in every input and output."""
+    def axis(info: Any, name: str) -> int | None:
+        found = [a for a, n in info.dimension_names.items() if n == name]
+        return found[0] if len(found) == 1 else None
+
+    out = []
+    for d in dims:
+        if d is chosen or not d.name or not isinstance(d.padding, MaskInput) or not d.buckets:
+            continue
+        out.append((d, tuple(axis(info, d.name) for _, info in args), tuple(axis(info, d.name) for info in outputs)))
+    return tuple(out)
 
 
 @dataclass
@@ -148,10 +173,10 @@ class Stats:
 
 
 class _Request:
-    __slots__ = ("leaves", "rows", "key", "future", "arrived")
+    __slots__ = ("leaves", "rows", "key", "sizes", "future", "arrived")
 
-    def __init__(self, leaves: list[np.ndarray], rows: int, key: tuple, arrived: int):
-        self.leaves, self.rows, self.key, self.arrived = leaves, rows, key, arrived
+    def __init__(self, leaves: list[np.ndarray], rows: int, key: tuple, sizes: tuple[int, ...], arrived: int):
+        self.leaves, self.rows, self.key, self.sizes, self.arrived = leaves, rows, key, sizes, arrived
         self.future: Future = Future()
 
 
@@ -159,11 +184,15 @@ class Batcher:
     """Runs ``call_flat`` on requests, gathered per ``plan`` (or one by one with no plan), on one thread.
 
     Requests are expected to be valid on their own (the caller checks each before submitting), so that
-    one bad request cannot fail the others in its batch.
+    one bad request cannot fail the others in its batch. A batch whose shapes no precompiled profile serves
+    (``needs_compile``) runs on a thread of its own, so that its compile holds up no other request.
     """
 
-    def __init__(self, call_flat: Callable[..., list[np.ndarray]], plan: BatchPlan | None, name: str = "model"):
+    def __init__(self, call_flat: Callable[..., list[np.ndarray]], plan: BatchPlan | None, name: str = "model",
+                 needs_compile: Callable[..., bool] | None = None):
         self._call = call_flat
+        self._needs_compile = needs_compile
+        self._compiling = ThreadPoolExecutor(1, thread_name_prefix=f"tripy_build-compile-{name}")
         self.plan = plan
         self.stats = Stats()
         self._queue: deque[_Request] = deque()
@@ -177,17 +206,30 @@ class Batcher:
         p = self.plan
         leaves = list(leaves)
         if p is None:
-            rows, key = 1, ()
+            rows, key, sizes = 1, (), ()
         else:
             rows = int(leaves[0].shape[p.in_axes[0]])
-            key = tuple(x.shape[:a] + x.shape[a + 1:] for x, a in zip(leaves, p.in_axes))
-        r = _Request(leaves, rows, key, time.monotonic_ns())
+            shapes = [list(x.shape) for x in leaves]
+            sizes = []
+            for d, in_axes, _ in p.ragged:  # compatible across a mask-padded dim's bucket
+                leaf = next(i for i, a in enumerate(in_axes) if a is not None)
+                sizes.append(shapes[leaf][in_axes[leaf]])
+                for shape, a in zip(shapes, in_axes):
+                    if a is not None:
+                        shape[a] = d.target(sizes[-1])
+            key = tuple(tuple(s[:a] + s[a + 1:]) for s, a in zip(shapes, p.in_axes))
+            sizes = tuple(sizes)
+        r = _Request(leaves, rows, key, sizes, time.monotonic_ns())
         with self._cond:
             if self._closed:
                 raise CallError("the server is stopping; send the request again to a running one.")
             self._queue.append(r)
             self._cond.notify()
         return r.future
+
+    def queued(self) -> int:
+        """Requests waiting for a batch now."""
+        return len(self._queue)
 
     def close(self) -> None:
         """Stop taking requests; those still queued fail, the call in progress finishes."""
@@ -199,6 +241,7 @@ class Batcher:
         for r in pending:
             r.future.set_exception(CallError("the server stopped before this request ran; send it again."))
         self._thread.join(timeout=60)
+        self._compiling.shutdown(wait=True)
 
     def _take(self) -> list[_Request] | None:
         """The next batch: the oldest request and the compatible ones that fit, once full or due."""
@@ -231,27 +274,67 @@ class Batcher:
             group = self._take()
             if group is None:
                 return
-            started = time.monotonic_ns()
-            rows = sum(r.rows for r in group)
             try:
-                if len(group) == 1:
-                    outs = self._call(*group[0].leaves)
-                    parts = [outs]
-                else:
-                    p = self.plan
-                    leaves = [np.concatenate([r.leaves[i] for r in group], axis=a) for i, a in enumerate(p.in_axes)]
-                    outs = self._call(*leaves)
-                    cuts = np.cumsum([r.rows for r in group])[:-1]
-                    split = [np.split(o, cuts, axis=a) for o, a in zip(outs, p.out_axes)]
-                    parts = [[s[k] for s in split] for k in range(len(group))]
-                error = None
+                leaves = self._gather(group)
+                apart = self._needs_compile is not None and self._needs_compile(*leaves)
             except Exception as e:  # noqa: BLE001 - given to every request of the batch
-                error = e
-            done = time.monotonic_ns()
-            self.stats.call(rows, done - started)
-            for k, r in enumerate(group):
-                self.stats.answered(r.rows, started - r.arrived, error is None)
-                if error is None:
-                    r.future.set_result(parts[k])
-                else:
-                    r.future.set_exception(error)
+                self._answer(group, None, e, time.monotonic_ns())
+                continue
+            if apart:
+                self._compiling.submit(self._run, group, leaves)
+            else:
+                self._run(group, leaves)
+
+    def _gather(self, group: list[_Request]) -> list[np.ndarray]:
+        """The batch's flat inputs: the requests' own, or theirs padded along ragged dims and concatenated."""
+        if len(group) == 1:
+            return group[0].leaves
+        p = self.plan
+        per_request = [list(r.leaves) for r in group]
+        for k, (_, in_axes, _) in enumerate(p.ragged):
+            longest = max(r.sizes[k] for r in group)
+            for leaves, r in zip(per_request, group):
+                if r.sizes[k] != longest:
+                    leaves[:] = [x if a is None else _pad_axis(x, a, longest, p.fills[i])
+                                 for i, (x, a) in enumerate(zip(leaves, in_axes))]
+        return [np.concatenate([leaves[i] for leaves in per_request], axis=a) for i, a in enumerate(p.in_axes)]
+
+    def _run(self, group: list[_Request], leaves: list[np.ndarray]) -> None:
+        started = time.monotonic_ns()
+        try:
+            outs = self._call(*leaves)
+            if len(group) == 1:
+                parts = [outs]
+            else:
+                p = self.plan
+                cuts = np.cumsum([r.rows for r in group])[:-1]
+                split = [np.split(o, cuts, axis=a) for o, a in zip(outs, p.out_axes)]
+                parts = [[s[k] for s in split] for k in range(len(group))]
+                for k, (_, _, out_axes) in enumerate(p.ragged):
+                    for part, r in zip(parts, group):
+                        part[:] = [o if a is None or o.shape[a] == r.sizes[k] else
+                                   o[(slice(None),) * a + (slice(0, r.sizes[k]),)] for o, a in zip(part, out_axes)]
+        except Exception as e:  # noqa: BLE001 - given to every request of the batch
+            self._answer(group, None, e, started)
+            return
+        self._answer(group, parts, None, started)
+
+    def _answer(self, group: list[_Request], parts: list[list[np.ndarray]] | None, error: Exception | None,
+                started: int) -> None:
+        done = time.monotonic_ns()
+        self.stats.call(sum(r.rows for r in group), done - started)
+        for k, r in enumerate(group):
+            self.stats.answered(r.rows, started - r.arrived, error is None)
+            if error is None:
+                r.future.set_result(parts[k])
+            else:
+                r.future.set_exception(error)
+
+
+def _pad_axis(x: np.ndarray, axis: int, size: int, fill: float) -> np.ndarray:
+    """``x`` padded with ``fill`` at the end of ``axis`` up to ``size``."""
+    shape = list(x.shape)
+    shape[axis] = size
+    out = np.full(shape, fill, x.dtype) if fill else np.zeros(shape, x.dtype)
+    out[tuple(slice(0, n) for n in x.shape)] = x
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..errors import CallError
 from . import batching
-from .codec import datatype, metadata_shape, ranges
+from .codec import datatype, from_json_data, metadata_shape, ranges, to_json_data
 
 
 class Endpoint:
@@ -27,7 +28,7 @@ class Endpoint:
         self.output_names = model.output_names
         self.plan, self.batching = batching.plan(self.args, self.outputs, model.dims, batch_dim, max_batch,
                                                  max_delay_ms)
-        self.batcher = batching.Batcher(model.call_flat, self.plan, self.name)
+        self.batcher = batching.Batcher(model.call_flat, self.plan, self.name, getattr(model, "needs_compile", None))
         self.last_inference_ms = 0
 
     @classmethod
@@ -54,15 +55,16 @@ class Endpoint:
         if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
             raise CallError('the request must be a JSON object with an "inputs" list '
                             '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')
+        _parameters(request, "the request")
         expected = {p: (i, info) for i, (p, info) in enumerate(self.args)}
         leaves: list[Any] = [None] * len(self.args)
         offset = 0
         for item in request["inputs"]:
-            if not isinstance(item, dict) or "name" not in item:
-                raise CallError(f'every entry of "inputs" must be an object with a "name", got {item!r:.200}.')
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise CallError(f'every entry of "inputs" must be an object with a string "name", got {_quote(item)}.')
             name = item["name"]
             if name not in expected:
-                raise CallError(f"input {name!r}: {self.name} has no such input; it takes "
+                raise CallError(f"input {_quote(name)}: {self.name} has no such input; it takes "
                                 f"{', '.join(repr(p) for p in expected)}.")
             index, info = expected[name]
             if leaves[index] is not None:
@@ -82,36 +84,43 @@ class Endpoint:
     def _tensor(item: dict[str, Any], info: Any, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
         name, want = item["name"], datatype(info.dtype)
         shape = item.get("shape")
+        rank = len(info.shape_bounds.max)
         if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
                                                  for n in shape)):
-            raise CallError(f"input {name!r}: \"shape\" must be a list of non-negative integers, got {shape!r:.200}.")
+            raise CallError(f"input {name!r}: \"shape\" must be a list of non-negative integers, got {_quote(shape)}.")
+        if len(shape) != rank:
+            raise CallError(f"input {name!r}: shape {_quote(shape)} has {len(shape)} dims, but the input has {rank} "
+                            f"({info!r}).")
         if item.get("datatype") != want:
-            raise CallError(f"input {name!r}: datatype {item.get('datatype')!r} given, but it is {want} "
+            raise CallError(f"input {name!r}: datatype {_quote(item.get('datatype'))} given, but it is {want} "
                             f"({info!r}); send it as {want}.")
-        count = int(np.prod(shape, dtype=np.int64))
-        size = (item.get("parameters") or {}).get("binary_data_size")
+        count = math.prod(shape)  # Python's integers: a dim of 10**30 must not wrap around as numpy's would
+        size = _parameters(item, f"input {name!r}").get("binary_data_size")
         if size is not None:
             need = count * info.dtype.itemsize
-            if size != need or offset + need > len(binary):
+            if isinstance(size, bool) or size != need or offset + need > len(binary):
                 raise CallError(f"input {name!r}: shape {shape} of {want} is {need} bytes, but binary_data_size is "
-                                f"{size!r} with {len(binary) - offset} bytes left in the request.")
+                                f"{_quote(size)} with {len(binary) - offset} bytes left in the request.")
             array = np.frombuffer(binary[offset:offset + need], dtype=info.dtype).reshape(shape)
             return array, offset + need
         if "data" not in item:
             raise CallError(f'input {name!r}: has neither "data" nor a "binary_data_size" parameter.')
-        try:
-            array = np.asarray(item["data"], dtype=info.dtype)
-        except (TypeError, ValueError) as e:
-            raise CallError(f"input {name!r}: \"data\" is not a list of {want} values ({e}).") from None
+        array = from_json_data(name, item["data"], info.dtype)
         if array.size != count:
             raise CallError(f"input {name!r}: shape {shape} holds {count} values, but \"data\" has {array.size}.")
         return array.reshape(shape), offset
 
-    def infer(self, request: Any, binary: memoryview) -> tuple[dict[str, Any], list[bytes]]:
-        """Run one request: the v2 response, and the binary output data that follows it."""
+    def prepare(self, request: Any, binary: memoryview) -> tuple[list[np.ndarray], list[tuple[str, bool]]]:
+        """A request checked: its flat inputs, and (output name, as binary) for each output it wants."""
         leaves = self.decode(request, binary)
-        wanted = self._wanted(request)
-        outs = self.batcher.submit(leaves).result()
+        if "id" in request and not isinstance(request["id"], str):
+            raise CallError(f'"id" must be a string, got {_quote(request["id"])}.')
+        return leaves, self._wanted(request)
+
+    def respond(self, request: dict[str, Any], wanted: list[tuple[str, bool]],
+                outs: list[np.ndarray]) -> tuple[dict[str, Any], list[bytes]]:
+        """The v2 response to a request, and the binary output data that follows it. JSON ``data`` is left
+        as arrays (see ``codec.to_json_data``) for a serializer that writes numpy arrays."""
         self.last_inference_ms = int(time.time() * 1000)
         response: dict[str, Any] = {"model_name": self.name, "model_version": self.version, "outputs": []}
         if "id" in request:
@@ -125,24 +134,36 @@ class Endpoint:
                 entry["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(blob)
             else:
-                entry["data"] = (out.astype(np.float32) if out.dtype.kind == "V" or out.dtype.name == "bfloat16"
-                                 else out).ravel().tolist()
+                entry["data"] = to_json_data(out)
             response["outputs"].append(entry)
         return response, blobs
 
+    def infer(self, request: Any, binary: memoryview) -> tuple[dict[str, Any], list[bytes]]:
+        """Run one request and wait for it: the v2 response, and the binary output data that follows it."""
+        leaves, wanted = self.prepare(request, binary)
+        return self.respond(request, wanted, self.batcher.submit(leaves).result())
+
     def _wanted(self, request: dict[str, Any]) -> list[tuple[str, bool]]:
         """(output name, as binary) for each output to return: the requested ones, else all."""
-        default = bool((request.get("parameters") or {}).get("binary_data_output", False))
+        default = _parameters(request, "the request").get("binary_data_output", False)
+        if not isinstance(default, bool):
+            raise CallError(f'parameter "binary_data_output" must be true or false, got {_quote(default)}.')
         asked = request.get("outputs")
         if asked is None:
             return [(n, default) for n in self.output_names]
-        if not isinstance(asked, list) or not all(isinstance(o, dict) and "name" in o for o in asked):
-            raise CallError(f'"outputs" must be a list of objects with a "name", got {asked!r:.200}.')
+        if not isinstance(asked, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked):
+            raise CallError(f'"outputs" must be a list of objects with a string "name", got {_quote(asked)}.')
+        wanted = []
         for o in asked:
             if o["name"] not in self.output_names:
-                raise CallError(f"output {o['name']!r}: {self.name} has no such output; it has "
+                raise CallError(f"output {_quote(o['name'])}: {self.name} has no such output; it has "
                                 f"{', '.join(self.output_names)}.")
-        return [(o["name"], bool((o.get("parameters") or {}).get("binary_data", default))) for o in asked]
+            as_binary = _parameters(o, f"output {o['name']!r}").get("binary_data", default)
+            if not isinstance(as_binary, bool):
+                raise CallError(f'output {o["name"]!r}: parameter "binary_data" must be true or false, '
+                                f"got {_quote(as_binary)}.")
+            wanted.append((o["name"], as_binary))
+        return wanted
 
     def statistics(self) -> dict[str, Any]:
         s = self.batcher.stats
@@ -158,3 +179,19 @@ class Endpoint:
 
     def close(self) -> None:
         self.batcher.close()
+
+
+def _parameters(entry: dict[str, Any], what: str) -> dict[str, Any]:
+    """An entry's ``parameters`` object ({} if absent)."""
+    params = entry.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise CallError(f'{what}: "parameters" must be an object, got {_quote(params)}.')
+    return params
+
+
+def _quote(value: Any) -> str:
+    """A client's value in an error message: its repr, cut to 100 characters (a value can be huge)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 100 else text[:97] + "..."

@@ -1,0 +1,27 @@
+"""The served model most serve tests share: ``two_heads``, built once per module, and its direct answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tripy_build as tb
+from tripy_build import runtime
+from serve.serving import W, two_heads
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory) -> Path:
+    batch, seq = tb.NamedDimension("batch", 1, 4, 16), tb.NamedDimension("seq", 2, 2, 4)
+    exe = tb.compile(two_heads, args=(tb.InputInfo((batch, seq, 4), "float32"), tb.InputInfo((batch,), "int32"), W),
+                     padding={"batch": "rows"}, buckets={"batch": "pow2", "seq": [2, 4]})
+    path = tmp_path_factory.mktemp("serve") / "two_heads"
+    exe.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def direct(artifact):
+    """The artifact called directly: what every served answer must equal."""
+    return runtime.load(artifact)

@@ -1,0 +1,213 @@
+"""The ASGI application: KServe v2 routes over ``Endpoint``s, bodies read under ``Limits``, every answer JSON.
+
+Routes (``GET`` also answers ``HEAD``; another method on a route is 405 with ``Allow``):
+
+- ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``: the server;
+- ``GET /v2/models/NAME[/versions/V]``, ``.../ready``, ``.../stats``, ``GET /v2/models/stats``: a model;
+- ``POST /v2/models/NAME[/versions/V]/infer``: an inference (JSON, or JSON then binary tensor data);
+- ``GET /metrics``: Prometheus' text format (``metrics.py``).
+
+A request body is read only once its route, its access (``access.py``) and its declared size are
+accepted; it is refused (413) as soon as it passes its cap, whether declared or streamed (chunked or
+gzip). JSON is strict RFC 8259 (orjson): ``NaN``, ``Infinity`` and numbers beyond a double are refused.
+The request is checked on its own (400 naming the input, the dim and the range) before it joins a
+batch, and a run's outputs are written by orjson straight from the arrays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any, Awaitable, Callable
+
+import orjson
+
+from ..errors import CallError, TripyBuildError
+from ..version import __version__
+from .access import Access, Refused
+from .endpoint import Endpoint
+from .limits import Limits
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_JSON = (b"content-type", b"application/json")
+_GET = b"GET, HEAD"
+# Bodies a web page can send cross-origin without asking first (CORS "simple requests"): never inference.
+_FORM_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data")
+_BODY_TYPES = ("application/json", "application/octet-stream")
+
+
+class App:
+    """The server's ASGI application over ``endpoints`` (name -> ``Endpoint``)."""
+
+    def __init__(self, endpoints: dict[str, Endpoint], limits: Limits, access: Access, metrics: Any):
+        self.endpoints, self.limits, self.access, self.metrics = endpoints, limits, access, metrics
+        self.buffered = 0  # request body bytes held now, over every connection (the event loop's own count)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            await self._handle(scope, receive, send)
+        except Refused as e:
+            await self._error(send, scope, e.status, str(e), e.headers)
+        except TripyBuildError as e:
+            await self._error(send, scope, 400, str(e))
+        except Exception as e:  # noqa: BLE001 - the server goes on; the client learns it is the server's fault
+            import traceback
+
+            traceback.print_exc()
+            await self._error(send, scope, 500, f"internal server error ({type(e).__name__}); the server's log has "
+                                                "the details.")
+
+    async def _error(self, send: Send, scope: Scope, status: int, message: str, headers: Any = ()) -> None:
+        """A JSON error; the connection is closed after it unless the request's body was read to its end
+        (what is left of it would have to be read and thrown away)."""
+        if not scope.get("body_read") and any(n in (b"content-length", b"transfer-encoding") for n, _ in scope["headers"]):
+            headers = [*headers, (b"connection", b"close")]
+        await self._send(send, status, orjson.dumps({"error": message}), headers, scope)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        self.access.check(path, scope["headers"], scope["http_version"])
+        parts = [p for p in path.split("/") if p]
+        if parts[:3] == ["v2", "models", "stats"] and len(parts) == 3:
+            return await self._get(scope, send, lambda: {"model_stats": [e.statistics() for e in self.endpoints.values()]})
+        if parts[:2] == ["v2", "models"] and len(parts) >= 3:
+            return await self._model(scope, receive, send, parts)
+        if parts == ["v2"]:
+            return await self._get(scope, send, lambda: {"name": "tripy_build", "version": __version__, "extensions": [
+                "binary_tensor_data", "statistics"]})
+        if parts in (["v2", "health", "live"], ["v2", "health", "ready"]):
+            return await self._get(scope, send, lambda: {parts[2]: True})
+        if parts == ["metrics"]:
+            self._method(method, _GET)
+            text, content_type = self.metrics.exposition()
+            return await self._send(send, 200, text, [(b"content-type", content_type.encode())], scope)
+        raise Refused(404, f"no such resource: {method} {path[:200]}.")
+
+    async def _model(self, scope: Scope, receive: Receive, send: Send, parts: list[str]) -> None:
+        ep = self.endpoints.get(parts[2])
+        if ep is None:
+            raise Refused(404, f"model {parts[2][:200]!r} is not served here; GET /v2/models/stats lists those that are.")
+        rest = parts[3:]
+        if rest[:1] == ["versions"]:
+            if len(rest) < 2 or rest[1] != ep.version:
+                raise Refused(404, f"model {ep.name!r} has version {ep.version!r} only, not "
+                                   f"{(rest[1] if len(rest) > 1 else '')[:100]!r}.")
+            rest = rest[2:]
+        if rest == []:
+            return await self._get(scope, send, ep.metadata)
+        if rest == ["ready"]:
+            return await self._get(scope, send, lambda: {"name": ep.name, "ready": True})
+        if rest == ["stats"]:
+            return await self._get(scope, send, lambda: {"model_stats": [ep.statistics()]})
+        if rest == ["infer"]:
+            self._method(scope["method"], b"POST")
+            return await self._infer(ep, scope, receive, send)
+        raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; inference is "
+                           f"POST /v2/models/{ep.name}/infer.")
+
+    @staticmethod
+    def _method(method: str, allow: bytes) -> None:
+        if method.encode() not in allow.split(b", "):
+            raise Refused(405, f"{method} is not allowed here; this resource takes {allow.decode()}.", [(b"allow", allow)])
+
+    async def _get(self, scope: Scope, send: Send, body: Callable[[], Any]) -> None:
+        self._method(scope["method"], _GET)
+        await self._send(send, 200, orjson.dumps(body()), [_JSON], scope)
+
+    async def _send(self, send: Send, status: int, body: bytes, headers: Any, scope: Scope) -> None:
+        if status >= 400:
+            headers = [_JSON, *headers]
+        self.metrics.response(status)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _infer(self, ep: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
+        binary_head = headers.get(b"inference-header-content-length")
+        cap = self.limits.max_body_bytes if binary_head is not None else self.limits.max_json_bytes
+        body = await self._body(scope, receive, headers, cap, "binary" if binary_head is not None else "JSON")
+        split = len(body)
+        if binary_head is not None:
+            if not binary_head.isdigit() or not int(binary_head) <= len(body):
+                raise CallError(f"Inference-Header-Content-Length {binary_head.decode('latin-1')[:30]!r} must be a "
+                                f"length within the body's {len(body)} bytes.")
+            split = int(binary_head)
+        try:
+            request = orjson.loads(memoryview(body)[:split])
+        except orjson.JSONDecodeError as e:
+            raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
+        leaves, wanted = ep.prepare(request, memoryview(body)[split:])
+        outs = await asyncio.wrap_future(ep.batcher.submit(leaves))
+        response, blobs = ep.respond(request, wanted, outs)
+        head = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
+        if blobs:
+            out_headers = [(b"content-type", b"application/octet-stream"),
+                           (b"inference-header-content-length", str(len(head)).encode())]
+            return await self._send(send, 200, b"".join([head, *blobs]), out_headers, scope)
+        await self._send(send, 200, head, [_JSON], scope)
+
+    async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str) -> bytes:
+        """The request body, refused (413) once it passes ``cap`` bytes, gzip undone; counted against
+        ``max_buffered_bytes`` while it is read."""
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode("latin-1").lower()
+        if content_type and content_type not in _BODY_TYPES and not content_type.endswith("+json"):
+            why = " (a web form's type)" if content_type in _FORM_TYPES else ""
+            raise Refused(415, f"Content-Type {content_type[:100]!r}{why} is not accepted; send application/json, "
+                               "or application/octet-stream with binary tensor data.")
+        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if encoding not in (b"identity", b"gzip"):
+            raise Refused(415, f"Content-Encoding {encoding.decode('latin-1')[:50]!r} is not accepted; send the body "
+                               "as it is, or gzip.", [(b"accept-encoding", b"gzip")])
+        declared = headers.get(b"content-length")
+        too_big = (f"the request's {kind} body is over {cap} bytes, the most this server accepts "
+                   f"(--max-{'json' if kind == 'JSON' else 'body'}-bytes)")
+        if declared is not None and int(declared) > cap:
+            raise Refused(413, f"{too_big}: its Content-Length is {int(declared)}.")
+        reserve = int(declared) if declared is not None else cap
+        if self.buffered + reserve > self.limits.max_buffered_bytes:
+            raise Refused(503, f"the server holds {self.buffered} bytes of request bodies, near its limit of "
+                               f"{self.limits.max_buffered_bytes}; try again shortly.", [(b"retry-after", b"1")])
+        self.buffered += reserve
+        try:
+            chunks, size = [], 0
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == b"gzip" else None
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise Refused(400, "the client closed the connection before the body arrived.")
+                chunk, more = message.get("body", b""), message.get("more_body", False)
+                if inflate is not None:
+                    try:
+                        chunk = inflate.decompress(chunk, cap + 1 - size)
+                    except zlib.error as e:
+                        raise Refused(400, f"the gzip body is damaged: {e}.") from None
+                    if inflate.unconsumed_tail:
+                        size = cap + 1
+                size += len(chunk)
+                if size > cap:
+                    raise Refused(413, f"{too_big}{' once gunzipped' if inflate is not None else ''}.")
+                chunks.append(chunk)
+            scope["body_read"] = True
+            if inflate is not None and not inflate.eof:
+                raise Refused(400, "the gzip body ends before its stream does.")
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        finally:
+            self.buffered -= reserve
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by (lower-case) name; one the request repeats with different values is refused."""
+    out: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        if name in out and out[name] != value and name in (b"content-type", b"content-encoding",
+                                                           b"inference-header-content-length"):
+            raise Refused(400, f"the {name.decode()} header is given twice with different values.")
+        out[name] = value
+    return out
