@@ -49,8 +49,9 @@ threads, JSON) runs closed loop:
 The hostile windows last at least ``--hostile-min-seconds`` (6 s: slow-loris bytes and server timeouts
 need time); ``--hostile-scenarios`` picks among idle, slowloris and body. ``tripy-build serve`` options
 ``--max-body-bytes --max-json-bytes --max-connections --read-timeout --idle-timeout --grpc-port`` are
-passed only where its ``--help`` lists them (the bench's options of those names give the values;
-``--max-connections`` defaults to 1000), so the bench runs before and after the server gains them.
+passed only where its ``--help`` lists them and the bench is given a value (the bench's options of those
+names), so the bench runs before and after the server gains them. The connection cap judged against is
+``--max-connections``, else the default its ``--help`` states, else 512.
 Server and clients share this machine's cores, as they would share a host's; the file-descriptor limit is
 raised to the hard limit (servers inherit it).
 
@@ -62,9 +63,9 @@ its workers), outside the repository::
 
 ``--mlserver-python`` names that venv's python (default ``/work/venvs/mlserver/bin/python``; without it
 the MLServer rows print why and the rest goes on). The runtime imports this repository's
-``tripy_build.models`` (jax only) through PYTHONPATH. The gRPC client is ``tritonclient.grpc``: from this
-interpreter when it has it, else from the MLServer venv (MLServer depends on tritonclient; its protobuf
-and ml_dtypes pins would downgrade tripy_build's venv), ``--grpc-client-python`` to choose.
+``tripy_build.models`` (jax only) through PYTHONPATH. The gRPC client is ``tritonclient.grpc`` (tripy_build's
+``grpc`` extra installs it, as ``tripy-build serve --grpc-port`` needs it): from this interpreter when it has
+it, else from the MLServer venv (MLServer depends on tritonclient), ``--grpc-client-python`` to choose.
 
     .venv/bin/python bench/serve.py                                # geglu and mlp, 1/8/32 clients, hostile on geglu
     .venv/bin/python bench/serve.py --quick                        # smoke: about a minute
@@ -183,15 +184,14 @@ class _Direct:
 
 
 def jax_server(kind: str, name: str, out: Path, port: int) -> None:
-    """``jax.jit`` or eager ``apply`` behind tripy_build's HTTP front end (``server._HTTPServer``)."""
+    """``jax.jit`` or eager ``apply`` behind tripy_build's HTTP front end: ``serve.http.Server`` given an endpoint
+    whose batcher runs each request where the front end hands it over (the handler; on the new server, its
+    asyncio loop), as a hand-written server does."""
     import jax
 
     import tripy_build as tb
     from tripy_build.serve import http as server
 
-    if not hasattr(server, "_HTTPServer"):
-        sys.exit("tripy_build.serve.http has no _HTTPServer (the front end changed): the jax.jit and eager "
-                 "contenders need porting to it.")
     model, params = load_params(name, out)
     apply = jax.jit(model.apply) if kind == "jax.jit" else model.apply
     info = tb.InputInfo([tb.NamedDimension("batch", *BATCH), WIDTH], "float32")
@@ -200,9 +200,15 @@ def jax_server(kind: str, name: str, out: Path, port: int) -> None:
     ep = server.Endpoint(served, kind, batch_dim="none")
     ep.batcher.close()
     ep.batcher = _Direct(lambda x: apply(params, x))
-    http_server = server._HTTPServer(("127.0.0.1", port), server._Handler)
-    http_server.endpoints = {name: ep}
-    print(f"serving on http://127.0.0.1:{http_server.server_address[1]}", flush=True)
+
+    class Given(server.Endpoint):
+        @classmethod
+        def load(cls, path: Any, **options: Any) -> Any:
+            return ep
+
+    server.Endpoint = Given  # the Server loads its one "artifact" as this endpoint
+    http_server = server.Server([name], host="127.0.0.1", port=port, batch_dim="none")
+    print(f"serving on {http_server.url}", flush=True)
     http_server.serve_forever()
 
 
@@ -730,11 +736,13 @@ class Server:
                 self.proc.wait()
 
 
-def serve_options() -> set[str]:
-    """The options ``tripy-build serve --help`` lists."""
+def serve_options() -> tuple[set[str], int | None]:
+    """The options ``tripy-build serve --help`` lists, and the default of ``--max-connections`` it states."""
     r = subprocess.run([sys.executable, "-m", "tripy_build", "serve", "--help"], capture_output=True, text=True,
                        timeout=300)
-    return set(re.findall(r"--[a-z][a-z0-9-]*", r.stdout))
+    entry = re.search(r"\n\s+--max-connections\b(.*?)(?=\n\s+-|\Z)", r.stdout, re.S)
+    default = re.search(r"default:?\s*(\d+)", entry.group(1)) if entry else None
+    return set(re.findall(r"--[a-z][a-z0-9-]*", r.stdout)), int(default.group(1)) if default else None
 
 
 def start_server(kind: str, name: str, out: Path, args: argparse.Namespace, opts: set[str]) -> Server:
@@ -908,11 +916,12 @@ def judge(checks: list[tuple[bool, str]]) -> str:
 
 def hostile(srv: Server, name: str, args: argparse.Namespace, out: list[dict]) -> None:
     """The idle, slow-loris and huge-body scenarios against one server, each judged against the target."""
-    n, cap = args.hostile_clients, args.max_connections
+    n, cap = args.hostile_clients, args.cap
     address = srv.http_address
     cap_note = (f"cap {cap} (passed as --max-connections)" if "--max-connections" in srv.options
-                else f"cap {cap} (the target's; {srv.kind} has no connection cap setting)" if srv.kind == "mlserver"
-                else f"cap {cap} (the target's; this tripy-build serve has no --max-connections)")
+                else f"cap {cap} (tripy-build serve's; {srv.kind} has no connection cap setting)" if srv.kind == "mlserver"
+                else f"cap {cap} (its default --max-connections)" if "--max-connections" in args.serve_opts
+                else f"cap {cap} (this tripy-build serve has no --max-connections)")
     try:
         with Client(sys.executable, "json", address, name, n) as c:
             c.window(args.warm)
@@ -1125,7 +1134,7 @@ def report(rows: list[dict], hostile_rows: list[dict], args: argparse.Namespace)
                                                       for k in kinds) + " |")
     if hostile_rows:
         print(f"\n### hostile scenarios ({args.hostile_clients} normal JSON clients closed loop meanwhile; "
-              f"cap {args.max_connections})\n")
+              f"cap {args.cap})\n")
         print("| model | server | scenario | threads max (before) | connections held max / end | "
               "RSS MiB before / peak / after (rise ÷ body) | status | client p99 ms (unloaded; the body: meanwhile) | "
               "p99 ratio | errors | verdict |")
@@ -1172,9 +1181,10 @@ def main() -> None:
                         help=f"the python of a venv with mlserver==1.7.1 (default {MLSERVER_PYTHON} if it exists)")
     parser.add_argument("--grpc-client-python", default=None,
                         help="a python with tritonclient.grpc (default: this one if it has it, else --mlserver-python)")
-    parser.add_argument("--max-connections", type=int, default=1000,
+    parser.add_argument("--max-connections", type=int, default=None,
                         help="the connection cap: passed to tripy-build serve if it has the option; what the hostile "
-                        "scenarios judge threads and connections against (default 1000)")
+                        "scenarios judge threads and connections against (default: the server's stated default, "
+                        "else 512)")
     for opt in ("max-body-bytes", "max-json-bytes", "read-timeout", "idle-timeout"):
         parser.add_argument(f"--{opt}", default=None, help=f"passed to tripy-build serve if it has --{opt} "
                             "(default: the server's own)")
@@ -1214,7 +1224,8 @@ def main() -> None:
                 args.grpc_client_python = python
                 break
     raise_nofile()
-    opts = serve_options() if set(args.contenders) & set(TRIPY) else set()
+    opts, stated_cap = serve_options() if set(args.contenders) & set(TRIPY) else (set(), None)
+    args.cap, args.serve_opts = args.max_connections or stated_cap or 512, opts
     environment(args, opts)
     rows: list[dict] = []
     hostile_rows: list[dict] = []
