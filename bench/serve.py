@@ -7,8 +7,10 @@ the same model with the same weights:
                   what queued while the last call ran);
 - ``batched-2ms`` ``--max-delay-ms 2``: a request also waits up to 2 ms for others to join it;
 - ``unbatched``   ``tripy-build serve ART --batch-dim none`` (one call per request, one at a time);
-- ``jax.jit``     the model's ``apply`` under ``jax.jit``, called in the handler thread per request behind
-                  tripy_build's HTTP front end (what a hand-written server does; no shape checks);
+- ``jax.jit``     the model's ``apply`` under ``jax.jit`` behind tripy_build's HTTP front end
+                  (``serve.http.Server``), called per request where the front end hands it over (a handler
+                  thread; on the uvicorn server, its event loop), as a hand-written server does; no shape
+                  checks, and no gRPC;
 - ``eager``       the same without ``jax.jit``;
 - ``mlserver``    MLServer 1.7.1 (Seldon's KServe v2 server) with a custom runtime
                   (``bench/serve_mlserver/jax_runtime.py``: the weights' .npz, ``NumpyCodec``,
