@@ -36,8 +36,9 @@ from jax._src.pjit import jit_p
 
 # Anonymous constants (not from a constant argument) smaller than this stay folded into the program.
 INLINE_MAX_BYTES = 1024
-# A weight-only equation may grow its data this much and still be prepared ahead (a broadcast of a
-# bias row is fine, a broadcast of a matrix to a batch is not).
+# A weight-only equation may grow its data this much over all its inputs together and still be prepared
+# ahead: a concatenate (a fused QKV matrix) or a transpose is no growth, a broadcast of a bias row is small,
+# a broadcast of a matrix to a batch or an outer product is refused.
 MAX_EQN_GROWTH = 1.0
 SMALL_EQN_BYTES = 64 * 1024
 MAX_PREPARED_GROWTH = 1.5
@@ -143,7 +144,7 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
             _is_static(v.aval) for v in eqn.outvars)
         if foldable:
             out_bytes = sum(_nbytes(v.aval) for v in eqn.outvars)
-            foldable = out_bytes <= max(MAX_EQN_GROWTH * max(_nbytes(v.aval) for v in ins), SMALL_EQN_BYTES)
+            foldable = out_bytes <= max(MAX_EQN_GROWTH * sum(_nbytes(v.aval) for v in ins), SMALL_EQN_BYTES)
         (prep_eqns if foldable else main_eqns).append(eqn)
         if foldable:
             known.update(eqn.outvars)
