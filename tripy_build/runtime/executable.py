@@ -34,8 +34,9 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
                               value_checks)
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
-from . import compile_cache, warmup
-from . import xla as xla_executable
+from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
+from .warmup import fastest_run, start as start_warmup, stopping as warmup_stopping
+from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import Program, Weight, resolve
 
 log = logging.getLogger("tripy_build.executable")
@@ -279,12 +280,12 @@ class Executable:
             for p in profiles:
                 self._warm(p)
             return None
-        return warmup.start(lambda: self._warm_all(profiles))
+        return start_warmup(lambda: self._warm_all(profiles))
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
         try:
             for p in profiles:
-                if warmup.stopping():
+                if warmup_stopping():
                     break
                 self._warm(p)
             self._runners.clear()  # routes planned before the latencies were known
@@ -307,7 +308,7 @@ class Executable:
             if not p.warm:
                 jax.block_until_ready(call(*args))
                 p.warm = True
-            self._latency[p.target] = warmup.fastest_run(call, args)
+            self._latency[p.target] = fastest_run(call, args)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{name}: {info!r}" for name, info in self.input_infos.items())
@@ -469,37 +470,37 @@ class Executable:
         platform = jax.default_backend()
         iree = self.compiler.name == "iree"
         if iree:
-            from . import iree as iree_backend
+            from .iree import FLAGS, Module, compile_static, versions
 
-            options = {"iree": list(iree_backend.FLAGS), **iree_backend.versions()}
+            options = {"iree": list(FLAGS), **versions()}
         else:
             options = self.compiler_options.get(platform, {})
-        cache = compile_cache.shared() if host.tested_jax() else None
-        key = compile_cache.key(program=self._program_digest, shapes=shapes, platform=platform, options=options,
+        cache = shared_compile_cache() if host.tested_jax() else None
+        key = compile_cache_key(program=self._program_digest, shapes=shapes, platform=platform, options=options,
                                 host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
         hit = cache.get(key) if cache is not None else None
         label = ", ".join(f"{d.name or d.symbol}={n}" for d, n in zip(self.dims, target))
         if hit is not None:
             blob, meta = hit
             try:
-                fn = (iree_backend.Module(blob, 0, self._program.main.out_tree, "compile cache") if iree else
-                      xla_executable.load(blob, ExecutableEntry.from_json(meta), self._program.main.out_tree,
-                                          self._name, platform))
+                fn = (Module(blob, 0, self._program.main.out_tree, "compile cache") if iree else
+                      load_xla(blob, ExecutableEntry.from_json(meta), self._program.main.out_tree, self._name,
+                               platform))
                 log.info("%s: %s loaded from the compile cache", self._name, label)
                 return fn
             except Exception as e:  # noqa: BLE001 - a bad entry is recompiled, never fatal
                 log.warning("%s: compile cache entry for %s unusable (%s); compiling", self._name, label, e)
         t0 = time.perf_counter()
         if iree:
-            blob, _ = iree_backend.compile_static(self._program.main, shapes)
-            compiled, meta = iree_backend.Module(blob, 0, self._program.main.out_tree, self._name), {}
+            blob, _ = compile_static(self._program.main, shapes)
+            compiled, meta = Module(blob, 0, self._program.main.out_tree, self._name), {}
         else:
-            compiled = xla_executable.compile_shapes(self._program.main, shapes, options)
+            compiled = compile_shapes(self._program.main, shapes, options)
         log.info("%s: compiled %s on first use in %.0f ms (no profile covers it)", self._name, label,
                  (time.perf_counter() - t0) * 1e3)
         if cache is not None:
             if not iree:
-                blob, entry = xla_executable.serialize(compiled, platform)
+                blob, entry = serialize_xla(compiled, platform)
                 meta = entry.to_json()
             cache.put(key, blob, meta)
         return compiled

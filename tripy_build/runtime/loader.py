@@ -54,8 +54,8 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     from ..core.dispatch import Dispatcher, output_axes
     from ..core.profiles import pad_values
     from ..core.spec import to_dtype
-    from . import iree as iree_backend
-    from . import xla as xla_executable
+    from .iree import loader as iree_loader
+    from .xla import load as load_xla
     from .executable import Executable, Precompiled
     from .program import PrepChunk, Program, Source, Stored, Weight
 
@@ -102,12 +102,12 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
             return None
         pre = Precompiled(entry.target, c.files[entry.file], entry)
         if entry.is_iree:
-            pre.loader = iree_backend.loader(pre.blob, entry, exported.out_tree, len(m.sources), c.where(entry.file))
+            pre.loader = iree_loader(pre.blob, entry, exported.out_tree, len(m.sources), c.where(entry.file))
             return pre
 
         def loader() -> Any:
             try:
-                return xla_executable.load(pre.blob, entry, out_tree or exported.out_tree, label, entry.platform)
+                return load_xla(pre.blob, entry, out_tree or exported.out_tree, label, entry.platform)
             except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
                 raise ArtifactError(f"{c.where(entry.file)}: cannot deserialize the executable "
                                     f"({type(e).__name__}: {str(e)[:200]}).") from None

@@ -354,9 +354,9 @@ def _iree_module(c: Contents) -> Any:
     entry = _iree_entry(c.manifest)
     if entry is None:
         return None
-    from . import iree as iree_backend
+    from .iree import Module
 
-    return iree_backend.Module(c.files[entry.file], 0, None, c.where(entry.file))
+    return Module(c.files[entry.file], 0, None, c.where(entry.file))
 
 
 def _flat(template: Any, value: Any, path: str) -> list[Any]:
