@@ -23,6 +23,27 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (e.g. 65536, 64K, 16M, 1G)") from None
 
 
+# ``Limits``' fields as options: --max-body-bytes and so on, each with its default.
+LIMIT_HELP = {
+    "max_body_bytes": "largest request with binary tensor data",
+    "max_json_bytes": "largest all-JSON request; JSON costs ~5x its size once parsed",
+    "max_buffered_bytes": "request bodies held at once over all connections",
+    "max_header_bytes": "request line and headers",
+    "max_connections": "open connections; one more gets 503",
+    "read_timeout": "seconds for a request to arrive, head and body",
+    "idle_timeout": "seconds a connection may wait with no request",
+    "drain_timeout": "seconds a stopping server waits for requests in flight",
+}
+
+
+def _shown(n: int) -> str:
+    """65536 -> ``64K``, 16777216 -> ``16M``: a byte count as ``_size`` reads it."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     defaults = Limits()
     parser = argparse.ArgumentParser(
@@ -41,23 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="longest a request waits for others to join its batch (default 0: a batch is what "
                         "queued while the last call ran)")
     limits = parser.add_argument_group("limits")
-    limits.add_argument("--max-body-bytes", type=_size, default=defaults.max_body_bytes,
-                        help=f"largest request with binary tensor data (default {defaults.max_body_bytes >> 20}M)")
-    limits.add_argument("--max-json-bytes", type=_size, default=defaults.max_json_bytes,
-                        help=f"largest all-JSON request; JSON costs ~5x its size once parsed (default "
-                        f"{defaults.max_json_bytes >> 20}M)")
-    limits.add_argument("--max-buffered-bytes", type=_size, default=defaults.max_buffered_bytes,
-                        help=f"request bodies held at once over all connections (default {defaults.max_buffered_bytes >> 20}M)")
-    limits.add_argument("--max-header-bytes", type=_size, default=defaults.max_header_bytes,
-                        help=f"request line and headers (default {defaults.max_header_bytes >> 10}K)")
-    limits.add_argument("--max-connections", type=int, default=defaults.max_connections,
-                        help=f"open connections; one more gets 503 (default {defaults.max_connections})")
-    limits.add_argument("--read-timeout", type=float, default=defaults.read_timeout,
-                        help=f"seconds for a request to arrive, head and body (default {defaults.read_timeout:g})")
-    limits.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout,
-                        help=f"seconds a connection may wait with no request (default {defaults.idle_timeout:g})")
-    limits.add_argument("--drain-timeout", type=float, default=defaults.drain_timeout,
-                        help=f"seconds a stopping server waits for requests in flight (default {defaults.drain_timeout:g})")
+    for field, what in LIMIT_HELP.items():
+        default, size = getattr(defaults, field), field.endswith("_bytes")
+        limits.add_argument("--" + field.replace("_", "-"), type=_size if size else type(default), default=default,
+                            help=f"{what} (default {_shown(default) if size else f'{default:g}'})")
     access = parser.add_argument_group("access")
     access.add_argument("--token-file", default=None,
                         help="file holding a bearer token every request but /v2/health/* must carry")
@@ -70,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..serve.http import Server
 
         server = Server(args.artifacts, args.host, args.port, args.batch_dim, args.max_batch, args.max_delay_ms,
-                        limits=Limits(**{f: getattr(args, f) for f in Limits.__dataclass_fields__}),
+                        limits=Limits(**{f: getattr(args, f) for f in LIMIT_HELP}),
                         allowed_hosts=args.allowed_hosts.split(",") if args.allowed_hosts is not None else None,
                         allowed_origins=args.allowed_origins.split(","), token_file=args.token_file,
                         grpc_port=args.grpc_port)

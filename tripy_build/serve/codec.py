@@ -36,6 +36,12 @@ def ranges(info: Any) -> list[Any]:
     return out
 
 
+def quote(value: Any) -> str:
+    """A client's value in an error message: its repr, cut to 100 characters (a value can be huge)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
 def from_json_data(name: str, data: Any, dtype: Any) -> np.ndarray:
     """An input's JSON ``"data"`` (flat or nested lists) as an array of ``dtype``, refusing what JSON data
     must not carry: ``null``, strings, ``true`` for a number, a fraction for an integer, and values outside

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from ..errors import CallError
 from . import batching
-from .codec import datatype, from_json_data, metadata_shape, ranges, to_json_data
+from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data
 
 
 class Endpoint:
@@ -56,28 +56,46 @@ class Endpoint:
             raise CallError('the request must be a JSON object with an "inputs" list '
                             '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')
         _parameters(request, "the request")
+        offset = 0
+
+        def read(item: dict[str, Any]) -> Callable[[Any], np.ndarray]:
+            def tensor(info: Any) -> np.ndarray:
+                nonlocal offset
+                array, offset = self._tensor(item, info, binary, offset)
+                return array
+            return tensor
+
+        def named() -> Iterator[tuple[str, Callable[[Any], np.ndarray]]]:
+            for item in request["inputs"]:
+                if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                    raise CallError(f'every entry of "inputs" must be an object with a string "name", got {_quote(item)}.')
+                yield item["name"], read(item)
+
+        leaves = self.in_order(named())
+        if offset != len(binary):
+            raise CallError(f"the request carries {len(binary)} bytes of binary tensor data but its inputs' "
+                            f"binary_data_size add up to {offset}.")
+        self.runtime.check_flat(*leaves)
+        return leaves
+
+    def in_order(self, named: Iterable[tuple[str, Callable[[Any], np.ndarray]]]) -> list[np.ndarray]:
+        """A request's inputs in the model's flat order, from (name, its reader) pairs in the request's order: a
+        reader makes the array from the input's ``InputInfo``. An unknown, repeated or missing name is refused.
+        Every protocol's decoding goes through here; the values are checked against the ranges after it."""
         expected = {p: (i, info) for i, (p, info) in enumerate(self.args)}
         leaves: list[Any] = [None] * len(self.args)
-        offset = 0
-        for item in request["inputs"]:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                raise CallError(f'every entry of "inputs" must be an object with a string "name", got {_quote(item)}.')
-            name = item["name"]
+        for name, read in named:
             if name not in expected:
                 raise CallError(f"input {_quote(name)}: {self.name} has no such input; it takes "
                                 f"{', '.join(repr(p) for p in expected)}.")
             index, info = expected[name]
             if leaves[index] is not None:
                 raise CallError(f"input {name!r} is given twice; give it once.")
-            leaves[index], offset = self._tensor(item, info, binary, offset)
+            leaves[index] = read(info)
         missing = [p for (p, _), v in zip(self.args, leaves) if v is None]
         if missing:
             raise CallError(f"{self.name} needs input(s) {', '.join(repr(m) for m in missing)}, which the request lacks "
                             f"(expected: {', '.join(f'{p}: {i!r}' for p, i in self.args)}).")
-        if offset != len(binary):
-            raise CallError(f"the request carries {len(binary)} bytes of binary tensor data but its inputs' "
-                            f"binary_data_size add up to {offset}.")
-        self.runtime.check_flat(*leaves)
         return leaves
 
     @staticmethod
@@ -189,9 +207,3 @@ def _parameters(entry: dict[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise CallError(f'{what}: "parameters" must be an object, got {_quote(params)}.')
     return params
-
-
-def _quote(value: Any) -> str:
-    """A client's value in an error message: its repr, cut to 100 characters (a value can be huge)."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else f"an integer of {value.bit_length()} bits"
-    return text if len(text) <= 100 else text[:97] + "..."

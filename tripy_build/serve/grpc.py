@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
-from .codec import datatype, metadata_shape
+from .codec import datatype, metadata_shape, quote as _quote
 
 if TYPE_CHECKING:
     from .endpoint import Endpoint
@@ -97,12 +97,6 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     return handler
 
 
-def _quote(value: Any) -> str:
-    """A client's value in an error message: its repr, cut to 100 characters (a value can be huge)."""
-    text = repr(value)
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
 def _tensor(item: Any, info: Any, raw: bytes | None) -> np.ndarray:
     """One input of a ModelInferRequest as an array, from its typed contents or its raw bytes."""
     name, want = item.name, datatype(info.dtype)
@@ -157,20 +151,8 @@ def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
     if raw and len(raw) != len(request.inputs):
         raise CallError(f"the request has {len(raw)} raw_input_contents for its {len(request.inputs)} inputs; give one "
                         "per input, in the inputs' order (or every input's typed contents instead).")
-    expected = {p: (i, info) for i, (p, info) in enumerate(ep.args)}
-    leaves: list[Any] = [None] * len(ep.args)
-    for k, item in enumerate(request.inputs):
-        if item.name not in expected:
-            raise CallError(f"input {_quote(item.name)}: {ep.name} has no such input; it takes "
-                            f"{', '.join(repr(p) for p in expected)}.")
-        index, info = expected[item.name]
-        if leaves[index] is not None:
-            raise CallError(f"input {item.name!r} is given twice; give it once.")
-        leaves[index] = _tensor(item, info, raw[k] if raw else None)
-    missing = [p for (p, _), v in zip(ep.args, leaves) if v is None]
-    if missing:
-        raise CallError(f"{ep.name} needs input(s) {', '.join(repr(m) for m in missing)}, which the request lacks "
-                        f"(expected: {', '.join(f'{p}: {i!r}' for p, i in ep.args)}).")
+    leaves = ep.in_order((item.name, functools.partial(_tensor, item, raw=raw[k] if raw else None))
+                         for k, item in enumerate(request.inputs))
     ep.runtime.check_flat(*leaves)
     return leaves
 

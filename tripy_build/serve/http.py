@@ -90,6 +90,7 @@ class Server:
         self.limits = limits or Limits()
         access = Access.for_server(host, allowed_hosts, allowed_origins, token_file)
         self.endpoints: dict[str, Endpoint] = {}
+        self.grpc: Any = None  # the GrpcServer beside HTTP, if grpc_port is given
         try:
             for path in paths:
                 ep = Endpoint.load(path, batch_dim=batch_dim, max_batch=max_batch, max_delay_ms=max_delay_ms)
@@ -98,7 +99,6 @@ class Server:
                     raise ConfigError(f"{path} and {self.endpoints[ep.name].path} are both named {ep.name!r}; "
                                       "serve one artifact per model name.")
                 self.endpoints[ep.name] = ep
-            self.grpc = None
             if grpc_port is not None:
                 from .grpc import GrpcServer
 
@@ -163,7 +163,7 @@ class Server:
 
     def _close_endpoints(self) -> None:
         """gRPC's calls in flight finish first (within the drain timeout), then every batcher stops."""
-        if getattr(self, "grpc", None) is not None:
+        if self.grpc is not None:
             self.grpc.stop(self.limits.drain_timeout)
         for ep in self.endpoints.values():
             ep.close()
