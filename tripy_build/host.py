@@ -126,17 +126,81 @@ _HOST_ISA: list[Any] = []
 
 
 def host_isa(client: Any) -> dict[str, Any] | None:
-    """This host's CPU in LLVM's terms, as XLA compiles for it (with this process's ``XLA_FLAGS``)."""
-    if not _HOST_ISA:
-        try:
-            device = client.local_devices()[0]
-            from jaxlib import _jax
+    """This host's CPU in LLVM's terms, as XLA compiles for it (with this process's ``XLA_FLAGS``).
 
-            exe = client.compile_and_load(PROBE, _jax.DeviceList((device,)))
-            _HOST_ISA.append(target_of(bytes(client.serialize_executable(exe))))
-        except Exception:  # noqa: BLE001 - an API change: fall back to the /proc/cpuinfo flags
-            _HOST_ISA.append(None)
+    Learning it compiles a probe program (~30 ms, a sixth of the runtime's cold start), so the answer
+    is kept per host in ``cache_home()/host_isa/``, under a key of everything it depends on: jaxlib's
+    build (its version and its library's size and mtime), the CPU (model and flags) and ``XLA_FLAGS``.
+    A cache entry that cannot be read or parsed is probed again and rewritten.
+    """
+    if not _HOST_ISA:
+        cached = _isa_cache_path()
+        answer = _read_isa(cached) if cached is not None else None
+        if answer is None:
+            answer = _probe_isa(client)
+            if answer is not None and cached is not None:
+                _write_isa(cached, answer)
+        _HOST_ISA.append(answer)
     return _HOST_ISA[0]
+
+
+def _probe_isa(client: Any) -> dict[str, Any] | None:
+    try:
+        device = client.local_devices()[0]
+        from jaxlib import _jax
+
+        exe = client.compile_and_load(PROBE, _jax.DeviceList((device,)))
+        return target_of(bytes(client.serialize_executable(exe)))
+    except Exception:  # noqa: BLE001 - an API change: fall back to the /proc/cpuinfo flags
+        return None
+
+
+def _isa_cache_path() -> Path | None:
+    """Where the probe's answer for this jaxlib build, CPU and ``XLA_FLAGS`` is kept (None: no jaxlib)."""
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("jaxlib")
+    if spec is None or not spec.origin:
+        return None
+    parts = [version("jaxlib"), platform.machine(), os.environ.get("XLA_FLAGS", "")]
+    for name in ("libjax_common.so", "_jax.so"):
+        try:
+            st = os.stat(os.path.join(os.path.dirname(spec.origin), name))
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{name}:-")
+    features = host_features()
+    parts += [features["cpu_model"], features["cpu_features"]]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return cache_home() / "host_isa" / f"{key}.json"
+
+
+def _read_isa(path: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        answer = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = (isinstance(answer, dict) and isinstance(answer.get("isa"), list)
+          and all(isinstance(f, str) for f in answer["isa"]) and isinstance(answer.get("cpu"), (str, type(None))))
+    return {"cpu": answer["cpu"], "isa": list(answer["isa"])} if ok else None
+
+
+def _write_isa(path: Path, answer: dict[str, Any]) -> None:
+    """Atomically (a reader never sees half a file); a cache folder that cannot be written is no error."""
+    import json
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".isa-", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(answer, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def toolchain() -> dict[str, Any]:

@@ -38,6 +38,7 @@ from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
+from .warmup import start as start_warmup, stopping as warmup_stopping
 
 _client = None
 _client_lock = threading.Lock()
@@ -56,7 +57,7 @@ def _pjrt() -> Any:
 
     with _client_lock:
         if _client is None:
-            _client = _jax.get_tfrt_cpu_client(asynchronous=True)
+            _client = _jax.get_tfrt_cpu_client(asynchronous=False)
     return _jax
 
 
@@ -174,6 +175,8 @@ class Runtime:
         self._profiles = {e.target: e for e in m.executables  # XLA's; IREE's per-profile modules: tb.load
                           if e.platform == "cpu" and e.is_xla and c.usable(e, _client)}
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
+        self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
+        self._ran: set[tuple[int, ...]] = set()  # profiles run at least once (their first run is the slow one)
         self._lock = threading.Lock()
         self._full: Any = None
         self._dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in self._leaves],
@@ -221,17 +224,38 @@ class Runtime:
     def __repr__(self) -> str:
         return f"<tripy_build.runtime.Runtime {self.__name__}({', '.join(f'{p}: {i!r}' for p, i in self._leaves)})>"
 
-    def warm_up(self) -> None:
-        """Deserialize every profile and run it once on zeros (their first run costs more than the next)."""
+    def warm_up(self, background: bool = False) -> threading.Thread | None:
+        """Deserialize every profile and run it once on zeros (their first run costs more than the next):
+        the opt profile first, then the cheapest first.
+
+        With ``background``, a daemon thread at the idle scheduling class does it (``runtime/warmup.py``):
+        it takes no core a call wants, and a call that needs a profile before the thread reaches it
+        prepares that one itself (each profile has its own lock, so it never waits for another's).
+        """
+        if not background:
+            self._warm_all(stop=lambda: False)
+            return None
+        return start_warmup(lambda: self._warm_all(stop=warmup_stopping))
+
+    def _warm_all(self, stop: Any) -> None:
         if self._iree is not None:
             opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
             shapes = self._dispatcher.leaf_shapes(opt)
             self._iree.flat([*[np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)],
                              *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]])
-        for target in sorted(self._profiles, key=lambda t: int(np.prod(t))):
-            shapes = self._dispatcher.leaf_shapes(target)
-            zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
-            self._run_profile(target, zeros, self._dispatcher.route(shapes).sizes)
+            return
+        opt = self._dispatcher.route(self._dispatcher.leaf_shapes(tuple(d.bounds[1] for d in self._dispatcher.dims))).target
+        for target in sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t)))):
+            if stop():
+                return
+            with self._locks[target]:
+                if target in self._ran:
+                    continue
+                shapes = self._dispatcher.leaf_shapes(target)
+                zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
+                sizes = [np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]
+                self._profile(target)([*self._leading, *zeros, *sizes])
+                self._ran.add(target)
 
     @property
     def flat_args(self) -> list[tuple[str, Any]]:
@@ -320,15 +344,21 @@ class Runtime:
 
     def _run_profile(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[np.ndarray]:
         compiled = self._compiled.get(target)
-        if compiled is None:
-            with self._lock:
-                compiled = self._compiled.get(target)
-                if compiled is None:
-                    entry = self._profiles[target]
-                    compiled = _Compiled(self._device, self._contents.files[entry.file], entry,
-                                         self._contents.where(entry.file))
-                    self._compiled[target] = compiled
+        if compiled is None or target not in self._ran:
+            with self._locks[target]:  # prepared once, by this call or the warm-up, whichever comes first
+                outs = self._profile(target)([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
+                self._ran.add(target)
+                return outs
         return compiled([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
+
+    def _profile(self, target: tuple[int, ...]) -> _Compiled:
+        """The profile's executable, deserialized on first need (the caller holds its lock)."""
+        compiled = self._compiled.get(target)
+        if compiled is None:
+            entry = self._profiles[target]
+            compiled = _Compiled(self._device, self._contents.files[entry.file], entry, self._contents.where(entry.file))
+            self._compiled[target] = compiled
+        return compiled
 
     def _structure(self, outputs: list[np.ndarray]) -> Any:
         template = self._manifest.output_structure
@@ -365,13 +395,18 @@ def _flat(template: Any, value: Any, path: str) -> list[Any]:
     return out
 
 
-def load(path: str | os.PathLike, warmup: str = "none") -> Runtime:
+WARMUPS = ("background", "now", "none")
+
+
+def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
     """Load an artifact without jax: ``Runtime(*inputs) -> numpy outputs``.
 
     Args:
         path: an artifact directory.
-        warmup: ``"none"`` (default: each profile is deserialized by the first call that needs it,
-            the fastest start) or ``"now"`` (every profile deserialized and run once before returning).
+        warmup: ``"background"`` (default): returns at once; a thread at the idle scheduling class
+            deserializes and runs each profile once (opt first, then cheapest first), so that no call
+            pays a profile's first use, without taking a core from calls. ``"now"``: all of it before
+            returning. ``"none"``: each profile is prepared by the first call that needs it.
 
     Returns:
         A ``Runtime`` with the artifact's signature and checks; its outputs are read-only numpy arrays.
@@ -382,10 +417,10 @@ def load(path: str | os.PathLike, warmup: str = "none") -> Runtime:
         rt = runtime.load("artifacts/geglu/2bb85d9bc22e7905")
         y = rt(np.ones((37, 512), np.float32))  # numpy in, numpy out
     """
-    if warmup not in ("none", "now"):
+    if warmup not in WARMUPS:
         from ..errors import SpecError
 
-        raise SpecError(f"runtime.load(warmup={warmup!r}): must be 'none' or 'now'.")
+        raise SpecError(f"runtime.load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
     # Importing jaxlib (~30 ms) and checking the files' digests (hashing releases the GIL) overlap.
     started: list[BaseException] = []
 
@@ -412,6 +447,6 @@ def load(path: str | os.PathLike, warmup: str = "none") -> Runtime:
     if started:
         raise started[0]
     rt = Runtime(contents)
-    if warmup == "now":
-        rt.warm_up()
+    if warmup != "none":
+        rt.warm_up(background=warmup == "background")
     return rt

@@ -1,23 +1,28 @@
 """Warming profiles in the background: the threads that do it, and stopping them before the interpreter exits.
 
-A profile's first run costs 5-20 ms more than the next (XNNPACK prepares the executable), on top of
-deserializing it; ``Executable.warm_up`` runs each once so that no call pays for it, in a daemon thread
-registered here. A daemon thread killed inside XLA while Python shuts down aborts the process, so at exit
-each stops after the profile it is running.
+A profile's first run costs 1-20 ms more than the next (XNNPACK prepares the executable), on top of
+deserializing it (2-10 ms); both loaders' ``warm_up`` runs each once so that no call pays for it, in a
+daemon thread registered here. A daemon thread killed inside XLA while Python shuts down aborts the
+process, so at exit each stops after the profile it is running.
+
+The thread runs at the idle scheduling class (Linux's ``SCHED_IDLE``): it gets a core only when no call
+wants it, so warming 63 profiles on a one-core machine does not slow the calls it is there to speed up.
+Deserializing releases the GIL, so a call is not held up behind it either.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from typing import Any, Callable, Sequence
 
-import jax
-
 
 def fastest_run(call: Callable, args: Sequence[Any], budget_s: float = 0.004, most: int = 10) -> float:
     """A profile's latency for planning splits: the fastest of a few runs (at least one, ~4 ms in all)."""
+    import jax
+
     best, spent, n = float("inf"), 0.0, 0
     while n < most and (n < 2 or spent < budget_s) and not (n >= 1 and spent > budget_s):
         t0 = time.perf_counter()
@@ -35,6 +40,7 @@ _STOPPING = threading.Event()
 def start(target: Callable[[], None]) -> threading.Thread:
     """Run ``target`` on a daemon warm-up thread, registered so that exit waits for its current profile."""
     def run() -> None:
+        yield_to_calls()
         try:
             target()
         finally:
@@ -46,6 +52,14 @@ def start(target: Callable[[], None]) -> threading.Thread:
         _WARMUPS.add(thread)
     thread.start()
     return thread
+
+
+def yield_to_calls() -> None:
+    """Put the calling thread in the idle scheduling class, where the OS has one (Linux); else leave it."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
+    except (AttributeError, OSError):
+        pass
 
 
 def stopping() -> bool:

@@ -1,0 +1,139 @@
+"""A profile's first use: random in-range calls right after ``load`` returns, both loaders.
+
+For each model (a zoo model built as ``python -m tripy_build model=<name>`` builds it) and loader
+(``tripy_build.runtime.load`` and ``tripy_build.load``, each with its default warm-up), a fresh process
+loads the artifact and at once makes ``--calls`` calls at random in-range shapes (seeded, the same
+shapes for both loaders). After the stream it measures each shape's steady latency (the fastest of a
+few more calls) and reports:
+
+- stalls       calls slower than 2x their shape's steady latency + 10 ms;
+- worst        the worst call / steady ratio, and that call's excess over steady in ms;
+- 1st/profile  for each precompiled profile, its first call in the stream against 2x steady + 1 ms
+               (how many profiles exceed it, of how many the stream reached);
+- load ms      ``load`` alone.
+
+``--pin`` runs every child on one core (the case where a warm-up thread competes with the calls for the
+only core), else on every core the machine has. Timings are medians of nothing: one stream per child,
+so run it twice to see the noise.
+
+    .venv/bin/python bench/first_use.py                         # geglu + transformer, both loaders, pinned and not
+    .venv/bin/python bench/first_use.py --models geglu --calls 100 --no-pinned
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, sys, time
+import numpy as np
+cfg = json.loads(sys.argv[1])
+t0 = time.perf_counter()
+if cfg["loader"] == "runtime":
+    from tripy_build import runtime
+    f = runtime.load(cfg["art"])
+    call = lambda x: f(x)
+else:
+    import tripy_build as tb
+    f = tb.load(cfg["art"])
+    call = lambda x: np.asarray(f(x))
+load_s = time.perf_counter() - t0
+rng = np.random.default_rng(0)
+dims, tail = cfg["dims"], cfg["tail"]
+shapes = [tuple(int(rng.integers(lo, hi + 1)) for lo, hi in dims) + tuple(tail) for _ in range(cfg["calls"])]
+xs = {s: np.random.default_rng(1).standard_normal(s, dtype=np.float32) for s in set(shapes)}
+times = []
+for s in shapes:
+    t = time.perf_counter()
+    call(xs[s])
+    times.append(time.perf_counter() - t)
+steady = {}
+for s in set(shapes):
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        call(xs[s])
+        best = min(best, time.perf_counter() - t)
+    steady[s] = best
+route = (lambda s: f._dispatcher.route([s]).target) if cfg["loader"] == "runtime" else None
+if route is None:
+    d = f._dispatcher
+    route = lambda s: d.route([s]).target
+print(json.dumps({"load_s": load_s, "calls": [[list(s), t, steady[s], list(route(s))] for s, t in zip(shapes, times)]}))
+"""
+
+MODELS = {"geglu": {"dims": [[1, 64]], "tail": [512]},
+          "transformer": {"dims": [[1, 64], [1, 256]], "tail": [256]}}
+
+
+def build(model: str, root: Path, python: str) -> str:
+    out = root / "artifacts"
+    subprocess.run([python, "-m", "tripy_build", f"model={model}", f"artifacts_dir={out}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return str(next((out / model).iterdir()))
+
+
+def run(python: str, cfg: dict, pin: bool) -> dict:
+    cmd = [python, "-c", CHILD, json.dumps(cfg)]
+    if pin:
+        cmd = ["taskset", "-c", str(min(os.sched_getaffinity(0))), *cmd]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode:
+        raise SystemExit(f"child failed: {cfg}\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def summarize(result: dict) -> dict:
+    calls = result["calls"]
+    stalls = [c for c in calls if c[1] > 2 * c[2] + 0.010]
+    worst = max(calls, key=lambda c: c[1] / c[2])
+    first: dict[tuple, list] = {}
+    for c in calls:
+        first.setdefault(tuple(c[3]), c)
+    over = [c for c in first.values() if c[1] > 2 * c[2] + 0.001]
+    return {"load_ms": result["load_s"] * 1e3, "stalls": len(stalls), "calls": len(calls),
+            "worst_ratio": worst[1] / worst[2], "worst_excess_ms": (worst[1] - worst[2]) * 1e3,
+            "first_over": len(over), "profiles_reached": len(first),
+            "first_over_ms": sorted(round((c[1] - 2 * c[2]) * 1e3, 1) for c in over)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--loaders", default="runtime,load")
+    p.add_argument("--calls", type=int, default=200)
+    p.add_argument("--no-pinned", action="store_true", help="only the unpinned runs")
+    p.add_argument("--workdir", help="build here (kept) instead of a temporary directory")
+    p.add_argument("--json", help="also write the summaries to this file")
+    args = p.parse_args(argv)
+    python = sys.executable
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.workdir or tmp)
+        for model in args.models.split(","):
+            art = build(model, root, python)
+            for pin in ([False] if args.no_pinned else [True, False]):
+                for loader in args.loaders.split(","):
+                    cfg = {"art": art, "loader": loader, "calls": args.calls, **MODELS[model]}
+                    s = summarize(run(python, cfg, pin))
+                    rows.append({"model": model, "loader": loader, "pinned": pin, **s})
+                    print(f"{model:12} {('tripy_build.runtime' if loader == 'runtime' else 'tb.load'):20} "
+                          f"{'1 core' if pin else 'all cores':9} load {s['load_ms']:6.0f} ms  "
+                          f"stalls {s['stalls']}/{s['calls']}  worst x{s['worst_ratio']:.1f} "
+                          f"(+{s['worst_excess_ms']:.1f} ms)  1st call > 2x steady + 1 ms: "
+                          f"{s['first_over']}/{s['profiles_reached']} profiles {s['first_over_ms'][:6]}",
+                          flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
