@@ -28,7 +28,10 @@ Peers (each a class below with ``build`` / ``imports`` / ``load``; a missing one
                    and probes the CPU's vector ISA with compiled test programs in subprocesses).
 
 All in fresh processes with one intra-op thread each (``THREAD_ENV``, ORT ``intra_op_num_threads=1``,
-``torch.set_num_threads(1)``, IREE's ``local-sync``), pinned to one CPU before any import (``--no-pin``):
+``torch.set_num_threads(1)``, IREE's ``local-sync``), pinned to one CPU before any import (``--no-pin``);
+or, with ``--threads default``, every peer with its own default threads on every core, unpinned (what a
+user gets without tuning; batch 1 is where thread pools cost most). tripy_build's modules are compiled
+to ``.pyc`` first, as ``pip install`` does (an editable install compiles them on each import otherwise).
 
 - build s     a child per (model, peer): weights in memory -> artifact on disk (imports not counted);
 - size MB     every file of the artifact;
@@ -71,6 +74,11 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THRE
               "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
 IREE_FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all"]
 RTOL = 1e-4
+
+
+def one_thread() -> bool:
+    """Whether this child runs with one intra-op thread (``--threads 1``, the default) or the peers' own."""
+    return os.environ.get("PEERS_THREADS", "1") == "1"
 
 
 def clock() -> float:
@@ -203,8 +211,9 @@ class OnnxRuntime:
     def load(self, name, art, meta):
         import onnxruntime as ort
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
+        if one_thread():
+            opts.intra_op_num_threads = 1
+            opts.inter_op_num_threads = 1
         sess = ort.InferenceSession(str(art / "model.onnx"), opts, providers=["CPUExecutionProvider"])
         inp = sess.get_inputs()[0].name
         return lambda x: sess.run(None, {inp: x})[0]
@@ -280,7 +289,8 @@ class TorchAoti:
     def imports(self):
         import torch
         import torch._inductor
-        torch.set_num_threads(1)
+        if one_thread():
+            torch.set_num_threads(1)
 
     def load(self, name, art, meta):
         import torch
@@ -432,12 +442,14 @@ def parse_args(argv=None):
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     p.add_argument("--peers", default=",".join(BY_KEY), help=f"comma-separated, from {', '.join(BY_KEY)}")
     p.add_argument("--no-pin", action="store_true", help="do not pin the children to one CPU")
+    p.add_argument("--threads", choices=["1", "default"], default="1",
+                   help="1: one intra-op thread per peer, pinned (default); default: each peer's own threads, unpinned")
     p.add_argument("--workdir", help="build here (kept) instead of a temporary directory")
     p.add_argument("--json", help="also write every measurement to this file")
     args = p.parse_args(argv)
     args.rounds = args.rounds or (2 if args.quick else 5)
     args.steady = args.steady or (0.1 if args.quick else 0.5)
-    args.pin = None if args.no_pin else sorted(os.sched_getaffinity(0))[-1]
+    args.pin = None if args.no_pin or args.threads == "default" else sorted(os.sched_getaffinity(0))[-1]
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     for what, chosen, known in (("model", args.models, MODELS), ("peer", args.peers, BY_KEY)):
@@ -462,16 +474,22 @@ def environment(args) -> dict:
         except md.PackageNotFoundError:
             env[dist] = "not installed"
     env["threads"] = (f"1 intra-op thread everywhere: {' '.join(f'{k}={v}' for k, v in THREAD_ENV.items())}; "
-                      "ORT intra/inter_op_num_threads=1; torch.set_num_threads(1); IREE local-sync")
+                      "ORT intra/inter_op_num_threads=1; torch.set_num_threads(1); IREE local-sync"
+                      if args.threads == "1" else "each peer's default threads (IREE local-sync)")
     env["pinning"] = f"children pinned to CPU {args.pin}" if args.pin is not None else "children not pinned"
     return env
 
 
-def child_env(work: Path) -> dict:
+def child_env(work: Path, threads: str = "1") -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "TORCHINDUCTOR"))}
     env.pop("PYTHONPATH", None)
-    env.update(THREAD_ENV, XDG_CACHE_HOME=str(work / "xdg"), TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-run"))
+    if threads == "1":
+        env.update(THREAD_ENV)
+    else:
+        for k in THREAD_ENV:
+            env.pop(k, None)
+    env.update(PEERS_THREADS=threads, XDG_CACHE_HOME=str(work / "xdg"), TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-run"))
     return env
 
 
@@ -582,7 +600,10 @@ def main(argv=None) -> int:
 
     tmp = None if args.workdir else tempfile.TemporaryDirectory(prefix="tripy_build-peers-")
     root = Path(args.workdir or tmp.name).resolve()
-    env, base, failed = child_env(root), {"bench": str(BENCH), "pin": args.pin}, []
+    import compileall
+    import tripy_build
+    compileall.compile_dir(Path(tripy_build.__file__).parent, quiet=1)
+    env, base, failed = child_env(root, args.threads), {"bench": str(BENCH), "pin": args.pin}, []
     try:
         results = build_all(args, peers, root, env, base, failed)
         run_rounds(args, results, root, env, base, failed)

@@ -166,3 +166,56 @@ def test_outputs_of_dtypes_dlpack_lacks_come_back(tmp_path):
     assert [g.dtype for g in got] == [np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn), np.float32]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+
+
+def test_background_warm_up_prepares_every_profile_at_the_idle_scheduling_class(affine_artifact):
+    """The default warm-up deserializes and runs each profile once, on a thread that yields every core to calls."""
+    import os
+    import threading
+
+    from tripy_build.runtime import warmup
+
+    path, params = affine_artifact
+    rt = runtime.load(path)  # warmup="background"
+    y = rt(_x(3))  # a call while the thread works: it prepares its own profile if the thread has not
+    assert_close(y, affine(jnp.asarray(_x(3)), params))
+    for t in [t for t in threading.enumerate() if t.name == "tripy_build-warmup"]:
+        t.join(30)
+    assert rt._ran == set(rt._profiles) == {(1,), (4,), (8,), (16,)}
+
+    seen = []
+    warmup.start(lambda: seen.append(os.sched_getscheduler(0))).join(30)
+    assert seen == [os.SCHED_IDLE]
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's own thread is untouched
+
+
+def test_the_hosts_cpu_features_are_probed_once_per_jaxlib_and_cpu(monkeypatch, tmp_path):
+    """The probe compile runs once; later processes read its answer from the cache, and a damaged
+    cache entry is probed again and rewritten."""
+    from tripy_build import host
+    from tripy_build.runtime import pjrt
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(host, "_HOST_ISA", [])
+    pjrt._pjrt()
+    client = pjrt._client
+    probed = host.host_isa(client)
+    assert probed and probed["isa"]
+    (entry,) = (tmp_path / "tripy_build" / "host_isa").iterdir()
+    assert json.loads(entry.read_text()) == probed
+
+    def no_probe(client):
+        raise AssertionError("probed again despite the cache")
+
+    monkeypatch.setattr(host, "_HOST_ISA", [])
+    monkeypatch.setattr(host, "_probe_isa", no_probe)
+    assert host.host_isa(client) == probed
+
+    entry.write_text('{"cpu": "x", "isa": [1')  # torn or damaged
+    monkeypatch.setattr(host, "_HOST_ISA", [])
+    monkeypatch.setattr(host, "_probe_isa", lambda client: probed)
+    assert host.host_isa(client) == probed
+    assert json.loads(entry.read_text()) == probed
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")  # another answer: another entry
+    assert host._isa_cache_path() != entry

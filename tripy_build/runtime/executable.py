@@ -35,7 +35,7 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
-from .warmup import fastest_run, start as start_warmup, stopping as warmup_stopping
+from .warmup import RUN_LIMIT_S, fastest_run, start as start_warmup, stopping as warmup_stopping
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import Program, Weight, resolve
 
@@ -269,9 +269,11 @@ class Executable:
     def warm_up(self, background: bool = False) -> threading.Thread | None:
         """Deserialize every profile and run it once on zeros, cheapest first, so no call pays for that.
 
-        A profile's first run costs 5-20 ms more than the next (XNNPACK prepares the executable), on
-        top of deserializing it (2-15 ms). With ``background``, a daemon thread does it while calls
-        are served (XLA releases the GIL); a call that needs a profile first warms it itself.
+        A profile's first run costs 1-20 ms more than the next (XNNPACK prepares the executable), on
+        top of deserializing it (2-15 ms). With ``background``, a daemon thread at the idle scheduling
+        class does it while calls are served (XLA releases the GIL; ``runtime/warmup.py``), running
+        profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializing the rest;
+        a call that needs a profile first warms it itself.
         """
         profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
         if self._universal is not None:
@@ -284,31 +286,37 @@ class Executable:
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
         try:
+            run = True  # until a profile's run takes longer than RUN_LIMIT_S; then deserialize only
             for p in profiles:
                 if warmup_stopping():
                     break
-                self._warm(p)
+                if run:
+                    run = self._warm(p) <= RUN_LIMIT_S
+                else:
+                    p.ready()
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it
             log.warning("%s: background warm-up stopped: %s", self._name, e)
 
-    def _warm(self, p: Precompiled) -> None:
-        """Run ``p`` once if no call has (its first run is the slow one), then time it for split plans."""
+    def _warm(self, p: Precompiled) -> float:
+        """Run ``p`` once if no call has (its first run is the slow one), then time it for split plans
+        (outside its lock: a call that needs the profile does not wait for the timing). Its latency."""
         if p.target in self._latency:
-            return
+            return self._latency[p.target]
         call = p.ready()
+        if call is None:
+            return 0.0
+        shapes = self._dispatcher.leaf_shapes(p.target if p is not self._universal else
+                                              tuple(d.bounds[1] for d in self.dims))
+        zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
+        args = (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
         with p.lock:
-            if p.target in self._latency or call is None:
-                return
-            shapes = self._dispatcher.leaf_shapes(p.target if p is not self._universal else
-                                                  tuple(d.bounds[1] for d in self.dims))
-            zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
-            args = (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
             if not p.warm:
                 jax.block_until_ready(call(*args))
                 p.warm = True
-            self._latency[p.target] = fastest_run(call, args)
+        self._latency[p.target] = fastest_run(call, args)
+        return self._latency[p.target]
 
     def __repr__(self) -> str:
         args = ", ".join(f"{name}: {info!r}" for name, info in self.input_infos.items())

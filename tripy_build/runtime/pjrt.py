@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,7 +39,7 @@ from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
-from .warmup import start as start_warmup, stopping as warmup_stopping
+from .warmup import RUN_LIMIT_S, start as start_warmup, stopping as warmup_stopping
 
 _client = None
 _client_lock = threading.Lock()
@@ -230,14 +231,15 @@ class Runtime:
 
         With ``background``, a daemon thread at the idle scheduling class does it (``runtime/warmup.py``):
         it takes no core a call wants, and a call that needs a profile before the thread reaches it
-        prepares that one itself (each profile has its own lock, so it never waits for another's).
+        prepares that one itself (each profile has its own lock, so it never waits for another's). It
+        runs profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializes the rest.
         """
         if not background:
-            self._warm_all(stop=lambda: False)
+            self._warm_all(stop=lambda: False, limit=float("inf"))
             return None
-        return start_warmup(lambda: self._warm_all(stop=warmup_stopping))
+        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=RUN_LIMIT_S))
 
-    def _warm_all(self, stop: Any) -> None:
+    def _warm_all(self, stop: Any, limit: float) -> None:
         if self._iree is not None:
             opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
             shapes = self._dispatcher.leaf_shapes(opt)
@@ -245,16 +247,22 @@ class Runtime:
                              *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]])
             return
         opt = self._dispatcher.route(self._dispatcher.leaf_shapes(tuple(d.bounds[1] for d in self._dispatcher.dims))).target
+        run = True  # until a profile's run takes longer than ``limit``; then deserialize only
         for target in sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t)))):
             if stop():
                 return
             with self._locks[target]:
-                if target in self._ran:
+                if target in self._ran or (not run and target in self._compiled):
+                    continue
+                compiled = self._profile(target)
+                if not run:
                     continue
                 shapes = self._dispatcher.leaf_shapes(target)
                 zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
                 sizes = [np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]
-                self._profile(target)([*self._leading, *zeros, *sizes])
+                t0 = time.perf_counter()
+                compiled([*self._leading, *zeros, *sizes])
+                run = target == opt or time.perf_counter() - t0 <= limit
                 self._ran.add(target)
 
     @property

@@ -19,6 +19,12 @@ import time
 from typing import Any, Callable, Sequence
 
 
+RUN_LIMIT_S = 0.020
+"""Warm-up runs profiles (cheapest first) until one takes longer than this; the rest it only deserializes.
+A first run costs 1-20 ms more than the next, which is noise beside a profile this slow, while running it
+on zeros would keep XLA's worker threads (at the normal scheduling class) from the calls for as long."""
+
+
 def fastest_run(call: Callable, args: Sequence[Any], budget_s: float = 0.004, most: int = 10) -> float:
     """A profile's latency for planning splits: the fastest of a few runs (at least one, ~4 ms in all)."""
     import jax
