@@ -156,7 +156,7 @@ class _Compiled:
 class Runtime:
     """A built artifact, loaded without jax. Call it like ``Executable``; outputs are numpy arrays."""
 
-    def __init__(self, contents: Contents):
+    def __init__(self, contents: Contents, warmup: str = "none"):
         c = contents
         m = c.manifest
         c.check_platform("cpu")
@@ -187,9 +187,19 @@ class Runtime:
         self._dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in self._leaves],
                                       [s.name for _, s in m.sizes], output_axes_static(m.outputs, m.dims),
                                       list(self._profiles), pad_values(m.dims, m.leaf_paths))
-        self._leading = self._prepare() if self._iree is None else []
         self._fast: dict[tuple, Any] = {}  # (type, shape, dtype) per positional numpy input -> its route
         self._simple = not self._bound and all("leaf" in p.template for p in self._visible)
+        self._opt = self._dispatcher.route(self._dispatcher.leaf_shapes(tuple(d.bounds[1] for d in self._dispatcher.dims))).target
+        self._prepared = threading.Event()  # set once the weights are placed (or placing them failed)
+        self._placed = False
+        self._warming = self.warm_up(background=True) if warmup == "background" else None  # overlaps the weights
+        try:
+            self._leading = self._prepare() if self._iree is None else []
+            self._placed = True
+        finally:
+            self._prepared.set()
+        if warmup == "now":
+            self.warm_up()
 
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them chunk by chunk, each chunk's raw weights
@@ -250,7 +260,13 @@ class Runtime:
             self._iree.flat([*[np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)],
                              *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]])
             return
-        opt = self._dispatcher.route(self._dispatcher.leaf_shapes(tuple(d.bounds[1] for d in self._dispatcher.dims))).target
+        opt = self._opt
+        if opt in self._locks:
+            with self._locks[opt]:
+                self._profile(opt)  # while the weights are read and prepared, where a core is free
+        self._prepared.wait()
+        if not self._placed:
+            return  # placing the weights failed: the load raised
         run = True  # until a profile's run takes longer than ``limit``; then deserialize only
         for target in sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t)))):
             if stop():
@@ -458,7 +474,4 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
             thread.join()
     if started:
         raise started[0]
-    rt = Runtime(contents)
-    if warmup != "none":
-        rt.warm_up(background=warmup == "background")
-    return rt
+    return Runtime(contents, warmup)
