@@ -219,3 +219,14 @@ def test_the_hosts_cpu_features_are_probed_once_per_jaxlib_and_cpu(monkeypatch, 
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")  # another answer: another entry
     assert host._isa_cache_path() != entry
+
+
+def test_the_warm_up_memory_budget_is_the_weights_size_and_counts_what_the_process_holds():
+    from tripy_build.runtime.warmup import MIN_BUDGET_BYTES, MemoryBudget
+
+    assert MemoryBudget(10).limit == MIN_BUDGET_BYTES and MemoryBudget(1 << 30).limit == 1 << 30
+    budget = MemoryBudget(0)
+    assert not budget.spent()
+    held = np.ones(MIN_BUDGET_BYTES // 4 + (16 << 20), np.float32)  # touched: resident
+    assert budget.spent()
+    del held

@@ -35,7 +35,7 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
-from .warmup import RUN_LIMIT_S, fastest_run, start as start_warmup, stopping as warmup_stopping
+from .warmup import RUN_LIMIT_S, MemoryBudget, fastest_run, start as start_warmup, stopping as warmup_stopping
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import Program, Weight, resolve
 
@@ -272,7 +272,8 @@ class Executable:
         A profile's first run costs 1-20 ms more than the next (XNNPACK prepares the executable), on
         top of deserializing it (2-15 ms). With ``background``, a daemon thread at the idle scheduling
         class does it while calls are served (XLA releases the GIL; ``runtime/warmup.py``), running
-        profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializing the rest;
+        profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializing the rest
+        (within ``warmup.MemoryBudget``);
         a call that needs a profile first warms it itself.
         """
         profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
@@ -286,14 +287,17 @@ class Executable:
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
         try:
-            run = True  # until a profile's run takes longer than RUN_LIMIT_S; then deserialize only
+            run, budget = True, None  # run until a profile takes longer than RUN_LIMIT_S; then deserialize only
             for p in profiles:
                 if warmup_stopping():
                     break
                 if run:
                     run = self._warm(p) <= RUN_LIMIT_S
-                else:
-                    p.ready()
+                    continue
+                budget = budget or MemoryBudget(sum(int(getattr(w, "nbytes", 0)) for w in self._leading))
+                if budget.spent():
+                    break
+                p.ready()
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it

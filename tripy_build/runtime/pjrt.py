@@ -43,7 +43,7 @@ from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
-from .warmup import RUN_LIMIT_S, start as start_warmup, stopping as warmup_stopping
+from .warmup import RUN_LIMIT_S, MemoryBudget, start as start_warmup, stopping as warmup_stopping
 
 _client = None
 _client_lock = threading.Lock()
@@ -246,7 +246,8 @@ class Runtime:
         With ``background``, a daemon thread at the idle scheduling class does it (``runtime/warmup.py``):
         it takes no core a call wants, and a call that needs a profile before the thread reaches it
         prepares that one itself (each profile has its own lock, so it never waits for another's). It
-        runs profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializes the rest.
+        runs profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializes the rest,
+        within ``warmup.MemoryBudget``.
         """
         if not background:
             self._warm_all(stop=lambda: False, limit=float("inf"))
@@ -267,13 +268,18 @@ class Runtime:
         self._prepared.wait()
         if not self._placed:
             return  # placing the weights failed: the load raised
-        run = True  # until a profile's run takes longer than ``limit``; then deserialize only
+        run, budget = True, None  # run until a profile takes longer than ``limit``; then deserialize only
         for target in sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t)))):
             if stop():
                 return
             with self._locks[target]:
                 if target in self._ran or (not run and target in self._compiled):
                     continue
+                if not run:
+                    budget = budget or MemoryBudget(sum(int(np.prod(w.shape)) * to_dtype(w.dtype).itemsize
+                                                        for w in self._manifest.weights))
+                    if budget.spent():
+                        return
                 compiled = self._profile(target)
                 if not run:
                     continue

@@ -25,6 +25,33 @@ A first run costs 1-20 ms more than the next, which is noise beside a profile th
 on zeros would keep XLA's worker threads (at the normal scheduling class) from the calls for as long."""
 
 
+MIN_BUDGET_BYTES = 64 << 20
+
+
+class MemoryBudget:
+    """How much resident memory the warm-up may add by deserializing the profiles it does not run: as much
+    as the weights, and at least 64 MiB. A deserialized profile holds from ~1 MB (the transformer block) to
+    ~18 MB (BERT-base, whose 50 profiles would hold 0.9 GB); those it leaves are deserialized by their
+    first call, which costs little beside a profile that takes over ``RUN_LIMIT_S``. Measured as the
+    process's resident set (Linux); elsewhere unbounded."""
+
+    def __init__(self, weight_bytes: int):
+        self.limit = max(int(weight_bytes), MIN_BUDGET_BYTES)
+        self.start = _rss_bytes()
+
+    def spent(self) -> bool:
+        now = _rss_bytes()
+        return self.start is not None and now is not None and now - self.start > self.limit
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def fastest_run(call: Callable, args: Sequence[Any], budget_s: float = 0.004, most: int = 10) -> float:
     """A profile's latency for planning splits: the fastest of a few runs (at least one, ~4 ms in all)."""
     import jax
