@@ -190,17 +190,22 @@ def _read_isa(path: Path) -> dict[str, Any] | None:
 
 def _write_isa(path: Path, answer: dict[str, Any]) -> None:
     """Atomically (a reader never sees half a file); a cache folder that cannot be written is no error."""
+    import contextlib
     import json
     import tempfile
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".isa-", suffix=".tmp")
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "w") as f:
             json.dump(answer, f)
         os.replace(tmp, path)
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def toolchain() -> dict[str, Any]:

@@ -273,8 +273,7 @@ class Executable:
         top of deserializing it (2-15 ms). With ``background``, a daemon thread at the idle scheduling
         class does it while calls are served (XLA releases the GIL; ``runtime/warmup.py``), running
         profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializing the rest
-        (within ``warmup.MemoryBudget``);
-        a call that needs a profile first warms it itself.
+        (within ``warmup.MemoryBudget``); a call that needs a profile first warms it itself.
         """
         profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
         if self._universal is not None:
