@@ -144,7 +144,7 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
     cold = None
     if cold_rounds:
         cold = {"tripy_build.load": cold_start(path, cold_rounds, "tripy_build", warmup),
-                "tripy_build.runtime.load": cold_start(path, cold_rounds, "runtime", "none")}
+                "tripy_build.runtime.load": cold_start(path, cold_rounds, "runtime", warmup)}
     t0 = time.perf_counter()
     exe = load(path, warmup=warmup)
     load_s = time.perf_counter() - t0
