@@ -12,9 +12,10 @@ few more calls) and reports:
                (how many profiles exceed it, of how many the stream reached);
 - load ms      ``load`` alone.
 
-``--pin`` runs every child on one core (the case where a warm-up thread competes with the calls for the
-only core), else on every core the machine has. Timings are medians of nothing: one stream per child,
-so run it twice to see the noise.
+Each configuration runs twice: pinned to one core (where a warm-up thread competes with the calls for
+the only core) and on every core the machine has (``--no-pinned``: only the latter). Each is a single
+stream in a single child, not a median, so run it twice to see the noise (two runs of the transformer
+on one core: 6 and 15 stalls).
 
     .venv/bin/python bench/first_use.py                         # geglu + transformer, both loaders, pinned and not
     .venv/bin/python bench/first_use.py --models geglu --calls 100 --no-pinned
@@ -61,10 +62,7 @@ for s in set(shapes):
         call(xs[s])
         best = min(best, time.perf_counter() - t)
     steady[s] = best
-route = (lambda s: f._dispatcher.route([s]).target) if cfg["loader"] == "runtime" else None
-if route is None:
-    d = f._dispatcher
-    route = lambda s: d.route([s]).target
+route = lambda s: f._dispatcher.route([s]).target  # the profile a shape runs (both loaders keep a Dispatcher)
 print(json.dumps({"load_s": load_s, "calls": [[list(s), t, steady[s], list(route(s))] for s, t in zip(shapes, times)]}))
 """
 
