@@ -35,7 +35,7 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
-from .warmup import RUN_LIMIT_S, MemoryBudget, fastest_run, start as start_warmup, stopping as warmup_stopping
+from .warmup import fastest_run, start as start_warmup, stopping as warmup_stopping, warm_in_order
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import Program, Weight, resolve
 
@@ -286,17 +286,8 @@ class Executable:
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
         try:
-            run, budget = True, None  # run until a profile takes longer than RUN_LIMIT_S; then deserialize only
-            for p in profiles:
-                if warmup_stopping():
-                    break
-                if run:
-                    run = self._warm(p) <= RUN_LIMIT_S
-                    continue
-                budget = budget or MemoryBudget(sum(int(getattr(w, "nbytes", 0)) for w in self._leading))
-                if budget.spent():
-                    break
-                p.ready()
+            warm_in_order(profiles, self._warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
+                          warmup_stopping)
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it

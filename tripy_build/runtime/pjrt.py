@@ -43,7 +43,7 @@ from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
-from .warmup import RUN_LIMIT_S, MemoryBudget, start as start_warmup, stopping as warmup_stopping
+from .warmup import RUN_LIMIT_S, start as start_warmup, stopping as warmup_stopping, warm_in_order
 
 _client = None
 _client_lock = threading.Lock()
@@ -192,7 +192,8 @@ class Runtime:
         self._opt = self._dispatcher.route(self._dispatcher.leaf_shapes(tuple(d.bounds[1] for d in self._dispatcher.dims))).target
         self._prepared = threading.Event()  # set once the weights are placed (or placing them failed)
         self._placed = False
-        self._warming = self.warm_up(background=True) if warmup == "background" else None  # overlaps the weights
+        if warmup == "background":
+            self.warm_up(background=True)  # starts while the weights are placed below
         try:
             self._leading = self._prepare() if self._iree is None else []
             self._placed = True
@@ -263,33 +264,32 @@ class Runtime:
             return
         opt = self._opt
         if opt in self._locks:
-            with self._locks[opt]:
-                self._profile(opt)  # while the weights are read and prepared, where a core is free
+            self._deserialize(opt)  # while the weights are read and prepared, where a core is free
         self._prepared.wait()
         if not self._placed:
             return  # placing the weights failed: the load raised
-        run, budget = True, None  # run until a profile takes longer than ``limit``; then deserialize only
-        for target in sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t)))):
-            if stop():
-                return
-            with self._locks[target]:
-                if target in self._ran or (not run and target in self._compiled):
-                    continue
-                if not run:
-                    budget = budget or MemoryBudget(sum(int(np.prod(w.shape)) * to_dtype(w.dtype).itemsize
-                                                        for w in self._manifest.weights))
-                    if budget.spent():
-                        return
-                compiled = self._profile(target)
-                if not run:
-                    continue
-                shapes = self._dispatcher.leaf_shapes(target)
-                zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
-                sizes = [np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]
-                t0 = time.perf_counter()
-                compiled([*self._leading, *zeros, *sizes])
-                run = target == opt or time.perf_counter() - t0 <= limit
-                self._ran.add(target)
+        weight_bytes = sum(int(np.prod(w.shape)) * to_dtype(w.dtype).itemsize for w in self._manifest.weights)
+        order = sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t))))
+        warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit)
+
+    def _warm(self, target: tuple[int, ...]) -> float:
+        """Run a profile once on zeros, if no call has: its run's seconds (0 for the opt profile, which is run
+        first whatever it costs, and for one a call ran already)."""
+        with self._locks[target]:
+            if target in self._ran:
+                return 0.0
+            compiled = self._profile(target)
+            shapes = self._dispatcher.leaf_shapes(target)
+            zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
+            sizes = [np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]
+            t0 = time.perf_counter()
+            compiled([*self._leading, *zeros, *sizes])
+            self._ran.add(target)
+            return 0.0 if target == self._opt else time.perf_counter() - t0
+
+    def _deserialize(self, target: tuple[int, ...]) -> None:
+        with self._locks[target]:
+            self._profile(target)
 
     @property
     def flat_args(self) -> list[tuple[str, Any]]:

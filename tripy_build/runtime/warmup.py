@@ -44,6 +44,24 @@ class MemoryBudget:
         return self.start is not None and now is not None and now - self.start > self.limit
 
 
+def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], float], deserialize: Callable[[Any], Any],
+                  weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float = RUN_LIMIT_S) -> None:
+    """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds) until one
+    takes longer than ``limit``; from then on only ``deserialize`` them, within a ``MemoryBudget`` of
+    ``weight_bytes``. ``stop`` ends it early (the interpreter exiting)."""
+    running, budget = True, None
+    for p in profiles:
+        if stop():
+            return
+        if running:
+            running = run(p) <= limit
+            continue
+        budget = budget or MemoryBudget(weight_bytes)
+        if budget.spent():
+            return
+        deserialize(p)
+
+
 def _rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm") as f:
