@@ -7,11 +7,12 @@ The names that need jax (``compile``, ``load``, ``Executable``) are imported on 
 from .version import __version__
 from .errors import TripyBuildError
 from .core.spec import DimSize, InputInfo, NamedDimension
+from .core.entry import Entry
 
 _LAZY = {"compile": "compiler.pipeline", "load": "runtime.loader", "Executable": "runtime.executable",
          "CompatibilityWarning": "artifact.compat"}
 
-__all__ = ["compile", "load", "Executable", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
+__all__ = ["compile", "load", "Executable", "Entry", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
            "CompatibilityWarning", "__version__"]
 
 

@@ -32,6 +32,16 @@ def disk_size(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def entry_prefix(name: str) -> str:
+    """Where the files of the entry ``name`` of a multi-entry artifact lie (the main entry's are at the top)."""
+    return f"entries/{name}/"
+
+
+def unstable_prefixes(manifest: Any) -> tuple[str, ...]:
+    """``UNSTABLE_PREFIXES``, at the top and in every other entry's folder."""
+    return (*UNSTABLE_PREFIXES, *(entry_prefix(name) + p for name, _ in manifest.entries for p in UNSTABLE_PREFIXES))
+
+
 def reproducible_files(manifest: Any) -> list[str]:
     """The files a rebuild of this artifact reproduces byte for byte: the manifest and every file it
     lists (all but those under ``UNSTABLE_PREFIXES`` and the index of their digests)."""

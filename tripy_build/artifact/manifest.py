@@ -165,6 +165,15 @@ class Manifest:
     selftest: tuple[dict[str, Any], ...]  # self-test cases, in ``artifact/selftest.py``'s format
     files: dict[str, FileEntry] = field(default_factory=dict)  # every reproducible file (``write`` fills it)
     index: dict[str, Any] = field(default_factory=dict)  # the sidecar index: {"file", "covers"} (``write``)
+    # runtime input leaves (paths) whose buffers a call consumes: an output of the same shape reuses their
+    # memory (a KV cache updated in place); a caller must not use a device buffer it passed there again
+    donated: tuple[str, ...] = ()
+    # A multi-entry artifact: this record is its main entry (what calling the artifact runs), named
+    # ``entry``; ``entries`` holds every other entry by name, each a ``Manifest`` of its own inputs,
+    # outputs, profiles and executables (files under ``entries/<name>/``) over the same weight files.
+    # The file table, the index and the toolchain are the main record's. Empty for a single function.
+    entry: str = ""
+    entries: tuple[tuple[str, "Manifest"], ...] = ()
 
     # --- what the build recorded ---------------------------------------------------------------
     @property
@@ -197,6 +206,25 @@ class Manifest:
     def weight_file(self, path: str) -> WeightEntry | None:
         return next((w for w in self.weights if w.path == path), None)
 
+    @property
+    def entry_names(self) -> list[str]:
+        """Every entry's name, the main one first; ``[]`` for a single-function artifact."""
+        return [self.entry, *(name for name, _ in self.entries)] if self.entry else []
+
+    def entry_manifest(self, name: str) -> "Manifest":
+        """The record of the entry called ``name`` (the main one is this record)."""
+        if name == self.entry:
+            return self
+        for other, m in self.entries:
+            if other == name:
+                return m
+        raise ArtifactError(f"{self.function}: no entry {name!r}; this artifact's entries: "
+                            f"{', '.join(self.entry_names) or 'none (a single function)'}.")
+
+    def all_entries(self) -> list[tuple[str, "Manifest"]]:
+        """(name, record) of every entry, the main one first; one unnamed record for a single function."""
+        return [(self.entry, self), *self.entries]
+
     # --- JSON ------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         paths = self.leaf_paths
@@ -227,6 +255,9 @@ class Manifest:
             "selftest": list(self.selftest),
             "files": {rel: _plain(e) for rel, e in sorted(self.files.items())},
             "index": self.index,
+            **({"donated": list(self.donated)} if self.donated else {}),
+            **({"entry": self.entry, "entries": [dict(_entry_json(m), name=name) for name, m in self.entries]}
+               if self.entry else {}),
         }
 
     @classmethod
@@ -263,10 +294,24 @@ class Manifest:
                 selftest=tuple(m.get("selftest") or ()),
                 files={str(rel): FileEntry(int(e["size"]), str(e["sha256"])) for rel, e in (m.get("files") or {}).items()},
                 index=dict(m.get("index") or {}),
+                donated=tuple(str(p) for p in m.get("donated") or ()),
+                entry=str(m.get("entry") or ""),
+                entries=tuple((str(e["name"]), cls.from_json(
+                    {**e, "files": m.get("files"), "index": m.get("index"), "toolchain": m.get("toolchain"),
+                     "entry": None, "entries": None}, f"{where} (entry {e.get('name')!r})"))
+                    for e in m.get("entries") or ()),
             )
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, SpecError) as e:
             raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e}); the artifact is "
                                 "damaged.") from None
+
+
+_SHARED_KEYS = ("schema_version", "kind", "files", "index", "toolchain")
+
+
+def _entry_json(m: Manifest) -> dict[str, Any]:
+    """An entry's JSON inside its artifact's manifest: what the main record holds for all is left out."""
+    return {k: v for k, v in m.to_json().items() if k not in _SHARED_KEYS}
 
 
 def _prep_chunks(m: Mapping[str, Any]) -> tuple[PrepChunkEntry, ...]:

@@ -169,12 +169,21 @@ class Contents:
     path: str
     manifest: Manifest
     files: dict[str, bytes] = field(default_factory=dict)
+    entry: str = ""  # the entry ``manifest`` is, in a multi-entry artifact (``for_entry``)
 
     @property
     def bound_files(self) -> dict[str, list[str]]:
         """Each bound input's ``.npy`` leaves, by parameter name."""
         counts = {p.name: count_leaves(p.template) for p in self.manifest.parameters}
         return {name: [f"{rel}/{i}.npy" for i in range(counts[name])] for name, rel in self.manifest.bound_inputs.items()}
+
+    def for_entry(self, name: str) -> "Contents":
+        """The same artifact seen as its entry ``name`` (its record as ``manifest``; the files shared)."""
+        if name == self.manifest.entry:
+            return self
+        view = Contents(self.path, self.manifest.entry_manifest(name), entry=name)
+        view.files = self.files
+        return view
 
     def where(self, rel: str = MANIFEST) -> str:
         return os.path.join(self.path, rel)
@@ -232,21 +241,23 @@ def read_contents(path: str | os.PathLike, executables: bool = True) -> Contents
 
     With ``executables=False`` the precompiled executables are not read at all (``trust_executables``)."""
     with reading(path):
-        m = read_manifest(path)
-        where = os.path.join(str(path), MANIFEST)
-        names = {p.name for p in m.parameters}
-        for name in m.bound_inputs:
-            if name not in names:
-                raise ArtifactError(f"{where}: bound input {name!r} is not an input of {m.function}.")
-        crosscheck.consistent(where, m.leaves, m.dims, m.executables, len(m.sources))
-        contents = Contents(str(path), m)
-        crosscheck.prep_chunks(where, m)
-        prep = m.prep
-        wanted = [m.program.file, *([prep.file] if prep else []),
-                  *(e.file for e in [*m.executables, *(c.executable for c in (prep.chunks if prep else ()))]
-                    if executables),
-                  *(f for fs in contents.bound_files.values() for f in fs)]
-        contents.files = read_files(path, wanted, [], m)[1]
+        top = read_manifest(path)
+        contents = Contents(str(path), top)
+        wanted: list[str] = []
+        for name, m in top.all_entries():
+            where = os.path.join(str(path), MANIFEST) + (f" (entry {name!r})" if name else "")
+            names = {p.name for p in m.parameters}
+            for bound in m.bound_inputs:
+                if bound not in names:
+                    raise ArtifactError(f"{where}: bound input {bound!r} is not an input of {m.function}.")
+            crosscheck.consistent(where, m.leaves, m.dims, m.executables, len(m.sources))
+            crosscheck.prep_chunks(where, m)
+            prep = m.prep
+            wanted += [m.program.file, *([prep.file] if prep else []),
+                       *(e.file for e in [*m.executables, *(c.executable for c in (prep.chunks if prep else ()))]
+                         if executables),
+                       *(f for fs in contents.for_entry(name).bound_files.values() for f in fs)]
+        contents.files = read_files(path, list(dict.fromkeys(wanted)), [], top)[1]
         return contents
 
 

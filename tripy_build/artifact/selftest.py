@@ -157,3 +157,14 @@ def check(call: Callable, case: Case, rtol: float, atol: float) -> tuple[bool, f
         worst = max(worst, float(err.max(initial=0.0)))
         ok = ok and bool(np.all(err <= atol + rtol * np.abs(w64)))
     return ok, worst
+
+
+def moved(entries: Sequence[dict[str, Any]], files: dict[str, bytes],
+          prefix: str) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """The cases' manifest entries and files with every file under ``prefix`` (an entry's folder)."""
+    def ref(r: Any) -> Any:
+        if isinstance(r, str):
+            return prefix + r
+        return dict(r, file=prefix + r["file"]) if "file" in r else r
+    return ([dict(e, inputs=[ref(r) for r in e["inputs"]], outputs=[ref(r) for r in e["outputs"]]) for e in entries],
+            {prefix + rel: data for rel, data in files.items()})

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import ArtifactError
 from ..host import hostname
 from .digest import list_files
-from .layout import INDEX, INDEX_KIND, MANIFEST, UNSTABLE_PREFIXES, dumps, is_artifact
+from .layout import INDEX, INDEX_KIND, MANIFEST, dumps, is_artifact, unstable_prefixes
 from .manifest import FileEntry, Manifest
 
 
@@ -87,7 +87,7 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes], 
           index_extra: dict[str, Any] | None = None) -> Path:
     """Write an artifact atomically: ``files`` by relative path, then the index and the manifest.
 
-    Files under ``UNSTABLE_PREFIXES`` (XLA executables: not byte-reproducible) are listed in the
+    Files under ``UNSTABLE_PREFIXES`` (in every entry's folder too; XLA executables: not byte-reproducible) are listed in the
     sidecar ``index.json``, with ``index_extra`` (build facts that vary, such as compile times), so that
     ``manifest.json`` stays byte-identical across rebuilds. An existing artifact at ``path`` is
     replaced, or with ``replace=False`` kept (a concurrent build of the same content got there first);
@@ -115,11 +115,12 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes], 
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
         everything = list_files(tmp)
-        unstable = {k: v for k, v in everything.items() if k.startswith(UNSTABLE_PREFIXES)}
+        covers = unstable_prefixes(manifest)
+        unstable = {k: v for k, v in everything.items() if k.startswith(covers)}
         stable = {k: v for k, v in everything.items() if k not in unstable}
         (tmp / INDEX).write_bytes(dumps({**(index_extra or {}), "kind": INDEX_KIND, "files": unstable}))
         full = dataclasses.replace(manifest, files={k: FileEntry(v["size"], v["sha256"]) for k, v in stable.items()},
-                                   index={"file": INDEX, "covers": list(UNSTABLE_PREFIXES)})
+                                   index={"file": INDEX, "covers": list(covers)})
         (tmp / MANIFEST).write_bytes(dumps(full.to_json()))
         _fsync_tree(tmp)
         os.chmod(tmp, 0o755)

@@ -134,8 +134,10 @@ def _translated(err: Exception, symbols: Sequence[Symbol], fname: str) -> Except
 
 
 def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Sequence[tuple[str, DimSize]],
-           owners: dict[int, tuple[str, str]], platforms: Sequence[str]) -> Program:
-    """Trace ``flat_fn(*leaves, *sizes)`` once, split off its weights and export ``main`` and ``prep``."""
+           owners: dict[int, tuple[str, str]], platforms: Sequence[str], prep_name: str | None = None) -> Program:
+    """Trace ``flat_fn(*leaves, *sizes)`` once, split off its weights and export ``main`` and ``prep``
+    (named ``prep_name``, default ``<function>_prep``: the entries of one build name theirs alike, so that
+    entries doing the same weight-only work have the same prep program, stored and run once)."""
     specs, symbols = symbolic_specs(leaves)
     named = {s.named for s in symbols if s.named}
     for path, size in sizes:
@@ -166,11 +168,12 @@ def export(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], sizes: Se
     prep, chunks = None, []
     with deterministic_locations():
         if split.prep is not None:
-            split.prep.__name__ = split.prep.__qualname__ = f"{fname}_prep"
+            prep_name = prep_name or f"{fname}_prep"
+            split.prep.__name__ = split.prep.__qualname__ = prep_name
             prep = jax.export.export(jax.jit(split.prep), platforms=tuple(platforms))(*weight_specs)
             for n, chunk in enumerate(split.chunks):
                 fn = split.chunk_fn(chunk)
-                fn.__name__ = fn.__qualname__ = f"{fname}_prep{n}"
+                fn.__name__ = fn.__qualname__ = f"{prep_name}{n}"
                 chunks.append((chunk, jax.export.export(jax.jit(fn), platforms=tuple(platforms))(
                     *[weight_specs[i] for i in chunk.weights])))
         try:

@@ -22,12 +22,14 @@ from ..artifact.describe import human_size
 from ..artifact.selftest import RTOL
 from ..core import profiles as profiles_lib
 from ..core.dispatch import Dispatcher, output_axes
+from ..core.entry import Entry, check_entries
 from ..core.signature import Parameter
-from ..core.spec import collect_named_dims
+from ..core.spec import collect_named_dims, count_leaves
 from ..errors import SpecError
 from ..host import host_features, target_of, usable_cores
 from ..runtime import xla as xla_executable
 from ..runtime.executable import Executable, Precompiled
+from ..runtime.program import resolve
 from . import eager, selftest
 from . import precision as precision_lib
 from .export import export, output_infos, symbolic_specs
@@ -36,7 +38,7 @@ from .proofs import prove_padding
 from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
 
 
-def compile(func: Callable, optimization_level: int = DEFAULT_LEVEL, *, args: Sequence[Any] = (),  # noqa: A001
+def compile(func: Callable | Mapping[str, Entry], optimization_level: int = DEFAULT_LEVEL, *, args: Sequence[Any] = (),  # noqa: A001
             kwargs: dict[str, Any] | None = None, buckets: Any = profiles_lib.DEFAULT_BUCKETS,
             padding: Mapping[str, str] | None = None, max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES,
             precision: str | None = None, max_error: float | None = None, backend: str = "xla") -> Executable:
@@ -48,7 +50,10 @@ def compile(func: Callable, optimization_level: int = DEFAULT_LEVEL, *, args: Se
     once, prepared once, passed to every profile, and replaceable with ``Executable.bind``.
 
     Args:
-        func: a pure function of arrays.
+        func: a pure function of arrays; or, for an executable with several entry points over the same
+            weights, a dict of entry name -> ``Entry`` (each with its own arguments, buckets, padding
+            and donated inputs; ``args``, ``kwargs``, ``buckets``, ``padding`` and ``max_profiles`` are
+            then given per entry, not here).
         optimization_level: 0..5.
         args, kwargs: ``func``'s arguments: ``InputInfo``, ``DimSize`` or constants.
         buckets: the sizes to precompile along each dynamic dim: ``"pow2"`` (default: powers of two
@@ -70,7 +75,9 @@ def compile(func: Callable, optimization_level: int = DEFAULT_LEVEL, *, args: Se
 
     Returns:
         An ``Executable``: every in-range shape runs a precompiled profile, padded where declared;
-        other shapes compile on first use, once. With ``TRIPY_BUILD_DISABLE_COMPILE=1`` in the
+        other shapes compile on first use, once. A multi-entry compile returns the first entry's
+        executable (calling it calls that entry) with every entry in ``exe.entries``; ``save`` writes
+        them as one artifact, each weight stored once. With ``TRIPY_BUILD_DISABLE_COMPILE=1`` in the
         environment, nothing compiles: the function runs eagerly on every call (``print`` and
         breakpoints work), with the same signature and input checks.
 
@@ -80,7 +87,17 @@ def compile(func: Callable, optimization_level: int = DEFAULT_LEVEL, *, args: Se
         exe = tb.compile(model.apply, args=[params, tb.InputInfo((batch, 512), "float32")],
                          padding={"batch": "rows"})
         y = exe(np.ones((37, 512), np.float32))  # runs the batch-64 profile on padded input
+
+        exe = tb.compile({"encode": tb.Entry(encode, args=[params, text]),
+                          "score": tb.Entry(score, args=[params, query, docs])})
+        exe.entries["score"](q, d)
     """
+    if isinstance(func, Mapping):
+        if args or kwargs or padding is not None or buckets != profiles_lib.DEFAULT_BUCKETS or \
+                max_profiles != profiles_lib.DEFAULT_MAX_PROFILES:
+            raise SpecError("compile(): with a dict of entries, give args=, kwargs=, buckets=, padding= and "
+                            "max_profiles= to each tb.Entry, not to compile().")
+        return build_entries(func, optimization_level, precision=precision, max_error=max_error, backend=backend)
     return build_executable(func, optimization_level, args=args, kwargs=kwargs, buckets=buckets,
                             padding=padding, max_profiles=max_profiles, precision=precision, max_error=max_error,
                             backend=backend)
@@ -91,8 +108,10 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
                      name: str | None = None, log: Callable[[str, float], None] | None = None,
                      buckets: Any = profiles_lib.DEFAULT_BUCKETS, padding: Mapping[str, str] | None = None,
                      max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES, precision: str | None = None,
-                     max_error: float | None = None, backend: str = "xla") -> Executable:
-    """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``."""
+                     max_error: float | None = None, backend: str = "xla", donate: Sequence[str] = (),
+                     prep_name: str | None = None) -> Executable:
+    """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``;
+    ``donate``: the runtime inputs whose buffers each call gives to the outputs (``Entry.donate``)."""
     check_level(optimization_level)
     if not isinstance(args, (list, tuple)):
         raise SpecError(f"args= must be a list or tuple of arguments, got {type(args).__name__}.")
@@ -126,10 +145,13 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     if name:
         for f in (flat, reference):
             f.__name__ = f.__qualname__ = name
+    donated = _donated_paths(arguments, leaves, donate, flat.__name__)
+    if donated and backend == "iree":
+        raise SpecError(f"{flat.__name__}: donate= needs backend='xla' (IREE's modules take no donated buffers).")
     if eager.disabled():
         return eager.EagerFunction(flat, [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime],
                                    leaves, sizes)
-    program = export(flat, leaves, sizes, weight_owners(arguments), platforms)
+    program = export(flat, leaves, sizes, weight_owners(arguments), platforms, prep_name)
     dims = profiles_lib.plan_dims(program.symbols, [p for p, _ in leaves], buckets, padding)
     size_names = [s.name for _, s in sizes]
     for d in dims:
@@ -168,7 +190,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
         parameters=parameters, leaves=leaves, sizes=sizes, outputs=outputs, dims=dims, dispatcher=dispatcher,
         optimization_level=optimization_level, platforms=platforms, precompiled=[], prep_exes=prep_exes,
         selftest_source=flat, selftest_make=selftest.make,
-        compiler_options=options,
+        compiler_options=options, donated=donated,
     )
     exe.tolerance = RTOL.get(reduced)
     leading = [a.shape for a in program.leading_avals()]
@@ -183,8 +205,9 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     else:
         t0 = time.perf_counter()
         options = exe.compiler_options[host_platform]
+        donate_argnums = exe.donate_argnums
         precompiled = compile_all(lambda i, profile: _compile_one(program.main, shapes[i], targets[i], host_platform,
-                                                                  profile, options))
+                                                                  profile, options, donate_argnums))
         exe.add_profiles(precompiled)
         log(f"compile {len(precompiled)} profile(s)", time.perf_counter() - t0)
     if precompiled and exe._universal is None and any(d.strategy == "padded" for d in dims):
@@ -198,10 +221,56 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     return exe
 
 
+def _donated_paths(arguments: Sequence[Any], leaves: Sequence[tuple[str, Any]], donate: Sequence[str],
+                   name: str) -> tuple[str, ...]:
+    """The flat input paths of the runtime arguments named in ``donate``."""
+    runtime = [a for a in arguments if a.runtime]
+    names = [a.name for a in runtime]
+    unknown = [d for d in donate if d not in names]
+    if unknown:
+        raise SpecError(f"{name}: donate={list(donate)!r} names {unknown[0]!r}, which is not a runtime input; its "
+                        f"inputs: {', '.join(names) or 'none'}.")
+    paths, start = [], 0
+    for a in runtime:
+        n = count_leaves(a.template)
+        if a.name in donate:
+            paths += [p for p, _ in leaves[start:start + n]]
+        start += n
+    return tuple(paths)
+
+
+def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAULT_LEVEL, *,
+                  platforms: Sequence[str] = ("cpu",), name: str | None = None,
+                  log: Callable[[str, float], None] | None = None, precision: str | None = None,
+                  max_error: float | None = None, backend: str = "xla") -> Executable:
+    """Compile each entry (``compile`` of a dict of ``Entry``); the first entry's executable, with all in
+    ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``)."""
+    entries = check_entries(entries)
+    log = log or (lambda stage, seconds: None)
+    exes: dict[str, Executable] = {}
+    for key, e in entries.items():
+        log(f"entry {key}", 0.0)
+        exes[key] = build_executable(
+            e.func, optimization_level, args=e.args, kwargs=dict(e.kwargs) if e.kwargs is not None else None,
+            platforms=platforms, name=f"{name}_{key}" if name else key, log=log, buckets=e.buckets,
+            padding=e.padding, max_profiles=e.max_profiles, precision=precision, max_error=max_error,
+            backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep")
+    compiled = [exe for exe in exes.values() if isinstance(exe, Executable)]
+    for i, exe in enumerate(compiled):
+        exe.entries = exes
+        earlier = next((a for a in compiled[:i] if a._prep_bytes is not None and a._prep_bytes == exe._prep_bytes
+                        and len(a._weights) == len(exe._weights)
+                        and all(x.value is y.value for x, y in zip(a._weights, exe._weights))), None)
+        if earlier is not None:  # the same weight-only work on the same weights: prepared once, held once
+            exe._prep_exes, exe._prepared = earlier._prep_exes, earlier._prepared
+            exe._leading = resolve(exe._program.sources, [w.value for w in exe._weights], earlier._prepared)
+    return next(iter(exes.values()))
+
+
 def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], target: tuple[int, ...],
-                 platform: str, profile: Any, options: dict[str, Any]) -> Precompiled:
+                 platform: str, profile: Any, options: dict[str, Any], donate: Sequence[int] = ()) -> Precompiled:
     t0 = time.perf_counter()
-    compiled = xla_executable.compile_shapes(exported, shapes, options)
+    compiled = xla_executable.compile_shapes(exported, shapes, options, donate)
     seconds = time.perf_counter() - t0
     blob, entry = xla_executable.serialize(compiled)
     depends = dict(host_features())

@@ -75,7 +75,8 @@ class Executable:
                  precompiled: Sequence[Precompiled], prep_exes: Sequence[Precompiled] = (),
                  metadata: dict[str, Any] | None = None, selftest_source: Callable | None = None,
                  selftest_make: Callable | None = None, origin: tuple[str, list] | None = None,
-                 compiler: Compiler | None = None, compiler_options: dict[str, dict[str, Any]] | None = None):
+                 compiler: Compiler | None = None, compiler_options: dict[str, dict[str, Any]] | None = None,
+                 donated: Sequence[str] = (), leading: Sequence[Any] | None = None):
         self._program = program
         self._program_bytes = program_bytes
         self._prep_bytes = prep_bytes
@@ -112,7 +113,12 @@ class Executable:
             self._leaf_slices[p.name] = slice(start, start + n)
             start += n
         self._weights: list[Weight] = list(program.weights)
-        self._leading = self._prepare()
+        # runtime input leaves (paths) whose buffers every call donates to the outputs (a cache updated in place)
+        self.donated = tuple(donated)
+        # the other entries of a multi-entry executable, by name, this one included (``compile`` of ``Entry``)
+        self.entries: dict[str, Executable] = {}
+        self._prepared: list[Any] = []  # the prep program's outputs (another entry with the same prep reuses them)
+        self._leading = list(leading) if leading is not None else self._prepare()
         self._bound: dict[str, tuple[Any, str]] = {}
         self._derive()
 
@@ -145,7 +151,8 @@ class Executable:
         runs = [p.ready() for p in self._prep_exes]
         if not runs or any(r is None for r in runs):
             values = [w.array() for w in self._weights]
-            return resolve(sources, values, jax.tree_util.tree_leaves(jax.jit(self._program.prep.call)(*values)))
+            self._prepared = jax.tree_util.tree_leaves(jax.jit(self._program.prep.call)(*values))
+            return resolve(sources, values, self._prepared)
         direct = {i: self._weights[i].array() for i in {s.index for s in sources if s.kind == "weight"}}
         prepared: list[Any] = [None] * len(self._program.prep.out_avals)
         for (chunk, _), run in zip(self._program.chunks, runs):
@@ -153,7 +160,21 @@ class Executable:
                                                for i in chunk.weights]))
             for k, out in zip(chunk.outputs, outs):
                 prepared[k] = out
+        self._prepared = prepared
         return resolve(sources, [direct.get(i) for i in range(len(self._weights))], prepared)
+
+    @property
+    def donate_argnums(self) -> tuple[int, ...]:
+        """The positions of the donated inputs among the program's arguments (weights first)."""
+        paths = [p for p, _ in self._leaves]
+        return tuple(len(self._program.sources) + paths.index(p) for p in self.donated)
+
+    def entry(self, name: str) -> "Executable":
+        """The entry called ``name`` of a multi-entry executable (``entries`` lists them)."""
+        if name not in self.entries:
+            raise CallError(f"{self._name}: no entry {name!r}; its entries: "
+                            f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
+        return self.entries[name]
 
     @property
     def weights(self) -> dict[str, Any]:
@@ -479,7 +500,8 @@ class Executable:
             options = self.compiler_options.get(platform, {})
         cache = shared_compile_cache() if host.tested_jax() else None
         key = compile_cache_key(program=self._program_digest, shapes=shapes, platform=platform, options=options,
-                                host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""))
+                                host=host.host_features(), xla_flags=os.environ.get("XLA_FLAGS", ""),
+                                **({"donate": self.donate_argnums} if self.donated else {}))
         hit = cache.get(key) if cache is not None else None
         label = ", ".join(f"{d.name or d.symbol}={n}" for d, n in zip(self.dims, target))
         if hit is not None:
@@ -497,7 +519,7 @@ class Executable:
             blob, _ = compile_static(self._program.main, shapes)
             compiled, meta = Module(blob, 0, self._program.main.out_tree, self._name), {}
         else:
-            compiled = compile_shapes(self._program.main, shapes, options)
+            compiled = compile_shapes(self._program.main, shapes, options, self.donate_argnums)
         log.info("%s: compiled %s on first use in %.0f ms (no profile covers it)", self._name, label,
                  (time.perf_counter() - t0) * 1e3)
         if cache is not None:

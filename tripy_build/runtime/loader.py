@@ -51,17 +51,42 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
         raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
     import jax
 
+    c = read_contents(path, executables=trust_executables)
+    m = c.manifest
+    c.check_platform(jax.default_backend())
+    shared = Shared()
+    exes = {name: _entry(c.for_entry(name), trust_executables, shared) for name, _ in m.all_entries()}
+    if m.entry:
+        for exe in exes.values():
+            exe.entries = exes
+    if warmup != "none":
+        for exe in exes.values():
+            exe.warm_up(background=warmup == "background")
+    return exes[m.entry]
+
+
+class Shared:
+    """What the entries of one artifact share as they are loaded: each weight file placed once, each prep
+    program (with the same weight files) run once."""
+
+    def __init__(self) -> None:
+        self.placed: dict[str, Any] = {}  # weight file -> device array
+        self.prepared: dict[tuple, list[Any]] = {}  # (prep file, weight files) -> the prep program's outputs
+
+
+def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
+    """One entry of the artifact (the whole of a single-function one) as an ``Executable``."""
+    import jax
+
     from ..core.dispatch import Dispatcher, output_axes
     from ..core.profiles import pad_values
     from ..core.spec import to_dtype
     from .iree import loader as iree_loader
     from .xla import load as load_xla
     from .executable import Executable, Precompiled
-    from .program import PrepChunk, Program, Source, Stored, Weight
+    from .program import PrepChunk, Program, Source, Stored, Weight, resolve
 
-    c = read_contents(path, executables=trust_executables)
     m = c.manifest
-    c.check_platform(jax.default_backend())
     client = jax.devices()[0].client
 
     def program(file: str) -> jax.export.Exported:
@@ -84,9 +109,15 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
                      main.mlir_module)
     prep = program(m.prep.file) if m.prep else None
     direct = {i for kind, i in m.sources if kind == "weight"}
-    weights = [Weight(w.path, w.argument, jax.device_put(c.take_weight(w)) if i in direct else
+    def placed(w: Any) -> Any:
+        if w.file not in shared.placed:
+            shared.placed[w.file] = jax.device_put(c.take_weight(w))
+        return shared.placed[w.file]
+    weights = [Weight(w.path, w.argument, placed(w) if i in direct else
                       Stored(w.shape, to_dtype(w.dtype), functools.partial(c.take_weight, w)))
                for i, w in enumerate(m.weights)]
+    prep_key = (m.prep.file, tuple(w.file for w in m.weights)) if m.prep else None
+    prepared = shared.prepared.get(prep_key) if prep_key else None
     backend = jax.default_backend()
 
     compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it
@@ -135,13 +166,15 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
         name=m.function, parameters=m.parameters, leaves=m.leaves, sizes=m.sizes, outputs=m.outputs, dims=m.dims,
         dispatcher=dispatcher, optimization_level=m.optimization_level, platforms=m.platforms,
         precompiled=profiles, prep_exes=prep_exes, metadata=m.metadata, origin=(c.path, list(m.selftest)),
-        compiler=m.compiler, compiler_options=m.compiler_options,
+        compiler=m.compiler, compiler_options=m.compiler_options, donated=m.donated,
+        leading=None if prepared is None else resolve([Source(k, i) for k, i in m.sources],
+                                                      [w.value for w in weights], prepared),
     )
+    if prep_key is not None and prepared is None:
+        shared.prepared[prep_key] = exe._prepared
     compiled_here.append(exe)
     if universal is not None:
         exe.set_universal(universal)
     if m.bound_inputs:
         exe = exe._with_bound(c.bound_values(), m.bound_inputs)
-    if warmup != "none":
-        exe.warm_up(background=warmup == "background")
     return exe

@@ -156,9 +156,12 @@ class _Compiled:
 class Runtime:
     """A built artifact, loaded without jax. Call it like ``Executable``; outputs are numpy arrays."""
 
-    def __init__(self, contents: Contents, warmup: str = "none"):
+    def __init__(self, contents: Contents, warmup: str = "none", shared: "_Shared | None" = None):
         c = contents
         m = c.manifest
+        self._shared = shared or _Shared()
+        self.entries: dict[str, Runtime] = {}  # a multi-entry artifact's entries by name, this one included
+        self.donated = m.donated
         c.check_platform("cpu")
         self._contents = c
         self._manifest = m
@@ -205,11 +208,16 @@ class Runtime:
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them chunk by chunk, each chunk's raw weights
         let go once it has run (falling back to jax where the chunks cannot run here)."""
-        c, m = self._contents, self._manifest
-        direct = {i: self._device.put(c.take_weight(m.weights[i]), _Aval(m.weights[i].shape, to_dtype(m.weights[i].dtype)))
-                  for i in {i for kind, i in m.sources if kind == "weight"}}
-        prepared: dict[int, Any] = {}
-        if any(kind == "prep" for kind, _ in m.sources):
+        c, m, shared = self._contents, self._manifest, self._shared
+
+        def placed(w: Any) -> Any:
+            if w.file not in shared.placed:
+                shared.placed[w.file] = self._device.put(c.take_weight(w), _Aval(w.shape, to_dtype(w.dtype)))
+            return shared.placed[w.file]
+        direct = {i: placed(m.weights[i]) for i in {i for kind, i in m.sources if kind == "weight"}}
+        key = (m.prep.file, tuple(w.file for w in m.weights)) if m.prep else None
+        prepared: dict[int, Any] = shared.prepared.get(key, {})
+        if any(kind == "prep" for kind, _ in m.sources) and not prepared:
             chunks = m.prep.chunks if m.prep else ()
             if not chunks or not all(c.usable(chunk.executable, _client) for chunk in chunks):
                 return [self._full_executable()._leading[i] for i in range(len(m.sources))]
@@ -222,7 +230,15 @@ class Runtime:
                     o.block_until_ready()
                 prepared.update(zip(chunk.outputs, outs))
                 del args, outs
+            shared.prepared[key] = prepared
         return [direct[i] if kind == "weight" else prepared[i] for kind, i in m.sources]
+
+    def entry(self, name: str) -> "Runtime":
+        """The entry called ``name`` of a multi-entry artifact (``entries`` lists them)."""
+        if name not in self.entries:
+            raise CallError(f"{self.__name__}: no entry {name!r}; its entries: "
+                            f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
+        return self.entries[name]
 
     @property
     def input_infos(self) -> dict[str, Any]:
@@ -406,8 +422,18 @@ class Runtime:
             if self._full is None:
                 from .loader import load as full_load
 
-                self._full = full_load(self._contents.path, warmup="none")
+                full = full_load(self._contents.path, warmup="none")
+                self._full = full.entry(self._contents.entry) if self._contents.entry else full
         return self._full
+
+
+class _Shared:
+    """What the entries of one artifact share as they load: each weight file placed once, each prep program
+    (over the same weight files) run once."""
+
+    def __init__(self) -> None:
+        self.placed: dict[str, Any] = {}  # weight file -> device buffer
+        self.prepared: dict[tuple, dict[int, Any]] = {}  # (prep file, weight files) -> prep's outputs by index
 
 
 def _iree_entry(manifest: Manifest) -> ExecutableEntry | None:
@@ -482,4 +508,11 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
             thread.join()
     if started:
         raise started[0]
-    return Runtime(contents, warmup)
+    m = contents.manifest
+    if not m.entry:
+        return Runtime(contents, warmup)
+    shared = _Shared()
+    runtimes = {name: Runtime(contents.for_entry(name), warmup, shared) for name, _ in m.all_entries()}
+    for rt in runtimes.values():
+        rt.entries = runtimes
+    return runtimes[m.entry]

@@ -5,18 +5,25 @@ What is saved: the exported programs, the weights once (``.npy``, no pickle), on
 precompiled profile (or IREE's one dynamic module), the bound inputs, the self-test, and the manifest
 that describes all of it (docs/artifact.md). Compile times go to the sidecar index: they vary from
 build to build, and the manifest must not.
+
+An executable with several entries (``compile`` of ``Entry`` records) is saved as one artifact: the
+main entry at the top, every other under ``entries/<name>/``. A weight whose bytes an earlier entry
+stored already is not stored again, and an entry whose prep program and weights are an earlier entry's
+shares that entry's prep files, so that loaders prepare the weights once for all entries.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..artifact.layout import PREP_FILE, PROGRAM_FILE, executable_file, prep_executable_file, weight_file
+from ..artifact import selftest as selftest_files
+from ..artifact.layout import PREP_FILE, PROGRAM_FILE, entry_prefix, executable_file, prep_executable_file, weight_file
 from ..artifact.manifest import Manifest, PrepChunkEntry, PrepEntry, ProgramFile, WeightEntry
 from ..artifact.npy import npy
 from ..artifact.write import write
@@ -24,18 +31,20 @@ from ..core.spec import flatten_like, structure_template
 from ..host import toolchain
 
 
-def manifest(exe: Any, selftest: list[dict[str, Any]]) -> Manifest:
-    """Everything the artifact's manifest says about ``exe`` (``artifact.write`` adds the file table)."""
+def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "") -> Manifest:
+    """Everything the artifact's manifest says about ``exe`` (``artifact.write`` adds the file table); every
+    file of it under ``prefix`` (an entry's folder)."""
     import jax
 
     program = exe._program
     compiled = [exe._universal] if exe._universal is not None else exe._precompiled
-    executables = tuple(dataclasses.replace(p.entry, file=executable_file(i, p.entry.is_iree), target=tuple(p.target))
-                        for i, p in enumerate(compiled))
+    executables = tuple(dataclasses.replace(p.entry, file=prefix + executable_file(i, p.entry.is_iree),
+                                            target=tuple(p.target)) for i, p in enumerate(compiled))
     prep = None
     if program.prep is not None:
-        prep = PrepEntry(PREP_FILE, "jax.export", tuple(
-            PrepChunkEntry(chunk.weights, chunk.outputs, dataclasses.replace(pre.entry, file=prep_executable_file(n)))
+        prep = PrepEntry(prefix + PREP_FILE, "jax.export", tuple(
+            PrepChunkEntry(chunk.weights, chunk.outputs,
+                           dataclasses.replace(pre.entry, file=prefix + prep_executable_file(n)))
             for n, ((chunk, _), pre) in enumerate(zip(program.chunks, exe._prep_exes))))
     out_tree = program.main.out_tree
     return Manifest(
@@ -44,31 +53,78 @@ def manifest(exe: Any, selftest: list[dict[str, Any]]) -> Manifest:
         output_structure=structure_template(jax.tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves))),
         optimization_level=exe.optimization_level, compiler_options=dict(exe.compiler_options),
         platforms=tuple(exe.platforms),
-        program=ProgramFile(PROGRAM_FILE, "jax.export", program.main.calling_convention_version),
+        program=ProgramFile(prefix + PROGRAM_FILE, "jax.export", program.main.calling_convention_version),
         prep=prep,
-        weights=tuple(WeightEntry(weight_file(i), w.path, w.argument, np.dtype(w.value.dtype).name,
+        weights=tuple(WeightEntry(prefix + weight_file(i), w.path, w.argument, np.dtype(w.value.dtype).name,
                                   tuple(w.value.shape)) for i, w in enumerate(exe._weights)),
         sources=tuple((s.kind, s.index) for s in program.sources),
         dims=tuple(exe.dims), compiler=exe.compiler, executables=executables, toolchain=toolchain(),
-        bound_inputs={name: d for name, (_, d) in exe._bound.items()}, metadata=dict(exe.metadata),
-        selftest=tuple(selftest),
+        bound_inputs={name: prefix + d for name, (_, d) in exe._bound.items()}, metadata=dict(exe.metadata),
+        selftest=tuple(selftest), donated=tuple(exe.donated),
     )
 
 
-def save(exe: Any, path: str | os.PathLike, replace: bool = True) -> Path:
-    """Write ``exe`` as an artifact; an existing artifact at ``path`` is replaced (or kept: ``replace=False``)."""
-    entries, selftest_files = exe.selftest_cases()
-    files = {PROGRAM_FILE: exe._program_bytes, **selftest_files}
+def _entry(exe: Any, prefix: str) -> tuple[Manifest, dict[str, bytes], dict[str, float]]:
+    """One entry's manifest record, files and compile seconds, every file under ``prefix``."""
+    entries, files = selftest_files.moved(*exe.selftest_cases(), prefix)
+    files[prefix + PROGRAM_FILE] = exe._program_bytes
     if exe._prep_bytes is not None:
-        files[PREP_FILE] = exe._prep_bytes
-    files.update({weight_file(i): npy(w.array()) for i, w in enumerate(exe._weights)})
+        files[prefix + PREP_FILE] = exe._prep_bytes
+    files.update({prefix + weight_file(i): npy(w.array()) for i, w in enumerate(exe._weights)})
     for name, (value, rel) in exe._bound.items():
         leaves: list[Any] = []
         flatten_like(next(p for p in exe._parameters if p.name == name).template, value, name, leaves)
-        files.update({f"{rel}/{i}.npy": npy(leaf) for i, leaf in enumerate(leaves)})
-    compiled = {executable_file(i, p.entry.is_iree): p
+        files.update({f"{prefix}{rel}/{i}.npy": npy(leaf) for i, leaf in enumerate(leaves)})
+    compiled = {prefix + executable_file(i, p.entry.is_iree): p
                 for i, p in enumerate([exe._universal] if exe._universal is not None else exe._precompiled)}
-    compiled.update({prep_executable_file(n): pre for n, pre in enumerate(exe._prep_exes)})
+    compiled.update({prefix + prep_executable_file(n): pre for n, pre in enumerate(exe._prep_exes)})
     files.update({rel: p.blob for rel, p in compiled.items()})
-    seconds = {rel: round(p.seconds, 4) for rel, p in compiled.items()}
-    return write(path, manifest(exe, entries), files, replace=replace, index_extra={"compile_seconds": seconds})
+    return manifest(exe, entries, prefix), files, {rel: round(p.seconds, 4) for rel, p in compiled.items()}
+
+
+def _share(m: Manifest, files: dict[str, bytes], stored: dict[str, str], preps: list[Manifest]) -> Manifest:
+    """``m`` with each weight whose bytes are in ``stored`` (sha256 -> file) pointed at that file (its own
+    dropped from ``files``), and with an earlier entry's prep where both the prep program and the weights
+    are the same."""
+    weights = []
+    for w in m.weights:
+        digest = hashlib.sha256(files[w.file]).hexdigest()
+        if digest in stored:
+            del files[w.file]
+            w = dataclasses.replace(w, file=stored[digest])
+        else:
+            stored[digest] = w.file
+        weights.append(w)
+    m = dataclasses.replace(m, weights=tuple(weights))
+    if m.prep is None:
+        return m
+    for earlier in preps:
+        if ([w.file for w in earlier.weights] == [w.file for w in m.weights]
+                and files.get(earlier.prep.file) == files[m.prep.file]
+                and [(c.weights, c.outputs) for c in earlier.prep.chunks] == [(c.weights, c.outputs) for c in m.prep.chunks]):
+            for rel in [m.prep.file, *(c.executable.file for c in m.prep.chunks)]:
+                del files[rel]
+            return dataclasses.replace(m, prep=earlier.prep)
+    preps.append(m)
+    return m
+
+
+def save(exe: Any, path: str | os.PathLike, replace: bool = True) -> Path:
+    """Write ``exe`` (with its other entries, if any) as an artifact; an existing artifact at ``path`` is
+    replaced (or kept: ``replace=False``)."""
+    entries = exe.entries or {"": exe}
+    files: dict[str, bytes] = {}
+    seconds: dict[str, float] = {}
+    stored: dict[str, str] = {}
+    preps: list[Manifest] = []
+    records = []
+    for n, (name, e) in enumerate(entries.items()):
+        m, fs, secs = _entry(e, "" if n == 0 else entry_prefix(name))
+        files.update(fs)
+        seconds.update(secs)
+        records.append((name, _share(m, files, stored, preps)))
+    (main_name, main), others = records[0], records[1:]
+    if exe.entries:
+        main = dataclasses.replace(main, entry=main_name, entries=tuple(others))
+    seconds = {rel: t for rel, t in seconds.items() if rel in files}  # not those an entry shares
+    return write(path, main, files, replace=replace, index_extra={"compile_seconds": seconds})

@@ -70,8 +70,9 @@ def load(blob: bytes, entry: ExecutableEntry, out_tree: Any, name: str, platform
 
 
 def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
-                   options: dict[str, Any] | None = None) -> jax.stages.Compiled:
-    """Compile the exported program for one concrete shape per input, with XLA ``options``."""
+                   options: dict[str, Any] | None = None, donate: Sequence[int] = ()) -> jax.stages.Compiled:
+    """Compile the exported program for one concrete shape per input, with XLA ``options``; the arguments
+    at positions ``donate`` are donated (an output of the same shape and dtype reuses their buffer)."""
     specs = [jax.ShapeDtypeStruct(tuple(s), a.dtype) for s, a in zip(shapes, exported.in_avals)]
-    lowered = jax.jit(exported.call).lower(*specs)
+    lowered = jax.jit(exported.call, donate_argnums=tuple(donate)).lower(*specs)
     return lowered.compile(compiler_options=options or None)
