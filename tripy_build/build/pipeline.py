@@ -135,18 +135,30 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
     padding = model_io.padding(model, request.model, request.shapes)
     mask_dims = {d: DimSize(d) for d, kind in padding.items() if kind == "mask"}
     used = {d for info in infos.values() for d in info.dimension_names.values()}
-    exe = build_executable(
-        model.apply, request.optimization_level, args=[params, *infos.values()],
-        kwargs={"lengths": mask_dims} if mask_dims else None, platforms=request.platforms, name=model_name,
-        log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
-        max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error, backend=request.compiler,
-    )
+    if request.generate is not None:
+        from ..compiler.pipeline import build_entries
+        from .generate import entries as generation_entries
+
+        entries, spec = generation_entries(model, model_name, params, request.shapes, request.buckets,
+                                           request.max_profiles, request.generate["max_length"])
+        exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
+                            precision=request.precision, max_error=request.max_error, backend=request.compiler)
+        exe.metadata["generate"] = spec.to_metadata()
+    else:
+        exe = build_executable(
+            model.apply, request.optimization_level, args=[params, *infos.values()],
+            kwargs={"lengths": mask_dims} if mask_dims else None, platforms=request.platforms, name=model_name,
+            log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
+            max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error,
+            backend=request.compiler,
+        )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
         params={"sha256": params_io.digest(params), **{k: v for k, v in parts["params"].items() if k != "sha256"}},
     )
     t0 = time.perf_counter()
-    exe.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
+    for e in (exe.entries or {"": exe}).values():
+        e.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
     stage("self-test reference", time.perf_counter() - t0)
     t0 = time.perf_counter()
     path = save(exe, target, replace=replace)

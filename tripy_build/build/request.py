@@ -34,3 +34,5 @@ class BuildRequest:
     # a sweep's jobs use their sweep directory's
     shared_init_dir: str | None = None
     params_checkpoint_key: str | None = None  # the params' sub-tree in a checkpoint that saved more
+    # task=generate: {"max_length": cache positions}; None: the model's forward pass, one entry
+    generate: dict[str, Any] | None = None

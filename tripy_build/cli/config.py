@@ -86,6 +86,15 @@ class CacheConfig:
 
 
 @dataclass
+class GenerateConfig:
+    max_length: int = key(256, "task=generate: the key/value cache's positions; the longest prompt plus the new "
+                               "tokens must fit")
+
+
+TASKS = ("forward", "generate")
+
+
+@dataclass
 class BuildConfig:
     model: Any = key(MISSING, "the model: a config group option, or your own (see model.* below)")
     shapes: ShapesConfig = key(help="input shapes", factory=ShapesConfig)
@@ -99,6 +108,9 @@ class BuildConfig:
     artifacts_dir: str = key("artifacts", "where artifacts go: <artifacts_dir>/<model name>/<build key>/")
     force: bool = key(False, "rebuild even when the artifact for this build key exists and verifies")
     cache: CacheConfig = key(help="a budget for artifacts_dir (also: tripy-build gc)", factory=CacheConfig)
+    task: str = key("forward", "forward: the model's apply as one entry; generate: prefill and decode entries over "
+                               "a key/value cache (models with extend: gpt2)")
+    generate: GenerateConfig = key(help="task=generate's settings", factory=GenerateConfig)
     bench: bool = key(False, "after building, measure the artifact in a fresh process (tripy_build bench): "
                              "latency columns in a sweep's summary, the Pareto front marked")
 
@@ -233,6 +245,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if not isinstance(platforms, list) or not platforms or any(p not in PLATFORMS for p in platforms):
         raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS + COMPILERS)} or a list of "
                           f"{' and '.join(PLATFORMS)}, e.g. backend=[cpu,cuda].")
+    generate = _generate(plain, dims, buckets)
     from ..artifact.describe import parse_size
     from ..compiler.target import max_isa
 
@@ -246,8 +259,36 @@ def validate(cfg: DictConfig) -> BuildRequest:
         params_checkpoint=plain["params"]["checkpoint"], params_checkpoint_key=plain["params"]["checkpoint_key"],
         artifacts_dir=plain["artifacts_dir"], force=plain["force"],
         cache_max_bytes=parse_size(plain["cache"]["max_bytes"]) if plain["cache"]["max_bytes"] is not None else None,
-        cache_max_age_days=plain["cache"]["max_age_days"], cache_remote=plain["cache"]["remote"],
+        cache_max_age_days=plain["cache"]["max_age_days"], cache_remote=plain["cache"]["remote"], generate=generate,
     )
+
+
+def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, Any]) -> dict[str, Any] | None:
+    """task=generate's settings, checked against the dims (None for task=forward)."""
+    task = plain["task"]
+    if task not in TASKS:
+        raise ConfigError(f"task: {task!r} is not a task; tasks: {', '.join(TASKS)}.")
+    if task == "forward":
+        return None
+    max_length = plain["generate"]["max_length"]
+    if max_length < 2:
+        raise ConfigError(f"generate.max_length: must be at least 2 (a prompt token and a new one), got {max_length}.")
+    for name in ("batch", "seq"):
+        if name not in dims:
+            raise ConfigError(f"shapes.dims.{name}: task=generate needs a {name} dim (batch: rows per call; seq: "
+                              "prompt chunk lengths); add it, e.g. shapes.dims.{name}=[1,8,8].")
+    seq = dims["seq"]
+    lo, hi = (seq, seq) if isinstance(seq, int) else (seq.min, seq.max)
+    if lo != 1:
+        raise ConfigError(f"shapes.dims.seq: task=generate runs a prompt in chunks of the seq buckets, which must "
+                          f"include 1 (any length is then a sum of them); its min is {lo}; set it to [1, ..., ...].")
+    if hi >= max_length:
+        raise ConfigError(f"shapes.dims.seq: a prompt chunk of up to {hi} tokens leaves no room for a new token in "
+                          f"generate.max_length={max_length}; lower seq's max below {max_length} or raise max_length.")
+    if not isinstance(seq, int) and 1 not in resolve_buckets(buckets.get("seq", "pow2"), seq.bounds, "shapes.buckets.seq"):
+        raise ConfigError("shapes.buckets.seq: task=generate needs 1 among the seq buckets (prompts run in chunks of "
+                          "them); use pow2, or a list with 1.")
+    return {"max_length": max_length}
 
 
 def _zoo_class(target: str) -> type | None:

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from ..core.spec import InputInfo
 from ._layers import Params, activation, attend, embed, layer_norm, mask_bias, normal_init, positions
 
 
@@ -101,26 +102,88 @@ class GPT2:
         scale = 1.0 / math.sqrt(self.n_embd // self.n_head) if self.scale_attn_weights else 1.0
         return scale / (layer + 1) if self.scale_attn_by_inverse_layer_idx else scale
 
-    def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+    def _qkv(self, p: Params, layer: int) -> tuple[jax.Array, jax.Array]:
+        """The fused [q | k | v] weight and bias with the attention scale folded into the query columns."""
+        d = self.n_embd
+        col_scale = jnp.concatenate([jnp.full((d,), self._scale(layer), jnp.float32), jnp.ones((2 * d,), jnp.float32)])
+        return p["c_attn"]["weight"] * col_scale, p["c_attn"]["bias"] * col_scale
+
+    def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
         act = activation(self.activation_function, "activation_function")
-        eps, d = self.layer_norm_epsilon, self.n_embd
+        x = layer_norm(p["ln_2"], h, self.layer_norm_epsilon)
+        x = act(jnp.matmul(x, p["c_fc"]["weight"]) + p["c_fc"]["bias"])
+        return h + jnp.matmul(x, p["mlp_proj"]["weight"]) + p["mlp_proj"]["bias"]
+
+    def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+        eps = self.layer_norm_epsilon
         seq = input_ids.shape[1]
         h = embed(params["wte"], input_ids) + positions(params["wpe"], seq)
         causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]               # [q, k]
         keep = causal[None, None, :, :] & (attention_mask != 0)[:, None, None, :]    # [b, 1, q, k]
         bias = mask_bias(keep, h.dtype)
         for i, p in enumerate(params["h"]):
-            # Fold the attention scale into the query columns of the fused [q | k | v] projection.
-            col_scale = jnp.concatenate([jnp.full((d,), self._scale(i), jnp.float32), jnp.ones((2 * d,), jnp.float32)])
-            w_qkv, b_qkv = p["c_attn"]["weight"] * col_scale, p["c_attn"]["bias"] * col_scale
+            w_qkv, b_qkv = self._qkv(p, i)
             x = layer_norm(p["ln_1"], h, eps)
             ctx = attend(jnp.matmul(x, w_qkv) + b_qkv, self.n_head, bias)
-            h = h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"]
-            x = layer_norm(p["ln_2"], h, eps)
-            x = act(jnp.matmul(x, p["c_fc"]["weight"]) + p["c_fc"]["bias"])
-            h = h + jnp.matmul(x, p["mlp_proj"]["weight"]) + p["mlp_proj"]["bias"]
+            h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         h = layer_norm(params["ln_f"], h, eps)
         return {"logits": jnp.matmul(h, params["wte"].T)}
+
+    # --- generation: a key/value cache extended in place -------------------------------------------
+    def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
+        """``[n_layer, 2 (keys, values), batch, n_head, max_length, head_dim]``."""
+        return (self.n_layer, 2, batch, self.n_head, max_length, self.n_embd // self.n_head)
+
+    def extend_inputs(self, batch: Any, seq: Any, max_length: int) -> dict[str, InputInfo]:
+        """``extend``'s inputs for ``batch`` rows of ``seq`` new tokens, with the values each may hold."""
+        return {"input_ids": InputInfo((batch, seq), "int32", (0, self.vocab_size)),
+                "position_ids": InputInfo((batch, seq), "int32", (0, self.n_positions)),
+                "attention_mask": InputInfo((batch, max_length), "int32", (0, 2)),
+                "cache": InputInfo(self.cache_shape(batch, max_length), "float32"),
+                "cache_index": InputInfo((), "int32", (0, max_length))}
+
+    def extend(self, params: Params, input_ids: jax.Array, position_ids: jax.Array, attention_mask: jax.Array,
+               cache: jax.Array, cache_index: jax.Array) -> dict[str, jax.Array]:
+        """Run ``s`` new tokens per row against the cache, write their keys and values into it at
+        ``cache_index .. cache_index + s - 1``, and return the logits of the last new token.
+
+        A prefill is this over the prompt (in bucket-sized chunks), a decode step this with ``s = 1``:
+        the same function, so the two entries do the same weight-only work and share it.
+
+        Args:
+            input_ids, position_ids: ``[b, s]`` int32; positions as Hugging Face counts them (real tokens
+                before this one in its row: a left-padded row starts at 0 after its padding).
+            attention_mask: ``[b, max_length]`` int32, 1 at every cache position holding a real token,
+                the new ones included; 0 at padding and at positions not written yet.
+            cache: ``cache_shape(b, max_length)`` float32; its buffer is reused for the result.
+            cache_index: int32 scalar, where the new tokens go; ``cache_index + s <= max_length``.
+
+        Returns:
+            ``{"logits": [b, vocab_size], "cache": the cache with the new tokens' keys and values}``.
+        """
+        eps, heads = self.layer_norm_epsilon, self.n_head
+        b, s = input_ids.shape
+        max_length = attention_mask.shape[1]
+        hd = self.n_embd // heads
+        h = embed(params["wte"], input_ids) + embed(params["wpe"], position_ids)          # [b, s, d]
+        query_at = cache_index + jnp.arange(s)                                            # cache positions
+        keep = (jnp.arange(max_length)[None, :] <= query_at[:, None])[None, None] & \
+            (attention_mask != 0)[:, None, None, :]                                       # [b, 1, s, max]
+        bias = mask_bias(keep, h.dtype)
+        zero = jnp.zeros((), jnp.int32)
+        for i, p in enumerate(params["h"]):
+            w_qkv, b_qkv = self._qkv(p, i)
+            x = layer_norm(p["ln_1"], h, eps)
+            qkv = (jnp.matmul(x, w_qkv) + b_qkv).reshape(b, s, 3, heads, hd)
+            q = qkv[:, :, 0]                                                              # [b, s, n, hd]
+            new = jnp.transpose(qkv[:, :, 1:], (2, 0, 3, 1, 4))                           # [2, b, n, s, hd]
+            cache = jax.lax.dynamic_update_slice(cache, new[None], (jnp.int32(i), zero, zero, zero, cache_index, zero))
+            keys, values = cache[i, 0], cache[i, 1]                                       # [b, n, max, hd]
+            scores = jnp.einsum("bqnh,bnkh->bnqk", q, keys) + bias
+            ctx = jnp.einsum("bnqk,bnkh->bqnh", jax.nn.softmax(scores, axis=-1), values).reshape(b, s, self.n_embd)
+            h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
+        last = layer_norm(params["ln_f"], h[:, -1], eps)
+        return {"logits": jnp.matmul(last, params["wte"].T), "cache": cache}
 
     def inputs(self) -> dict[str, list]:
         return {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}

@@ -176,6 +176,36 @@ class Executable:
                             f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
         return self.entries[name]
 
+    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 pad_token_id: int | None = None) -> np.ndarray:
+        """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries).
+
+        Args:
+            input_ids: the prompts: a list of token-id lists (any lengths), or an int array ``[batch, prompt]``
+                whose padding (either side) ``attention_mask`` marks with 0.
+            max_new_tokens: how many tokens to generate per prompt; the longest prompt plus these must fit
+                in the artifact's ``generate.max_length``.
+            temperature: 0 (default): greedy; above 0: sample from ``softmax(logits / temperature)``.
+            top_k: sample among the ``top_k`` most likely tokens only.
+            seed: the sampling's seed: the same seed, the same tokens.
+            eos_token_id: a row stops after generating it (None: every row generates ``max_new_tokens``).
+            pad_token_id: what a stopped row is filled with (default ``eos_token_id``).
+
+        Returns:
+            The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.
+
+        Example::
+
+            gpt2 = tripy_build.load("artifacts/gpt2/1c2f...")
+            new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
+        """
+        from .generate import Spec, generate
+
+        main = next(iter(self.entries.values())) if self.entries else self
+        return generate(_Steps(main), Spec.from_metadata(main.metadata, main._name), main._name, input_ids,
+                        max_new_tokens, attention_mask, temperature, top_k, seed, eos_token_id, pad_token_id)
+
     @property
     def weights(self) -> dict[str, Any]:
         """The weights the program takes, by path (e.g. ``params['proj']['weight']``)."""
@@ -574,6 +604,24 @@ class Executable:
 
     def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
         return self._leaves[self._leaf_slices[name]]
+
+
+class _Steps:
+    """``runtime/generate.py``'s steps on jax: a profile's compiled call, the cache a jax array kept on device."""
+
+    def __init__(self, exe: Executable):
+        self.exe = exe
+
+    def profiles(self, entry: str) -> list[dict[str, int]]:
+        return self.exe.entry(entry).profiles
+
+    def zeros(self, shape: Sequence[int], dtype: str) -> Any:
+        return jax.device_put(np.zeros(shape, dtype))
+
+    def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
+        e = self.exe.entry(entry)
+        out = e._callable(tuple(profile[d.name] for d in e.dims))(*e._leading, *leaves)
+        return np.asarray(out["logits"]), out["cache"]
 
 
 def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:

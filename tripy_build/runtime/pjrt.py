@@ -240,6 +240,16 @@ class Runtime:
                             f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
         return self.entries[name]
 
+    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 pad_token_id: int | None = None) -> np.ndarray:
+        """``Executable.generate`` without jax: the new tokens, int32 ``[batch, n]`` (see its arguments)."""
+        from .generate import Spec, generate
+
+        main = next(iter(self.entries.values())) if self.entries else self
+        return generate(_Steps(main), Spec.from_metadata(main._manifest.metadata, main.__name__), main.__name__,
+                        input_ids, max_new_tokens, attention_mask, temperature, top_k, seed, eos_token_id, pad_token_id)
+
     @property
     def input_infos(self) -> dict[str, Any]:
         return input_infos(self._leaves, self._all_parameters, self._visible)
@@ -425,6 +435,31 @@ class Runtime:
                 full = full_load(self._contents.path, warmup="none")
                 self._full = full.entry(self._contents.entry) if self._contents.entry else full
         return self._full
+
+
+class _Steps:
+    """``runtime/generate.py``'s steps on the PJRT client: a profile run as it is, the cache kept as a device
+    buffer between calls (passed back donated: updated in place), the logits read back."""
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+
+    def profiles(self, entry: str) -> list[dict[str, int]]:
+        e = self.rt.entry(entry)
+        return [{d.name: n for d, n in zip(e.dims, t)} for t in e._profiles]
+
+    def zeros(self, shape: Sequence[int], dtype: str) -> Any:
+        return self.rt._device.put(np.zeros(shape, dtype), _Aval(shape, to_dtype(dtype)))
+
+    def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
+        e = self.rt.entry(entry)
+        target = tuple(profile[d.name] for d in e.dims)
+        with e._locks[target]:
+            compiled = e._profile(target)
+        outs = compiled.device_outputs([*e._leading, *leaves])
+        e._ran.add(target)
+        names = e.output_names
+        return _host(outs[names.index("logits")]), outs[names.index("cache")]
 
 
 class _Shared:

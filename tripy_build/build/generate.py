@@ -1,0 +1,41 @@
+"""task=generate: a model's ``extend`` compiled as two entries, ``prefill`` and ``decode``.
+
+A model that generates has ``extend(params, input_ids, position_ids, attention_mask, cache, cache_index)``
+(run new tokens against a key/value cache, write theirs into it, return the last token's logits and the
+cache), ``extend_inputs(batch, seq, max_length)`` (its ``InputInfo``) and ``cache_shape(batch,
+max_length)``. ``prefill`` is ``extend`` over prompt chunks (the ``seq`` dim's buckets), ``decode`` over
+one token; both take the cache donated, pad the batch by rows, and share the weights and their
+prep. The artifact records what ``runtime/generate.py`` needs to drive them (``metadata["generate"]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.entry import Entry
+from ..core.spec import NamedDimension
+from ..errors import ConfigError
+from ..runtime.generate import Spec
+
+PREFILL, DECODE = "prefill", "decode"
+METHODS = ("extend", "extend_inputs", "cache_shape")
+
+
+def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buckets: dict[str, Any],
+            max_profiles: int, max_length: int) -> tuple[dict[str, Entry], Spec]:
+    """The two entries of a generation build, and what the artifact records for ``generate``."""
+    missing = [m for m in METHODS if not callable(getattr(model, m, None))]
+    if missing:
+        raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
+                          "models with a key/value cache: gpt2. Use task=forward for this model.")
+    batch, seq = dims["batch"], dims["seq"]
+    marked = model.cache_shape(-1, max_length)  # -1 where the batch goes
+
+    def entry(tokens: Any, dims_used: tuple[str, ...]) -> Entry:
+        inputs = model.extend_inputs(batch, tokens, max_length)
+        return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if
+                     isinstance(batch, NamedDimension) else None,
+                     buckets={d: buckets.get(d, "pow2") for d in dims_used if isinstance(dims[d], NamedDimension)},
+                     max_profiles=max_profiles, donate=["cache"])
+    spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size))
+    return {PREFILL: entry(seq, ("batch", "seq")), DECODE: entry(1, ("batch",))}, spec
