@@ -111,28 +111,11 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
     executable file), weights, files, toolchain, the build-key parts and a reduced precision's error."""
     out = [f"artifact: {root}", f"  function {m.function!r}, optimization_level {m.optimization_level}, "
            f"platforms {', '.join(m.platforms)}"]
-    out += ["", "inputs"] + table(["input", "spec"], [[path, spec_text(info)] for path, info in m.leaves])
-    if m.sizes:
-        passed = ", ".join(f"{path} = the true size of {size.name!r}" for path, size in m.sizes)
-        out += [f"  passed to the function, not part of the signature: {passed}"]
-    out += ["", "outputs"] + table(["output", "spec"], [[i, spec_text(o)] for i, o in enumerate(m.outputs)])
-    if m.dims:
-        out += ["", "dims"] + table(["dim", "range", "opt", "strategy", "padding", "buckets", "compiled on first use"], [
-            [d.name or d.symbol, f"[{d.bounds[0]}..{d.bounds[2]}]", d.bounds[1], m.strategy(d), d.padding or "-",
-             " ".join(map(str, d.buckets)) or "-", first_use_compiles(d, m.strategy(d)) or "none"] for d in m.dims])
-    rows = []
-    for e in m.executables:
-        c = (costs or {}).get(e.file, {})
-        label = "every shape" if e.dynamic else " ".join(f"{k}={v}" for k, v in e.profile.items())
-        rows.append([label or "static", e.file, human_size(index.get(e.file, {}).get("size", 0)),
-                     f"{seconds.get(e.file, 0):.2f}", f"{c['flops'] / 1e6:.1f}" if c.get("flops") is not None else "-",
-                     human_size(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
-    c = m.compiler
-    out += ["", f"compiler: {c.name}" + (f", {c.mode}" if c.mode else "")
-            + (" (weights stored twice: packed in the module, and as weights/)" if c.mode == "dynamic" else "")
-            + (f" (the dynamic program was refused: {c.why})" if c.why else "")
-            + (f", flags {' '.join(c.flags)}" if c.flags else "")]
-    out += ["", f"profiles ({len(rows)})"] + table(["profile", "file", "size", "compile s", "MFLOP", "temp"], rows)
+    if m.entry:
+        out += [f"  entries: {', '.join(m.entry_names)} (the first is called when the artifact is called); "
+                "each weight is stored once and shared"]
+    for name, e in m.all_entries():
+        out += _entry_text(e, index, seconds, costs, f"entry {name!r} ({e.function}): " if name else "")
     if m.weights:
         out += ["", "weights"] + table(["weight", "argument", "dtype", "shape", "file"], [
             [w.path, w.argument or "-", w.dtype, w.shape, w.file] for w in m.weights])
@@ -152,6 +135,37 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
         out += ["", f"build key {(m.build_key or '')[:16]}"] + table(["part", "value"], [
             [k, json.dumps(v, sort_keys=True)[:100]] for k, v in sorted(m.key_parts.items())])
     return "\n".join(out)
+
+
+def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], costs: dict[str, Any] | None,
+                title: str) -> list[str]:
+    """One entry's inputs, outputs, dims and profiles (``title`` heads each table in a multi-entry artifact)."""
+    out = ["", f"{title}inputs"] + table(["input", "spec"], [[path, spec_text(info)] for path, info in m.leaves])
+    if m.donated:
+        out += [f"  donated (updated in place; a device buffer passed there is consumed): {', '.join(m.donated)}"]
+    if m.sizes:
+        passed = ", ".join(f"{path} = the true size of {size.name!r}" for path, size in m.sizes)
+        out += [f"  passed to the function, not part of the signature: {passed}"]
+    out += ["", f"{title}outputs"] + table(["output", "spec"], [[i, spec_text(o)] for i, o in enumerate(m.outputs)])
+    if m.dims:
+        out += ["", f"{title}dims"] + table(["dim", "range", "opt", "strategy", "padding", "buckets",
+                                             "compiled on first use"], [
+            [d.name or d.symbol, f"[{d.bounds[0]}..{d.bounds[2]}]", d.bounds[1], m.strategy(d), d.padding or "-",
+             " ".join(map(str, d.buckets)) or "-", first_use_compiles(d, m.strategy(d)) or "none"] for d in m.dims])
+    rows = []
+    for e in m.executables:
+        c = (costs or {}).get(e.file, {})
+        label = "every shape" if e.dynamic else " ".join(f"{k}={v}" for k, v in e.profile.items())
+        rows.append([label or "static", e.file, human_size(index.get(e.file, {}).get("size", 0)),
+                     f"{seconds.get(e.file, 0):.2f}", f"{c['flops'] / 1e6:.1f}" if c.get("flops") is not None else "-",
+                     human_size(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
+    c = m.compiler
+    out += ["", f"{title}compiler: {c.name}" + (f", {c.mode}" if c.mode else "")
+            + (" (weights stored twice: packed in the module, and as weights/)" if c.mode == "dynamic" else "")
+            + (f" (the dynamic program was refused: {c.why})" if c.why else "")
+            + (f", flags {' '.join(c.flags)}" if c.flags else "")]
+    out += ["", f"{title}profiles ({len(rows)})"] + table(["profile", "file", "size", "compile s", "MFLOP", "temp"], rows)
+    return out
 
 
 LIST_COLUMNS = ("model", "inputs", "options", "profiles", "size", "date", "key")
@@ -176,6 +190,9 @@ def list_row(path: Path) -> dict[str, str]:
         options.append(f"cpu={config['target_cpu']}")
     if (m.key_parts.get("params") or {}).get("init") == "checkpoint":
         options.append("checkpoint")
+    if m.entry:
+        options.append(f"entries={','.join(m.entry_names)}")
     return {"model": m.model, "inputs": "; ".join(f"{p} {spec_text(info)}" for p, info in m.leaves),
-            "options": " ".join(options), "profiles": str(len(m.executables)), "size": human_size(disk_size(path)),
+            "options": " ".join(options), "profiles": str(sum(len(e.executables) for _, e in m.all_entries())),
+            "size": human_size(disk_size(path)),
             "date": date, "key": str(m.build_key or path.name)[:16]}

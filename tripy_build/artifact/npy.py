@@ -12,8 +12,9 @@ from ..errors import ArtifactError
 
 
 def npy(array: Any) -> bytes:
+    """``.npy`` bytes of ``array``, its shape kept (a scalar stays 0-d: ``np.ascontiguousarray`` would make it 1-d)."""
     buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.ascontiguousarray(np.asarray(array)), allow_pickle=False)
+    np.lib.format.write_array(buf, np.asarray(array, order="C"), allow_pickle=False)
     return buf.getvalue()
 
 

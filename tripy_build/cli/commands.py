@@ -9,6 +9,8 @@ COMMANDS = {
     "show": ("show", "PATH: the same as inspect"),
     "list": ("listing", "[ARTIFACTS_DIR]: what was built there (default: artifacts): model, shapes, options, size, "
                         "date, key"),
+    "generate": ("generate", "PATH --input-ids 464,2068,318 [--max-new-tokens 20] [--json]: new tokens from an "
+                             "artifact built with task=generate"),
     "bench": ("bench", "PATH: cold start, stalls and latency of an artifact where it runs"),
     "gc": ("cleanup", "[DIR] --max-bytes 2G --max-age-days 30: remove least recently used artifacts (never one "
                       "being loaded)"),

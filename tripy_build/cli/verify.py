@@ -83,6 +83,15 @@ def _selftest_checks(report: Report, exe: Any, manifest: Manifest, files: dict[s
         report.check(ok, f"{label}self-test {case.name}", f"inputs {shapes}; max abs error {err:.2e} (rtol {rtol:g})")
 
 
+def _every_selftest(report: Report, exe: Any, manifest: Manifest, root: Path, label: str = "") -> None:
+    """The self-test of every entry (the whole artifact's for a single function)."""
+    for name, m in manifest.all_entries():
+        where = f"{label}entry {name}: " if name else label
+        files = report.attempt(f"{where}self-test files", lambda m=m: read_files(root, selftest.file_names(m.selftest))[1])
+        if files is not None:
+            _selftest_checks(report, exe.entry(name) if name else exe, m, files, where)
+
+
 def _load(report: Report, root: Path, label: str = "", trust_executables: bool = True) -> Any:
     from ..artifact.compat import CompatibilityWarning
     from ..runtime.loader import load
@@ -94,8 +103,9 @@ def _load(report: Report, root: Path, label: str = "", trust_executables: bool =
         if issubclass(w.category, CompatibilityWarning):
             report.note(f"{label}load", str(w.message))
     if exe is not None:
-        n = len(exe.profiles)
-        ok = report.attempt(f"{label}load", exe.load_all)
+        every = list((exe.entries or {"": exe}).values())
+        n = sum(len(e.profiles) for e in every)
+        ok = report.attempt(f"{label}load", lambda: sum(e.load_all() for e in every))
         if ok is not None:
             how = "deserialized and usable here" if trust_executables else \
                 "compiled here from the portable program (the shipped executables ignored)"
@@ -144,8 +154,7 @@ def _rebuild(report: Report, root: Path, manifest: Manifest) -> None:
         report.check(rebuilt_params == recorded_params, "rebuild: params by value", (rebuilt_params or "")[:16])
         exe = _load(report, result.path, "rebuild: ")
         if exe is not None:
-            files = read_files(root, selftest.file_names(manifest.selftest))[1]
-            _selftest_checks(report, exe, manifest, files, "rebuild: ")
+            _every_selftest(report, exe, manifest, root, "rebuild: ")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -162,9 +171,7 @@ def verify(path: str | Path, rebuild: bool = False, out=sys.stdout, portable_onl
     if manifest is not None and report.failed == 0:
         exe = _load(report, root, trust_executables=not portable_only)
         if exe is not None:
-            files = report.attempt("self-test files", lambda: read_files(root, selftest.file_names(manifest.selftest))[1])
-            if files is not None:
-                _selftest_checks(report, exe, manifest, files)
+            _every_selftest(report, exe, manifest, root)
         if rebuild:
             _rebuild(report, root, manifest)
     verdict = "VERIFIED" if report.failed == 0 else "FAILED"
