@@ -1,0 +1,185 @@
+"""task=generate: GPT-2's prefill and decode entries against Hugging Face's ``generate`` with its cache.
+
+A tiny GPT-2 (2 layers, 32 wide) is saved with ``save_pretrained`` and built through the command line
+with a 32-position cache, batch buckets 1 2 4 and prompt chunks 1 2 4 8. Greedy ids must equal
+``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` for single prompts and batches of different
+lengths (left-padded for Hugging Face), with both loaders and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+import jax.numpy as jnp  # noqa: E402
+import transformers  # noqa: E402
+
+import tripy_build as tb  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.errors import CallError  # noqa: E402
+from tripy_build.runtime.generate import chunks  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+VOCAB, MAX_LENGTH = 96, 32
+BUILD = ["model=gpt2", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,4]",
+         "shapes.dims.seq=[1,4,8]"]
+PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [40]]
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """(Hugging Face model, artifact path) for a tiny GPT-2 built with task=generate from its checkpoint."""
+    root = tmp_path_factory.mktemp("gen")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    model.save_pretrained(root / "ckpt")
+    model.generation_config.eos_token_id = None  # generate every token asked for, as ours does by default
+    model.generation_config.pad_token_id = 0
+    r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return model, next((root / "arts" / "gpt2").iterdir())
+
+
+def hf_generate(model, prompts, n, **kw):
+    """Hugging Face's new tokens for prompts of any lengths (left-padded, as decoder-only generation needs)."""
+    longest = max(map(len, prompts))
+    ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, use_cache=True, **kw)
+    return out[:, longest:].numpy()
+
+
+@pytest.fixture(scope="module", params=["load", "runtime"])
+def loaded(request, gpt2):
+    return (tb.load if request.param == "load" else runtime.load)(gpt2[1])
+
+
+def test_the_artifact_has_two_entries_sharing_weights(gpt2):
+    m = json.loads((gpt2[1] / "manifest.json").read_text())
+    assert m["entry"] == "prefill" and [e["name"] for e in m["entries"]] == ["decode"]
+    decode = m["entries"][0]
+    assert [w["file"] for w in decode["weights"]] == [w["file"] for w in m["weights"]]  # stored once
+    assert decode["prep"] == m["prep"]  # the same weight-only work, prepared once
+    assert not (gpt2[1] / "entries" / "decode" / "weights").exists()
+    assert m["donated"] == decode["donated"] == ["cache"]
+    assert m["metadata"]["generate"]["max_length"] == MAX_LENGTH
+    assert sorted(e["profile"]["seq"] for e in m["executables"] if e["profile"]["batch"] == 1) == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_ids_equal_hugging_face_for_one_prompt(gpt2, loaded, prompt):
+    model, _ = gpt2
+    np.testing.assert_array_equal(loaded.generate([prompt], 12), hf_generate(model, [prompt], 12))
+
+
+def test_greedy_ids_equal_hugging_face_for_a_batch_of_lengths(gpt2, loaded):
+    model, _ = gpt2
+    want = hf_generate(model, PROMPTS, 10)
+    got = loaded.generate(PROMPTS, 10)
+    assert got.dtype == np.int32 and got.shape == (4, 10)
+    np.testing.assert_array_equal(got, want)
+    # the same prompts as one padded array, padded on the right, with their mask
+    longest = max(map(len, PROMPTS))
+    ids = np.array([p + [3] * (longest - len(p)) for p in PROMPTS], np.int32)
+    mask = np.array([[1] * len(p) + [0] * (longest - len(p)) for p in PROMPTS], np.int32)
+    np.testing.assert_array_equal(loaded.generate(ids, 10, attention_mask=mask), want)
+
+
+def test_more_prompts_than_the_largest_batch_bucket_run_in_groups(gpt2, loaded):
+    model, _ = gpt2
+    prompts = PROMPTS + [[1, 2, 3], [60, 61]]  # 6 rows, the largest bucket is 4
+    np.testing.assert_array_equal(loaded.generate(prompts, 6), hf_generate(model, prompts, 6))
+
+
+def test_sampling_is_reproducible_for_a_seed_and_the_same_in_both_loaders(gpt2, loaded):
+    a = loaded.generate(PROMPTS, 8, temperature=0.9, top_k=20, seed=7)
+    assert np.array_equal(a, loaded.generate(PROMPTS, 8, temperature=0.9, top_k=20, seed=7))
+    assert not np.array_equal(a, loaded.generate(PROMPTS, 8, temperature=0.9, top_k=20, seed=8))
+    other = (runtime.load if isinstance(loaded, tb.Executable) else tb.load)(gpt2[1], warmup="none")
+    np.testing.assert_array_equal(a, other.generate(PROMPTS, 8, temperature=0.9, top_k=20, seed=7))
+    greedy = loaded.generate(PROMPTS, 8)
+    assert not np.array_equal(a, greedy)
+    np.testing.assert_array_equal(loaded.generate(PROMPTS, 8, temperature=1e-6, seed=1), greedy)
+    top1 = loaded.generate(PROMPTS, 8, temperature=5.0, top_k=1, seed=3)  # only the most likely token remains
+    np.testing.assert_array_equal(top1, greedy)
+
+
+def test_eos_stops_a_row_and_pads_it(gpt2, loaded):
+    model, _ = gpt2
+    greedy = loaded.generate(PROMPTS, 10)
+    eos = int(greedy[0, 3])  # a token row 0 generates at step 3
+    got = loaded.generate(PROMPTS, 10, eos_token_id=eos, pad_token_id=95)
+    want = hf_generate(model, PROMPTS, 10, eos_token_id=eos, pad_token_id=95)
+    np.testing.assert_array_equal(got, want)
+    first = list(got[0]).index(eos)
+    assert (got[0, first + 1:] == 95).all()
+    single = loaded.generate([PROMPTS[0]], 10, eos_token_id=eos)
+    assert single.shape == (1, first + 1) and single[0, -1] == eos  # every row stopped: fewer columns
+
+
+def test_bad_requests_are_one_line_errors(loaded):
+    with pytest.raises(CallError, match=r"a prompt of 11 tokens plus max_new_tokens=30 is 41 positions, over this "
+                                        r"artifact's generate.max_length=32.*at most 21 new tokens"):
+        loaded.generate(PROMPTS, 30)
+    with pytest.raises(CallError, match=r"input_ids\[1\] holds token id 96, outside \[0, 96\)"):
+        loaded.generate([[1, 2], [3, 96]], 2)
+    with pytest.raises(CallError, match=r"input_ids\[0\] is empty"):
+        loaded.generate([[]], 2)
+    with pytest.raises(CallError, match="max_new_tokens=0"):
+        loaded.generate([[1]], 0)
+    with pytest.raises(CallError, match="temperature=-1"):
+        loaded.generate([[1]], 2, temperature=-1)
+
+
+def test_the_decode_step_updates_the_cache_in_place(gpt2):
+    """The cache is donated: the decode step's output is the input's buffer, the input consumed, not copied."""
+    exe = tb.load(gpt2[1], warmup="none")
+    decode = exe.entry("decode")
+    cache = jnp.zeros((2, 2, 2, 4, MAX_LENGTH, 8), jnp.float32)
+    where = cache.unsafe_buffer_pointer()
+    mask = np.zeros((2, MAX_LENGTH), np.int32)
+    mask[:, 0] = 1
+    out = decode(np.array([[5], [6]], np.int32), np.zeros((2, 1), np.int32), mask, cache, np.int32(0))
+    assert cache.is_deleted()
+    assert out["cache"].unsafe_buffer_pointer() == where
+    written = np.asarray(out["cache"])
+    assert np.abs(written[:, :, :, :, 0]).sum() > 0 and not written[:, :, :, :, 1:].any()
+    with pytest.raises(CallError, match="no entry 'encode'; its entries: 'prefill', 'decode'"):
+        exe.entry("encode")
+
+
+def test_chunks_are_bucket_sums():
+    assert chunks(11, [1, 2, 4, 8]) == [8, 2, 1]
+    assert chunks(16, [1, 2, 4, 8, 16]) == [16]
+    assert sum(chunks(127, [1, 2, 4, 8, 16, 32, 64])) == 127
+
+
+def test_cli_generate_prints_the_new_ids(gpt2, tmp_path):
+    model, art = gpt2
+    want = hf_generate(model, [PROMPTS[0]], 6)[0].tolist()
+    r = run_cli("generate", str(art), "--input-ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", "6",
+                "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"output_ids": want}
+    r = run_cli("generate", str(art), "--input-ids", "5,17", "--max-new-tokens", "40", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "generate.max_length=32" in r.stderr
+
+
+def test_task_generate_refuses_models_and_shapes_it_cannot_serve(tmp_path):
+    r = run_cli("model=mlp", "task=generate", cwd=tmp_path)
+    assert r.returncode == 2 and "cannot generate" in r.stderr and "gpt2" in r.stderr, r.stderr[-800:]
+    r = run_cli(*BUILD[:3], "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[2,4,8]", "model.n_layer=1",
+                "model.n_embd=16", "model.n_head=2", "model.vocab_size=64", cwd=tmp_path)
+    assert r.returncode == 2 and "must include 1" in r.stderr, r.stderr[-800:]
+    r = run_cli(*BUILD[:3], "shapes.dims.seq=[1,8,32]", cwd=tmp_path)
+    assert r.returncode == 2 and "leaves no room" in r.stderr, r.stderr[-800:]
+    assert not (tmp_path / "artifacts").exists()
