@@ -127,9 +127,9 @@ def test_eos_stops_a_row_and_pads_it(gpt2, loaded):
 
 
 def test_bad_requests_are_one_line_errors(loaded):
-    with pytest.raises(CallError, match=r"a prompt of 11 tokens plus max_new_tokens=30 is 41 positions, over this "
-                                        r"artifact's generate.max_length=32.*at most 21 new tokens"):
-        loaded.generate(PROMPTS, 30)
+    with pytest.raises(CallError, match=r"input_ids\[2\] is a prompt of 11 tokens; plus max_new_tokens=25 is 36 "
+                                        r"positions, over this artifact's generate.max_length=32.*at most 21 new tokens"):
+        loaded.generate(PROMPTS, 25)
     with pytest.raises(CallError, match=r"input_ids\[1\] holds token id 96, outside \[0, 96\)"):
         loaded.generate([[1, 2], [3, 96]], 2)
     with pytest.raises(CallError, match=r"input_ids\[0\] is empty"):
@@ -148,7 +148,7 @@ def test_the_decode_step_updates_the_cache_in_place(gpt2):
     where = cache.unsafe_buffer_pointer()
     mask = np.zeros((2, MAX_LENGTH), np.int32)
     mask[:, 0] = 1
-    out = decode(np.array([[5], [6]], np.int32), np.zeros((2, 1), np.int32), mask, cache, np.int32(0))
+    out = decode(np.array([[5], [6]], np.int32), np.zeros((2, 1), np.int32), mask, cache, np.zeros(2, np.int32))
     assert cache.is_deleted()
     assert out["cache"].unsafe_buffer_pointer() == where
     written = np.asarray(out["cache"])

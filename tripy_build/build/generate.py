@@ -2,9 +2,9 @@
 
 A model that generates has ``extend(params, input_ids, position_ids, attention_mask, cache, cache_index)``
 (run new tokens against a key/value cache, write theirs into it, return the last token's logits and the
-cache), ``extend_inputs(batch, seq, max_length)`` (its ``InputInfo``) and ``cache_shape(batch,
-max_length)``. ``prefill`` is ``extend`` over prompt chunks (the ``seq`` dim's buckets), ``decode`` over
-one token; both take the cache donated, pad the batch by rows, and share the weights and their
+cache), ``extend_inputs(batch, seq, max_length, one_row)`` (its ``InputInfo``) and ``cache_shape(batch,
+max_length)``. ``prefill`` is ``extend`` over one row's prompt chunks (the ``seq`` dim's buckets) into a
+batch's cache, ``decode`` over one token of every row; both take the cache donated, pad the batch by rows, and share the weights and their
 prep. The artifact records what ``runtime/generate.py`` needs to drive them (``metadata["generate"]``).
 """
 
@@ -31,11 +31,11 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
     batch, seq = dims["batch"], dims["seq"]
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes
 
-    def entry(tokens: Any, dims_used: tuple[str, ...]) -> Entry:
-        inputs = model.extend_inputs(batch, tokens, max_length)
+    def entry(tokens: Any, dims_used: tuple[str, ...], one_row: bool) -> Entry:
+        inputs = model.extend_inputs(batch, tokens, max_length, one_row)
         return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if
                      isinstance(batch, NamedDimension) else None,
                      buckets={d: buckets.get(d, "pow2") for d in dims_used if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size))
-    return {PREFILL: entry(seq, ("batch", "seq")), DECODE: entry(1, ("batch",))}, spec
+    return {PREFILL: entry(seq, ("batch", "seq"), True), DECODE: entry(1, ("batch",), False)}, spec

@@ -134,53 +134,67 @@ class GPT2:
         """``[n_layer, 2 (keys, values), batch, n_head, max_length, head_dim]``."""
         return (self.n_layer, 2, batch, self.n_head, max_length, self.n_embd // self.n_head)
 
-    def extend_inputs(self, batch: Any, seq: Any, max_length: int) -> dict[str, InputInfo]:
-        """``extend``'s inputs for ``batch`` rows of ``seq`` new tokens, with the values each may hold."""
-        return {"input_ids": InputInfo((batch, seq), "int32", (0, self.vocab_size)),
-                "position_ids": InputInfo((batch, seq), "int32", (0, self.n_positions)),
-                "attention_mask": InputInfo((batch, max_length), "int32", (0, 2)),
-                "cache": InputInfo(self.cache_shape(batch, max_length), "float32"),
-                "cache_index": InputInfo((), "int32", (0, max_length))}
+    def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool) -> dict[str, InputInfo]:
+        """``extend``'s inputs: a cache of ``batch`` rows, and ``seq`` new tokens for every row, or (``one_row``)
+        for the one row ``row`` names; with the values each may hold."""
+        n = 1 if one_row else batch
+        inputs = {"input_ids": InputInfo((n, seq), "int32", (0, self.vocab_size)),
+                  "position_ids": InputInfo((n, seq), "int32", (0, self.n_positions)),
+                  "attention_mask": InputInfo((batch, max_length), "int32", (0, 2)),
+                  "cache": InputInfo(self.cache_shape(batch, max_length), "float32"),
+                  "cache_index": InputInfo((n,), "int32", (0, max_length))}
+        if one_row:
+            inputs["row"] = InputInfo((1,), "int32", (0, getattr(batch, "max", batch)))
+        return inputs
 
     def extend(self, params: Params, input_ids: jax.Array, position_ids: jax.Array, attention_mask: jax.Array,
-               cache: jax.Array, cache_index: jax.Array) -> dict[str, jax.Array]:
-        """Run ``s`` new tokens per row against the cache, write their keys and values into it at
-        ``cache_index .. cache_index + s - 1``, and return the logits of the last new token.
+               cache: jax.Array, cache_index: jax.Array, row: jax.Array | None = None) -> dict[str, jax.Array]:
+        """Run ``s`` new tokens per row against the cache, write their keys and values into it at each row's
+        ``cache_index .. cache_index + s - 1``, and return the logits of each row's last new token.
 
-        A prefill is this over the prompt (in bucket-sized chunks), a decode step this with ``s = 1``:
-        the same function, so the two entries do the same weight-only work and share it.
+        A decode step is this with ``s = 1`` for every row of the cache; a prefill is this over one row's
+        prompt (``row``), in bucket-sized chunks, into the cache of a running batch. Each row has its own
+        positions, so a request joins a batch at any step. The same function for both: the two entries do
+        the same weight-only work and share it.
 
         Args:
-            input_ids, position_ids: ``[b, s]`` int32; positions as Hugging Face counts them (real tokens
-                before this one in its row: a left-padded row starts at 0 after its padding).
+            input_ids, position_ids: ``[n, s]`` int32 (``n``: the cache's rows, or 1 with ``row``); positions
+                as Hugging Face counts them: the real tokens before this one in its sequence.
             attention_mask: ``[b, max_length]`` int32, 1 at every cache position holding a real token,
-                the new ones included; 0 at padding and at positions not written yet.
+                the new ones included; 0 elsewhere.
             cache: ``cache_shape(b, max_length)`` float32; its buffer is reused for the result.
-            cache_index: int32 scalar, where the new tokens go; ``cache_index + s <= max_length``.
+            cache_index: ``[n]`` int32, where each row's new tokens go; ``cache_index + s <= max_length``.
+            row: ``[1]`` int32: the cache row the new tokens belong to (``n`` is then 1); None: every row.
 
         Returns:
-            ``{"logits": [b, vocab_size], "cache": the cache with the new tokens' keys and values}``.
+            ``{"logits": [n, vocab_size], "cache": the cache with the new tokens' keys and values}``.
         """
         eps, heads = self.layer_norm_epsilon, self.n_head
-        b, s = input_ids.shape
+        n, s = input_ids.shape
         max_length = attention_mask.shape[1]
         hd = self.n_embd // heads
-        h = embed(params["wte"], input_ids) + embed(params["wpe"], position_ids)          # [b, s, d]
-        query_at = cache_index + jnp.arange(s)                                            # cache positions
-        keep = (jnp.arange(max_length)[None, :] <= query_at[:, None])[None, None] & \
-            (attention_mask != 0)[:, None, None, :]                                       # [b, 1, s, max]
+        if row is None:
+            rows, mask = jnp.arange(n), attention_mask
+        else:
+            rows, mask = row, jax.lax.dynamic_slice_in_dim(attention_mask, row[0], 1, axis=0)
+        h = embed(params["wte"], input_ids) + embed(params["wpe"], position_ids)          # [n, s, d]
+        query_at = cache_index[:, None] + jnp.arange(s)[None, :]                          # [n, s] cache positions
+        keep = (jnp.arange(max_length)[None, None, :] <= query_at[:, :, None])[:, None] & \
+            (mask != 0)[:, None, None, :]                                                 # [n, 1, s, max]
         bias = mask_bias(keep, h.dtype)
-        zero = jnp.zeros((), jnp.int32)
         for i, p in enumerate(params["h"]):
             w_qkv, b_qkv = self._qkv(p, i)
             x = layer_norm(p["ln_1"], h, eps)
-            qkv = (jnp.matmul(x, w_qkv) + b_qkv).reshape(b, s, 3, heads, hd)
-            q = qkv[:, :, 0]                                                              # [b, s, n, hd]
-            new = jnp.transpose(qkv[:, :, 1:], (2, 0, 3, 1, 4))                           # [2, b, n, s, hd]
-            cache = jax.lax.dynamic_update_slice(cache, new[None], (jnp.int32(i), zero, zero, zero, cache_index, zero))
-            keys, values = cache[i, 0], cache[i, 1]                                       # [b, n, max, hd]
+            qkv = (jnp.matmul(x, w_qkv) + b_qkv).reshape(n, s, 3, heads, hd)
+            q = qkv[:, :, 0]                                                              # [n, s, heads, hd]
+            for kind in (0, 1):  # keys, values: written in place (a scatter into the donated cache)
+                cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(qkv[:, :, 1 + kind])
+            if row is None:
+                keys, values = cache[i, 0], cache[i, 1]                                   # [n, heads, max, hd]
+            else:
+                keys, values = (jax.lax.dynamic_slice_in_dim(cache[i, kind], row[0], 1, axis=0) for kind in (0, 1))
             scores = jnp.einsum("bqnh,bnkh->bnqk", q, keys) + bias
-            ctx = jnp.einsum("bnqk,bnkh->bqnh", jax.nn.softmax(scores, axis=-1), values).reshape(b, s, self.n_embd)
+            ctx = jnp.einsum("bnqk,bnkh->bqnh", jax.nn.softmax(scores, axis=-1), values).reshape(n, s, self.n_embd)
             h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         last = layer_norm(params["ln_f"], h[:, -1], eps)
         return {"logits": jnp.matmul(last, params["wte"].T), "cache": cache}

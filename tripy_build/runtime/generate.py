@@ -1,19 +1,20 @@
-"""Token generation over an artifact's ``prefill`` and ``decode`` entries, shared by both loaders.
+"""Token generation over an artifact's ``prefill`` and ``decode`` entries, shared by both loaders and the server.
 
-The artifact (``task=generate``) holds two entries of one function, ``extend``: it runs ``s`` new
-tokens per row against a key/value cache of ``max_length`` positions, writes their keys and values at
-``cache_index`` (the cache is donated: updated in place, never copied) and returns the logits of the
-last new token. ``prefill`` is compiled for prompt chunks (its ``seq`` buckets), ``decode`` for one token.
+The artifact (``task=generate``) holds two entries of one function, ``extend``: it runs new tokens
+against a key/value cache of ``max_length`` positions per row, writes their keys and values at each
+row's own position (the cache is donated: updated in place, never copied) and returns the logits of
+each row's last new token. ``prefill`` runs one row's prompt chunk (its ``seq`` buckets) into the
+cache of a whole batch; ``decode`` one token for every row.
 
-Prompts are left-padded: every row's last prompt token sits at the same cache position, so one
-``cache_index`` serves the batch and the next token of every row comes from the same logits row. A
-prompt is run in chunks whose lengths are prefill buckets (100 tokens: 64 + 32 + 4), so that every
-call runs a precompiled profile as it is: no padding beyond the batch's longest prompt, no compile.
-A batch is padded with empty rows (all masked) up to a decode batch bucket; a batch larger than the
-largest bucket is generated in groups.
+A ``Session`` is a running batch: a cache of ``batch`` rows (a decode bucket) and, per row, where its
+next token goes. A sequence joins at any step by taking a free row: its prompt is prefilled into that
+row in chunks whose lengths are prefill buckets (100 tokens: 64 + 32 + 4), so that every call runs a
+precompiled profile as it is (no padding, no compile), and it leaves when it is done. ``generate``
+runs one batch of prompts through a session; ``serve/generation.py`` keeps one running for many
+clients (iteration-level batching).
 
-This module is numpy only: each loader supplies a ``Steps`` (how to run an entry at a profile on
-device, keep the cache there, and read the logits back).
+This module is numpy only: each loader supplies ``Steps`` (run an entry at a profile, keep the cache on
+the device, read the logits back).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import numpy as np
 
 from ..errors import CallError
 
-INPUTS = ("input_ids", "position_ids", "attention_mask", "cache", "cache_index")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Steps(Protocol):
     def zeros(self, shape: Sequence[int], dtype: str) -> Any: ...
 
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
-        """(logits as numpy, the updated cache as a device handle) for ``leaves`` in ``INPUTS`` order."""
+        """(logits as numpy, the updated cache as a device handle) for ``leaves`` in the entry's input order."""
         ...
 
 
@@ -130,73 +130,104 @@ def chunks(length: int, sizes: Sequence[int]) -> list[int]:
     return out
 
 
+def check_prompt(spec: Spec, prompt: np.ndarray, max_new_tokens: int, where: str) -> None:
+    """A prompt's ids within the vocabulary and its length plus ``max_new_tokens`` within the cache."""
+    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise CallError(f"generate(): max_new_tokens={max_new_tokens!r}; it is a positive integer.")
+    bad = prompt[(prompt < 0) | (prompt >= spec.vocab_size)]
+    if bad.size:
+        raise CallError(f"generate(): {where} holds token id {int(bad[0])}, outside [0, {spec.vocab_size}) "
+                        "(this model's vocabulary).")
+    if len(prompt) + max_new_tokens > spec.max_length:
+        raise CallError(f"generate(): {where} is a prompt of {len(prompt)} tokens; plus max_new_tokens={max_new_tokens} is "
+                        f"{len(prompt) + max_new_tokens} positions, over this artifact's generate.max_length="
+                        f"{spec.max_length}; shorten the prompt, ask for at most {spec.max_length - len(prompt)} new "
+                        f"tokens, or build with a larger generate.max_length.")
+
+
+class Session:
+    """A running batch: the cache of ``batch`` rows on the device and, per row, where its next token goes."""
+
+    def __init__(self, steps: Steps, spec: Spec, batch: int):
+        self.steps, self.spec, self.batch = steps, spec, batch
+        self.cache = steps.zeros([batch if n == -1 else n for n in spec.cache_shape], spec.cache_dtype)
+        self.mask = np.zeros((batch, spec.max_length), np.int32)
+        self.index = np.zeros(batch, np.int32)  # the cache position of each row's next token
+        self.token = np.zeros(batch, np.int32)  # each row's last token: the next decode step's input
+        self.busy = np.zeros(batch, bool)
+        self.sizes = sorted({p["seq"] for p in steps.profiles(spec.prefill) if p["batch"] == batch})
+
+    def free_row(self) -> int | None:
+        free = np.flatnonzero(~self.busy)
+        return int(free[0]) if free.size else None
+
+    def admit(self, row: int, prompt: np.ndarray) -> np.ndarray:
+        """Prefill ``prompt`` into ``row`` (chunk by chunk); the logits of its last token, ``[vocab]``."""
+        self.mask[row] = 0
+        self.mask[row, :len(prompt)] = 1
+        at, logits = 0, None
+        for size in chunks(len(prompt), self.sizes):
+            logits, self.cache = self.steps.run(self.spec.prefill, {"batch": self.batch, "seq": size}, [
+                prompt[None, at:at + size].astype(np.int32), np.arange(at, at + size, dtype=np.int32)[None],
+                self.mask, self.cache, np.array([at], np.int32), np.array([row], np.int32)])
+            at += size
+        self.index[row] = len(prompt)
+        self.busy[row] = True
+        return logits[0, :self.spec.vocab_size]
+
+    def step(self, tokens: dict[int, int]) -> np.ndarray:
+        """One decode step: each busy row's next ``tokens[row]`` in; the next logits of every row, ``[batch, vocab]``."""
+        for row, token in tokens.items():
+            self.token[row] = token
+            self.mask[row, self.index[row]] = 1
+        index = np.where(self.busy, self.index, 0).astype(np.int32)
+        logits, self.cache = self.steps.run(self.spec.decode, {"batch": self.batch}, [
+            self.token[:, None], index[:, None], self.mask, self.cache, index])
+        self.index[self.busy] += 1
+        return logits[:, :self.spec.vocab_size]
+
+    def release(self, row: int) -> None:
+        self.busy[row] = False
+        self.mask[row] = 0
+        self.index[row] = 0
+
+
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
              eos_token_id: int | None = None, pad_token_id: int | None = None) -> np.ndarray:
     """The new tokens, int32 ``[batch, n]``: ``n = max_new_tokens``, or fewer when every row has stopped at
     ``eos_token_id`` (a stopped row is filled with ``pad_token_id``, default ``eos_token_id``)."""
-    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise CallError(f"generate(): max_new_tokens={max_new_tokens!r}; it is a positive integer.")
     rows = prompts(input_ids, attention_mask)
     for i, r in enumerate(rows):
-        bad = r[(r < 0) | (r >= spec.vocab_size)]
-        if bad.size:
-            raise CallError(f"generate(): input_ids[{i}] holds token id {int(bad[0])}, outside [0, {spec.vocab_size}) "
-                            "(this model's vocabulary).")
-    longest = max(len(r) for r in rows)
-    if longest + max_new_tokens > spec.max_length:
-        raise CallError(f"generate(): a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} is "
-                        f"{longest + max_new_tokens} positions, over this artifact's generate.max_length="
-                        f"{spec.max_length}; shorten the prompt, ask for at most {spec.max_length - longest} new "
-                        f"tokens, or build with a larger generate.max_length.")
+        check_prompt(spec, r, max_new_tokens, f"input_ids[{i}]")
     sampler = Sampler(temperature, top_k, seed)
     pad = eos_token_id if pad_token_id is None else pad_token_id
     batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
     out = []
     for start in range(0, len(rows), batches[-1]):
         group = rows[start:start + batches[-1]]
-        out.append(_group(steps, spec, group, next(b for b in batches if b >= len(group)), max_new_tokens, sampler,
-                          eos_token_id, pad))
+        session = Session(steps, spec, next(b for b in batches if b >= len(group)))
+        out.append(_group(session, group, max_new_tokens, sampler, eos_token_id, pad))
     n = max(o.shape[1] for o in out)
     return np.concatenate([np.pad(o, ((0, 0), (0, n - o.shape[1])), constant_values=pad if pad is not None else 0)
                            for o in out])
 
 
-def _group(steps: Steps, spec: Spec, rows: list[np.ndarray], batch: int, max_new_tokens: int, sampler: Sampler,
-           eos: int | None, pad: int | None) -> np.ndarray:
-    longest = max(len(r) for r in rows)
-    ids = np.zeros((batch, longest), np.int32)
-    mask = np.zeros((batch, spec.max_length), np.int32)
-    for i, r in enumerate(rows):
-        ids[i, longest - len(r):] = r
-        mask[i, longest - len(r):longest] = 1
-    positions = np.maximum(np.cumsum(mask[:, :longest], axis=1) - 1, 0).astype(np.int32)
-    cache = steps.zeros([batch if n == -1 else n for n in spec.cache_shape], spec.cache_dtype)
-    sizes = [p["seq"] for p in steps.profiles(spec.prefill) if p["batch"] == batch]
-    at = 0
-    logits = None
-    for size in chunks(longest, sizes):
-        logits, cache = steps.run(spec.prefill, {"batch": batch, "seq": size},
-                                  [ids[:, at:at + size], positions[:, at:at + size], mask, cache, np.int32(at)])
-        at += size
-    tokens = np.zeros((batch, max_new_tokens), np.int32)
-    done = np.zeros(batch, bool)
-    done[len(rows):] = True
-    position = positions[:, -1]
+def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: int | None,
+           pad: int | None) -> np.ndarray:
+    logits = np.stack([session.admit(i, r) for i, r in enumerate(rows)])
+    tokens = np.zeros((len(rows), max_new_tokens), np.int32)
+    done = np.zeros(len(rows), bool)
     for step in range(max_new_tokens):
-        token = sampler(logits[:, :spec.vocab_size])
+        token = sampler(logits)
         if pad is not None:
             token = np.where(done, pad, token)
         tokens[:, step] = token
         if eos is not None:
             done |= token == eos
             if done.all():
-                return tokens[:len(rows), :step + 1]
+                return tokens[:, :step + 1]
         if step + 1 == max_new_tokens:
             break
-        mask[:, at] = 1
-        position = position + 1
-        logits, cache = steps.run(spec.decode, {"batch": batch},
-                                  [token[:, None], position[:, None].astype(np.int32), mask, cache, np.int32(at)])
-        at += 1
-    return tokens[:len(rows)]
+        logits = session.step({i: int(t) for i, t in enumerate(token)})[:len(rows)]
+    return tokens
