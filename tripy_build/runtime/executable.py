@@ -618,6 +618,12 @@ class _Steps:
     def zeros(self, shape: Sequence[int], dtype: str) -> Any:
         return jax.device_put(np.zeros(shape, dtype))
 
+    def host(self, x: Any) -> np.ndarray:
+        return np.asarray(x)
+
+    def put(self, x: np.ndarray) -> Any:
+        return jax.device_put(x)
+
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
         e = self.exe.entry(entry)
         out = e._callable(tuple(profile[d.name] for d in e.dims))(*e._leading, *leaves)

@@ -244,11 +244,27 @@ class Runtime:
                  top_k: int | None = None, seed: int | None = None, eos_token_id: int | None = None,
                  pad_token_id: int | None = None) -> np.ndarray:
         """``Executable.generate`` without jax: the new tokens, int32 ``[batch, n]`` (see its arguments)."""
-        from .generate import Spec, generate
+        from .generate import generate
 
+        steps = self.generation_steps()
+        return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, temperature,
+                        top_k, seed, eos_token_id, pad_token_id)
+
+    @property
+    def can_generate(self) -> bool:
+        """Whether the artifact was built with ``task=generate`` (``generate`` works)."""
         main = next(iter(self.entries.values())) if self.entries else self
-        return generate(_Steps(main), Spec.from_metadata(main._manifest.metadata, main.__name__), main.__name__,
-                        input_ids, max_new_tokens, attention_mask, temperature, top_k, seed, eos_token_id, pad_token_id)
+        return "generate" in main._manifest.metadata
+
+    @property
+    def model_name(self) -> str:
+        """The model's name (the build's ``model.name``; the function's for an artifact saved from Python)."""
+        main = next(iter(self.entries.values())) if self.entries else self
+        return main._manifest.model if self.entries else self.__name__
+
+    def generation_steps(self) -> "_Steps":
+        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it)."""
+        return _Steps(next(iter(self.entries.values())) if self.entries else self)
 
     @property
     def input_infos(self) -> dict[str, Any]:
@@ -449,7 +465,19 @@ class _Steps:
         return [{d.name: n for d, n in zip(e.dims, t)} for t in e._profiles]
 
     def zeros(self, shape: Sequence[int], dtype: str) -> Any:
-        return self.rt._device.put(np.zeros(shape, dtype), _Aval(shape, to_dtype(dtype)))
+        return self.put(np.zeros(shape, dtype))
+
+    def host(self, x: Any) -> np.ndarray:
+        return _host(x)
+
+    def put(self, x: np.ndarray) -> Any:
+        return self.rt._device.put(x, _Aval(x.shape, x.dtype))
+
+    def spec(self) -> Any:
+        from .generate import Spec
+
+        main = next(iter(self.rt.entries.values())) if self.rt.entries else self.rt
+        return Spec.from_metadata(main._manifest.metadata, main.__name__)
 
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
         e = self.rt.entry(entry)

@@ -5,6 +5,9 @@ Routes (``GET`` also answers ``HEAD``; another method on a route is 405 with ``A
 - ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``: the server;
 - ``GET /v2/models/NAME[/versions/V]``, ``.../ready``, ``.../stats``, ``GET /v2/models/stats``: a model;
 - ``POST /v2/models/NAME[/versions/V]/infer``: an inference (JSON, or JSON then binary tensor data);
+- ``POST /v2/models/NAME/generate`` and ``.../generate_stream`` (an artifact built with ``task=generate``):
+  Triton's generate extension with token ids, the second as server-sent events, one per token; requests
+  share decode steps (``generation.py``);
 - ``GET /metrics``: Prometheus' text format (``metrics.py``).
 
 A request body is read only once its route, its access (``access.py``) and its declared size are
@@ -17,6 +20,7 @@ batch, and a run's outputs are written by orjson straight from the arrays.
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from typing import Any, Awaitable, Callable
 
@@ -79,7 +83,7 @@ class App:
             return await self._model(scope, receive, send, parts)
         if parts == ["v2"]:
             return await self._get(scope, send, lambda: {"name": "tripy_build", "version": __version__, "extensions": [
-                "binary_tensor_data", "statistics"]})
+                "binary_tensor_data", "statistics", "generate"]})
         if parts in (["v2", "health", "live"], ["v2", "health", "ready"]):
             return await self._get(scope, send, lambda: {parts[2]: True})
         if parts == ["metrics"]:
@@ -107,6 +111,12 @@ class App:
         if rest == ["infer"]:
             self._method(scope["method"], b"POST")
             return await self._infer(ep, scope, receive, send)
+        if rest in (["generate"], ["generate_stream"]):
+            self._method(scope["method"], b"POST")
+            if ep.generator is None:
+                raise Refused(404, f"model {ep.name!r} does not generate (it was not built with task=generate); "
+                                   f"inference is POST /v2/models/{ep.name}/infer.")
+            return await self._generate(ep, scope, receive, send, stream=rest == ["generate_stream"])
         raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; inference is "
                            f"POST /v2/models/{ep.name}/infer.")
 
@@ -151,6 +161,48 @@ class App:
                            (b"inference-header-content-length", str(len(head)).encode())]
             return await self._send(send, 200, b"".join([head, *blobs]), out_headers, scope)
         await self._send(send, 200, head, [_JSON], scope)
+
+    async def _generate(self, ep: Endpoint, scope: Scope, receive: Receive, send: Send, stream: bool) -> None:
+        """Triton's generate extension with token ids: the new ids in one answer, or (``stream``) one server-sent
+        event per token as the batch makes it. The request joins the running batch at its next step."""
+        from .generation import parse_request
+
+        body = await self._body(scope, receive, _headers(scope), self.limits.max_json_bytes, "JSON")
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
+        ids, options = parse_request(request)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        seq = ep.generator.submit(ids, on_token=lambda t: loop.call_soon_threadsafe(events.put_nowait, t),
+                                  on_done=lambda e: loop.call_soon_threadsafe(events.put_nowait, e or StopIteration()),
+                                  **options)
+        head = {"model_name": ep.name, "model_version": ep.version, **({"id": request["id"]} if "id" in request else {})}
+        if not stream:
+            tokens = []
+            while not isinstance(event := await events.get(), BaseException):
+                tokens.append(event)
+            if not isinstance(event, StopIteration):
+                raise event
+            ep.last_inference_ms = int(time.time() * 1000)
+            return await self._send(send, 200, orjson.dumps({**head, "output_ids": tokens}), [_JSON], scope)
+        self.metrics.response(200)
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        index = 0
+        try:
+            while not isinstance(event := await events.get(), BaseException):
+                data = orjson.dumps({**head, "output_ids": [event], "index": index})
+                await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
+                index += 1
+            if not isinstance(event, StopIteration):
+                error = orjson.dumps({"error": str(event)})
+                await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            seq.cancelled = True  # the client went away: its row is freed at the next step
+            raise
 
     async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str) -> bytes:
         """The request body, refused (413) once it passes ``cap`` bytes, gzip undone; counted against

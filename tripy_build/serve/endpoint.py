@@ -22,7 +22,7 @@ class Endpoint:
         """``model``: what ``runtime.Runtime`` offers (``__name__``, ``flat_args``, ``output_infos``,
         ``output_names``, ``dims``, ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact."""
         self.runtime, self.path, self.version = model, path, version
-        self.name = model.__name__
+        self.name = getattr(model, "model_name", model.__name__)
         self.args = model.flat_args
         self.outputs = model.output_infos
         self.output_names = model.output_names
@@ -30,6 +30,12 @@ class Endpoint:
                                                  max_delay_ms)
         self.batcher = batching.Batcher(model.call_flat, self.plan, self.name, getattr(model, "needs_compile", None))
         self.last_inference_ms = 0
+        self.generator = None  # the running batch of /generate (an artifact built with task=generate)
+        if getattr(model, "can_generate", False):
+            from .generation import Generator
+
+            steps = model.generation_steps()
+            self.generator = Generator(steps, steps.spec(), self.name)
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> "Endpoint":
@@ -197,6 +203,8 @@ class Endpoint:
 
     def close(self) -> None:
         self.batcher.close()
+        if self.generator is not None:
+            self.generator.close()
 
 
 def _parameters(entry: dict[str, Any], what: str) -> dict[str, Any]:

@@ -1,0 +1,191 @@
+"""Iteration-level batching for ``/generate`` and ``/generate_stream``: one running batch, many clients.
+
+A thread owns a ``runtime.generate.Session`` (the cache of a batch of rows on the device) and loops:
+requests waiting join at the next step (each takes a free row and has its prompt prefilled into it),
+then one decode step runs for every busy row, each row's token is sampled with its own request's
+sampler (its seed), handed to its client, and a row whose request is done is freed at once. N clients
+thus share each decode step: a step at batch 8 costs little more than one at batch 1 (a decode step
+reads every weight once whatever the batch), so the tokens per second add up.
+
+The batch starts at the smallest decode bucket that holds the requests waiting and grows to the next
+bucket when a request finds no free row (the cache is copied into the larger one: once per growth,
+never per step); when every row is free the session is dropped and the next request starts small.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import CallError
+from ..runtime.generate import Sampler, Session, Spec, check_prompt
+
+log = logging.getLogger("tripy_build.serve")
+
+
+@dataclass
+class Sequence:
+    """One request: its prompt, how to pick its tokens, and where they go."""
+
+    prompt: np.ndarray
+    max_new_tokens: int
+    sampler: Sampler
+    eos_token_id: int | None
+    on_token: Callable[[int], None]  # called on the batch thread with each new token
+    on_done: Callable[[BaseException | None], None]  # called once, at the end (an error, or None)
+    tokens: list[int] = field(default_factory=list)
+    cancelled: bool = False
+
+    def take(self, token: int) -> bool:
+        """Record and hand out a token; whether the sequence is done."""
+        self.tokens.append(token)
+        self.on_token(token)
+        return (len(self.tokens) >= self.max_new_tokens or token == self.eos_token_id) or self.cancelled
+
+
+class Generator:
+    """The running batch of one served artifact built with ``task=generate``."""
+
+    def __init__(self, steps: Any, spec: Spec, name: str):
+        self.steps, self.spec, self.name = steps, spec, name
+        self.buckets = sorted({p["batch"] for p in steps.profiles(spec.decode)})
+        self.waiting: deque[Sequence] = deque()
+        self.rows: dict[int, Sequence] = {}
+        self.session: Session | None = None
+        self.cv = threading.Condition()
+        self.closed = False
+        self.steps_run = 0  # decode steps, and the rows they carried (statistics)
+        self.rows_run = 0
+        self.thread = threading.Thread(target=self._loop, name=f"tripy_build-generate-{name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
+               on_done: Callable[[BaseException | None], None], temperature: float = 0.0, top_k: int | None = None,
+               seed: int | None = None, eos_token_id: int | None = None) -> Sequence:
+        """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step."""
+        ids = np.asarray(prompt)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
+        check_prompt(self.spec, ids, max_new_tokens, "input_ids")
+        seq = Sequence(ids.astype(np.int32), int(max_new_tokens), Sampler(temperature, top_k, seed), eos_token_id,
+                       on_token, on_done)
+        with self.cv:
+            if self.closed:
+                raise CallError(f"{self.name}: the server is shutting down.")
+            self.waiting.append(seq)
+            self.cv.notify()
+        return seq
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify()
+        self.thread.join(timeout=30)
+
+    # --- the batch thread ------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self.cv:
+                while not self.closed and not self.waiting and not self.rows:
+                    self.cv.wait()
+                if self.closed:
+                    for seq in [*self.waiting, *self.rows.values()]:
+                        seq.on_done(CallError(f"{self.name}: the server shut down before the request finished."))
+                    return
+                joining = []
+                while self.waiting and self._room(len(joining)):
+                    joining.append(self.waiting.popleft())
+            try:
+                self._join(joining)
+                if self.rows:
+                    self._step()
+            except Exception as e:  # every request in the batch learns of it; the loop goes on
+                log.exception("%s: generation failed", self.name)
+                for seq in {id(s): s for s in [*joining, *self.rows.values()]}.values():
+                    seq.on_done(e)
+                self.rows.clear()
+                self.session = None
+
+    def _room(self, joining: int) -> bool:
+        return len(self.rows) + joining < self.buckets[-1]
+
+    def _join(self, joining: list[Sequence]) -> None:
+        for n, seq in enumerate(joining):
+            if self.session is None:
+                self.session = Session(self.steps, self.spec, self._bucket(len(joining) - n))
+            row = self.session.free_row()
+            if row is None:
+                self.session = self._grown(self.session)
+                row = self.session.free_row()
+            logits = self.session.admit(row, seq.prompt)
+            self.rows[row] = seq
+            if seq.take(int(seq.sampler(logits[None])[0])):
+                self._finish(row)
+
+    def _step(self) -> None:
+        session = self.session
+        logits = session.step({row: seq.tokens[-1] for row, seq in self.rows.items()})
+        self.steps_run += 1
+        self.rows_run += len(self.rows)
+        for row, seq in list(self.rows.items()):
+            if seq.take(int(seq.sampler(logits[row][None])[0])):
+                self._finish(row)
+
+    def _finish(self, row: int) -> None:
+        seq = self.rows.pop(row)
+        self.session.release(row)
+        seq.on_done(None)
+        if not self.rows:
+            self.session = None  # the next request starts at the smallest batch
+
+    def _bucket(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    def _grown(self, session: Session) -> Session:
+        """The session moved into the next batch bucket: the cache copied once, the rows' state with it."""
+        bigger = Session(self.steps, self.spec, self._bucket(session.batch + 1))
+        cache = self.steps.host(session.cache)
+        axis = [n for n in self.spec.cache_shape].index(-1)
+        pad = [(0, 0)] * cache.ndim
+        pad[axis] = (0, bigger.batch - session.batch)
+        bigger.cache = self.steps.put(np.pad(cache, pad))
+        for name in ("mask", "index", "token", "busy"):
+            getattr(bigger, name)[:session.batch] = getattr(session, name)
+        return bigger
+
+
+OPTIONS = {"max_new_tokens": int, "temperature": float, "top_k": int, "seed": int, "eos_token_id": int}
+
+
+def parse_request(request: Any) -> tuple[list[int], dict[str, Any]]:
+    """A generate request: its ``input_ids`` and options (top-level keys, or in ``parameters`` as Triton's
+    generate extension sends them), each checked; an unknown key is refused by name."""
+    if not isinstance(request, dict):
+        raise CallError('a generate request is a JSON object: {"input_ids": [464, 2068], "max_new_tokens": 20}.')
+    params = request.get("parameters", {})
+    if not isinstance(params, dict):
+        raise CallError(f'"parameters" must be an object, got {str(params)[:80]}.')
+    unknown = [k for k in [*request, *params] if k not in (*OPTIONS, "input_ids", "parameters", "id")]
+    if unknown:
+        raise CallError(f"{unknown[0]!r} is not a generate option; the request takes input_ids and "
+                        f"{', '.join(OPTIONS)} (top level or in parameters), and id.")
+    ids = request.get("input_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise CallError(f'"input_ids" must be a non-empty list of integer token ids, got {str(ids)[:80]}.')
+    options: dict[str, Any] = {"max_new_tokens": 16}
+    for key, kind in OPTIONS.items():
+        value = request.get(key, params.get(key))
+        if value is None:
+            continue
+        ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
+        if not ok or isinstance(value, bool):
+            raise CallError(f"{key!r} must be {'a number' if kind is float else 'an integer'}, got {str(value)[:40]}.")
+        options[key] = kind(value)
+    if "id" in request and not isinstance(request["id"], str):
+        raise CallError(f'"id" must be a string, got {str(request["id"])[:40]}.')
+    return ids, options
