@@ -20,7 +20,6 @@ batch, and a run's outputs are written by orjson straight from the arrays.
 from __future__ import annotations
 
 import asyncio
-import time
 import zlib
 from typing import Any, Awaitable, Callable
 
@@ -179,30 +178,33 @@ class App:
                                   on_done=lambda e: loop.call_soon_threadsafe(events.put_nowait, e or StopIteration()),
                                   **options)
         head = {"model_name": ep.name, "model_version": ep.version, **({"id": request["id"]} if "id" in request else {})}
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, seq))
+        try:
+            await self._answer_generate(send, scope, events, head, stream)
+        finally:
+            watcher.cancel()
+
+    async def _answer_generate(self, send: Send, scope: Scope, events: asyncio.Queue, head: dict[str, Any],
+                               stream: bool) -> None:
         if not stream:
             tokens = []
             while not isinstance(event := await events.get(), BaseException):
                 tokens.append(event)
             if not isinstance(event, StopIteration):
                 raise event
-            ep.last_inference_ms = int(time.time() * 1000)
             return await self._send(send, 200, orjson.dumps({**head, "output_ids": tokens}), [_JSON], scope)
         self.metrics.response(200)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
         index = 0
-        try:
-            while not isinstance(event := await events.get(), BaseException):
-                data = orjson.dumps({**head, "output_ids": [event], "index": index})
-                await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
-                index += 1
-            if not isinstance(event, StopIteration):
-                error = orjson.dumps({"error": str(event)})
-                await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            seq.cancelled = True  # the client went away: its row is freed at the next step
-            raise
+        while not isinstance(event := await events.get(), BaseException):
+            data = orjson.dumps({**head, "output_ids": [event], "index": index})
+            await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
+            index += 1
+        if not isinstance(event, StopIteration):
+            error = orjson.dumps({"error": str(event)})
+            await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str) -> bytes:
         """The request body, refused (413) once it passes ``cap`` bytes, gzip undone; counted against
@@ -252,6 +254,13 @@ class App:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         finally:
             self.buffered -= reserve
+
+
+async def _cancel_on_disconnect(receive: Receive, seq: Any) -> None:
+    """Cancel a generation whose client goes away (its row is freed at the next step, not at its last token)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    seq.cancelled = True
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:

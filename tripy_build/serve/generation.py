@@ -61,6 +61,7 @@ class Generator:
         self.closed = False
         self.steps_run = 0  # decode steps, and the rows they carried (statistics)
         self.rows_run = 0
+        self.cancelled = 0  # requests whose client went away before their last token
         self.thread = threading.Thread(target=self._loop, name=f"tripy_build-generate-{name}", daemon=True)
         self.thread.start()
 
@@ -138,6 +139,7 @@ class Generator:
 
     def _finish(self, row: int) -> None:
         seq = self.rows.pop(row)
+        self.cancelled += seq.cancelled
         self.session.release(row)
         seq.on_done(None)
         if not self.rows:

@@ -1,0 +1,125 @@
+"""``/generate`` and ``/generate_stream``: token ids in and out, one running batch shared by every client."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tripy_build as tb
+from tripy_build.serve.http import Server
+from serve.serving import concurrently
+
+TINY = ["model=gpt2", "task=generate", "model.n_layer=2", "model.n_embd=32", "model.n_head=4", "model.vocab_size=96",
+        "model.n_positions=64", "generate.max_length=32", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,4,8]"]
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("gen-serve")
+    r = subprocess.run([sys.executable, "-m", "tripy_build", *TINY, f"artifacts_dir={root}"], capture_output=True,
+                       text=True, cwd=root, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return next((root / "gpt2").iterdir())
+
+
+@pytest.fixture(scope="module")
+def server(gpt2):
+    with Server([gpt2], port=0).start() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def reference(gpt2):
+    exe = tb.load(gpt2, warmup="none")
+    return lambda ids, n, **kw: exe.generate([ids], n, **kw)[0].tolist()
+
+
+def post(server, path: str, body) -> tuple[int, bytes]:
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("POST", path, body=json.dumps(body) if not isinstance(body, bytes) else body,
+                 headers={"content-type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, data
+
+
+def test_generate_returns_the_new_ids(server, reference):
+    status, data = post(server, "/v2/models/gpt2/generate", {"input_ids": [5, 17, 33], "max_new_tokens": 9, "id": "a"})
+    assert status == 200
+    answer = json.loads(data)
+    assert answer["output_ids"] == reference([5, 17, 33], 9) and answer["id"] == "a" and answer["model_name"] == "gpt2"
+    sampled = {"input_ids": [1, 2], "parameters": {"max_new_tokens": 6, "temperature": 0.8, "top_k": 10, "seed": 4}}
+    assert json.loads(post(server, "/v2/models/gpt2/generate", sampled)[1])["output_ids"] == \
+        reference([1, 2], 6, temperature=0.8, top_k=10, seed=4)
+
+
+def test_generate_stream_sends_one_event_per_token(server, reference):
+    status, data = post(server, "/v2/models/gpt2/generate_stream", {"input_ids": [7, 8, 9, 10, 11], "max_new_tokens": 7})
+    assert status == 200
+    events = [json.loads(line[len(b"data: "):]) for line in data.split(b"\n\n") if line]
+    assert [e["index"] for e in events] == list(range(7))
+    assert [t for e in events for t in e["output_ids"]] == reference([7, 8, 9, 10, 11], 7)
+
+
+def test_concurrent_requests_share_decode_steps_and_get_their_own_answers(server, reference):
+    generator = server.endpoints["gpt2"].generator
+    steps, rows = generator.steps_run, generator.rows_run
+    prompts = [[i + 1, 3 * i % 96, 40] + [i] * (i % 5) for i in range(8)]  # 8 clients, batch buckets up to 4
+    lengths = [6 + i for i in range(8)]
+    answers = concurrently(8, lambda i: post(server, "/v2/models/gpt2/generate",
+                                             {"input_ids": prompts[i], "max_new_tokens": lengths[i]}))
+    for i, (status, data) in enumerate(answers):
+        assert status == 200, data
+        assert json.loads(data)["output_ids"] == reference(prompts[i], lengths[i]), i
+    ran, carried = generator.steps_run - steps, generator.rows_run - rows
+    assert carried > 1.5 * ran  # decode steps carried several requests' rows at once
+    assert not generator.rows and generator.session is None  # every row freed, the batch dropped
+
+
+def test_bad_generate_requests_are_one_line_400s(server):
+    cases = [({"input_ids": [5, 17], "max_new_tokens": 40}, "generate.max_length=32"),
+             ({"input_ids": [5, 96]}, "token id 96, outside [0, 96)"),
+             ({"input_ids": []}, '"input_ids" must be a non-empty list'),
+             ({"input_ids": [1], "max_tokens": 3}, "'max_tokens' is not a generate option"),
+             ({"input_ids": [1], "temperature": "hot"}, "'temperature' must be a number"),
+             ({"input_ids": [1], "max_new_tokens": 0}, "max_new_tokens=0"),
+             (b"{not json", "malformed")]
+    for body, fragment in cases:
+        status, data = post(server, "/v2/models/gpt2/generate", body)
+        message = json.loads(data)["error"]
+        assert status == 400 and fragment in message and "\n" not in message, (body, message)
+
+
+def test_a_client_that_leaves_a_stream_frees_its_row(server, reference):
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", "/v2/models/gpt2/generate_stream", body=json.dumps({"input_ids": [3, 4], "max_new_tokens": 25}),
+                 headers={"content-type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.read(6) == b"data: "
+    conn.sock.close()  # gone after the first token
+    conn.close()
+    status, data = post(server, "/v2/models/gpt2/generate", {"input_ids": [3, 4], "max_new_tokens": 5})
+    assert status == 200 and json.loads(data)["output_ids"] == reference([3, 4], 5)
+    generator = server.endpoints["gpt2"].generator
+    for _ in range(200):  # the stream was cancelled at its next step, not run to its 25 tokens
+        if not generator.rows:
+            break
+        time.sleep(0.05)
+    assert not generator.rows
+    assert generator.cancelled >= 1
+
+
+def test_generate_on_a_model_that_does_not_generate_is_404(artifact):
+    with Server([artifact], port=0).start() as srv:
+        name = next(iter(srv.endpoints))
+        status, data = post(srv, f"/v2/models/{name}/generate", {"input_ids": [1]})
+    assert status == 404 and b"not built with task=generate" in data
