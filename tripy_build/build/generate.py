@@ -4,8 +4,8 @@ A model that generates has ``extend(params, input_ids, position_ids, attention_m
 (run new tokens against a key/value cache, write theirs into it, return the last token's logits and the
 cache), ``extend_inputs(batch, seq, max_length, one_row)`` (its ``InputInfo``) and ``cache_shape(batch,
 max_length)``. ``prefill`` is ``extend`` over one row's prompt chunks (the ``seq`` dim's buckets) into a
-batch's cache, ``decode`` over one token of every row; both take the cache donated, pad the batch by rows, and share the weights and their
-prep. The artifact records what ``runtime/generate.py`` needs to drive them (``metadata["generate"]``).
+batch's cache, ``decode`` over one token of every row; both take the cache donated (decode also pads its batch by rows), and share the
+weights and their prep. The artifact records what ``runtime/generate.py`` needs to drive them (``metadata["generate"]``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
 
     def entry(tokens: Any, dims_used: tuple[str, ...], one_row: bool) -> Entry:
         inputs = model.extend_inputs(batch, tokens, max_length, one_row)
-        return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if
-                     isinstance(batch, NamedDimension) else None,
+        # decode pads its batch by rows (each row is its own sequence); prefill's batch is the cache's, and its
+        # ``row`` input must name a real row, which a padded call's proof (random row indices) cannot keep to
+        rows = not one_row and isinstance(batch, NamedDimension)
+        return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if rows else None,
                      buckets={d: buckets.get(d, "pow2") for d in dims_used if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size))

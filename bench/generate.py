@@ -1,0 +1,260 @@
+"""GPT-2 small generating tokens: tripy_build (both loaders, and its server) next to Hugging Face on PyTorch.
+
+The model is ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small: 12 layers, 768 wide, vocab 50257) from
+``torch.manual_seed(0)``, written once with ``save_pretrained``; every contender starts from that
+directory. tripy_build builds it with ``task=generate`` (a 256-position cache, prompt chunks up to 128,
+batch buckets 1 2 4 8):
+
+    python -m tripy_build model=gpt2 task=generate params.checkpoint=DIR
+
+Prompts: ``--prompt`` (128) random token ids per row from a seeded numpy RNG; ``--new`` (128) new tokens,
+greedy, no early stop (Hugging Face's ``eos_token_id`` set to None, ``min_new_tokens`` = ``max_new_tokens``).
+
+Contenders, all in this process, each using every core this process may run on:
+
+- ``torch``               ``GPT2LMHeadModel.from_pretrained(DIR).generate(..., do_sample=False, use_cache=True)``
+                          under ``torch.inference_mode()`` (its DynamicCache, sdpa attention);
+- ``tripy_build``         ``tripy_build.load(ART).generate(ids, max_new_tokens=N)``;
+- ``tripy_build.runtime`` ``tripy_build.runtime.load(ART).generate(...)`` (no jax);
+- ``ort``                 ONNX Runtime through optimum's ``ORTModelForCausalLM`` (an export with a cache),
+                          when optimum is installed (``--ort``); else its column says why not.
+
+Columns per batch (1 and 8):
+
+- TTFT ms     time to first token: ``generate(..., max_new_tokens=1)`` (the prompt's prefill and one token);
+- decode tok/s the new tokens after the first, per second, summed over the batch:
+              ``batch * (N - 1) / (T(N) - T(1))``;
+- the greedy ids of each contender against torch's (rows equal / rows).
+
+Median of ``--rounds`` rounds; the contenders' order rotates each round. Also measured:
+
+- the decode step's time with the cache half full and nearly full (the cache is donated and attended at
+  its full length, so a step costs the same at any fill: it is not copied per step);
+- serving: ``tripy-build serve``'s ``/generate`` (in-process server, the jax-free runtime) with one client,
+  then 8 concurrent clients, each asking for ``--new`` tokens: total new tokens per second, and the ratio.
+
+Run: ``python bench/generate.py`` (real size, ~10 min on 2 cores), ``--quick`` (2 layers, 64 wide, 16 new).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import http.client
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def hf_dir(work: Path, quick: bool) -> Path:
+    import torch
+    import transformers
+
+    out = work / ("gpt2-quick" if quick else "gpt2")
+    if not (out / "model.safetensors").exists():
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(**({"n_layer": 2, "n_embd": 64, "n_head": 4} if quick else {}))
+        transformers.GPT2LMHeadModel(config).eval().save_pretrained(out)
+    return out
+
+
+def build(ckpt: Path, work: Path, quick: bool) -> tuple[Path, float]:
+    arts = work / "arts"
+    t0 = time.perf_counter()
+    args = [sys.executable, "-m", "tripy_build", "model=gpt2", "task=generate", f"params.checkpoint={ckpt}",
+            f"artifacts_dir={arts}", "force=true"]
+    if quick:
+        args += ["generate.max_length=64", "shapes.dims.seq=[1,32,32]"]
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": str(work / "xdg")})
+    if r.returncode:
+        raise SystemExit(f"build failed:\n{r.stderr[-3000:]}")
+    seconds = time.perf_counter() - t0
+    path = Path(next(line.split(": ", 1)[1] for line in r.stdout.splitlines() if line.startswith("artifact: ")))
+    return path, seconds
+
+
+class Torch:
+    name = "torch"
+
+    def __init__(self, ckpt: Path):
+        import torch
+        import transformers
+
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+        self.torch = torch
+        self.model = transformers.GPT2LMHeadModel.from_pretrained(ckpt).eval()
+        self.model.generation_config.eos_token_id = None
+        self.model.generation_config.pad_token_id = 0
+
+    def generate(self, ids: np.ndarray, n: int) -> np.ndarray:
+        with self.torch.inference_mode():
+            x = self.torch.from_numpy(ids.astype(np.int64))
+            out = self.model.generate(x, attention_mask=self.torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
+                                      do_sample=False, use_cache=True)
+        return out[:, ids.shape[1]:].numpy()
+
+
+class Tripy:
+    def __init__(self, art: Path, runtime: bool):
+        import tripy_build as tb
+        from tripy_build import runtime as rt
+
+        self.name = "tripy_build.runtime" if runtime else "tripy_build"
+        self.model = (rt.load if runtime else tb.load)(art, warmup="now")
+
+    def generate(self, ids: np.ndarray, n: int) -> np.ndarray:
+        return self.model.generate(ids, n)
+
+
+class Ort:
+    name = "ort"
+
+    def __init__(self, ckpt: Path):
+        from optimum.onnxruntime import ORTModelForCausalLM  # an export with a KV cache
+
+        self.model = ORTModelForCausalLM.from_pretrained(ckpt, export=True, use_cache=True)
+        self.model.generation_config.eos_token_id = None
+        self.model.generation_config.pad_token_id = 0
+
+    def generate(self, ids: np.ndarray, n: int) -> np.ndarray:
+        import torch
+
+        x = torch.from_numpy(ids.astype(np.int64))
+        out = self.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
+                                  do_sample=False)
+        return out[:, ids.shape[1]:].numpy()
+
+
+def timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def cache_fill(art: Path) -> list[tuple[int, float]]:
+    """The runtime's decode step (batch 1) at a half-full and a nearly full cache: (fill, median ms of 20 steps)."""
+    from tripy_build import runtime
+    from tripy_build.runtime.generate import Session
+
+    rt = runtime.load(art, warmup="now")
+    steps = rt.generation_steps()
+    spec = steps.spec()
+    out = []
+    for fill in (spec.max_length // 2, spec.max_length - 21):
+        s = Session(steps, spec, 1)
+        s.admit(0, np.arange(fill, dtype=np.int32) % 1000)
+        times = [timed(s.step, {0: 5}) for _ in range(20)]
+        out.append((fill, statistics.median(times) * 1e3))
+    return out
+
+
+def serving(art: Path, prompt: int, new: int, clients: int = 8) -> tuple[float, float]:
+    """Total new tokens per second through /generate with one client, then ``clients`` at once."""
+    from tripy_build.serve.http import Server
+
+    rng = np.random.default_rng(1)
+    with Server([art], port=0).start() as srv:
+        host, port = srv.url.split("//")[1].split(":")
+        name = next(iter(srv.endpoints))
+
+        def one(i: int) -> int:
+            ids = rng.integers(0, 50000, prompt).tolist() if i >= 0 else [1]
+            conn = http.client.HTTPConnection(host, int(port), timeout=600)
+            conn.request("POST", f"/v2/models/{name}/generate", json.dumps({"input_ids": ids, "max_new_tokens": new}),
+                         {"content-type": "application/json"})
+            body = json.loads(conn.getresponse().read())
+            conn.close()
+            return len(body["output_ids"])
+        one(0)  # warm
+        t = timed(one, 0)
+        single = new / t
+        results = [0] * clients
+
+        def run(i: int) -> None:
+            results[i] = one(i)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        many = sum(results) / (time.perf_counter() - t0)
+    return single, many
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", default="/tmp/tripy_build-bench-generate")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--ort", action="store_true", help="add ONNX Runtime through optimum (needs optimum[onnxruntime])")
+    args = ap.parse_args()
+    if args.quick:
+        args.prompt, args.new, args.rounds = 20, 16, 1
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    ckpt = hf_dir(work, args.quick)
+    art, build_s = build(ckpt, work, args.quick)
+    log(f"built {art} in {build_s:.1f} s")
+    contenders = [Torch(ckpt), Tripy(art, False), Tripy(art, True)]
+    notes = []
+    if args.ort:
+        try:
+            contenders.append(Ort(ckpt))
+        except Exception as e:  # noqa: BLE001 - reported in the table, the others go on
+            notes.append(f"ort: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    else:
+        notes.append("ort: not run (--ort: ONNX Runtime through optimum's ORTModelForCausalLM export with a cache)")
+    rng = np.random.default_rng(0)
+    rows = []
+    for batch in (1, 8):
+        ids = rng.integers(0, 50257, (batch, args.prompt)).astype(np.int32)
+        ttft = {c.name: [] for c in contenders}
+        total = {c.name: [] for c in contenders}
+        outputs = {}
+        for c in contenders:
+            outputs[c.name] = c.generate(ids, args.new)  # warm-up, and the ids compared
+        for r in range(args.rounds):
+            order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+            for c in order:
+                ttft[c.name].append(timed(c.generate, ids, 1))
+                total[c.name].append(timed(c.generate, ids, args.new))
+            log(f"batch {batch} round {r + 1}/{args.rounds} done")
+        ref = outputs["torch"]
+        for c in contenders:
+            t1, tn = statistics.median(ttft[c.name]), statistics.median(total[c.name])
+            same = int((outputs[c.name] == ref).all(axis=1).sum())
+            rows.append((batch, c.name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9), f"{same}/{batch}"))
+    print(f"\nGPT-2 {'quick' if args.quick else 'small'}: prompt {args.prompt}, {args.new} new tokens, greedy; "
+          f"{len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
+    print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")
+    by = {(b, n): (t, d) for b, n, t, d, _ in rows}
+    for b, n, t, d, same in rows:
+        tt, td = by[(b, "torch")]
+        print(f"{b:>5}  {n:<20} {t:>9.1f} {t / tt:>7.2f}x {d:>13.1f} {d / td:>7.2f}x  {same}")
+    for note in notes:
+        print(note)
+    (fa, a), (fb, b) = cache_fill(art)
+    print(f"\ndecode step (runtime, batch 1) with {fa} cache positions filled: {a:.2f} ms; with {fb}: {b:.2f} ms "
+          f"(ratio {b / a:.2f})")
+    single, many = serving(art, args.prompt, args.new)
+    print(f"serving /generate: 1 client {single:.1f} tok/s, 8 concurrent clients {many:.1f} tok/s in total "
+          f"({many / single:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
