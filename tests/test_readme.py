@@ -32,6 +32,8 @@ SMALLER = {
                                     "8 builds at full width: ~40 s (kept apart: $ART is the newest full-size geglu)"),
     r"model=bert params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32]",
                                       "50 profiles of a tiny BERT up to (16, 512): ~20 s"),
+    r"model=gpt2 task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,16]",
+                                  "36 profiles of a tiny GPT-2 (prompt chunks up to 128, batch up to 8): ~40 s"),
     r"tripy_build bench ": ("--stream 20 --shapes 1 --cold-rounds 1 --budget 0.05", "200 calls, 8 shapes: ~30 s"),
 }
 
