@@ -120,3 +120,15 @@ def test_bad_entries_are_refused_naming_them(params):
         tb.compile({"e": tb.Entry(encode, args=[params, x], donate=["y"])})
     with pytest.raises(SpecError, match="give args=, kwargs=, buckets=, padding= and max_profiles= to each tb.Entry"):
         tb.compile({"e": tb.Entry(encode, args=[params, x])}, args=[params, x])
+
+
+def test_bind_gives_every_entry_the_new_weights(exe, artifact):
+    new = {"w": jnp.asarray(np.eye(64, dtype=np.float32)), "b": jnp.zeros(64, jnp.float32)}
+    x = np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)
+    for start in (exe, tb.load(artifact, warmup="none")):
+        bound = start.entry("write").bind(params=new)
+        assert list(bound.entries) == ["encode", "write"] and bound.entry("write") is bound
+        np.testing.assert_allclose(np.asarray(bound.entry("encode")(x)["h"]), np.tanh(x), rtol=1e-6, atol=1e-6)
+        out = bound(x, np.zeros((2, SLOTS, 64), np.float32), np.int32(1))
+        np.testing.assert_allclose(np.asarray(out["memory"])[:, 1], np.tanh(x), rtol=1e-6, atol=1e-6)
+        assert not np.allclose(np.asarray(start(x)["h"]), np.tanh(x))  # the original keeps its weights

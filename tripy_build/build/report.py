@@ -51,7 +51,8 @@ class BuildResult:
 def warn_first_use_compiles(manifest: Manifest, seconds: dict[str, float]) -> None:
     """One warning for a build whose artifact compiles some in-range shapes on first use: which sizes of
     which dims, what such a compile costs (the profiles' mean compile time), and the fix."""
-    gaps = [(d.name or d.symbol, text) for d in manifest.dims if (text := first_use_compiles(d, manifest.strategy(d)))]
+    gaps = [(f"{name}: {d.name or d.symbol}" if name else d.name or d.symbol, text) for name, m in manifest.all_entries()
+            for d in m.dims if (text := first_use_compiles(d, m.strategy(d)))]
     if not gaps:
         return
     mean = sum(seconds.values()) / len(seconds) if seconds else 0.0
@@ -67,8 +68,12 @@ def result_from_manifest(path: Path, key: str, model_name: str, cache_hit: bool,
                          manifest: Manifest, sources: dict[str, str]) -> BuildResult:
     """The ``BuildResult`` of the artifact at ``path``, described from its manifest and index."""
     index = read_index(Path(path), manifest)
+    seconds = read_index(Path(path), manifest, "compile_seconds")
+    entries = manifest.all_entries()  # (name, record): one unnamed for a single function
     return BuildResult(
         Path(path).absolute(), key, model_name, cache_hit, timings,
-        inputs={p: spec_text(info) for p, info in manifest.leaves}, dims=dim_lines(manifest),
-        profiles=profiles_line(manifest, index, read_index(Path(path), manifest, "compile_seconds")),
+        inputs={f"{name}.{p}" if name else p: spec_text(info) for name, m in entries for p, info in m.leaves},
+        dims=[f"{name}: {line}" if name else line for name, m in entries for line in dim_lines(m)],
+        profiles="; ".join(f"{name}: {line}" if name else line for name, m in entries
+                           if (line := profiles_line(m, index, seconds))),
         precision=precision_line(manifest), files=file_sizes(manifest, index), sources=sources)

@@ -233,13 +233,28 @@ class Executable:
             raise CallError(f"bind({', '.join(swapped)}=...): this IREE module holds its weights as constants (IREE packs "
                             "them when it compiles); build again with the new params.")
         if swapped:
-            new._weights = [_replace_weight(w, swapped) if w.argument in swapped else w for w in self._weights]
-            new._leading = new._prepare()
-            new._selftest_cache = None
-            if new._selftest_source is None:
-                new._origin = None  # the stored self-test outputs were computed with the old weights
-            new._derive()
+            new._swap_weights(swapped)
+        if self.entries:  # the other entries take the new weights too (their runtime inputs stay as they were)
+            entries = {}
+            for name, e in self.entries.items():
+                if e is self:
+                    entries[name] = new
+                else:
+                    entries[name] = e._with_bound({}, {})
+                    if any(w.argument in swapped for w in e._weights):
+                        entries[name]._swap_weights(swapped)
+            for e in entries.values():
+                e.entries = entries
         return new
+
+    def _swap_weights(self, swapped: dict[str, Any]) -> None:
+        """Take new values for the weights of the constant arguments in ``swapped`` (this is a fresh copy)."""
+        self._weights = [_replace_weight(w, swapped) if w.argument in swapped else w for w in self._weights]
+        self._leading = self._prepare()
+        self._selftest_cache = None
+        if self._selftest_source is None:
+            self._origin = None  # the stored self-test outputs were computed with the old weights
+        self._derive()
 
     def _with_bound(self, values: dict[str, Any], dirs: dict[str, str]) -> "Executable":
         """``bind`` for runtime inputs, with the artifact directory each bound input is saved to."""
