@@ -183,3 +183,10 @@ def test_task_generate_refuses_models_and_shapes_it_cannot_serve(tmp_path):
     r = run_cli(*BUILD[:3], "shapes.dims.seq=[1,8,32]", cwd=tmp_path)
     assert r.returncode == 2 and "leaves no room" in r.stderr, r.stderr[-800:]
     assert not (tmp_path / "artifacts").exists()
+
+
+def test_verify_rebuilds_the_artifact_byte_for_byte(gpt2, tmp_path):
+    r = run_cli("verify", "--rebuild", str(gpt2[1]), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "PASS  rebuild: bytes entries/decode/program.jaxexport  identical" in r.stdout
+    assert "PASS  rebuild: entry decode: self-test opt" in r.stdout

@@ -80,7 +80,7 @@ def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError
     try:
         manifest = read_manifest(path)
         entries = {w.path: w for w in manifest.weights if w.argument == "params"}
-        _, files = read_files(path, [e["file"] for e in entries.values()], [], manifest)
+        _, files = read_files(path, [e.file for e in entries.values()], [], manifest)
     except TripyBuildError as e:
         raise error(f"{what}: {e}") from None
     paths, treedef = jax.tree_util.tree_flatten_with_path(like)
