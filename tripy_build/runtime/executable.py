@@ -200,11 +200,11 @@ class Executable:
             gpt2 = tripy_build.load("artifacts/gpt2/1c2f...")
             new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
         """
-        from .generate import Spec, generate
+        from .generate import generate
 
-        main = next(iter(self.entries.values())) if self.entries else self
-        return generate(_Steps(main), Spec.from_metadata(main.metadata, main._name), main._name, input_ids,
-                        max_new_tokens, attention_mask, temperature, top_k, seed, eos_token_id, pad_token_id)
+        steps = _Steps(next(iter(self.entries.values())) if self.entries else self)
+        return generate(steps, steps.spec(), self._name, input_ids, max_new_tokens, attention_mask, temperature, top_k,
+                        seed, eos_token_id, pad_token_id)
 
     @property
     def weights(self) -> dict[str, Any]:
@@ -626,6 +626,11 @@ class _Steps:
 
     def __init__(self, exe: Executable):
         self.exe = exe
+
+    def spec(self) -> Any:
+        from .generate import Spec
+
+        return Spec.from_metadata(self.exe.metadata, self.exe._name)
 
     def profiles(self, entry: str) -> list[dict[str, int]]:
         return self.exe.entry(entry).profiles

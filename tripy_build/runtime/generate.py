@@ -27,7 +27,6 @@ import numpy as np
 from ..errors import CallError
 
 
-
 @dataclass(frozen=True)
 class Spec:
     """What the build recorded about generation (``metadata["generate"]``)."""
@@ -55,6 +54,8 @@ class Spec:
 
 class Steps(Protocol):
     """What a loader provides: its entries' precompiled profiles, a zeroed cache on the device, and one call."""
+
+    def spec(self) -> Spec: ...
 
     def profiles(self, entry: str) -> list[dict[str, int]]: ...
 

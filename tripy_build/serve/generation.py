@@ -100,7 +100,12 @@ class Generator:
                     return
                 joining = []
                 while self.waiting and self._room(len(joining)):
-                    joining.append(self.waiting.popleft())
+                    seq = self.waiting.popleft()
+                    if seq.cancelled:  # its client left before it joined
+                        self.cancelled += 1
+                        seq.on_done(None)
+                    else:
+                        joining.append(seq)
             try:
                 self._join(joining)
                 if self.rows:
