@@ -10,7 +10,8 @@ batch buckets 1 2 4 8):
 Prompts: ``--prompt`` (128) random token ids per row from a seeded numpy RNG; ``--new`` (128) new tokens,
 greedy, no early stop (Hugging Face's ``eos_token_id`` set to None, ``min_new_tokens`` = ``max_new_tokens``).
 
-Contenders, all in this process, each using every core this process may run on:
+Contenders, each measured in a process of its own (one XLA client, or torch's pool, at a time: two
+clients' thread pools in one process fight over the cores), each using every core it may run on:
 
 - ``torch``               ``GPT2LMHeadModel.from_pretrained(DIR).generate(..., do_sample=False, use_cache=True)``
                           under ``torch.inference_mode()`` (its DynamicCache, sdpa attention);
@@ -26,7 +27,8 @@ Columns per batch (1 and 8):
               ``batch * (N - 1) / (T(N) - T(1))``;
 - the greedy ids of each contender against torch's (rows equal / rows).
 
-Median of ``--rounds`` rounds; the contenders' order rotates each round. Also measured:
+Median of ``--rounds`` rounds, a fresh process per contender, batch and round (after one untimed
+generate); the contenders' order rotates each round. Also measured:
 
 - the decode step's time with the cache half full and nearly full (the cache is donated and attended at
   its full length, so a step costs the same at any fill: it is not copied per step);
@@ -194,6 +196,30 @@ def serving(art: Path, prompt: int, new: int, clients: int = 8) -> tuple[float, 
     return single, many
 
 
+CONTENDERS = {"torch": lambda ckpt, art: Torch(ckpt), "tripy_build": lambda ckpt, art: Tripy(art, False),
+              "tripy_build.runtime": lambda ckpt, art: Tripy(art, True), "ort": lambda ckpt, art: Ort(ckpt)}
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One contender at one batch in this process: its ids, then the timed TTFT and full generation, as JSON."""
+    contender = CONTENDERS[args.worker](Path(args.ckpt), Path(args.art))
+    ids = np.random.default_rng(args.batch).integers(0, 50257, (args.batch, args.prompt)).astype(np.int32)
+    out = contender.generate(ids, args.new)  # untimed: the first call's costs, and the ids compared
+    ttft = timed(contender.generate, ids, 1)
+    total = timed(contender.generate, ids, args.new)
+    print(json.dumps({"ids": out.tolist(), "ttft": ttft, "total": total}))
+
+
+def spawn(name: str, batch: int, args: argparse.Namespace, ckpt: Path, art: Path) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, "--batch", str(batch), "--prompt", str(args.prompt),
+           "--new", str(args.new), "--ckpt", str(ckpt), "--art", str(art)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        return {"error": lines[-1][:200] if lines else f"exit {r.returncode}"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="/tmp/tripy_build-bench-generate")
@@ -202,7 +228,13 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--ort", action="store_true", help="add ONNX Runtime through optimum (needs optimum[onnxruntime])")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--ckpt", help=argparse.SUPPRESS)
+    ap.add_argument("--art", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        return worker(args)
     if args.quick:
         args.prompt, args.new, args.rounds = 20, 16, 1
     work = Path(args.work)
@@ -210,41 +242,32 @@ def main() -> None:
     ckpt = hf_dir(work, args.quick)
     art, build_s = build(ckpt, work, args.quick)
     log(f"built {art} in {build_s:.1f} s")
-    contenders = [Torch(ckpt), Tripy(art, False), Tripy(art, True)]
-    notes = []
-    if args.ort:
-        try:
-            contenders.append(Ort(ckpt))
-        except Exception as e:  # noqa: BLE001 - reported in the table, the others go on
-            notes.append(f"ort: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-    else:
-        notes.append("ort: not run (--ort: ONNX Runtime through optimum's ORTModelForCausalLM export with a cache)")
-    rng = np.random.default_rng(0)
+    names = ["torch", "tripy_build", "tripy_build.runtime"] + (["ort"] if args.ort else [])
+    notes = [] if args.ort else ["ort: not run (--ort: ONNX Runtime through optimum's ORTModelForCausalLM export "
+                                 "with a cache)"]
     rows = []
     for batch in (1, 8):
-        ids = rng.integers(0, 50257, (batch, args.prompt)).astype(np.int32)
-        ttft = {c.name: [] for c in contenders}
-        total = {c.name: [] for c in contenders}
-        outputs = {}
-        for c in contenders:
-            outputs[c.name] = c.generate(ids, args.new)  # warm-up, and the ids compared
+        runs: dict[str, list[dict]] = {n: [] for n in names}
         for r in range(args.rounds):
-            order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
-            for c in order:
-                ttft[c.name].append(timed(c.generate, ids, 1))
-                total[c.name].append(timed(c.generate, ids, args.new))
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                runs[name].append(spawn(name, batch, args, ckpt, art))
             log(f"batch {batch} round {r + 1}/{args.rounds} done")
-        ref = outputs["torch"]
-        for c in contenders:
-            t1, tn = statistics.median(ttft[c.name]), statistics.median(total[c.name])
-            same = int((outputs[c.name] == ref).all(axis=1).sum())
-            rows.append((batch, c.name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9), f"{same}/{batch}"))
+        ref = np.array(runs["torch"][0]["ids"]) if "ids" in runs["torch"][0] else None
+        for name in names:
+            ok = [x for x in runs[name] if "error" not in x]
+            if not ok:
+                notes.append(f"{name}, batch {batch}: {runs[name][0]['error']}")
+                continue
+            t1, tn = statistics.median(x["ttft"] for x in ok), statistics.median(x["total"] for x in ok)
+            ids = np.array(ok[0]["ids"])
+            same = int((ids == ref).all(axis=1).sum()) if ref is not None else 0
+            rows.append((batch, name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9), f"{same}/{batch}"))
     print(f"\nGPT-2 {'quick' if args.quick else 'small'}: prompt {args.prompt}, {args.new} new tokens, greedy; "
           f"{len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
     print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")
     by = {(b, n): (t, d) for b, n, t, d, _ in rows}
     for b, n, t, d, same in rows:
-        tt, td = by[(b, "torch")]
+        tt, td = by.get((b, "torch"), (t, d))
         print(f"{b:>5}  {n:<20} {t:>9.1f} {t / tt:>7.2f}x {d:>13.1f} {d / td:>7.2f}x  {same}")
     for note in notes:
         print(note)
