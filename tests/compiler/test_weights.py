@@ -165,3 +165,22 @@ def test_a_concatenate_of_weights_is_prepared_once_and_a_broadcast_to_a_batch_is
     x = rng.standard_normal((4, 128)).astype(np.float32)
     got = s.main(*s.prepare([w.value for w in s.weights]), x)
     np.testing.assert_allclose(got[0], x @ np.concatenate([q.T, k.T, v.T], axis=1), rtol=1e-4, atol=1e-3)
+
+
+def test_a_weight_times_a_vector_made_in_the_function_is_prepared_once():
+    """``w * concatenate([full(d, s), ones(2d)])`` (GPT-2's query scale folded into its fused projection) only
+    depends on the weight: it is prepared at load, and the program takes the product, not the weight."""
+    def scaled(params, x):
+        scale = jnp.concatenate([jnp.full((D,), 0.125, jnp.float32), jnp.ones((2 * D,), jnp.float32)])
+        return x @ (params["w"] * scale) + jnp.arange(3 * D, dtype=jnp.float32)
+
+    w = np.random.default_rng(0).standard_normal((D, 3 * D)).astype(np.float32)
+    exe = tb.compile(scaled, args=[{"w": w}, II((tb.NamedDimension("batch", 1, 2, 4), D), "float32")])
+    assert [s.kind for s in exe._program.sources] == ["prep"]  # the product, prepared: not the raw weight
+    assert exe._program.prep.out_avals[0].shape == (D, 3 * D)
+    main = exe._program.main.mlir_module()
+    products = [line for line in main.splitlines() if "stablehlo.multiply" in line and "f32>" in line]
+    assert not products and "stablehlo.iota" in main  # the arange stays in main, as a constant
+    x = np.random.default_rng(1).standard_normal((3, D)).astype(np.float32)
+    want = x @ (w * np.concatenate([np.full(D, 0.125), np.ones(2 * D)]).astype(np.float32)) + np.arange(3 * D)
+    np.testing.assert_allclose(np.asarray(exe(x)), want, rtol=1e-5, atol=1e-5)

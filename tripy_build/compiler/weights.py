@@ -138,19 +138,41 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
 
     known = set(weight_of_var)
     prep_eqns, main_eqns = [], []
+    constants: set[Any] = set()  # outputs of small equations of no input (a scale vector): made wherever read
     for eqn in jaxpr.eqns:
         ins = [v for v in eqn.invars if not isinstance(v, core.Literal)]
-        foldable = bool(ins) and all(v in known for v in ins) and not eqn.effects and all(
-            _is_static(v.aval) for v in eqn.outvars)
-        if foldable:
-            out_bytes = sum(_nbytes(v.aval) for v in eqn.outvars)
-            foldable = out_bytes <= max(MAX_EQN_GROWTH * sum(_nbytes(v.aval) for v in ins), SMALL_EQN_BYTES)
+        static = not eqn.effects and all(_is_static(v.aval) for v in eqn.outvars)
+        out_bytes = sum(_nbytes(v.aval) for v in eqn.outvars) if static else 0
+        if not ins and static and out_bytes <= SMALL_EQN_BYTES:
+            # ``w * jnp.concatenate([jnp.full(d, s), jnp.ones(2 * d)])`` is weight-only work: the vector is
+            # made in prep too, so the product is prepared once instead of on every call
+            prep_eqns.append(eqn)
+            main_eqns.append(eqn)
+            known.update(eqn.outvars)
+            constants.update(eqn.outvars)
+            continue
+        foldable = bool(ins) and all(v in known for v in ins) and static and \
+            out_bytes <= max(MAX_EQN_GROWTH * sum(_nbytes(v.aval) for v in ins), SMALL_EQN_BYTES)
+        if foldable and all(v in constants for v in ins):
+            prep_eqns.append(eqn)  # still made of constants only: made wherever read, as above
+            main_eqns.append(eqn)
+            known.update(eqn.outvars)
+            constants.update(eqn.outvars)
+            continue
         (prep_eqns if foldable else main_eqns).append(eqn)
         if foldable:
             known.update(eqn.outvars)
 
     needed = _vars_read(main_eqns) | {v for v in jaxpr.outvars if not isinstance(v, core.Literal)}
-    computed = [v for eqn in prep_eqns for v in eqn.outvars if v in needed]
+    computed = [v for eqn in prep_eqns for v in eqn.outvars if v in needed and v not in constants]
+    if constants:  # main keeps the constant equations it reads (directly, or through another constant)
+        read = _vars_read([e for e in main_eqns if not set(e.outvars) <= constants]) | set(jaxpr.outvars)
+        kept = []
+        for eqn in reversed(main_eqns):
+            if not set(eqn.outvars) <= constants or read & set(eqn.outvars):
+                kept.append(eqn)
+                read |= _vars_read([eqn])
+        main_eqns = kept[::-1]
     weight_bytes = sum(w.nbytes for w in weights)
     if sum(_nbytes(v.aval) for v in computed) > MAX_PREPARED_GROWTH * max(weight_bytes, 1):
         prep_eqns, main_eqns, computed = [], list(jaxpr.eqns), []
@@ -184,7 +206,7 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
         outs = [v.val if isinstance(v, core.Literal) else env[v] for v in jaxpr.outvars]
         return jax.tree_util.tree_unflatten(out_tree, outs)
 
-    chunks = _chunks(prep_eqns, computed, weight_vars) if computed else []
+    chunks = _chunks(prep_eqns, computed, weight_vars, constants) if computed else []
     return Split(weights, prep if computed else None, [v.aval for v in computed], sources, main, out_tree, chunks,
                  chunk_fn if computed else None)
 
@@ -200,11 +222,13 @@ def _needed(eqns: Sequence[Any], wanted: Sequence[Any]) -> list[Any]:
     return kept[::-1]
 
 
-def _chunks(prep_eqns: Sequence[Any], computed: Sequence[Any], weight_vars: Sequence[Any]) -> list[PrepChunk]:
+def _chunks(prep_eqns: Sequence[Any], computed: Sequence[Any], weight_vars: Sequence[Any],
+            constants: set[Any] = frozenset()) -> list[PrepChunk]:
     """``computed`` cut into chunks that share no weight (nor any work), about ``PREP_CHUNK_BYTES`` each.
 
     Prepared arrays made from a common weight, or through a common intermediate, are grouped (a
-    union-find over the prep equations); groups are packed in order of their first prepared array.
+    union-find over the prep equations; a small constant each chunk makes for itself joins nothing);
+    groups are packed in order of their first prepared array.
     """
     parent: dict[Any, Any] = {}
 
@@ -215,7 +239,7 @@ def _chunks(prep_eqns: Sequence[Any], computed: Sequence[Any], weight_vars: Sequ
         return v
 
     for eqn in prep_eqns:
-        vs = [v for v in (*eqn.invars, *eqn.outvars) if not isinstance(v, core.Literal)]
+        vs = [v for v in (*eqn.invars, *eqn.outvars) if not isinstance(v, core.Literal) and v not in constants]
         for v in vs[1:]:
             parent[find(v)] = find(vs[0])
     groups: dict[Any, list[int]] = {}
