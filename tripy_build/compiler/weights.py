@@ -70,6 +70,10 @@ def _nbytes(aval: Any) -> int:
 
 
 def _is_static(aval: Any) -> bool:
+    """A plain array of known shape (a PRNG key's extended dtype is neither sized nor prepared)."""
+    dtype = getattr(aval, "dtype", None)
+    if dtype is None or jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+        return False
     return all(isinstance(d, (int, np.integer)) for d in getattr(aval, "shape", ()))
 
 
