@@ -98,7 +98,14 @@ def test_bad_generate_requests_are_one_line_400s(server):
         assert status == 400 and fragment in message and "\n" not in message, (body, message)
 
 
-def test_a_client_that_leaves_a_stream_frees_its_row(server, reference):
+def test_a_client_that_leaves_a_stream_frees_its_row(server, reference, monkeypatch):
+    generator = server.endpoints["gpt2"].generator
+    run = generator.steps.run
+
+    def slow_run(*args):  # a step as long as a real model's, so the stream cannot finish before its client leaves
+        time.sleep(0.03)
+        return run(*args)
+    monkeypatch.setattr(generator.steps, "run", slow_run)
     host, port = server.url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     conn.request("POST", "/v2/models/gpt2/generate_stream", body=json.dumps({"input_ids": [3, 4], "max_new_tokens": 25}),
@@ -109,7 +116,6 @@ def test_a_client_that_leaves_a_stream_frees_its_row(server, reference):
     conn.close()
     status, data = post(server, "/v2/models/gpt2/generate", {"input_ids": [3, 4], "max_new_tokens": 5})
     assert status == 200 and json.loads(data)["output_ids"] == reference([3, 4], 5)
-    generator = server.endpoints["gpt2"].generator
     for _ in range(200):  # the stream was cancelled at its next step, not run to its 25 tokens
         if not generator.rows:
             break
