@@ -73,6 +73,9 @@ def test_the_artifact_has_two_entries_sharing_weights(gpt2):
     assert m["donated"] == decode["donated"] == ["cache"]
     assert m["metadata"]["generate"]["max_length"] == MAX_LENGTH
     assert sorted(e["profile"]["seq"] for e in m["executables"] if e["profile"]["batch"] == 1) == [1, 2, 4, 8]
+    # decode: one token per row, or a whole-batch prompt chunk: 8 (the longest prompt chunk; 8 // 8 = 1) and 4
+    # (the dim's opt, as every entry's all-opt profile)
+    assert sorted(e["profile"]["seq"] for e in decode["executables"] if e["profile"]["batch"] == 1) == [1, 4, 8]
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -92,6 +95,26 @@ def test_greedy_ids_equal_hugging_face_for_a_batch_of_lengths(gpt2, loaded):
     ids = np.array([p + [3] * (longest - len(p)) for p in PROMPTS], np.int32)
     mask = np.array([[1] * len(p) + [0] * (longest - len(p)) for p in PROMPTS], np.int32)
     np.testing.assert_array_equal(loaded.generate(ids, 10, attention_mask=mask), want)
+
+
+def test_prompts_that_start_together_prefill_their_common_length_as_one_batch(gpt2, loaded):
+    """Lengths 11, 9 and 12 share 9 tokens: one ``decode`` call of 8 tokens over every row, then each row's rest
+    through ``prefill`` (3 = 2 + 1, 1, 4 tokens: 4 calls) instead of 3 + 2 + 2 = 7 one-row chunk calls."""
+    from tripy_build.runtime.generate import generate
+
+    model, _ = gpt2
+    prompts = [list(range(20, 31)), list(range(40, 49)), list(range(60, 72))]
+    steps = loaded.generation_steps()
+    calls = []
+    run = steps.run
+    steps.run = lambda entry, profile, leaves: calls.append((entry, dict(profile))) or run(entry, profile, leaves)
+    got = generate(steps, steps.spec(), "gpt2", prompts, 3)
+    np.testing.assert_array_equal(got, hf_generate(model, prompts, 3))
+    prefill = [c for c in calls if c[0] == "prefill"]
+    wide = [c for c in calls if c[0] == "decode" and c[1]["seq"] > 1]
+    assert wide == [("decode", {"batch": 4, "seq": 8})]
+    assert [p["seq"] for _, p in prefill] == [2, 1, 1, 4]
+    assert len(calls) == 1 + 4 + 2  # and two steps for the second and third tokens
 
 
 def test_more_prompts_than_the_largest_batch_bucket_run_in_groups(gpt2, loaded):

@@ -129,3 +129,29 @@ def test_generate_on_a_model_that_does_not_generate_is_404(artifact):
         name = next(iter(srv.endpoints))
         status, data = post(srv, f"/v2/models/{name}/generate", {"input_ids": [1]})
     assert status == 404 and b"not built with task=generate" in data
+
+
+def test_requests_reaching_an_idle_server_together_prefill_as_one_batch(gpt2, reference):
+    """Three prompts of 9-12 tokens sent at once: their common 8 tokens run as one decode call over every row
+    (the generator waits a few ms for requests arriving with the first), the rest of each row by prefill."""
+    import threading
+
+    from tripy_build import runtime
+    from tripy_build.serve.generation import Generator
+
+    steps = runtime.load(gpt2).generation_steps()
+    calls, run = [], steps.run
+    steps.run = lambda entry, profile, leaves: calls.append((entry, profile["seq"])) or run(entry, profile, leaves)
+    generator = Generator(steps, steps.spec(), "gpt2")
+    prompts = [list(range(10, 19)), list(range(30, 40)), list(range(50, 62))]
+    tokens = [[] for _ in prompts]
+    done = [threading.Event() for _ in prompts]
+    try:
+        for i, prompt in enumerate(prompts):
+            generator.submit(prompt, 4, tokens[i].append, lambda error, i=i: done[i].set())
+        assert all(d.wait(60) for d in done)
+    finally:
+        generator.close()
+    assert tokens == [reference(p, 4) for p in prompts]
+    assert [c for c in calls if c[0] == "decode" and c[1] > 1] == [("decode", 8)]
+    assert [seq for entry, seq in calls if entry == "prefill"] == [1, 2, 4]  # the rows' 1, 2 and 4 tokens left

@@ -4,7 +4,8 @@ A model that generates has ``extend(params, input_ids, position_ids, attention_m
 (run new tokens against a key/value cache, write theirs into it, return the last token's logits and the
 cache), ``extend_inputs(batch, seq, max_length, one_row)`` (its ``InputInfo``) and ``cache_shape(batch,
 max_length)``. ``prefill`` is ``extend`` over one row's prompt chunks (the ``seq`` dim's buckets) into a
-batch's cache, ``decode`` over one token of every row; both take the cache donated (decode also pads its batch by rows), and share the
+batch's cache, ``decode`` over every row: one token (a step), or a chunk of prompts that start together
+(``wide_chunks``); both take the cache donated (decode also pads its batch by rows), and share the
 weights and their prep. The artifact records what ``runtime/generate.py`` needs to drive them (``metadata["generate"]``).
 """
 
@@ -31,13 +32,22 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
     batch, seq = dims["batch"], dims["seq"]
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes
 
-    def entry(tokens: Any, dims_used: tuple[str, ...], one_row: bool) -> Entry:
-        inputs = model.extend_inputs(batch, tokens, max_length, one_row)
+    def entry(one_row: bool, seq_buckets: Any) -> Entry:
+        inputs = model.extend_inputs(batch, seq, max_length, one_row)
         # decode pads its batch by rows (each row is its own sequence); prefill's batch is the cache's, and its
         # ``row`` input must name a real row, which a padded call's proof (random row indices) cannot keep to
         rows = not one_row and isinstance(batch, NamedDimension)
+        policy = {"batch": buckets.get("batch", "pow2"), "seq": seq_buckets}
         return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if rows else None,
-                     buckets={d: buckets.get(d, "pow2") for d in dims_used if isinstance(dims[d], NamedDimension)},
+                     buckets={d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size))
-    return {PREFILL: entry(seq, ("batch", "seq"), True), DECODE: entry(1, ("batch",), False)}, spec
+    return {PREFILL: entry(True, buckets.get("seq", "pow2")), DECODE: entry(False, wide_chunks(seq))}, spec
+
+
+def wide_chunks(seq: Any) -> list[int]:
+    """The ``seq`` sizes of ``decode``: 1 (a step) and two prompt-chunk sizes, the longest prompt chunk and an
+    eighth of it, so that prompts that start together are prefilled as one batch (a common prefix of 100
+    tokens: 6 calls of 16 over every row, then 4 tokens per row through ``prefill``)."""
+    hi = int(getattr(seq, "max", seq))
+    return sorted({1, max(hi // 8, 1), hi})

@@ -202,9 +202,13 @@ class Executable:
         """
         from .generate import generate
 
-        steps = _Steps(next(iter(self.entries.values())) if self.entries else self)
+        steps = self.generation_steps()
         return generate(steps, steps.spec(), self._name, input_ids, max_new_tokens, attention_mask, temperature, top_k,
                         seed, eos_token_id, pad_token_id)
+
+    def generation_steps(self) -> "_Steps":
+        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it)."""
+        return _Steps(next(iter(self.entries.values())) if self.entries else self)
 
     @property
     def weights(self) -> dict[str, Any]:

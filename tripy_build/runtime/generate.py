@@ -4,12 +4,14 @@ The artifact (``task=generate``) holds two entries of one function, ``extend``: 
 against a key/value cache of ``max_length`` positions per row, writes their keys and values at each
 row's own position (the cache is donated: updated in place, never copied) and returns the logits of
 each row's last new token. ``prefill`` runs one row's prompt chunk (its ``seq`` buckets) into the
-cache of a whole batch; ``decode`` one token for every row.
+cache of a whole batch; ``decode`` one token for every row, or a chunk of every row's prompt.
 
 A ``Session`` is a running batch: a cache of ``batch`` rows (a decode bucket) and, per row, where its
 next token goes. A sequence joins at any step by taking a free row: its prompt is prefilled into that
 row in chunks whose lengths are prefill buckets (100 tokens: 64 + 32 + 4), so that every call runs a
-precompiled profile as it is (no padding, no compile), and it leaves when it is done. ``generate``
+precompiled profile as it is (no padding, no compile), and it leaves when it is done. Prompts that
+start together (a ``generate`` call, or requests that find the server idle) are prefilled as a batch:
+their common length through ``decode``'s chunk sizes over every row, the rest row by row. ``generate``
 runs one batch of prompts through a session; ``serve/generation.py`` keeps one running for many
 clients (iteration-level batching).
 
@@ -126,7 +128,8 @@ class Sampler:
 
 
 def chunks(length: int, sizes: Sequence[int]) -> list[int]:
-    """``length`` as a sum of available chunk ``sizes``, largest first (``sizes`` includes 1)."""
+    """``length`` as a sum of available chunk ``sizes``, largest first: all of it when ``sizes`` includes 1, else
+    as much as they cover."""
     out, left = [], length
     for size in sorted(set(sizes), reverse=True):
         while size <= left:
@@ -161,6 +164,8 @@ class Session:
         self.token = np.zeros(batch, np.int32)  # each row's last token: the next decode step's input
         self.busy = np.zeros(batch, bool)
         self.sizes = sorted({p["seq"] for p in steps.profiles(spec.prefill) if p["batch"] == batch})
+        # decode's chunk sizes over every row (artifacts built before it had them: steps only)
+        self.wide = sorted({p.get("seq", 1) for p in steps.profiles(spec.decode) if p["batch"] == batch} - {1})
 
     def free_row(self) -> int | None:
         free = np.flatnonzero(~self.busy)
@@ -170,15 +175,43 @@ class Session:
         """Prefill ``prompt`` into ``row`` (chunk by chunk); the logits of its last token, ``[vocab]``."""
         self.mask[row] = 0
         self.mask[row, :len(prompt)] = 1
+        return self._prefill(row, prompt, 0, None)
+
+    def admit_all(self, prompts: Sequence[np.ndarray]) -> np.ndarray:
+        """Prefill ``prompts`` into rows ``0 .. n-1`` of an empty session; their last logits, ``[n, vocab]``.
+
+        The prompts' common length is run over every row at once, in ``decode``'s chunk sizes (one call of
+        ``[batch, 128]`` instead of ``batch`` calls of ``[1, 128]``); what is left of each prompt goes through
+        ``prefill`` row by row. Rows past ``n`` compute on masked zeros and stay free.
+        """
+        if self.busy.any():
+            raise CallError("generate(): admit_all() needs an empty session; admit() a row into a running one.")
+        self.mask[:] = 0
+        for row, prompt in enumerate(prompts):
+            self.mask[row, :len(prompt)] = 1
         at, logits = 0, None
-        for size in chunks(len(prompt), self.sizes):
-            logits, self.cache = self.steps.run(self.spec.prefill, {"batch": self.batch, "seq": size}, [
+        for size in chunks(min(len(p) for p in prompts), self.wide):
+            ids = np.zeros((self.batch, size), np.int32)
+            for row, prompt in enumerate(prompts):
+                ids[row] = prompt[at:at + size]
+            positions = np.broadcast_to(np.arange(at, at + size, dtype=np.int32), (self.batch, size))
+            logits, self.cache = self.steps.run(self.spec.decode, {"batch": self.batch, "seq": size}, [
+                ids, np.ascontiguousarray(positions), self.mask, self.cache, np.full(self.batch, at, np.int32)])
+            at += size
+        return np.stack([self._prefill(row, prompt, at, logits[row] if logits is not None else None)
+                         for row, prompt in enumerate(prompts)])
+
+    def _prefill(self, row: int, prompt: np.ndarray, at: int, logits: np.ndarray | None) -> np.ndarray:
+        """The rest of ``prompt`` from ``at`` into ``row`` (``logits``: those of token ``at - 1``, if run)."""
+        for size in chunks(len(prompt) - at, self.sizes):
+            out, self.cache = self.steps.run(self.spec.prefill, {"batch": self.batch, "seq": size}, [
                 prompt[None, at:at + size].astype(np.int32), np.arange(at, at + size, dtype=np.int32)[None],
                 self.mask, self.cache, np.array([at], np.int32), np.array([row], np.int32)])
+            logits = out[0]
             at += size
         self.index[row] = len(prompt)
         self.busy[row] = True
-        return logits[0, :self.spec.vocab_size]
+        return logits[:self.spec.vocab_size]
 
     def step(self, tokens: dict[int, int]) -> np.ndarray:
         """One decode step: each busy row's next ``tokens[row]`` in; the next logits of every row, ``[batch, vocab]``."""
@@ -186,7 +219,7 @@ class Session:
             self.token[row] = token
             self.mask[row, self.index[row]] = 1
         index = np.where(self.busy, self.index, 0).astype(np.int32)
-        logits, self.cache = self.steps.run(self.spec.decode, {"batch": self.batch}, [
+        logits, self.cache = self.steps.run(self.spec.decode, {"batch": self.batch, "seq": 1}, [
             self.token[:, None], index[:, None], self.mask, self.cache, index])
         self.index[self.busy] += 1
         return logits[:, :self.spec.vocab_size]
@@ -220,7 +253,7 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
 
 def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: int | None,
            pad: int | None) -> np.ndarray:
-    logits = np.stack([session.admit(i, r) for i, r in enumerate(rows)])
+    logits = session.admit_all(rows)
     tokens = np.zeros((len(rows), max_new_tokens), np.int32)
     done = np.zeros(len(rows), bool)
     for step in range(max_new_tokens):
