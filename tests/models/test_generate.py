@@ -117,6 +117,26 @@ def test_prompts_that_start_together_prefill_their_common_length_as_one_batch(gp
     assert len(calls) == 1 + 4 + 2  # and two steps for the second and third tokens
 
 
+def test_a_finished_sessions_cache_is_taken_by_the_next_without_clearing(gpt2, loaded):
+    """The second generate at a batch places no cache (it takes the one the first left), and what the first
+    wrote there changes nothing: the ids still equal Hugging Face's."""
+    model, _ = gpt2
+    steps = loaded.generation_steps()
+    assert steps is loaded.generation_steps()
+    placed, zeros = [], steps.zeros
+    steps.zeros = lambda shape, dtype: placed.append(tuple(shape)) or zeros(shape, dtype)
+    try:
+        short = [[9, 8, 7]]
+        for _ in range(2):
+            np.testing.assert_array_equal(loaded.generate(PROMPTS, 6), hf_generate(model, PROMPTS, 6))
+            np.testing.assert_array_equal(loaded.generate(short, 9), hf_generate(model, short, 9))
+            if _ == 0:
+                first = list(placed)
+    finally:
+        del steps.zeros
+    assert placed == first and len(first) <= 2  # nothing placed the second time round
+
+
 def test_more_prompts_than_the_largest_batch_bucket_run_in_groups(gpt2, loaded):
     model, _ = gpt2
     prompts = PROMPTS + [[1, 2, 3], [60, 61]]  # 6 rows, the largest bucket is 4

@@ -42,6 +42,7 @@ from .program import Program, Weight, resolve
 log = logging.getLogger("tripy_build.executable")
 
 _FAST_CACHE_LIMIT = 4096
+_STEPS_LOCK = threading.Lock()
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Executable:
         self._program_bytes = program_bytes
         self._prep_bytes = prep_bytes
         self._name = name
+        self._generation: _Steps | None = None  # generation_steps(), made on first use
         self._parameters = list(parameters)
         self._leaves = list(leaves)
         self._sizes = list(sizes)
@@ -207,8 +209,13 @@ class Executable:
                         seed, eos_token_id, pad_token_id)
 
     def generation_steps(self) -> "_Steps":
-        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it)."""
-        return _Steps(next(iter(self.entries.values())) if self.entries else self)
+        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it):
+        one per loaded artifact, holding the caches finished sessions leave for the next."""
+        main = next(iter(self.entries.values())) if self.entries else self
+        with _STEPS_LOCK:
+            if main._generation is None:
+                main._generation = _Steps(main)
+            return main._generation
 
     @property
     def weights(self) -> dict[str, Any]:
@@ -268,6 +275,7 @@ class Executable:
             for leaf, (path, info) in zip(leaves, self._leaves_of(name)):
                 check_leaf(leaf, path, info)
         new = copy.copy(self)
+        new._generation = None  # its steps run the new executable, with spares of their own
         new._bound = dict(self._bound)
         new._bound.update({n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()})
         new._selftest_cache = None
@@ -629,7 +637,10 @@ class _Steps:
     """``runtime/generate.py``'s steps on jax: a profile's compiled call, the cache a jax array kept on device."""
 
     def __init__(self, exe: Executable):
+        from .generate import Spares
+
         self.exe = exe
+        self.spares = Spares()
 
     def spec(self) -> Any:
         from .generate import Spec

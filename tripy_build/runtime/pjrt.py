@@ -66,6 +66,9 @@ def _pjrt() -> Any:
     return _jax
 
 
+_STEPS_LOCK = threading.Lock()
+
+
 class _Aval:
     """What jaxlib's C++ reads from an abstract value (jax's ``ShapedArray``) when it places an array."""
 
@@ -184,6 +187,7 @@ class Runtime:
                           if e.platform == "cpu" and e.is_xla and c.usable(e, _client)}
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
+        self._generation: _Steps | None = None  # generation_steps(), made on first use
         self._ran: set[tuple[int, ...]] = set()  # profiles run at least once (their first run is the slow one)
         self._lock = threading.Lock()
         self._full: Any = None
@@ -263,8 +267,13 @@ class Runtime:
         return main._manifest.model if self.entries else self.__name__
 
     def generation_steps(self) -> "_Steps":
-        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it)."""
-        return _Steps(next(iter(self.entries.values())) if self.entries else self)
+        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it):
+        one per loaded artifact, holding the caches finished sessions leave for the next."""
+        main = next(iter(self.entries.values())) if self.entries else self
+        with _STEPS_LOCK:
+            if main._generation is None:
+                main._generation = _Steps(main)
+            return main._generation
 
     @property
     def input_infos(self) -> dict[str, Any]:
@@ -458,7 +467,10 @@ class _Steps:
     buffer between calls (passed back donated: updated in place), the logits read back."""
 
     def __init__(self, rt: Runtime):
+        from .generate import Spares
+
         self.rt = rt
+        self.spares = Spares()
 
     def profiles(self, entry: str) -> list[dict[str, int]]:
         e = self.rt.entry(entry)

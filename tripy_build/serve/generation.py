@@ -173,6 +173,7 @@ class Generator:
         self.session.release(row)
         seq.on_done(None)
         if not self.rows:
+            self.session.close()
             self.session = None  # the next request starts at the smallest batch
 
     def _bucket(self, n: int) -> int:
@@ -188,6 +189,7 @@ class Generator:
         bigger.cache = self.steps.put(np.pad(cache, pad))
         for name in ("mask", "index", "token", "busy"):
             getattr(bigger, name)[:session.batch] = getattr(session, name)
+        session.close()
         return bigger
 
 
