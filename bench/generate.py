@@ -37,7 +37,8 @@ generate); the contenders' order rotates each round. Also measured:
 - serving: ``tripy-build serve``'s ``/generate`` (in-process server, the jax-free runtime) with one client,
   then 8 concurrent clients, each asking for ``--new`` tokens: total new tokens per second, and the ratio.
 
-Run: ``python bench/generate.py`` (real size, ~10 min on 2 cores), ``--quick`` (2 layers, 64 wide, 16 new).
+Run: ``python bench/generate.py`` (real size, ~25 min on 2 cores with ``--ort``), ``--quick`` (2 layers, 64 wide,
+16 new).
 """
 
 from __future__ import annotations
