@@ -38,11 +38,11 @@ from .compile_cache import key as compile_cache_key, shared as shared_compile_ca
 from .warmup import fastest_run, start as start_warmup, stopping as warmup_stopping, warm_in_order
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import Program, Weight, resolve
+from .entries import MultiEntry
 
 log = logging.getLogger("tripy_build.executable")
 
 _FAST_CACHE_LIMIT = 4096
-_STEPS_LOCK = threading.Lock()
 
 
 @dataclass
@@ -66,7 +66,7 @@ class Precompiled:
         return self.call
 
 
-class Executable:
+class Executable(MultiEntry):
     """A compiled function. Call it like the original, with only the runtime inputs."""
 
     def __init__(self, *, program: Program, program_bytes: bytes, prep_bytes: bytes | None, name: str,
@@ -82,7 +82,7 @@ class Executable:
         self._program_bytes = program_bytes
         self._prep_bytes = prep_bytes
         self._name = name
-        self._generation: _Steps | None = None  # generation_steps(), made on first use
+        self._generation: _Steps | None = None  # generation_steps(), made on first use (MultiEntry)
         self._parameters = list(parameters)
         self._leaves = list(leaves)
         self._sizes = list(sizes)
@@ -170,52 +170,6 @@ class Executable:
         """The positions of the donated inputs among the program's arguments (weights first)."""
         paths = [p for p, _ in self._leaves]
         return tuple(len(self._program.sources) + paths.index(p) for p in self.donated)
-
-    def entry(self, name: str) -> "Executable":
-        """The entry called ``name`` of a multi-entry executable (``entries`` lists them)."""
-        if name not in self.entries:
-            raise CallError(f"{self._name}: no entry {name!r}; its entries: "
-                            f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
-        return self.entries[name]
-
-    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int | None = None, eos_token_id: int | None = None,
-                 pad_token_id: int | None = None) -> np.ndarray:
-        """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries).
-
-        Args:
-            input_ids: the prompts: a list of token-id lists (any lengths), or an int array ``[batch, prompt]``
-                whose padding (either side) ``attention_mask`` marks with 0.
-            max_new_tokens: how many tokens to generate per prompt; the longest prompt plus these must fit
-                in the artifact's ``generate.max_length``.
-            temperature: 0 (default): greedy; above 0: sample from ``softmax(logits / temperature)``.
-            top_k: sample among the ``top_k`` most likely tokens only.
-            seed: the sampling's seed: the same seed, the same tokens.
-            eos_token_id: a row stops after generating it (None: every row generates ``max_new_tokens``).
-            pad_token_id: what a stopped row is filled with (default ``eos_token_id``).
-
-        Returns:
-            The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.
-
-        Example::
-
-            gpt2 = tripy_build.load("artifacts/gpt2/1c2f...")
-            new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
-        """
-        from .generate import generate
-
-        steps = self.generation_steps()
-        return generate(steps, steps.spec(), self._name, input_ids, max_new_tokens, attention_mask, temperature, top_k,
-                        seed, eos_token_id, pad_token_id)
-
-    def generation_steps(self) -> "_Steps":
-        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it):
-        one per loaded artifact, holding the caches finished sessions leave for the next."""
-        main = next(iter(self.entries.values())) if self.entries else self
-        with _STEPS_LOCK:
-            if main._generation is None:
-                main._generation = _Steps(main)
-            return main._generation
 
     @property
     def weights(self) -> dict[str, Any]:
@@ -663,6 +617,9 @@ class _Steps:
         e = self.exe.entry(entry)
         out = e._callable(tuple(profile[d.name] for d in e.dims))(*e._leading, *leaves)
         return np.asarray(out["logits"]), out["cache"]
+
+
+Executable._steps_class = _Steps
 
 
 def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:

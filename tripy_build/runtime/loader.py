@@ -20,6 +20,7 @@ from ..artifact import crosscheck
 from ..artifact.manifest import XLA_FORMAT, ExecutableEntry
 from ..artifact.read import read_contents
 from ..errors import ArtifactError, SpecError
+from .entries import Shared
 
 
 WARMUPS = ("background", "now", "none")
@@ -63,15 +64,6 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
         for exe in exes.values():
             exe.warm_up(background=warmup == "background")
     return exes[m.entry]
-
-
-class Shared:
-    """What the entries of one artifact share as they are loaded: each weight file placed once, each prep
-    program (with the same weight files) run once."""
-
-    def __init__(self) -> None:
-        self.placed: dict[str, Any] = {}  # weight file -> device array
-        self.prepared: dict[tuple, list[Any]] = {}  # (prep file, weight files) -> the prep program's outputs
 
 
 def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:

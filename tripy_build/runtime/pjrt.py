@@ -43,6 +43,7 @@ from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
+from .entries import MultiEntry, Shared
 from .warmup import RUN_LIMIT_S, start as start_warmup, stopping as warmup_stopping, warm_in_order
 
 _client = None
@@ -64,9 +65,6 @@ def _pjrt() -> Any:
         if _client is None:
             _client = _jax.get_tfrt_cpu_client(asynchronous=False)
     return _jax
-
-
-_STEPS_LOCK = threading.Lock()
 
 
 class _Aval:
@@ -156,13 +154,13 @@ class _Compiled:
         return [_host(o) for o in self.device_outputs(args)]
 
 
-class Runtime:
+class Runtime(MultiEntry):
     """A built artifact, loaded without jax. Call it like ``Executable``; outputs are numpy arrays."""
 
-    def __init__(self, contents: Contents, warmup: str = "none", shared: "_Shared | None" = None):
+    def __init__(self, contents: Contents, warmup: str = "none", shared: "Shared | None" = None):
         c = contents
         m = c.manifest
-        self._shared = shared or _Shared()
+        self._shared = shared or Shared()
         self.entries: dict[str, Runtime] = {}  # a multi-entry artifact's entries by name, this one included
         self.donated = m.donated
         c.check_platform("cpu")
@@ -187,7 +185,7 @@ class Runtime:
                           if e.platform == "cpu" and e.is_xla and c.usable(e, _client)}
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
-        self._generation: _Steps | None = None  # generation_steps(), made on first use
+        self._generation: _Steps | None = None  # generation_steps(), made on first use (MultiEntry)
         self._ran: set[tuple[int, ...]] = set()  # profiles run at least once (their first run is the slow one)
         self._lock = threading.Lock()
         self._full: Any = None
@@ -237,43 +235,15 @@ class Runtime:
             shared.prepared[key] = prepared
         return [direct[i] if kind == "weight" else prepared[i] for kind, i in m.sources]
 
-    def entry(self, name: str) -> "Runtime":
-        """The entry called ``name`` of a multi-entry artifact (``entries`` lists them)."""
-        if name not in self.entries:
-            raise CallError(f"{self.__name__}: no entry {name!r}; its entries: "
-                            f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
-        return self.entries[name]
-
-    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int | None = None, eos_token_id: int | None = None,
-                 pad_token_id: int | None = None) -> np.ndarray:
-        """``Executable.generate`` without jax: the new tokens, int32 ``[batch, n]`` (see its arguments)."""
-        from .generate import generate
-
-        steps = self.generation_steps()
-        return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, temperature,
-                        top_k, seed, eos_token_id, pad_token_id)
-
     @property
     def can_generate(self) -> bool:
         """Whether the artifact was built with ``task=generate`` (``generate`` works)."""
-        main = next(iter(self.entries.values())) if self.entries else self
-        return "generate" in main._manifest.metadata
+        return "generate" in self._main._manifest.metadata
 
     @property
     def model_name(self) -> str:
         """The model's name (the build's ``model.name``; the function's for an artifact saved from Python)."""
-        main = next(iter(self.entries.values())) if self.entries else self
-        return main._manifest.model if self.entries else self.__name__
-
-    def generation_steps(self) -> "_Steps":
-        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it):
-        one per loaded artifact, holding the caches finished sessions leave for the next."""
-        main = next(iter(self.entries.values())) if self.entries else self
-        with _STEPS_LOCK:
-            if main._generation is None:
-                main._generation = _Steps(main)
-            return main._generation
+        return self._main._manifest.model if self.entries else self.__name__
 
     @property
     def input_infos(self) -> dict[str, Any]:
@@ -488,7 +458,7 @@ class _Steps:
     def spec(self) -> Any:
         from .generate import Spec
 
-        main = next(iter(self.rt.entries.values())) if self.rt.entries else self.rt
+        main = self.rt._main
         return Spec.from_metadata(main._manifest.metadata, main.__name__)
 
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
@@ -502,14 +472,7 @@ class _Steps:
         return _host(outs[names.index("logits")]), outs[names.index("cache")]
 
 
-class _Shared:
-    """What the entries of one artifact share as they load: each weight file placed once, each prep program
-    (over the same weight files) run once."""
-
-    def __init__(self) -> None:
-        self.placed: dict[str, Any] = {}  # weight file -> device buffer
-        self.prepared: dict[tuple, dict[int, Any]] = {}  # (prep file, weight files) -> prep's outputs by index
-
+Runtime._steps_class = _Steps
 
 def _iree_entry(manifest: Manifest) -> ExecutableEntry | None:
     """The artifact's IREE dynamic-shape module if it can run here (IREE installed, same release and CPU)."""
@@ -586,7 +549,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
     m = contents.manifest
     if not m.entry:
         return Runtime(contents, warmup)
-    shared = _Shared()
+    shared = Shared()
     runtimes = {name: Runtime(contents.for_entry(name), warmup, shared) for name, _ in m.all_entries()}
     for rt in runtimes.values():
         rt.entries = runtimes

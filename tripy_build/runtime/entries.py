@@ -1,0 +1,89 @@
+"""The entries of a multi-entry artifact as both loaders expose them (``Executable`` on jax, ``Runtime``
+without it), and what the entries share while they load.
+
+A ``task=generate`` artifact is one: ``prefill`` and ``decode`` over one set of weights. Each entry is an
+executable of its own; every one of them holds the same ``entries`` dict, and the first is the main one
+(the artifact's top level, where its metadata is).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..errors import CallError
+
+_STEPS_LOCK = threading.Lock()
+
+
+class Shared:
+    """What the entries of one artifact share as they load: each weight file placed once, each prep program
+    (over the same weight files) run once."""
+
+    def __init__(self) -> None:
+        self.placed: dict[str, Any] = {}  # weight file -> device array
+        self.prepared: dict[tuple, Any] = {}  # (prep file, weight files) -> the prep program's outputs
+
+
+class MultiEntry:
+    """``entry(name)``, ``generate()`` and ``generation_steps()`` for both loaders. An instance sets ``entries`` (``{}`` for a
+    single function) and ``_generation`` (None); its class sets ``_steps_class`` (its loader's steps for
+    ``runtime/generate.py``)."""
+
+    entries: dict[str, Any]
+    _generation: Any
+    _steps_class: type
+
+    @property
+    def _main(self) -> Any:
+        """The main entry (the artifact's top level): the first entry, or this executable if it is the only one."""
+        return next(iter(self.entries.values())) if self.entries else self
+
+    def entry(self, name: str) -> Any:
+        """The entry called ``name`` of a multi-entry artifact (``entries`` lists them)."""
+        if name not in self.entries:
+            raise CallError(f"{self.__name__}: no entry {name!r}; its entries: "
+                            f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
+        return self.entries[name]
+
+    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 pad_token_id: int | None = None) -> np.ndarray:
+        """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
+        the same with both loaders (``tripy_build.runtime.load``: no jax).
+
+        Args:
+            input_ids: the prompts: a list of token-id lists (any lengths), or an int array ``[batch, prompt]``
+                whose padding (either side) ``attention_mask`` marks with 0.
+            max_new_tokens: how many tokens to generate per prompt; the longest prompt plus these must fit
+                in the artifact's ``generate.max_length``.
+            temperature: 0 (default): greedy; above 0: sample from ``softmax(logits / temperature)``.
+            top_k: sample among the ``top_k`` most likely tokens only.
+            seed: the sampling's seed: the same seed, the same tokens.
+            eos_token_id: a row stops after generating it (None: every row generates ``max_new_tokens``).
+            pad_token_id: what a stopped row is filled with (default ``eos_token_id``).
+
+        Returns:
+            The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.
+
+        Example::
+
+            gpt2 = tripy_build.load("artifacts/gpt2/1c2f...")
+            new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
+        """
+        from .generate import generate
+
+        steps = self.generation_steps()
+        return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, temperature, top_k,
+                        seed, eos_token_id, pad_token_id)
+
+    def generation_steps(self) -> Any:
+        """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it):
+        one per loaded artifact, holding the caches finished sessions leave for the next."""
+        main = self._main
+        with _STEPS_LOCK:
+            if main._generation is None:
+                main._generation = self._steps_class(main)
+            return main._generation
