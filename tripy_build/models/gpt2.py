@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.spec import InputInfo
-from ._layers import Params, activation, attend, embed, layer_norm, mask_bias, normal_init, positions
+from ._layers import Params, activation, attend, attend_cache, cache_windows, embed, layer_norm, mask_bias, normal_init, positions
 
 
 def _conv1d(key: jax.Array, dim_in: int, dim_out: int, std: float = 0.02) -> Params:
@@ -182,6 +182,10 @@ class GPT2:
         keep = (jnp.arange(max_length)[None, None, :] <= query_at[:, :, None])[:, None] & \
             (mask != 0)[:, None, None, :]                                                 # [n, 1, s, max]
         bias = mask_bias(keep, h.dtype)
+        # decode's chunks (prompts that start together: every generate() call's prompts) read only the cache
+        # window they see; prefill, one row's prompt into a running batch, reads it all: it has 4x the
+        # profiles (every batch bucket), and each window adds compile time to every one of them
+        windows = cache_windows(max_length) if row is None else [max_length]
         for i, p in enumerate(params["h"]):
             w_qkv, b_qkv = self._qkv(p, i)
             x = layer_norm(p["ln_1"], h, eps)
@@ -189,12 +193,11 @@ class GPT2:
             q = qkv[:, :, 0]                                                              # [n, s, heads, hd]
             for kind in (0, 1):  # keys, values: written in place (a scatter into the donated cache)
                 cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(qkv[:, :, 1 + kind])
-            if row is None:
-                keys, values = cache[i, 0], cache[i, 1]                                   # [n, heads, max, hd]
-            else:
-                keys, values = (jax.lax.dynamic_slice_in_dim(cache[i, kind], row[0], 1, axis=0) for kind in (0, 1))
-            scores = jnp.einsum("bqnh,bnkh->bnqk", q, keys) + bias
-            ctx = jnp.einsum("bnqk,bnkh->bqnh", jax.nn.softmax(scores, axis=-1), values).reshape(n, s, self.n_embd)
+
+            def read(kind: int, size: int, cache=cache, i=i) -> jax.Array:  # [n, heads, size, hd]
+                part = cache[i, kind, :, :, :size]
+                return part if row is None else jax.lax.dynamic_slice_in_dim(part, row[0], 1, axis=0)
+            ctx = attend_cache(q, read, bias, query_at, windows).reshape(n, s, self.n_embd)
             h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         last = layer_norm(params["ln_f"], h[:, -1], eps)
         return {"logits": jnp.matmul(last, params["wte"].T), "cache": cache}
