@@ -35,7 +35,8 @@ generate); the contenders' order rotates each round. Also measured:
 - the decode step's time with the cache half full and nearly full (the cache is donated and attended at
   its full length, so a step costs the same at any fill: it is not copied per step);
 - serving: ``tripy-build serve``'s ``/generate`` (in-process server, the jax-free runtime) with one client,
-  then 8 concurrent clients, each asking for ``--new`` tokens: total new tokens per second, and the ratio.
+  then 8 concurrent clients, each asking for ``--new`` tokens: total new tokens per second, and the ratio
+  of the medians over ``--rounds`` rounds (one client then 8, each round).
 
 Run: ``python bench/generate.py`` (real size, ~25 min on 2 cores with ``--ort``), ``--quick`` (2 layers, 64 wide,
 16 new).
@@ -178,8 +179,8 @@ def cache_fill(art: Path) -> list[tuple[int, float]]:
     return out
 
 
-def serving(art: Path, prompt: int, new: int, clients: int = 8) -> tuple[float, float]:
-    """Total new tokens per second through /generate with one client, then ``clients`` at once."""
+def serving(art: Path, prompt: int, new: int, rounds: int, clients: int = 8) -> list[tuple[float, float]]:
+    """Total new tokens per second through /generate with one client, then ``clients`` at once, per round."""
     from tripy_build.serve.http import Server
 
     rng = np.random.default_rng(1)
@@ -196,20 +197,21 @@ def serving(art: Path, prompt: int, new: int, clients: int = 8) -> tuple[float, 
             conn.close()
             return len(body["output_ids"])
         one(0)  # warm
-        t = timed(one, 0)
-        single = new / t
-        results = [0] * clients
+        out = []
+        for _ in range(rounds):
+            single = new / timed(one, 0)
+            results = [0] * clients
 
-        def run(i: int) -> None:
-            results[i] = one(i)
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
-        t0 = time.perf_counter()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        many = sum(results) / (time.perf_counter() - t0)
-    return single, many
+            def run(i: int, results: list[int] = results) -> None:
+                results[i] = one(i)
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+            t0 = time.perf_counter()
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            out.append((single, sum(results) / (time.perf_counter() - t0)))
+    return out
 
 
 CONTENDERS = {"torch": lambda ckpt, art: Torch(ckpt), "tripy_build": lambda ckpt, art: Tripy(art, False),
@@ -301,9 +303,11 @@ def main() -> None:
     (fa, a), (fb, b) = cache_fill(art)
     print(f"\ndecode step (runtime, batch 1) with {fa} cache positions filled: {a:.2f} ms; with {fb}: {b:.2f} ms "
           f"(ratio {b / a:.2f})")
-    single, many = serving(art, args.prompt, args.new)
+    served = serving(art, args.prompt, args.new, args.rounds)
+    single, many = (statistics.median(x[k] for x in served) for k in (0, 1))
     print(f"serving /generate: 1 client {single:.1f} tok/s, 8 concurrent clients {many:.1f} tok/s in total "
-          f"({many / single:.2f}x)")
+          f"({many / single:.2f}x; medians of {len(served)} rounds, each: "
+          f"{', '.join(f'{m:.1f}/{s:.1f}' for s, m in served)})")
 
 
 if __name__ == "__main__":
