@@ -154,8 +154,6 @@ def attend_cache(q: jax.Array, read: Any, bias: jax.Array, query_at: jax.Array, 
             return jnp.einsum("bnqk,bnkh->bqnh", jax.nn.softmax(scores, axis=-1), read(1, size))
         return branch
 
-    if len(windows) == 1:
-        return window(windows[0])(q, bias)
     seen = jnp.max(query_at) + 1
     which = jnp.sum(seen > jnp.asarray(windows[:-1], jnp.int32)).astype(jnp.int32)
     # a step (one new token per row) always reads the whole cache: there the branch cost more than the window

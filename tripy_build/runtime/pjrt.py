@@ -474,6 +474,7 @@ class _Steps:
 
 Runtime._steps_class = _Steps
 
+
 def _iree_entry(manifest: Manifest) -> ExecutableEntry | None:
     """The artifact's IREE dynamic-shape module if it can run here (IREE installed, same release and CPU)."""
     entry = next((e for e in manifest.executables if e.is_iree and e.dynamic), None)
