@@ -4,7 +4,7 @@ Each model (the zoo's default sizes) is compiled with ``tb.compile`` at its opt 
 (``buckets="none"``) at every level, several times; compile time is the median of the executable's
 own compile times (``Precompiled.seconds``). Steady latency interleaves the levels round by round on
 the same input (medians of per-round medians). The options each level resolves to are printed:
-``tripy_build/options.py`` documents the mapping and why levels 3..5 coincide on the CPU.
+``tripy_build/compiler/optimization.py`` documents the mapping and why levels 3..5 coincide on the CPU.
 
     .venv/bin/python bench/opt_levels.py            # about 3 minutes on 2 cores
     .venv/bin/python bench/opt_levels.py --quick --models geglu

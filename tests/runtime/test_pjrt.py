@@ -189,6 +189,40 @@ def test_background_warm_up_prepares_every_profile_at_the_idle_scheduling_class(
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's own thread is untouched
 
 
+def _join_warmups():
+    import threading
+
+    for t in [t for t in threading.enumerate() if t.name == "tripy_build-warmup"]:
+        t.join(30)
+
+
+def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine_artifact, monkeypatch):
+    """A profile XLA counts above ``RUN_LIMIT_FLOPS`` is deserialized, never run on zeros (a run of ViT's
+    opt profile held the cores for 1.6 s after load); ``warmup="now"`` still runs every profile."""
+    from tripy_build.runtime import warmup
+
+    path, params = affine_artifact
+    probe = runtime.load(path, warmup="none")
+    flops = {t: probe._profile(t).loaded.cost_analysis()["flops"] for t in probe._profiles}
+    assert flops[(1,)] < flops[(4,)] < flops[(8,)] < flops[(16,)]
+
+    monkeypatch.setattr(warmup, "RUN_LIMIT_FLOPS", (flops[(4,)] + flops[(8,)]) / 2)
+    rt = runtime.load(path)
+    _join_warmups()
+    assert rt._ran == {(1,), (4,)} and set(rt._compiled) == set(rt._profiles)
+    exe = tb.load(path)
+    _join_warmups()
+    assert {p.target for p in exe._precompiled if p.warm} == {(1,), (4,)}
+    assert all(p.call is not None for p in exe._precompiled)
+
+    monkeypatch.setattr(warmup, "RUN_LIMIT_FLOPS", flops[(1,)] / 2)  # the opt profile (4,) too: none runs
+    rt = runtime.load(path)
+    _join_warmups()
+    assert rt._ran == set() and set(rt._compiled) == set(rt._profiles)
+    assert_close(rt(_x(5)), affine(jnp.asarray(_x(5)), params))
+    assert runtime.load(path, warmup="now")._ran == set(rt._profiles)
+
+
 def test_the_hosts_cpu_features_are_probed_once_per_jaxlib_and_cpu(monkeypatch, tmp_path):
     """The probe compile runs once; later processes read its answer from the cache, and a damaged
     cache entry is probed again and rewritten."""

@@ -35,7 +35,7 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
-from .warmup import fastest_run, start as start_warmup, stopping as warmup_stopping, warm_in_order
+from .warmup import fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import Program, Weight, resolve
 from .entries import MultiEntry
@@ -305,7 +305,8 @@ class Executable(MultiEntry):
         top of deserializing it (2-15 ms). With ``background``, a daemon thread at the idle scheduling
         class does it while calls are served (XLA releases the GIL; ``runtime/warmup.py``), running
         profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializing the rest
-        (within ``warmup.MemoryBudget``); a call that needs a profile first warms it itself.
+        (within ``warmup.MemoryBudget``) and only deserializing one ``warmup.too_costly`` to run; a call
+        that needs a profile first warms it itself.
         """
         profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
         if self._universal is not None:
@@ -317,8 +318,12 @@ class Executable(MultiEntry):
         return start_warmup(lambda: self._warm_all(profiles))
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
+        def warm(p: Precompiled) -> float:
+            call = p.ready()
+            return float("inf") if call is not None and too_costly(call) else self._warm(p)
+
         try:
-            warm_in_order(profiles, self._warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
+            warm_in_order(profiles, warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
                           warmup_stopping)
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()

@@ -44,7 +44,7 @@ from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 from .entries import MultiEntry, Shared
-from .warmup import RUN_LIMIT_S, start as start_warmup, stopping as warmup_stopping, warm_in_order
+from .warmup import RUN_LIMIT_S, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
 
 _client = None
 _client_lock = threading.Lock()
@@ -269,14 +269,15 @@ class Runtime(MultiEntry):
         it takes no core a call wants, and a call that needs a profile before the thread reaches it
         prepares that one itself (each profile has its own lock, so it never waits for another's). It
         runs profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializes the rest,
-        within ``warmup.MemoryBudget``.
+        within ``warmup.MemoryBudget``; a profile ``warmup.too_costly`` to run it only deserializes.
         """
         if not background:
-            self._warm_all(stop=lambda: False, limit=float("inf"))
+            self._warm_all(stop=lambda: False, limit=float("inf"), costly=lambda compiled: False)
             return None
-        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=RUN_LIMIT_S))
+        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=RUN_LIMIT_S,
+                                                   costly=lambda compiled: too_costly(compiled.loaded)))
 
-    def _warm_all(self, stop: Any, limit: float) -> None:
+    def _warm_all(self, stop: Any, limit: float, costly: Any) -> None:
         if self._iree is not None:
             opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
             shapes = self._dispatcher.leaf_shapes(opt)
@@ -291,15 +292,18 @@ class Runtime(MultiEntry):
             return  # placing the weights failed: the load raised
         weight_bytes = sum(int(np.prod(w.shape)) * to_dtype(w.dtype).itemsize for w in self._manifest.weights)
         order = sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t))))
-        warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit)
+        warm_in_order(order, lambda t: self._warm(t, costly), self._deserialize, weight_bytes, stop, limit)
 
-    def _warm(self, target: tuple[int, ...]) -> float:
-        """Run a profile once on zeros, if no call has: its run's seconds (0 for the opt profile, which is run
-        first whatever it costs, and for one a call ran already)."""
+    def _warm(self, target: tuple[int, ...], costly: Any) -> float:
+        """Run a profile once on zeros, if no call has and it is not ``costly``: its run's seconds (0 for the
+        opt profile, which is run first whatever it takes unless it is costly, and for one a call ran
+        already; inf for a costly one, only deserialized: the later ones are larger)."""
         with self._locks[target]:
             if target in self._ran:
                 return 0.0
             compiled = self._profile(target)
+            if costly(compiled):
+                return 0.0 if target == self._opt else float("inf")
             shapes = self._dispatcher.leaf_shapes(target)
             zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
             sizes = [np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]

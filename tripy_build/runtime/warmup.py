@@ -25,6 +25,26 @@ A first run costs 1-20 ms more than the next, which is noise beside a profile th
 on zeros would keep XLA's worker threads (at the normal scheduling class) from the calls for as long."""
 
 
+RUN_LIMIT_FLOPS = 2e9
+"""Nor does it run a profile that XLA's cost analysis counts at more floating-point operations than this
+(~20 ms at the ~100 GFLOP/s two cores reach here); it only deserializes it. Measuring a run cannot
+tell in advance, and one run is the harm: ViT-B/16's opt profile (batch 8, 285 GFLOP) ran 1.6 s on
+zeros after load, and the calls made meanwhile took twice their steady time (batch 1: 456 ms against
+204). The zoo's small models stay under it (the transformer block's opt profile: 0.9 GFLOP)."""
+
+
+def too_costly(executable: Any) -> bool:
+    """Whether a deserialized executable (jaxlib's or jax's; both have ``cost_analysis``) does more than
+    ``RUN_LIMIT_FLOPS``; False where XLA gives no count."""
+    try:
+        cost = executable.cost_analysis()
+    except Exception:  # noqa: BLE001 - an executable without a cost model is run as before
+        return False
+    cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+    flops = cost.get("flops") if isinstance(cost, dict) else None
+    return flops is not None and float(flops) > RUN_LIMIT_FLOPS
+
+
 MIN_BUDGET_BYTES = 64 << 20
 
 
@@ -46,9 +66,10 @@ class MemoryBudget:
 
 def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], float], deserialize: Callable[[Any], Any],
                   weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float = RUN_LIMIT_S) -> None:
-    """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds) until one
-    takes longer than ``limit``; from then on only ``deserialize`` them, within a ``MemoryBudget`` of
-    ``weight_bytes``. ``stop`` ends it early (the interpreter exiting)."""
+    """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds, or inf for
+    one it only deserialized as ``too_costly``) until one takes longer than ``limit``; from then on only
+    ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``. ``stop`` ends it early (the
+    interpreter exiting)."""
     running, budget = True, None
     for p in profiles:
         if stop():
