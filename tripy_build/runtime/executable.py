@@ -318,13 +318,13 @@ class Executable(MultiEntry):
         return start_warmup(lambda: self._warm_all(profiles))
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
-        def warm(p: Precompiled) -> float:
+        def costly(p: Precompiled) -> bool:
             call = p.ready()
-            return float("inf") if call is not None and too_costly(call) else self._warm(p)
+            return call is not None and too_costly(call)
 
         try:
-            warm_in_order(profiles, warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
-                          warmup_stopping)
+            warm_in_order(profiles, self._warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
+                          warmup_stopping, costly=costly)
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it

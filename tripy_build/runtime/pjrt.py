@@ -272,12 +272,11 @@ class Runtime(MultiEntry):
         within ``warmup.MemoryBudget``; a profile ``warmup.too_costly`` to run it only deserializes.
         """
         if not background:
-            self._warm_all(stop=lambda: False, limit=float("inf"), costly=lambda compiled: False)
+            self._warm_all(stop=lambda: False, limit=float("inf"))
             return None
-        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=RUN_LIMIT_S,
-                                                   costly=lambda compiled: too_costly(compiled.loaded)))
+        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=RUN_LIMIT_S, costly=self._too_costly))
 
-    def _warm_all(self, stop: Any, limit: float, costly: Any) -> None:
+    def _warm_all(self, stop: Any, limit: float, costly: Any = lambda target: False) -> None:
         if self._iree is not None:
             opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
             shapes = self._dispatcher.leaf_shapes(opt)
@@ -291,19 +290,17 @@ class Runtime(MultiEntry):
         if not self._placed:
             return  # placing the weights failed: the load raised
         weight_bytes = sum(int(np.prod(w.shape)) * to_dtype(w.dtype).itemsize for w in self._manifest.weights)
-        order = sorted(self._profiles, key=lambda t: (t != opt, int(np.prod(t))))
-        warm_in_order(order, lambda t: self._warm(t, costly), self._deserialize, weight_bytes, stop, limit)
+        first = opt in self._profiles and not costly(opt)  # a costly opt profile waits its turn by size
+        order = sorted(self._profiles, key=lambda t: (not (first and t == opt), int(np.prod(t))))
+        warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit, costly)
 
-    def _warm(self, target: tuple[int, ...], costly: Any) -> float:
-        """Run a profile once on zeros, if no call has and it is not ``costly``: its run's seconds (0 for the
-        opt profile, which is run first whatever it takes unless it is costly, and for one a call ran
-        already; inf for a costly one, only deserialized: the later ones are larger)."""
+    def _warm(self, target: tuple[int, ...]) -> float:
+        """Run a profile once on zeros, if no call has: its run's seconds (0 for the opt profile, which is run
+        first whatever it takes unless ``warmup.too_costly``, and for one a call ran already)."""
         with self._locks[target]:
             if target in self._ran:
                 return 0.0
             compiled = self._profile(target)
-            if costly(compiled):
-                return 0.0 if target == self._opt else float("inf")
             shapes = self._dispatcher.leaf_shapes(target)
             zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
             sizes = [np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]
@@ -315,6 +312,11 @@ class Runtime(MultiEntry):
     def _deserialize(self, target: tuple[int, ...]) -> None:
         with self._locks[target]:
             self._profile(target)
+
+    def _too_costly(self, target: tuple[int, ...]) -> bool:
+        """``warmup.too_costly`` for a profile, deserialized to ask XLA."""
+        with self._locks[target]:
+            return too_costly(self._profile(target).loaded)
 
     @property
     def flat_args(self) -> list[tuple[str, Any]]:

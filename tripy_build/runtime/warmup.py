@@ -65,18 +65,20 @@ class MemoryBudget:
 
 
 def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], float], deserialize: Callable[[Any], Any],
-                  weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float = RUN_LIMIT_S) -> None:
-    """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds, or inf for
-    one it only deserialized as ``too_costly``) until one takes longer than ``limit``; from then on only
-    ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``. ``stop`` ends it early (the
-    interpreter exiting)."""
+                  weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float = RUN_LIMIT_S,
+                  costly: Callable[[Any], bool] = lambda p: False) -> None:
+    """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds) until one
+    takes longer than ``limit`` or is ``costly`` to run (``too_costly``: such a one is not run at all); from
+    then on only ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``. ``stop`` ends it early
+    (the interpreter exiting)."""
     running, budget = True, None
     for p in profiles:
         if stop():
             return
-        if running:
+        if running and not costly(p):
             running = run(p) <= limit
             continue
+        running = False
         budget = budget or MemoryBudget(weight_bytes)
         if budget.spent():
             return
