@@ -114,25 +114,34 @@ def read_index(root: Path, manifest: Manifest, table: str = "files") -> dict[str
     return extra if isinstance(extra, dict) else {}
 
 
-def read_files(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence[str] | None = None,
-               manifest: Manifest | None = None) -> tuple[Manifest, dict[str, bytes]]:
-    """The manifest and the bytes of ``names``, after checking digests.
-
-    Every listed file is checked, or with ``prefixes`` given only ``names`` and the files under those
-    prefixes: a loader checks what it deserializes, ``verify`` checks everything. A ``manifest``
-    already read by ``read_manifest`` is not read again.
-    """
-    root = Path(path)
-    manifest = manifest if manifest is not None else read_manifest(root)
+def file_tables(root: Path, manifest: Manifest) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the manifest and its sidecar index vouch for: each file's size and sha256, every path checked."""
     listed = {rel: {"size": e.size, "sha256": e.sha256} for rel, e in manifest.files.items()}
     index = read_index(root, manifest)
     for rel in [*listed, *index]:
         safe_relpath(rel)
+    return listed, index
+
+
+def read_files(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence[str] | None = None,
+               manifest: Manifest | None = None,
+               tables: tuple[dict[str, Any], dict[str, Any]] | None = None) -> tuple[Manifest, dict[str, bytes]]:
+    """The manifest and the bytes of ``names``, after checking digests.
+
+    Every listed file is checked, or with ``prefixes`` given only ``names`` and the files under those
+    prefixes: a loader checks what it deserializes, ``verify`` checks everything. A ``manifest``
+    already read by ``read_manifest`` is not read again, nor its ``file_tables`` when given.
+    """
+    root = Path(path)
+    manifest = manifest if manifest is not None else read_manifest(root)
+    listed, index = tables if tables is not None else file_tables(root, manifest)
 
     def wanted(table: dict[str, Any]) -> dict[str, Any]:
         if prefixes is None:
             return table
-        return {k: v for k, v in table.items() if k in names or k.startswith(tuple(prefixes))}
+        picked = {k: v for k, v in table.items() if k.startswith(tuple(prefixes))} if prefixes else {}
+        picked.update({k: table[k] for k in names if k in table})
+        return picked
 
     contents = check_entries(root, wanted(listed), MANIFEST, names)
     contents.update(check_entries(root, wanted(index), INDEX, names))
@@ -170,6 +179,7 @@ class Contents:
     manifest: Manifest
     files: dict[str, bytes] = field(default_factory=dict)
     entry: str = ""  # the entry ``manifest`` is, in a multi-entry artifact (``for_entry``)
+    tables: tuple[dict[str, Any], dict[str, Any]] | None = None  # file_tables, read once for every take_weight
 
     @property
     def bound_files(self) -> dict[str, list[str]]:
@@ -182,7 +192,7 @@ class Contents:
         if name == self.manifest.entry:
             return self
         view = Contents(self.path, self.manifest.entry_manifest(name), entry=name)
-        view.files = self.files
+        view.files, view.tables = self.files, self.tables
         return view
 
     def where(self, rel: str = MANIFEST) -> str:
@@ -199,7 +209,7 @@ class Contents:
         """
         try:
             with reading(self.path):
-                data = read_files(self.path, [entry.file], [], self.manifest)[1][entry.file]
+                data = read_files(self.path, [entry.file], [], self.manifest, self.tables)[1][entry.file]
         except ArtifactError as e:
             raise ArtifactError(f"{e} (reading the weight {entry.path})") from None
         return from_npy(data, self.where(entry.file), entry.dtype)
@@ -257,7 +267,8 @@ def read_contents(path: str | os.PathLike, executables: bool = True) -> Contents
                        *(e.file for e in [*m.executables, *(c.executable for c in (prep.chunks if prep else ()))]
                          if executables),
                        *(f for fs in contents.for_entry(name).bound_files.values() for f in fs)]
-        contents.files = read_files(path, list(dict.fromkeys(wanted)), [], top)[1]
+        contents.tables = file_tables(Path(path), top)
+        contents.files = read_files(path, list(dict.fromkeys(wanted)), [], top, contents.tables)[1]
         return contents
 
 
