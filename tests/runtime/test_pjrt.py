@@ -139,6 +139,44 @@ def test_runtime_checks_digests_first(affine_artifact, tmp_path):
         runtime.load(path, warmup="soon")
 
 
+def test_weights_are_read_ahead_in_order_within_the_read_ahead_bound(tmp_path, monkeypatch):
+    """``Contents.take_weights``: each weight checked, in the order asked, at most READ_AHEAD_BYTES read beyond
+    the one the caller holds; a damaged weight stops the stream when it is reached, naming its file."""
+    import threading
+
+    from tripy_build.artifact import read
+
+    weights = {f"w{i}": np.full((64, 64), i, np.float32) for i in range(6)}  # 16 KiB each
+    tb.compile(lambda x, p: x @ sum(p.values()), args=[tb.InputInfo((2, 64), "float32"), weights]).save(tmp_path / "a")
+    contents = read.read_contents(tmp_path / "a")
+    entries = list(contents.manifest.weights)
+    started, lock = [], threading.Lock()
+    take = read.Contents.take_weight
+
+    def counted(self, entry):
+        with lock:
+            started.append(entry.file)
+        return take(self, entry)
+
+    monkeypatch.setattr(read.Contents, "take_weight", counted)
+    monkeypatch.setattr(read, "READ_AHEAD_BYTES", 2 * 64 * 64 * 4)
+    for i, value in enumerate(contents.take_weights(entries)):
+        assert value.shape == (64, 64) and len(set(value.ravel().tolist())) == 1
+        assert len(started) <= i + 3, (i, started)  # the one held and at most two ahead
+    assert started == [e.file for e in entries]
+    assert sorted(float(contents.take_weight(e)[0, 0]) for e in entries) == list(range(6))
+
+    damaged = tmp_path / "a" / entries[3].file
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    got = []
+    with pytest.raises(tb.TripyBuildError, match=f"{entries[3].file}: sha256"):
+        for value in contents.take_weights(entries):
+            got.append(value)
+    assert len(got) == 3
+
+
 def test_runtime_takes_jax_arrays_from_a_process_that_uses_jax(affine_artifact):
     """jax's arrays live in jax's PJRT client, not the runtime's: they are read as host arrays."""
     import jax

@@ -9,15 +9,16 @@ checked one by one as the loader places them (``Contents.take_weight``).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..core.spec import count_leaves, rebuild
+from ..core.spec import count_leaves, rebuild, to_dtype
 from ..errors import ArtifactError
 from . import crosscheck
 from .compat import CompatibilityWarning, incompatibility
@@ -26,6 +27,8 @@ from .layout import INDEX, INDEX_KIND, MANIFEST, MAX_JSON_BYTES, no_links, repro
 from .lock import reading
 from .manifest import KIND, SCHEMA_VERSION, ExecutableEntry, Manifest, WeightEntry
 from .npy import from_npy
+
+READ_AHEAD_BYTES = 64 << 20  # weights read and checked before a loader takes them: one prep chunk's worth
 
 
 def _parse_json(path: Path, what: str) -> Any:
@@ -213,6 +216,30 @@ class Contents:
         except ArtifactError as e:
             raise ArtifactError(f"{e} (reading the weight {entry.path})") from None
         return from_npy(data, self.where(entry.file), entry.dtype)
+
+    def take_weights(self, entries: Sequence[WeightEntry]) -> Iterator[np.ndarray]:
+        """``take_weight`` of each of ``entries``, in order, read and checked ahead on two threads (at most
+        ``READ_AHEAD_BYTES`` beyond the one the caller has): hashing and reading release the GIL, so they
+        run on the cores the caller's device work leaves free, and on both while it waits."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        sizes = [int(np.prod(e.shape, dtype=np.int64)) * np.dtype(to_dtype(e.dtype)).itemsize for e in entries]
+        pending: collections.deque = collections.deque()
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tripy_build-read")
+        ahead = submitted = 0
+        try:
+            for i in range(len(entries)):
+                while submitted < len(entries) and (submitted == i or ahead + sizes[submitted] <= READ_AHEAD_BYTES):
+                    pending.append(pool.submit(self.take_weight, entries[submitted]))
+                    ahead += sizes[submitted]
+                    submitted += 1
+                value = pending.popleft().result()
+                ahead -= sizes[i]
+                yield value
+        finally:
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True)  # a read under way holds the reader's lock: let it finish
 
     def bound_values(self) -> dict[str, Any]:
         values, start, files = {}, 0, self.bound_files

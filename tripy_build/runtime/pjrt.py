@@ -26,6 +26,8 @@ pinned with jax (0.10.x); on another version ``load`` raises, and ``tripy_build.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import threading
 import time
@@ -209,31 +211,36 @@ class Runtime(MultiEntry):
 
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them chunk by chunk, each chunk's raw weights
-        let go once it has run (falling back to jax where the chunks cannot run here)."""
+        let go once it has run (falling back to jax where the chunks cannot run here). The weights are read
+        and checked ahead, in the order they are placed (``Contents.take_weights``)."""
         c, m, shared = self._contents, self._manifest, self._shared
-
-        def placed(w: Any) -> Any:
-            if w.file not in shared.placed:
-                shared.placed[w.file] = self._device.put(c.take_weight(w), _Aval(w.shape, to_dtype(w.dtype)))
-            return shared.placed[w.file]
-        direct = {i: placed(m.weights[i]) for i in {i for kind, i in m.sources if kind == "weight"}}
+        direct = sorted({i for kind, i in m.sources if kind == "weight"})
         key = (m.prep.file, tuple(w.file for w in m.weights)) if m.prep else None
         prepared: dict[int, Any] = shared.prepared.get(key, {})
-        if any(kind == "prep" for kind, _ in m.sources) and not prepared:
-            chunks = m.prep.chunks if m.prep else ()
-            if not chunks or not all(c.usable(chunk.executable, _client) for chunk in chunks):
-                return [self._full_executable()._leading[i] for i in range(len(m.sources))]
+        needs_prep = any(kind == "prep" for kind, _ in m.sources) and not prepared
+        chunks = m.prep.chunks if needs_prep and m.prep else ()
+        if needs_prep and (not chunks or not all(c.usable(chunk.executable, _client) for chunk in chunks)):
+            return [self._full_executable()._leading[i] for i in range(len(m.sources))]
+        order = [i for i in direct if m.weights[i].file not in shared.placed]
+        order += [i for chunk in chunks for i in chunk.weights if i not in direct]
+        with contextlib.closing(c.take_weights([m.weights[i] for i in order])) as values:
+            taken = zip(order, values)
+            for i, value in itertools.islice(taken, sum(i in direct for i in order)):
+                w = m.weights[i]
+                shared.placed[w.file] = self._device.put(value, _Aval(w.shape, to_dtype(w.dtype)))
             for chunk in chunks:
                 run = _Compiled(self._device, c.files.pop(chunk.executable.file), chunk.executable,
                                 c.where(chunk.executable.file))
-                args = {i: direct[i] if i in direct else c.take_weight(m.weights[i]) for i in chunk.weights}
-                outs = run.device_outputs([args[i] for i in chunk.weights])
+                raw = dict(itertools.islice(taken, sum(i not in direct for i in chunk.weights)))
+                outs = run.device_outputs([shared.placed[m.weights[i].file] if i in direct else raw[i]
+                                           for i in chunk.weights])
                 for o in outs:
                     o.block_until_ready()
                 prepared.update(zip(chunk.outputs, outs))
-                del args, outs
+                del raw, outs
+        if chunks:
             shared.prepared[key] = prepared
-        return [direct[i] if kind == "weight" else prepared[i] for kind, i in m.sources]
+        return [shared.placed[m.weights[i].file] if kind == "weight" else prepared[i] for kind, i in m.sources]
 
     @property
     def can_generate(self) -> bool:
