@@ -261,6 +261,41 @@ def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine
     assert runtime.load(path, warmup="now")._ran == set(rt._profiles)
 
 
+def test_the_warm_up_waits_while_a_call_is_in_flight_in_either_loader(affine_artifact):
+    """XLA deserializes on its own pool threads, at the normal scheduling class, so the warm-up starts no
+    profile while any call in the process is in flight, nor until ``QUIET_S`` after the last one ends."""
+    import threading
+    import time
+
+    from tripy_build.runtime import warmup
+
+    path, params = affine_artifact
+    started = threading.Event()
+    release = threading.Event()
+
+    def long_call():  # a call in flight, as a server thread would have one (held here by the gate itself)
+        with warmup.calls:
+            started.set()
+            release.wait(30)
+
+    caller = threading.Thread(target=long_call)
+    caller.start()
+    started.wait(30)
+    rt = runtime.load(path)  # warmup="background"
+    exe = tb.load(path)
+    time.sleep(0.3)
+    assert set(rt._compiled) <= {rt._opt} and rt._ran == set()  # only the opt profile, during the load itself
+    assert not any(p.warm for p in exe._precompiled)
+    assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))  # calls are served meanwhile
+    assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
+    release.set()
+    caller.join(30)
+    ended = time.monotonic()
+    _join_warmups()
+    assert rt._ran == set(rt._profiles) and all(p.warm for p in exe._precompiled)
+    assert time.monotonic() - ended >= warmup.QUIET_S
+
+
 def test_the_hosts_cpu_features_are_probed_once_per_jaxlib_and_cpu(monkeypatch, tmp_path):
     """The probe compile runs once; later processes read its answer from the cache, and a damaged
     cache entry is probed again and rewritten."""

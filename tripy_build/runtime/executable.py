@@ -35,7 +35,7 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
-from .warmup import fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
+from .warmup import calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import Program, Weight, resolve
 from .entries import MultiEntry
@@ -356,14 +356,15 @@ class Executable(MultiEntry):
     # --- calling ---------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            if not kwargs:
-                try:
-                    fn = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
-                except AttributeError:
-                    fn = None
-                if fn is not None:
-                    return fn(*args)
-            return self._checked_call(args, kwargs)
+            with calls:  # the warm-up waits for a quiet moment
+                if not kwargs:
+                    try:
+                        fn = self._fast.get(tuple([(type(a), a.shape, a.dtype) for a in args]))
+                    except AttributeError:
+                        fn = None
+                    if fn is not None:
+                        return fn(*args)
+                return self._checked_call(args, kwargs)
         except ValueError as e:
             if "sharding" not in str(e):
                 raise
@@ -400,11 +401,13 @@ class Executable(MultiEntry):
         """Call with the unbound runtime inputs flattened in order (self-tests use this)."""
         bound, it = self._bound_by_index(), iter(leaves)
         full = [bound[i] if i in bound else next(it) for i in range(len(self._leaves))]
-        return self._runner(self.check_leaves(full))(full)
+        with calls:
+            return self._runner(self.check_leaves(full))(full)
 
     def run_profile(self, target: Sequence[int], leaves: Sequence[Any], sizes: Sequence[int]) -> list[Any]:
         """Run the program compiled for ``target`` (sizes per dim) on inputs already of its shapes; flat outputs."""
-        return self._run_flat(tuple(target), leaves, sizes)
+        with calls:
+            return self._run_flat(tuple(target), leaves, sizes)
 
     def _checked_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         leaves = self._assemble_named(self._bind(args, kwargs))
@@ -620,8 +623,9 @@ class _Steps:
 
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
         e = self.exe.entry(entry)
-        out = e._callable(tuple(profile[d.name] for d in e.dims))(*e._leading, *leaves)
-        return np.asarray(out["logits"]), out["cache"]
+        with calls:
+            out = e._callable(tuple(profile[d.name] for d in e.dims))(*e._leading, *leaves)
+            return np.asarray(out["logits"]), out["cache"]
 
 
 Executable._steps_class = _Steps

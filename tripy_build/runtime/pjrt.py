@@ -46,7 +46,7 @@ from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 from .entries import MultiEntry, Shared
-from .warmup import RUN_LIMIT_S, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
+from .warmup import RUN_LIMIT_S, calls, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
 
 _client = None
 _client_lock = threading.Lock()
@@ -412,12 +412,13 @@ class Runtime(MultiEntry):
 
     def _run_profile(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[np.ndarray]:
         compiled = self._compiled.get(target)
-        if compiled is None or target not in self._ran:
-            with self._locks[target]:  # prepared once, by this call or the warm-up, whichever comes first
-                outs = self._profile(target)([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
-                self._ran.add(target)
-                return outs
-        return compiled([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
+        with calls:  # the warm-up waits for a quiet moment
+            if compiled is None or target not in self._ran:
+                with self._locks[target]:  # prepared once, by this call or the warm-up, whichever comes first
+                    outs = self._profile(target)([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
+                    self._ran.add(target)
+                    return outs
+            return compiled([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
 
     def _profile(self, target: tuple[int, ...]) -> _Compiled:
         """The profile's executable, deserialized on first need (the caller holds its lock)."""
@@ -477,10 +478,11 @@ class _Steps:
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
         e = self.rt.entry(entry)
         target = tuple(profile[d.name] for d in e.dims)
-        with e._locks[target]:
-            compiled = e._profile(target)
-        outs = compiled.device_outputs([*e._leading, *leaves])
-        e._ran.add(target)
+        with calls:
+            with e._locks[target]:
+                compiled = e._profile(target)
+            outs = compiled.device_outputs([*e._leading, *leaves])
+            e._ran.add(target)
         names = e.output_names
         return _host(outs[names.index("logits")]), outs[names.index("cache")]
 

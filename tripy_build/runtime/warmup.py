@@ -5,9 +5,10 @@ deserializing it (2-10 ms); both loaders' ``warm_up`` runs each once so that no 
 daemon thread registered here. A daemon thread killed inside XLA while Python shuts down aborts the
 process, so at exit each stops after the profile it is running.
 
-The thread runs at the idle scheduling class (Linux's ``SCHED_IDLE``): it gets a core only when no call
-wants it, so warming 63 profiles on a one-core machine does not slow the calls it is there to speed up.
-Deserializing releases the GIL, so a call is not held up behind it either.
+The thread runs at the idle scheduling class (Linux's ``SCHED_IDLE``), and it waits for a quiet moment
+(``calls``) before each profile: XLA deserializes on threads of its client's own pool, at the normal
+class, so the idle class of the thread that asks does not reach that work. Deserializing releases the
+GIL, so a call is not held up behind it either.
 """
 
 from __future__ import annotations
@@ -45,6 +46,53 @@ def too_costly(executable: Any) -> bool:
     return flops is not None and float(flops) > RUN_LIMIT_FLOPS
 
 
+QUIET_S = 0.050
+"""The warm-up starts a profile only after this long with no call in flight (``Calls``)."""
+
+
+class Calls:
+    """The calls in flight in this process, through either loader, and when the last one ended: what the
+    warm-up waits on before each profile (``wait_quiet``).
+
+    Why it must wait rather than rely on its idle scheduling class: XLA deserializes an executable on a
+    thread of its client's pool, at the normal class, whichever thread asked. BERT-base's calls at 1x128
+    took 250 ms instead of 140 for the ~4 s its warm-up deserialized 25 profiles beside them. Those pool
+    threads could be put in the idle class, but an unprivileged thread cannot leave it (Linux), and a call
+    that needs its own profile prepared would then wait behind any other work on the machine. So the
+    warm-up yields instead: a call that arrives while a profile is being prepared shares the cores with
+    that one profile at most, and a stream of calls with no pause of ``QUIET_S`` never meets the warm-up
+    (a call then prepares the profile it needs itself). ``tb.load``'s calls return once dispatched (jax's
+    CPU dispatch is asynchronous), so for it "in flight" ends at the dispatch, not at the result.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._ended = 0.0
+
+    def __enter__(self) -> None:
+        with self._cond:
+            self._active += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._cond:
+            self._active -= 1
+            self._ended = time.monotonic()
+
+    def wait_quiet(self, stop: Callable[[], bool] = lambda: False) -> None:
+        """Return once no call has been in flight for ``QUIET_S`` (or ``stop()``)."""
+        with self._cond:
+            while not stop():
+                left = QUIET_S if self._active else self._ended + QUIET_S - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
+
+calls = Calls()
+"""This process's: a server holding several artifacts warms none of them while any serves a call."""
+
+
 MIN_BUDGET_BYTES = 64 << 20
 
 
@@ -69,10 +117,11 @@ def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], float], deserial
                   costly: Callable[[Any], bool] = lambda p: False) -> None:
     """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds) until one
     takes longer than ``limit`` or is ``costly`` to run (``too_costly``: such a one is not run at all); from
-    then on only ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``. ``stop`` ends it early
-    (the interpreter exiting)."""
+    then on only ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``; each once ``calls`` is
+    quiet. ``stop`` ends it early (the interpreter exiting)."""
     running, budget = True, None
     for p in profiles:
+        calls.wait_quiet(stop)
         if stop():
             return
         if running and not costly(p):
