@@ -375,6 +375,33 @@ def test_bench_json_reports_cold_start_stream_and_padding_overhead(tmp_path):
         assert x["median_ms"] <= x["p90_ms"] <= x["p99_ms"]
         assert x["overhead"] == pytest.approx(x["median_ms"] / x["jit_median_ms"])
     assert r["padding_overhead_median"] > 0
+    assert r["cores"] == len(os.sched_getaffinity(0))
+    rs = r["runtime_stream"]  # the same stream through tripy_build.runtime
+    assert rs["calls"] == 30 and [p["sizes"] for p in rs["points"]] == [p["sizes"] for p in s["points"]]
+    assert all(x["runtime_median_ms"] > 0 for x in r["shapes"])
+    for loader in ("tripy_build.load", "tripy_build.runtime.load"):
+        f = r["first_calls"][loader]
+        assert f["profiles"] == 4 and [p["sizes"] for p in f["points"]] == [[1], [2], [4], [8]]
+        assert f["within"] == sum(p["within"] for p in f["points"])
+        assert all(p["within"] == (p["first_ms"] <= 2 * p["steady_ms"] + 1) for p in f["points"])
+
+
+def test_bench_threads_runs_the_bench_pinned_to_each_core_count(tmp_path):
+    cfg = compose_cfg(["model=geglu", "model.dim_in=16", "model.dim_out=8", "shapes=static",
+                       f"artifacts_dir={tmp_path / 'arts'}"])
+    path = build(config.validate(cfg)).path
+    args = [sys.executable, "-m", "tripy_build", "bench", str(path), "--stream", "5", "--shapes", "1",
+            "--cold-rounds", "1", "--budget", "0.02"]
+    proc = subprocess.run([*args, "--threads", "1", "--json", "-"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout)["threads"]
+    assert list(r) == ["1"] and r["1"]["cores"] == 1 and r["1"]["function"] == "geglu"
+    assert r["1"]["cold_start"]["tripy_build.runtime.load"]["seconds"] > 0
+    text = subprocess.run([*args, "--threads", "1"], capture_output=True, text=True, timeout=600)
+    assert text.returncode == 0 and "== 1 thread (cores " in text.stdout and "1 core)" in text.stdout
+    too_many = len(os.sched_getaffinity(0)) + 1
+    bad = subprocess.run([*args, "--threads", f"1,{too_many}"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and f"--threads 1,{too_many}: expected core counts between 1 and" in bad.stderr
 
 
 def test_sweep_with_bench_adds_latency_and_marks_the_pareto_front(tmp_path):

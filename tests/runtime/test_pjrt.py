@@ -261,19 +261,16 @@ def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine
     assert runtime.load(path, warmup="now")._ran == set(rt._profiles)
 
 
-def test_the_warm_up_waits_while_a_call_is_in_flight_in_either_loader(affine_artifact):
-    """XLA deserializes on its own pool threads, at the normal scheduling class, so the warm-up starts no
-    profile while any call in the process is in flight, nor until ``QUIET_S`` after the last one ends."""
+@pytest.fixture
+def call_in_flight():
+    """A call in flight, as a server thread would have one (held here by the gate itself), until released."""
     import threading
-    import time
 
     from tripy_build.runtime import warmup
 
-    path, params = affine_artifact
-    started = threading.Event()
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
-    def long_call():  # a call in flight, as a server thread would have one (held here by the gate itself)
+    def long_call():
         with warmup.calls:
             started.set()
             release.wait(30)
@@ -281,19 +278,48 @@ def test_the_warm_up_waits_while_a_call_is_in_flight_in_either_loader(affine_art
     caller = threading.Thread(target=long_call)
     caller.start()
     started.wait(30)
+    yield release
+    release.set()
+    caller.join(30)
+
+
+def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_artifact, call_in_flight, monkeypatch):
+    """A profile whose executable is over QUIET_ABOVE_BYTES (BERT-base's: 100-150 ms of deserializing on XLA's
+    own pool threads, at the normal scheduling class) is not started while any call in the process is in
+    flight, nor until QUIET_S after the last one ends; both loaders."""
+    import time
+
+    from tripy_build.runtime import warmup
+
+    monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)  # every profile counts as large
+    path, params = affine_artifact
     rt = runtime.load(path)  # warmup="background"
     exe = tb.load(path)
     time.sleep(0.3)
     assert set(rt._compiled) <= {rt._opt} and rt._ran == set()  # only the opt profile, during the load itself
-    assert not any(p.warm for p in exe._precompiled)
+    assert not any(p.call is not None for p in exe._precompiled)
     assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))  # calls are served meanwhile
     assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
-    release.set()
-    caller.join(30)
+    call_in_flight.set()
+    time.sleep(0.01)
     ended = time.monotonic()
     _join_warmups()
+    assert set(rt._compiled) == set(rt._profiles) and all(p.call is not None for p in exe._precompiled)
+    assert time.monotonic() - ended >= warmup.QUIET_S - 0.01
+
+
+def test_a_warm_up_of_small_profiles_goes_on_beside_calls(affine_artifact, call_in_flight, monkeypatch):
+    """Small profiles (the zoo's deserialize in 2-10 ms) cost a call less than preparing its own would: the
+    warm-up does not wait for calls."""
+    from tripy_build.runtime import warmup
+
+    monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 1 << 40)
+    monkeypatch.setattr(warmup, "RUN_LIMIT_S", 10.0)  # every profile is run, however loaded the machine
+    path, _ = affine_artifact
+    rt = runtime.load(path)
+    exe = tb.load(path)
+    _join_warmups()  # while the call is still in flight
     assert rt._ran == set(rt._profiles) and all(p.warm for p in exe._precompiled)
-    assert time.monotonic() - ended >= warmup.QUIET_S
 
 
 def test_the_hosts_cpu_features_are_probed_once_per_jaxlib_and_cpu(monkeypatch, tmp_path):

@@ -4,6 +4,8 @@ Run in a fresh process, it measures, side by side in one run:
 
 - cold start: spawn a new process -> first result (a child process, timed from here), and in this
   process: ``import tripy_build``, ``load``, the first call (at opt);
+- each profile's first call right after a fresh load (its exact shape, cheapest first, calls back to
+  back), against its latency on the next calls: within ``2 x steady + 1 ms`` or not;
 - a seeded stream of random in-range shapes, each call timed once, as a server would see them; a call
   *stalls* when it takes more than twice the steady latency at its shape plus 10 ms (a compile costs
   50-1400 ms here, running a precompiled bucket for the first time a few ms);
@@ -11,6 +13,10 @@ Run in a fresh process, it measures, side by side in one run:
   route each takes (an exact profile, padded to a bucket, or compiled on first use) and the padding
   overhead: the ratio to the same program compiled by ``jax.jit`` for exactly that shape, timed
   interleaved with it.
+
+All of it for both loaders (``tripy_build.load`` and the jax-free ``tripy_build.runtime.load``), except
+the ratio to ``jax.jit`` (``tb.load``'s). ``--threads 1,2`` runs the whole bench once per count, each in a
+process pinned to that many cores (XLA sizes its thread pool to the cores a process may use).
 
 ``--json FILE`` writes every number for machines (``-`` for stdout); ``--plot FILE.png`` draws steady
 latency against each dynamic dim with the buckets marked (needs matplotlib: ``pip install
@@ -134,11 +140,57 @@ def cold_start(path: str, rounds: int, loader: str = "tripy_build", warmup: str 
     return {**median, "all": [r["seconds"] for r in runs]}
 
 
+FIRST_CALL_FACTOR, FIRST_CALL_MARGIN_S = 2.0, 0.001
+
+
+def first_calls(path: str, loader: str, warmup: str) -> dict[str, Any]:
+    """Each precompiled profile's first call right after a fresh load with ``loader`` (``"tripy_build"`` or
+    ``"runtime"``), at its exact shape, cheapest first and back to back; its steady latency: the faster
+    of the next two calls. A first call is *within* when it takes at most ``2 x steady + 1 ms``."""
+    import math
+
+    from .. import runtime
+    from ..runtime.loader import load
+
+    exe = (load if loader == "tripy_build" else runtime.load)(path, warmup=warmup)
+    shaper = exe if loader == "tripy_build" else load(path, warmup="none")  # the inputs' shapes per profile
+    points = []
+    for target in sorted((tuple(p.values()) for p in shaper.profiles), key=math.prod):
+        x = _inputs(shaper, target, 5)
+        first = _timed(exe, x)
+        steady = min(_timed(exe, x) for _ in range(2))
+        points.append({"sizes": list(target), "first_ms": first * 1e3, "steady_ms": steady * 1e3,
+                       "within": first <= FIRST_CALL_FACTOR * steady + FIRST_CALL_MARGIN_S})
+    worst = max(points, key=lambda p: p["first_ms"] / p["steady_ms"], default=None)
+    return {"profiles": len(points), "within": sum(p["within"] for p in points),
+            "rule": f"<= {FIRST_CALL_FACTOR:g} x steady + {FIRST_CALL_MARGIN_S * 1e3:g} ms", "worst": worst,
+            "points": points}
+
+
+def _stream(sizes: Sequence[Sequence[int]], times: Sequence[float], steady: dict[tuple[int, ...], float],
+            seed: int) -> dict[str, Any]:
+    """A stream's calls against the steady latency at each one's shape: percentiles and stalls."""
+    import numpy as np
+
+    stalls = [i for i, (s, t) in enumerate(zip(sizes, times)) if t > STALL_FACTOR * steady[tuple(s)] + STALL_MARGIN_S]
+    ratios = [t / steady[tuple(s)] for s, t in zip(sizes, times)]
+    return {
+        "calls": len(sizes), "seed": seed, **_percentiles(times),
+        "stalls": len(stalls), "stall_rule": f"> {STALL_FACTOR:g} x steady at the shape + {STALL_MARGIN_S * 1e3:g} ms",
+        "worst_ratio_to_steady": float(max(ratios, default=0.0)),
+        "p99_ratio_to_steady": float(np.percentile(ratios, 99)) if ratios else 0.0,
+        "stalled": [{"call": i, "sizes": sizes[i], "ms": times[i] * 1e3, "steady_ms": steady[tuple(sizes[i])] * 1e3}
+                    for i in stalls],
+        "points": [{"sizes": s, "ms": t * 1e3, "steady_ms": steady[tuple(s)] * 1e3} for s, t in zip(sizes, times)],
+    }
+
+
 def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, budget_s: float = 0.3,
         cold_rounds: int = 3, warmup: str = "background") -> dict[str, Any]:
     """Every measurement, as a JSON-able dict (see the module docstring)."""
     import numpy as np
 
+    from .. import runtime
     from ..runtime.loader import load
 
     cold = None
@@ -157,6 +209,10 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
     stream_sizes = [[int(rng.integers(d.bounds[0], d.bounds[2] + 1)) for d in dims] for _ in range(stream)]
     stream_inputs = [_inputs(exe, s, 1000 + i) for i, s in enumerate(stream_sizes)]
     stream_times = [_timed(exe, x) for x in stream_inputs]
+    rt = runtime.load(path, warmup=warmup)
+    rt_stream_times = [_timed(rt, x) for x in stream_inputs]
+    firsts = {"tripy_build.load": first_calls(path, "tripy_build", warmup),
+              "tripy_build.runtime.load": first_calls(path, "runtime", warmup)}
 
     named = {"min": [d.bounds[0] for d in dims], "opt": opt, "max": [d.bounds[2] for d in dims]}
     distinct = list(dict.fromkeys(tuple(s) for s in stream_sizes))
@@ -167,44 +223,43 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
     for label, sizes in named.items():
         x = _inputs(exe, sizes, 7)
         jit = _exact_jit(exe, sizes)
-        samples = _steady({"tripy_build": exe, "jax.jit": jit}, {"tripy_build": x, "jax.jit": x}, budget_s)
+        samples = _steady({"tripy_build": exe, "runtime": rt, "jax.jit": jit},
+                          {"tripy_build": x, "runtime": x, "jax.jit": x}, budget_s)
         ours, theirs = _percentiles(samples["tripy_build"]), _percentiles(samples["jax.jit"])
         shapes.append({
             "label": label, "sizes": {d.name or d.symbol: n for d, n in zip(dims, sizes)},
             "route": _route_label(exe, [a.shape for a in x]), **ours,
+            "runtime_median_ms": _percentiles(samples["runtime"])["median_ms"],
             "jit_median_ms": theirs["median_ms"], "overhead": ours["median_ms"] / theirs["median_ms"],
         })
 
-    steady_by_shape = {}
+    steady_by_shape, rt_steady_by_shape = {}, {}
     for sizes in distinct:
         x = _inputs(exe, sizes, 11)
         steady_by_shape[sizes] = float(np.median([_timed(exe, x) for _ in range(5)]))
-    stalls = [i for i, (s, t) in enumerate(zip(stream_sizes, stream_times))
-              if t > STALL_FACTOR * steady_by_shape[tuple(s)] + STALL_MARGIN_S]
-    ratios = [t / steady_by_shape[tuple(s)] for s, t in zip(stream_sizes, stream_times)]
+        rt_steady_by_shape[sizes] = float(np.median([_timed(rt, x) for _ in range(5)]))
     return {
         "artifact": os.path.abspath(path), "function": exe.__name__,
         "dims": [{"name": d.name or d.symbol, "min": d.bounds[0], "opt": d.bounds[1], "max": d.bounds[2],
                   "buckets": list(d.buckets), "padding": d.padding, "strategy": d.strategy} for d in dims],
-        "profiles": len(exe.profiles), "warmup": warmup,
+        "profiles": len(exe.profiles), "warmup": warmup, "cores": len(_cores()),
         "cold_start": cold, "load_seconds": load_s, "first_call_seconds": first_call_s,
+        "first_calls": firsts,
         "shapes": shapes,
         "padding_overhead_median": float(np.median([s["overhead"] for s in shapes])),
-        "stream": {
-            "calls": stream, "seed": seed, **_percentiles(stream_times),
-            "stalls": len(stalls), "stall_rule": f"> {STALL_FACTOR:g} x steady at the shape + {STALL_MARGIN_S * 1e3:g} ms",
-            "worst_ratio_to_steady": float(max(ratios, default=0.0)),
-            "p99_ratio_to_steady": float(np.percentile(ratios, 99)) if ratios else 0.0,
-            "stalled": [{"call": i, "sizes": stream_sizes[i], "ms": stream_times[i] * 1e3,
-                         "steady_ms": steady_by_shape[tuple(stream_sizes[i])] * 1e3} for i in stalls],
-            "points": [{"sizes": s, "ms": t * 1e3, "steady_ms": steady_by_shape[tuple(s)] * 1e3}
-                       for s, t in zip(stream_sizes, stream_times)],
-        },
+        "stream": _stream(stream_sizes, stream_times, steady_by_shape, seed),
+        "runtime_stream": _stream(stream_sizes, rt_stream_times, rt_steady_by_shape, seed),
     }
 
 
+def _cores() -> list[int]:
+    """The cores this process may run on."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def report(result: dict[str, Any]) -> str:
-    lines = [f"artifact: {result['artifact']} ({result['function']}, {result['profiles']} profiles)"]
+    lines = [f"artifact: {result['artifact']} ({result['function']}, {result['profiles']} profiles; "
+             f"{result['cores']} core{'s' if result['cores'] > 1 else ''})"]
     for d in result["dims"]:
         lines.append(f"  dim {d['name']} [{d['min']}..{d['max']}] opt {d['opt']}: {d['strategy']}"
                      + (f", buckets {' '.join(map(str, d['buckets']))}" if d["buckets"] else ""))
@@ -215,16 +270,24 @@ def report(result: dict[str, Any]) -> str:
                      + ("" if cold["jax_imported"] else " (jax never imported)"))
     lines.append(f"  this process (warmup={result['warmup']}): load {result['load_seconds'] * 1e3:.0f} ms, "
                  f"first call {result['first_call_seconds'] * 1e3:.1f} ms")
-    s = result["stream"]
-    lines.append(f"  stream of {s['calls']} random in-range shapes (seed {s['seed']}): median {s['median_ms']:.2f} ms, "
-                 f"p99 {s['p99_ms']:.2f} ms; stalls {s['stalls']} ({s['stall_rule']}); "
-                 f"p99 / steady {s['p99_ratio_to_steady']:.2f}x, worst {s['worst_ratio_to_steady']:.2f}x")
-    header = f"  {'shape':<10} {'sizes':<26} {'route':<22} {'median':>9} {'p90':>9} {'p99':>9} {'jax.jit':>9} {'ratio':>6}"
+    for loader, f in result["first_calls"].items():
+        worst = f["worst"]
+        lines.append(f"  first calls, {loader + ':':<25} {f['within']} of {f['profiles']} profiles {f['rule']}"
+                     + (f"; worst at {','.join(map(str, worst['sizes']))}: {worst['first_ms']:.1f} ms against "
+                        f"{worst['steady_ms']:.1f} ms" if worst else ""))
+    for loader, key in (("tripy_build.load", "stream"), ("tripy_build.runtime.load", "runtime_stream")):
+        s = result[key]
+        lines.append(f"  stream, {loader + ':':<30} {s['calls']} random in-range shapes (seed {s['seed']}): median "
+                     f"{s['median_ms']:.2f} ms, p99 {s['p99_ms']:.2f} ms; stalls {s['stalls']} ({s['stall_rule']}); "
+                     f"p99 / steady {s['p99_ratio_to_steady']:.2f}x, worst {s['worst_ratio_to_steady']:.2f}x")
+    header = (f"  {'shape':<10} {'sizes':<26} {'route':<22} {'median':>9} {'p90':>9} {'p99':>9} {'runtime':>9} "
+              f"{'jax.jit':>9} {'ratio':>6}")
     lines += ["", header, "  " + "-" * (len(header) - 2)]
     for r in result["shapes"]:
         sizes = " ".join(f"{k}={v}" for k, v in r["sizes"].items())
         lines.append(f"  {r['label']:<10} {sizes:<26} {r['route']:<22} {r['median_ms']:>7.3f}ms {r['p90_ms']:>7.3f}ms "
-                     f"{r['p99_ms']:>7.3f}ms {r['jit_median_ms']:>7.3f}ms {r['overhead']:>5.2f}x")
+                     f"{r['p99_ms']:>7.3f}ms {r['runtime_median_ms']:>7.3f}ms {r['jit_median_ms']:>7.3f}ms "
+                     f"{r['overhead']:>5.2f}x")
     lines.append(f"  padding overhead (median over shapes of tripy_build / exact-shape jax.jit): "
                  f"{result['padding_overhead_median']:.2f}x")
     return "\n".join(lines)
@@ -324,11 +387,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-rounds", type=int, default=3, help="spawned cold starts, median reported (0: skip)")
     parser.add_argument("--warmup", choices=("background", "now", "none"), default="background",
                         help="how the artifact is loaded (tripy_build.load's warmup; default background)")
+    parser.add_argument("--threads", metavar="N[,N...]",
+                        help="run the whole bench once per count, each in a process pinned to that many cores")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON ('-': stdout)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw latency against shape (needs matplotlib)")
     args = parser.parse_args(argv)
     from ..errors import TripyBuildError
 
+    if args.threads:
+        try:
+            return _per_thread_count(args, list(argv if argv is not None else sys.argv[1:]))
+        except TripyBuildError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     try:
         result = run(args.path, args.stream, args.seed, args.shapes, args.budget, args.cold_rounds, args.warmup)
         if args.plot:
@@ -343,6 +414,63 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
+    return 0
+
+
+def _thread_counts(spec: str) -> list[int]:
+    from ..errors import SpecError
+
+    cores = _cores()
+    try:
+        counts = [int(x) for x in spec.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(not 1 <= n <= len(cores) for n in counts):
+        raise SpecError(f"--threads {spec}: expected core counts between 1 and {len(cores)} (the cores this process "
+                        f"may use), separated by commas, e.g. --threads 1,{len(cores)}.")
+    return counts
+
+
+def _per_thread_count(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--threads``: the bench again in a child process per count, pinned to the first that many cores of
+    this one's; their reports printed in turn, their results gathered (``--json``: ``{"threads": {n: ...}}``)."""
+    import tempfile
+
+    from ..errors import TripyBuildError
+
+    counts, cores = _thread_counts(args.threads), _cores()
+    rest, skip = [], False
+    for a in argv:  # the child's arguments: these less --threads, --json and --plot (the parent writes them)
+        if skip:
+            skip = False
+        elif a in ("--threads", "--json", "--plot"):
+            skip = True
+        elif not a.startswith(("--threads=", "--json=", "--plot=")):
+            rest.append(a)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            out = os.path.join(tmp, f"{n}.json")
+            pinned = cores[:n]
+            proc = subprocess.run([sys.executable, "-m", "tripy_build.cli.bench", *rest, "--json", out],
+                                  preexec_fn=lambda pinned=pinned: os.sched_setaffinity(0, pinned),
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise TripyBuildError(f"the bench on {n} core(s) failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+            with open(out) as f:
+                results[str(n)] = json.load(f)
+            if args.json != "-":
+                print(f"== {n} thread{'s' if n > 1 else ''} (cores {','.join(map(str, pinned))}) ==")
+                print(proc.stdout.rstrip())
+    if args.json:
+        text = json.dumps({"threads": results}, indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text)
+    if args.plot:
+        plot(results[str(counts[-1])], args.plot)
     return 0
 
 

@@ -324,7 +324,7 @@ class Executable(MultiEntry):
 
         try:
             warm_in_order(profiles, self._warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
-                          warmup_stopping, costly=costly)
+                          warmup_stopping, costly=costly, size=lambda p: len(p.blob))
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it

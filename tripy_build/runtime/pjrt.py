@@ -46,7 +46,7 @@ from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 from .entries import MultiEntry, Shared
-from .warmup import RUN_LIMIT_S, calls, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
+from .warmup import calls, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
 
 _client = None
 _client_lock = threading.Lock()
@@ -187,6 +187,7 @@ class Runtime(MultiEntry):
                           if e.platform == "cpu" and e.is_xla and c.usable(e, _client)}
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
+        self._sizes = {t: len(c.files[e.file]) for t, e in self._profiles.items()}  # executables' bytes
         self._generation: _Steps | None = None  # generation_steps(), made on first use (MultiEntry)
         self._ran: set[tuple[int, ...]] = set()  # profiles run at least once (their first run is the slow one)
         self._lock = threading.Lock()
@@ -281,9 +282,9 @@ class Runtime(MultiEntry):
         if not background:
             self._warm_all(stop=lambda: False, limit=float("inf"))
             return None
-        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=RUN_LIMIT_S, costly=self._too_costly))
+        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=None, costly=self._too_costly))
 
-    def _warm_all(self, stop: Any, limit: float, costly: Any = lambda target: False) -> None:
+    def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False) -> None:
         if self._iree is not None:
             opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
             shapes = self._dispatcher.leaf_shapes(opt)
@@ -299,7 +300,7 @@ class Runtime(MultiEntry):
         weight_bytes = sum(int(np.prod(w.shape)) * to_dtype(w.dtype).itemsize for w in self._manifest.weights)
         first = opt in self._profiles and not costly(opt)  # a costly opt profile waits its turn by size
         order = sorted(self._profiles, key=lambda t: (not (first and t == opt), int(np.prod(t))))
-        warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit, costly)
+        warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit, costly, self._sizes.__getitem__)
 
     def _warm(self, target: tuple[int, ...]) -> float:
         """Run a profile once on zeros, if no call has: its run's seconds (0 for the opt profile, which is run

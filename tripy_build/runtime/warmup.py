@@ -47,12 +47,22 @@ def too_costly(executable: Any) -> bool:
 
 
 QUIET_S = 0.050
-"""The warm-up starts a profile only after this long with no call in flight (``Calls``)."""
+"""The warm-up starts a large profile only after this long with no call in flight (``Calls``)."""
+
+
+QUIET_ABOVE_BYTES = 192 << 10
+"""Profiles whose executable is larger wait for a quiet moment; smaller ones are prepared beside calls.
+XLA deserializes ~10 MB/s here, so this is ~20 ms of work on a core the calls want: the transformer
+block's profiles (~100 KB) take 8 ms, ResNet-50's (216 KB) 20-30, BERT-base's and ViT-B/16's (700-800 KB)
+100-180. The small ones cost a call less than preparing its own profile would (the 63-profile
+transformer block: 15 stalls in 200 calls right after load when all of them waited, 1 when none did);
+the large ones would slow every call made meanwhile by as much (BERT-base at 1x128: 250 ms per call
+instead of 140 for the 4 s its warm-up deserialized 25 profiles beside them)."""
 
 
 class Calls:
     """The calls in flight in this process, through either loader, and when the last one ended: what the
-    warm-up waits on before each profile (``wait_quiet``).
+    warm-up waits on before each large profile (``wait_quiet``, ``QUIET_ABOVE_BYTES``).
 
     Why it must wait rather than rely on its idle scheduling class: XLA deserializes an executable on a
     thread of its client's pool, at the normal class, whichever thread asked. BERT-base's calls at 1x128
@@ -113,15 +123,18 @@ class MemoryBudget:
 
 
 def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], float], deserialize: Callable[[Any], Any],
-                  weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float = RUN_LIMIT_S,
-                  costly: Callable[[Any], bool] = lambda p: False) -> None:
+                  weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float | None = None,
+                  costly: Callable[[Any], bool] = lambda p: False, size: Callable[[Any], int] = lambda p: 0) -> None:
     """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds) until one
     takes longer than ``limit`` or is ``costly`` to run (``too_costly``: such a one is not run at all); from
-    then on only ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``; each once ``calls`` is
-    quiet. ``stop`` ends it early (the interpreter exiting)."""
+    then on only ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``. A profile whose
+    executable is over ``QUIET_ABOVE_BYTES`` (``size``) waits until ``calls`` is quiet. ``limit``: by default
+    ``RUN_LIMIT_S``. ``stop`` ends it early (the interpreter exiting)."""
+    limit = RUN_LIMIT_S if limit is None else limit
     running, budget = True, None
     for p in profiles:
-        calls.wait_quiet(stop)
+        if size(p) > QUIET_ABOVE_BYTES:
+            calls.wait_quiet(stop)
         if stop():
             return
         if running and not costly(p):
