@@ -23,8 +23,9 @@ one-line reason and the others go on):
                            Its default ``warmup="background"`` deserializes and runs every profile
                            once in a thread from load on: in the cold-start process that thread runs
                            beside the first calls (the kept process waits for it before timed calls);
-- ``tripy_build.runtime``  the same artifact, loaded with ``tripy_build.runtime.load`` (no jax; its
-                           default ``warmup="none"``: a profile is prepared by its first call);
+- ``tripy_build.runtime``  the same artifact, loaded with ``tripy_build.runtime.load`` (no jax; the same
+                           default ``warmup="background"``, which prepares a profile over 192 KiB only when
+                           no call has been in flight for 50 ms: a call prepares its own until then);
 - ``torch``                ``<HF class>.from_pretrained(dir)`` (default attention: sdpa), called under
                            ``torch.inference_mode()``;
 - ``torch.compile``        the same model through ``torch.compile`` (default mode; it recompiles with

@@ -11,7 +11,8 @@ COMMANDS = {
                         "date, key"),
     "generate": ("generate", "PATH --input-ids 464,2068,318 [--max-new-tokens 20] [--json]: new tokens from an "
                              "artifact built with task=generate"),
-    "bench": ("bench", "PATH: cold start, stalls and latency of an artifact where it runs"),
+    "bench": ("bench", "PATH [--threads 1,2]: cold start, first calls, stalls and latency of an artifact where it "
+                       "runs, both loaders"),
     "gc": ("cleanup", "[DIR] --max-bytes 2G --max-age-days 30: remove least recently used artifacts (never one "
                       "being loaded)"),
     "serve": ("serve", "PATH... [--host 127.0.0.1] [--port 8000] [--max-delay-ms 0]: serve artifacts over HTTP "
