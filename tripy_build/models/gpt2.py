@@ -127,7 +127,7 @@ class GPT2:
             ctx = attend(jnp.matmul(x, w_qkv) + b_qkv, self.n_head, bias)
             h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         h = layer_norm(params["ln_f"], h, eps)
-        return {"logits": jnp.matmul(h, params["wte"].T)}
+        return {"logits": _tied_logits(h, params["wte"])}
 
     # --- generation: a key/value cache extended in place -------------------------------------------
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
@@ -201,7 +201,7 @@ class GPT2:
             ctx = attend_cache(q, read, bias, query_at, windows).reshape(n, s, self.n_embd)
             h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         last = layer_norm(params["ln_f"], h[:, -1], eps)
-        return {"logits": jnp.matmul(last, params["wte"].T), "cache": cache}
+        return {"logits": _tied_logits(last, params["wte"]), "cache": cache}
 
     def inputs(self) -> dict[str, list]:
         return {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
@@ -212,3 +212,11 @@ class GPT2:
 
     def input_dtypes(self) -> dict[str, str]:
         return {"input_ids": "int32", "attention_mask": "int32"}
+
+
+def _tied_logits(h: jax.Array, wte: jax.Array) -> jax.Array:
+    """``h @ wte.T`` as a product over ``wte``'s own last axis: no transposed copy of the tied embedding is
+    prepared at load (154 MB for GPT-2 small, held beside the table itself: the load's peak was 1.64x the
+    weights). XLA's CPU dot takes ``wte`` as it is: [8, 128, 768] x [50257, 768] in 441 ms against 451 for
+    the prepared transpose, and as fast at 1x1 and 8x1."""
+    return jnp.einsum("...d,vd->...v", h, wte)
