@@ -10,11 +10,12 @@ checked one by one as the loader places them (``Contents.take_weight``).
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -221,28 +222,9 @@ class Contents:
         return from_npy(data, self.where(entry.file), entry.dtype)
 
     def take_weights(self, entries: Sequence[WeightEntry]) -> Iterator[np.ndarray]:
-        """``take_weight`` of each of ``entries``, in order, read and checked ahead on two threads (at most
-        ``READ_AHEAD_BYTES`` beyond the one the caller has): hashing and reading release the GIL, so they
-        run on the cores the caller's device work leaves free, and on both while it waits."""
-        from concurrent.futures import ThreadPoolExecutor
-
+        """``take_weight`` of each of ``entries``, in order, read and checked ahead (``read_ahead``)."""
         sizes = [int(np.prod(e.shape, dtype=np.int64)) * np.dtype(to_dtype(e.dtype)).itemsize for e in entries]
-        pending: collections.deque = collections.deque()
-        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tripy_build-read")
-        ahead = submitted = 0
-        try:
-            for i in range(len(entries)):
-                while submitted < len(entries) and (submitted == i or ahead + sizes[submitted] <= READ_AHEAD_BYTES):
-                    pending.append(pool.submit(self.take_weight, entries[submitted]))
-                    ahead += sizes[submitted]
-                    submitted += 1
-                value = pending.popleft().result()
-                ahead -= sizes[i]
-                yield value
-        finally:
-            for future in pending:
-                future.cancel()
-            pool.shutdown(wait=True)  # a read under way holds the reader's lock: let it finish
+        return read_ahead([functools.partial(self.take_weight, e) for e in entries], sizes)
 
     def bound_values(self) -> dict[str, Any]:
         values, start, files = {}, 0, self.bound_files
@@ -274,6 +256,31 @@ class Contents:
                 f"program cannot run here. Rebuild with backend=[{', '.join([*platforms, platform])}] (a "
                 "multi-platform artifact: executables for the build host, the portable program for the rest)."
             )
+
+
+def read_ahead(reads: Sequence[Callable[[], Any]], sizes: Sequence[int]) -> Iterator[Any]:
+    """``read()`` of each of ``reads``, in order, run ahead on two threads: at most ``READ_AHEAD_BYTES`` (by
+    ``sizes``) beyond the one the caller has. Reading and hashing release the GIL, so they run on the cores
+    the caller's device work leaves free, and on both while it waits. Close the iterator (or exhaust it)
+    to end the threads; an error is raised where its read comes in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending: collections.deque = collections.deque()
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tripy_build-read")
+    ahead = submitted = 0
+    try:
+        for i in range(len(reads)):
+            while submitted < len(reads) and (submitted == i or ahead + sizes[submitted] <= READ_AHEAD_BYTES):
+                pending.append(pool.submit(reads[submitted]))
+                ahead += sizes[submitted]
+                submitted += 1
+            value = pending.popleft().result()
+            ahead -= sizes[i]
+            yield value
+    finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=True)  # a read under way holds the reader's lock: let it finish
 
 
 def read_contents(path: str | os.PathLike, executables: bool = True) -> Contents:

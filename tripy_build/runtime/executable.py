@@ -11,9 +11,11 @@ jax's own dispatch. The weights are device arrays held by the executable and pas
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import inspect
+import itertools
 import logging
 import math
 import os
@@ -28,6 +30,7 @@ import numpy as np
 from .. import host
 from ..artifact import selftest
 from ..artifact.manifest import Compiler, ExecutableEntry
+from ..artifact.read import read_ahead
 from ..core import dispatch
 from ..core.profiles import DimPlan, mask_inputs
 from ..core.signature import (Parameter, array_types, bind_call, check_leaf, check_leaves, input_infos, named_uses,
@@ -157,11 +160,16 @@ class Executable(MultiEntry):
             return resolve(sources, values, self._prepared)
         direct = {i: self._weights[i].array() for i in {s.index for s in sources if s.kind == "weight"}}
         prepared: list[Any] = [None] * len(self._program.prep.out_avals)
-        for (chunk, _), run in zip(self._program.chunks, runs):
-            outs = jax.block_until_ready(run(*[direct[i] if i in direct else self._weights[i].array()
-                                               for i in chunk.weights]))
-            for k, out in zip(chunk.outputs, outs):
-                prepared[k] = out
+        order = [i for chunk, _ in self._program.chunks for i in chunk.weights if i not in direct]
+        with contextlib.closing(read_ahead([self._weights[i].array for i in order],
+                                           [self._weights[i].nbytes for i in order])) as values:
+            taken = zip(order, values)
+            for (chunk, _), run in zip(self._program.chunks, runs):
+                raw = dict(itertools.islice(taken, sum(i not in direct for i in chunk.weights)))
+                outs = jax.block_until_ready(run(*[direct[i] if i in direct else raw[i] for i in chunk.weights]))
+                for k, out in zip(chunk.outputs, outs):
+                    prepared[k] = out
+                del raw
         self._prepared = prepared
         return resolve(sources, [direct.get(i) for i in range(len(self._weights))], prepared)
 

@@ -12,6 +12,7 @@ program instead (with the options the manifest records).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -101,11 +102,11 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
                      main.mlir_module)
     prep = program(m.prep.file) if m.prep else None
     direct = {i for kind, i in m.sources if kind == "weight"}
-    def placed(w: Any) -> Any:
-        if w.file not in shared.placed:
-            shared.placed[w.file] = jax.device_put(c.take_weight(w))
-        return shared.placed[w.file]
-    weights = [Weight(w.path, w.argument, placed(w) if i in direct else
+    unplaced = list({w.file: w for i, w in enumerate(m.weights) if i in direct and w.file not in shared.placed}.values())
+    with contextlib.closing(c.take_weights(unplaced)) as values:
+        for w, value in zip(unplaced, values):
+            shared.placed[w.file] = jax.device_put(value)
+    weights = [Weight(w.path, w.argument, shared.placed[w.file] if i in direct else
                       Stored(w.shape, to_dtype(w.dtype), functools.partial(c.take_weight, w)))
                for i, w in enumerate(m.weights)]
     prep_key = (m.prep.file, tuple(w.file for w in m.weights)) if m.prep else None
