@@ -10,12 +10,13 @@ field named, before anything is deserialized. See docs/artifact.md for the forma
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..core.profiles import DimPlan
 from ..core.signature import Parameter
-from ..core.spec import DimSize, InputInfo
+from ..core.spec import DimSize, InputInfo, to_dtype
 from ..errors import ArtifactError, SpecError
 
 SCHEMA_VERSION = 3
@@ -126,6 +127,10 @@ class WeightEntry:
     argument: str | None  # the constant argument it belongs to (``bind`` swaps by it); None: closed over
     dtype: str  # numpy dtype name (bfloat16 included)
     shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * to_dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..core.spec import count_leaves, rebuild, to_dtype
+from ..core.spec import count_leaves, rebuild
 from ..errors import ArtifactError
 from . import crosscheck
 from .compat import CompatibilityWarning, incompatibility
@@ -223,8 +223,7 @@ class Contents:
 
     def take_weights(self, entries: Sequence[WeightEntry]) -> Iterator[np.ndarray]:
         """``take_weight`` of each of ``entries``, in order, read and checked ahead (``read_ahead``)."""
-        sizes = [int(np.prod(e.shape, dtype=np.int64)) * np.dtype(to_dtype(e.dtype)).itemsize for e in entries]
-        return read_ahead([functools.partial(self.take_weight, e) for e in entries], sizes)
+        return read_ahead([functools.partial(self.take_weight, e) for e in entries], [e.nbytes for e in entries])
 
     def bound_values(self) -> dict[str, Any]:
         values, start, files = {}, 0, self.bound_files

@@ -215,14 +215,14 @@ class Runtime(MultiEntry):
         let go once it has run (falling back to jax where the chunks cannot run here). The weights are read
         and checked ahead, in the order they are placed (``Contents.take_weights``)."""
         c, m, shared = self._contents, self._manifest, self._shared
-        direct = sorted({i for kind, i in m.sources if kind == "weight"})
+        direct = {i for kind, i in m.sources if kind == "weight"}
         key = (m.prep.file, tuple(w.file for w in m.weights)) if m.prep else None
         prepared: dict[int, Any] = shared.prepared.get(key, {})
         needs_prep = any(kind == "prep" for kind, _ in m.sources) and not prepared
         chunks = m.prep.chunks if needs_prep and m.prep else ()
         if needs_prep and (not chunks or not all(c.usable(chunk.executable, _client) for chunk in chunks)):
             return [self._full_executable()._leading[i] for i in range(len(m.sources))]
-        order = [i for i in direct if m.weights[i].file not in shared.placed]
+        order = sorted(i for i in direct if m.weights[i].file not in shared.placed)
         order += [i for chunk in chunks for i in chunk.weights if i not in direct]
         with contextlib.closing(c.take_weights([m.weights[i] for i in order])) as values:
             taken = zip(order, values)
@@ -297,7 +297,7 @@ class Runtime(MultiEntry):
         self._prepared.wait()
         if not self._placed:
             return  # placing the weights failed: the load raised
-        weight_bytes = sum(int(np.prod(w.shape)) * to_dtype(w.dtype).itemsize for w in self._manifest.weights)
+        weight_bytes = sum(w.nbytes for w in self._manifest.weights)
         first = opt in self._profiles and not costly(opt)  # a costly opt profile waits its turn by size
         order = sorted(self._profiles, key=lambda t: (not (first and t == opt), int(np.prod(t))))
         warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit, costly, self._sizes.__getitem__)
