@@ -143,17 +143,17 @@ def cold_start(path: str, rounds: int, loader: str = "tripy_build", warmup: str 
 FIRST_CALL_FACTOR, FIRST_CALL_MARGIN_S = 2.0, 0.001
 
 
-def first_calls(path: str, loader: str, warmup: str) -> dict[str, Any]:
+def first_calls(path: str, loader: str, warmup: str, shaper: Any) -> dict[str, Any]:
     """Each precompiled profile's first call right after a fresh load with ``loader`` (``"tripy_build"`` or
     ``"runtime"``), at its exact shape, cheapest first and back to back; its steady latency: the faster
-    of the next two calls. A first call is *within* when it takes at most ``2 x steady + 1 ms``."""
+    of the next two calls. A first call is *within* when it takes at most ``2 x steady + 1 ms``.
+    ``shaper``: the same artifact already loaded by ``tb.load``, which gives each profile's input shapes."""
     import math
 
     from .. import runtime
     from ..runtime.loader import load
 
     exe = (load if loader == "tripy_build" else runtime.load)(path, warmup=warmup)
-    shaper = exe if loader == "tripy_build" else load(path, warmup="none")  # the inputs' shapes per profile
     points = []
     for target in sorted((tuple(p.values()) for p in shaper.profiles), key=math.prod):
         x = _inputs(shaper, target, 5)
@@ -211,8 +211,8 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
     stream_times = [_timed(exe, x) for x in stream_inputs]
     rt = runtime.load(path, warmup=warmup)
     rt_stream_times = [_timed(rt, x) for x in stream_inputs]
-    firsts = {"tripy_build.load": first_calls(path, "tripy_build", warmup),
-              "tripy_build.runtime.load": first_calls(path, "runtime", warmup)}
+    firsts = {"tripy_build.load": first_calls(path, "tripy_build", warmup, exe),
+              "tripy_build.runtime.load": first_calls(path, "runtime", warmup, exe)}
 
     named = {"min": [d.bounds[0] for d in dims], "opt": opt, "max": [d.bounds[2] for d in dims]}
     distinct = list(dict.fromkeys(tuple(s) for s in stream_sizes))
