@@ -85,7 +85,7 @@ def _io_bounds(manifest: dict, section: str, index: int, name: str | None = None
 
 def test_manifest_contents(geglu_artifact):
     m = _read_manifest(geglu_artifact)
-    assert m["schema_version"] == 3
+    assert m["schema_version"] == 4
     assert m["function"] == "geglu"
     assert m["optimization_level"] == 3
     assert m["platforms"] == ["cpu"]
@@ -116,8 +116,10 @@ def test_manifest_and_index_file_tables_cover_every_file(geglu_artifact):
     # executables are not byte-reproducible, so their digests live in the sidecar index
     assert XLA in index["files"] and XLA not in m["files"] and "program.jaxexport" in m["files"]
     assert m["index"] == {"file": "index.json", "covers": ["executables/"]}
-    # the weights are stored once, as .npy files, and they are byte-reproducible
-    assert sorted(w["file"] for w in m["weights"]) == sorted(f for f in m["files"] if f.startswith("weights/"))
+    # the weights are stored once, as .npy files (raw, or what prep makes of them), and they are byte-reproducible
+    chunks = m["prep"]["chunks"] if m["prep"] else []
+    stored = [w["file"] for w in m["weights"] if w["file"]] + [a["file"] for c in chunks for a in c.get("at_rest", [])]
+    assert sorted(stored) == sorted(f for f in m["files"] if f.startswith("weights/"))
     compiled = [*m["executables"], *[c["executable"] for c in (m["prep"]["chunks"] if m["prep"] else [])]]
     assert set(index["compile_seconds"]) == {e["file"] for e in compiled} == set(index["files"])
     for rel, entry in {**m["files"], **index["files"]}.items():

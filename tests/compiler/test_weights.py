@@ -50,7 +50,7 @@ def chunked(monkeypatch, tmp_path):
     batch = tb.NamedDimension("batch", 1, 2, 4)
     exe = tb.compile(_model, args=[_params(0), II((batch,), "int32", values=(0, 10)), II((batch, D), "float32")],
                      padding={"batch": "rows"})
-    return exe, Path(exe.save(tmp_path / "art"))
+    return exe, Path(exe.save(tmp_path / "art", weights="raw"))
 
 
 def _inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +87,7 @@ def test_a_loaded_executable_keeps_only_what_main_takes_and_reads_the_rest_back(
     assert set(got) == set(want)
     for name, value in got.items():
         np.testing.assert_array_equal(np.asarray(value), want[name])
-    again = Path(loaded.save(tmp_path / "again"))
+    again = Path(loaded.save(tmp_path / "again", weights="raw"))
     for w in json.loads((path / "manifest.json").read_text())["weights"]:
         assert (again / w["file"]).read_bytes() == (path / w["file"]).read_bytes()
     ids, x = _inputs(3)
@@ -132,7 +132,7 @@ def test_an_artifact_with_one_prep_executable_still_loads(tmp_path):
     batch = tb.NamedDimension("batch", 1, 2, 4)
     params = {k: v for k, v in _params(0).items() if k != "table"}
     exe = tb.compile(layers, args=[params, II((batch, D), "float32")], padding={"batch": "rows"})
-    path = Path(exe.save(tmp_path / "art"))
+    path = Path(exe.save(tmp_path / "art", weights="raw"))
     mpath = path / "manifest.json"
     m = json.loads(mpath.read_text())
     (chunk,) = m["prep"]["chunks"]  # all of prep fits one chunk at the default size, and it reads every weight
@@ -184,3 +184,80 @@ def test_a_weight_times_a_vector_made_in_the_function_is_prepared_once():
     x = np.random.default_rng(1).standard_normal((3, D)).astype(np.float32)
     want = x @ (w * np.concatenate([np.full(D, 0.125), np.ones(2 * D)]).astype(np.float32)) + np.arange(3 * D)
     np.testing.assert_allclose(np.asarray(exe(x)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_chunks_saved_prepared_are_placed_as_stored_and_bind_still_works(chunked, tmp_path, monkeypatch):
+    """weights="prepared" (the default): a chunk is stored as what it makes, and loaders place that instead
+    of reading its raw weights and running it; the raw weights are not in the artifact, and say so."""
+    from tripy_build.runtime import pjrt
+
+    exe, _ = chunked
+    path = Path(exe.save(tmp_path / "prepared"))
+    m = json.loads((path / "manifest.json").read_text())
+    files = {w["path"]: w["file"] for w in m["weights"]}
+    assert files["params['table']"].startswith("weights/")  # main gathers it as stored
+    assert {p for p, f in files.items() if not f} == {"params['shared']", *(f"params['layers'][{i}]" for i in range(3))}
+    at_rest = [a for c in m["prep"]["chunks"] for a in c["at_rest"]]
+    assert sorted(a["file"] for a in at_rest) == sorted(f"weights/prepared_{k}.npy" for c in m["prep"]["chunks"]
+                                                      for k in c["outputs"])
+    raw = json.loads((chunked[1] / "manifest.json").read_text())["weights"]
+    assert sum((path / a["file"]).stat().st_size for a in at_rest) < 2 * sum(
+        (chunked[1] / w["file"]).stat().st_size for w in raw if w["path"] != "params['table']")
+    runs = []
+    device_outputs = pjrt._Compiled.device_outputs
+    monkeypatch.setattr(pjrt._Compiled, "device_outputs", lambda self, args: runs.append(1) or device_outputs(self, args))
+    rt = runtime.load(path)
+    assert runs == []  # no chunk ran
+    for n in (1, 3):
+        ids, x = _inputs(n)
+        want = _by_hand(_params(0), ids, x)
+        for loaded in (tb.load(path, warmup="none"), rt):
+            np.testing.assert_allclose(np.asarray(loaded(ids, x)), want, rtol=1e-4, atol=1e-4)
+    loaded = tb.load(path, warmup="none")
+    with pytest.raises(ArtifactError, match=r"the weight params\['shared'\] is not in this artifact.*weights=raw"):
+        _ = loaded.weights
+    with pytest.raises(ArtifactError, match=r"is not in this artifact"):
+        loaded.save(tmp_path / "raw again", weights="raw")
+    assert not (tmp_path / "raw again").exists()
+    again = Path(loaded.save(tmp_path / "again"))
+    for a in at_rest:
+        assert (again / a["file"]).read_bytes() == (path / a["file"]).read_bytes()
+    ids, x = _inputs(3)
+    swapped = loaded.bind(params=_params(1))
+    np.testing.assert_allclose(np.asarray(swapped(ids, x)), _by_hand(_params(1), ids, x), rtol=1e-4, atol=1e-4)
+    assert set(swapped.weights) == set(files)  # all given anew: readable again
+    with pytest.raises(tb.TripyBuildError, match=r"save\(weights='packed'\): must be one of 'prepared', 'raw'"):
+        exe.save(tmp_path / "bad", weights="packed")
+
+
+def test_a_damaged_prepared_weight_is_refused_by_both_loaders(chunked, tmp_path):
+    exe, _ = chunked
+    path = Path(exe.save(tmp_path / "prepared"))
+    target = path / "weights" / "prepared_0.npy"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 1
+    target.write_bytes(bytes(data))
+    for load in (lambda: tb.load(path, warmup="none"), lambda: runtime.load(path)):
+        with pytest.raises(ArtifactError, match=r"weights/prepared_0\.npy: sha256 .* does not match"):
+            load()
+
+
+def test_a_chunk_reading_two_arguments_is_saved_raw(tmp_path, monkeypatch):
+    """bind(p=...) must run such a chunk again with q's raw weights, so they stay in the artifact."""
+    monkeypatch.setattr(weights_lib, "PREP_CHUNK_BYTES", 9 * 1024)  # a chunk per group of arrays
+    rng = np.random.default_rng(0)
+    p = {"w": rng.standard_normal((D, D)).astype(np.float32)}
+    q = {"w": rng.standard_normal((D, D)).astype(np.float32), "v": rng.standard_normal((D, D)).astype(np.float32)}
+
+    def f(p, q, x):
+        return jnp.tanh(x @ (p["w"] + q["w"]).T) @ q["v"].T
+
+    exe = tb.compile(f, args=[p, q, II((2, D), "float32")])
+    path = Path(exe.save(tmp_path / "art"))
+    m = json.loads((path / "manifest.json").read_text())
+    files = {w["path"]: w["file"] for w in m["weights"]}
+    assert files["p['w']"] and files["q['w']"] and not files["q['v']"], files  # q['v'] alone: prepared
+    x = rng.standard_normal((2, D)).astype(np.float32)
+    p2 = {"w": p["w"] * 2}
+    loaded = tb.load(path, warmup="none").bind(p=p2)
+    np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(f(p2, q, x)), rtol=1e-5, atol=1e-5)

@@ -147,7 +147,8 @@ def test_weights_are_read_ahead_in_order_within_the_read_ahead_bound(tmp_path, m
     from tripy_build.artifact import read
 
     weights = {f"w{i}": np.full((64, 64), i, np.float32) for i in range(6)}  # 16 KiB each
-    tb.compile(lambda x, p: x @ sum(p.values()), args=[tb.InputInfo((2, 64), "float32"), weights]).save(tmp_path / "a")
+    tb.compile(lambda x, p: x @ sum(p.values()), args=[tb.InputInfo((2, 64), "float32"), weights]).save(tmp_path / "a",
+                                                                                               weights="raw")
     contents = read.read_contents(tmp_path / "a")
     entries = list(contents.manifest.weights)
     started, lock = [], threading.Lock()

@@ -2,7 +2,7 @@
 
 An artifact is a directory: ``manifest.json`` (``manifest.Manifest``), ``index.json`` (the digests of
 the files that do not reproduce byte for byte, and build facts that vary), the exported programs,
-``weights/*.npy``, ``executables/*`` and ``selftest/*``. See docs/artifact.md.
+``weights/*.npy`` (raw, or prepared: ``prepared_*.npy``), ``executables/*`` and ``selftest/*``. See docs/artifact.md.
 """
 
 from __future__ import annotations
@@ -82,3 +82,8 @@ def prep_executable_file(n: int) -> str:
 
 def weight_file(i: int) -> str:
     return f"weights/{i}.npy"
+
+
+def prepared_file(k: int) -> str:
+    """Where the prep program's output ``k`` is stored, for a chunk saved prepared (``PrepChunkEntry.at_rest``)."""
+    return f"weights/prepared_{k}.npy"

@@ -19,7 +19,8 @@ from ..core.signature import Parameter
 from ..core.spec import DimSize, InputInfo, to_dtype
 from ..errors import ArtifactError, SpecError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (3, 4)  # 4 added prep chunks stored prepared (``PrepChunkEntry.at_rest``)
 KIND = "tripy_build.artifact"
 
 
@@ -105,6 +106,9 @@ class PrepChunkEntry:
     weights: tuple[int, ...]  # indices into ``Manifest.weights``
     outputs: tuple[int, ...]  # indices of the prep program's outputs (``Manifest.sources``' "prep" entries)
     executable: ExecutableEntry  # precompiled for the build host's platform
+    # its outputs as the build made them, one per ``outputs`` (saved with weights="prepared"): a loader places
+    # these instead of running the chunk, and ``weights``' entries have no file (``WeightEntry.stored``)
+    at_rest: tuple["WeightEntry", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ class PrepEntry:
 class WeightEntry:
     """One weight: an array the program takes as a leading argument, stored once as ``.npy``."""
 
-    file: str  # path inside the artifact
+    file: str  # path inside the artifact; "" where only what prep makes of it is stored (``PrepChunkEntry.at_rest``)
     path: str  # where it came from in the function's arguments: ``params['proj']['weight']``
     argument: str | None  # the constant argument it belongs to (``bind`` swaps by it); None: closed over
     dtype: str  # numpy dtype name (bfloat16 included)
@@ -131,6 +135,10 @@ class WeightEntry:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * to_dtype(self.dtype).itemsize
+
+    @property
+    def stored(self) -> bool:
+        return bool(self.file)
 
 
 @dataclass(frozen=True)
@@ -247,7 +255,8 @@ class Manifest:
             "program": _plain(self.program),
             "prep": None if self.prep is None else {
                 "file": self.prep.file, "format": self.prep.format,
-                "chunks": [{"weights": list(c.weights), "outputs": list(c.outputs), "executable": c.executable.to_json()}
+                "chunks": [{"weights": list(c.weights), "outputs": list(c.outputs), "executable": c.executable.to_json(),
+                            **({"at_rest": [_plain(w) for w in c.at_rest]} if c.at_rest else {})}
                            for c in self.prep.chunks]},
             "weights": [_plain(w) for w in self.weights],
             "leading": [{kind: i} for kind, i in self.sources],
@@ -286,8 +295,7 @@ class Manifest:
                 program=ProgramFile(str(m["program"]["file"]), str(m["program"]["format"]),
                                     m["program"].get("calling_convention_version")),
                 prep=None if not prep else PrepEntry(str(prep["file"]), str(prep["format"]), _prep_chunks(m)),
-                weights=tuple(WeightEntry(str(w["file"]), str(w["path"]), w["argument"], str(w["dtype"]),
-                                          tuple(int(n) for n in w["shape"])) for w in m["weights"]),
+                weights=tuple(_weight(w) for w in m["weights"]),
                 sources=tuple((str(k), int(i)) for entry in m["leading"] for k, i in entry.items()),
                 dims=tuple(DimPlan.from_json(d, paths) for d in m["dims"]),
                 compiler=Compiler(str(compiler.get("name", "xla")), compiler.get("mode"), compiler.get("why"),
@@ -326,7 +334,12 @@ def _prep_chunks(m: Mapping[str, Any]) -> tuple[PrepChunkEntry, ...]:
         return (PrepChunkEntry(tuple(range(len(m["weights"]))), tuple(outputs),
                                ExecutableEntry.from_json(prep["executable"])),)
     return tuple(PrepChunkEntry(tuple(int(i) for i in c["weights"]), tuple(int(k) for k in c["outputs"]),
-                                ExecutableEntry.from_json(c["executable"])) for c in prep.get("chunks") or ())
+                                ExecutableEntry.from_json(c["executable"]), tuple(_weight(w) for w in c.get("at_rest") or ()))
+                 for c in prep.get("chunks") or ())
+
+
+def _weight(w: Mapping[str, Any]) -> WeightEntry:
+    return WeightEntry(str(w["file"]), str(w["path"]), w["argument"], str(w["dtype"]), tuple(int(n) for n in w["shape"]))
 
 
 def _plain(record: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from .compat import CompatibilityWarning, incompatibility
 from .digest import list_files, sha256_bytes, sha256_file
 from .layout import INDEX, INDEX_KIND, MANIFEST, MAX_JSON_BYTES, no_links, reproducible_files, safe_relpath
 from .lock import reading
-from .manifest import KIND, SCHEMA_VERSION, ExecutableEntry, Manifest, WeightEntry
+from .manifest import KIND, READABLE_VERSIONS, ExecutableEntry, Manifest, WeightEntry
 from .npy import from_npy
 
 READ_AHEAD_BYTES = 32 << 20
@@ -64,10 +64,10 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
         kind = manifest.get("kind") if isinstance(manifest, dict) else None
         raise ArtifactError(f"{mpath}: not a tripy_build manifest (kind is {kind!r}).")
     version = manifest.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ArtifactError(
-            f"{mpath}: schema_version {version!r} is not supported; this tripy_build reads version "
-            f"{SCHEMA_VERSION}. Rebuild the artifact or use a matching tripy_build."
+            f"{mpath}: schema_version {version!r} is not supported; this tripy_build reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. Rebuild the artifact or use a matching tripy_build."
         )
     if not isinstance(manifest.get("files"), dict):
         raise ArtifactError(f"{mpath}: no 'files' table; the artifact is damaged.")
@@ -214,6 +214,12 @@ class Contents:
         Not read with the rest by ``read_contents``: a loader places the weights on the device one prep
         chunk at a time, so only those still needed are in memory (a model's weights are held once).
         """
+        if not entry.stored:
+            raise ArtifactError(
+                f"{self.where()}: the weight {entry.path} is not in this artifact: it was saved with "
+                "weights='prepared' (the default), which stores only what the prep program makes of it. Read it "
+                "from the checkpoint the artifact was built from, or build again with weights=raw "
+                "(Executable.save(path, weights='raw')) to keep the raw weights.")
         try:
             with reading(self.path):
                 data = read_files(self.path, [entry.file], [], self.manifest, self.tables)[1][entry.file]

@@ -15,7 +15,6 @@ import contextlib
 import copy
 import hashlib
 import inspect
-import itertools
 import logging
 import math
 import os
@@ -40,7 +39,7 @@ from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
 from .warmup import calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
-from .program import Program, Weight, resolve
+from .program import PrepChunk, Program, Stored, Weight, resolve
 from .entries import MultiEntry
 
 log = logging.getLogger("tripy_build.executable")
@@ -147,31 +146,47 @@ class Executable(MultiEntry):
     def _prepare(self) -> list[Any]:
         """The leading arguments of every call: the weights, with the prep program run on them.
 
-        Chunk by chunk (``PrepChunk``): a chunk's raw weights are let go once it has run, unless
-        ``main`` takes them as they are, so the raw and the prepared weights are never both held whole.
+        Chunk by chunk (``PrepChunk``): a chunk stored prepared is placed as stored; the others run, and a
+        chunk's raw weights are let go once it has run, unless ``main`` takes them as they are, so the raw
+        and the prepared weights are never both held whole.
         """
-        sources = self._program.sources
-        if self._program.prep is None:
-            return resolve(sources, [w.array() for w in self._weights], [])
-        runs = [p.ready() for p in self._prep_exes]
-        if not runs or any(r is None for r in runs):
-            values = [w.array() for w in self._weights]
-            self._prepared = jax.tree_util.tree_leaves(jax.jit(self._program.prep.call)(*values))
-            return resolve(sources, values, self._prepared)
+        sources, program = self._program.sources, self._program
         direct = {i: self._weights[i].array() for i in {s.index for s in sources if s.kind == "weight"}}
-        prepared: list[Any] = [None] * len(self._program.prep.out_avals)
-        order = [i for chunk, _ in self._program.chunks for i in chunk.weights if i not in direct]
+        if program.prep is None:
+            return resolve(sources, [direct.get(i) for i in range(len(self._weights))], [])
+        prepared: list[Any] = [None] * len(program.prep.out_avals)
+        stored = [k for chunk, _ in program.chunks if self._at_rest(chunk) for k in chunk.outputs]
+        with contextlib.closing(read_ahead([program.at_rest[k].read for k in stored],
+                                           [program.at_rest[k].nbytes for k in stored])) as values:
+            for k, value in zip(stored, values):
+                prepared[k] = jax.device_put(value)
+        runs = [(chunk, pre) for (chunk, _), pre in zip(program.chunks, self._prep_exes) if not self._at_rest(chunk)]
+        runs = [(chunk, pre.ready()) for chunk, pre in runs]
+        if not program.chunks or len(self._prep_exes) != len(program.chunks) or any(run is None for _, run in runs):
+            # prep runs whole, through jax; a chunk stored prepared gets zeros for the raw weights it lacks
+            rest = {i for chunk, _ in program.chunks if self._at_rest(chunk) for i in chunk.weights}
+            values = [np.zeros(w.value.shape, w.value.dtype) if i in rest else direct[i] if i in direct else w.array()
+                      for i, w in enumerate(self._weights)]
+            made = jax.tree_util.tree_leaves(jax.jit(program.prep.call)(*values))
+            prepared = [out if mine is None else mine for out, mine in zip(made, prepared)]
+            runs = []
+        order = [i for chunk, _ in runs for i in chunk.weights if i not in direct]
         with contextlib.closing(read_ahead([self._weights[i].array for i in order],
                                            [self._weights[i].nbytes for i in order])) as values:
-            taken = zip(order, values)
-            for (chunk, _), run in zip(self._program.chunks, runs):
-                raw = dict(itertools.islice(taken, sum(i not in direct for i in chunk.weights)))
+            for chunk, run in runs:
+                raw = dict(zip([i for i in chunk.weights if i not in direct], values))
                 outs = jax.block_until_ready(run(*[direct[i] if i in direct else raw[i] for i in chunk.weights]))
                 for k, out in zip(chunk.outputs, outs):
                     prepared[k] = out
                 del raw
         self._prepared = prepared
         return resolve(sources, [direct.get(i) for i in range(len(self._weights))], prepared)
+
+    def _at_rest(self, chunk: PrepChunk) -> bool:
+        """Whether ``chunk``'s outputs are taken as the artifact stores them: stored prepared, and none of its
+        weights given anew by ``bind`` since."""
+        return all(k in self._program.at_rest for k in chunk.outputs) and \
+            all(isinstance(self._weights[i].value, Stored) for i in chunk.weights)
 
     @property
     def donate_argnums(self) -> tuple[int, ...]:
@@ -593,11 +608,23 @@ class Executable(MultiEntry):
             return None
         return dict(enumerate(self._dispatcher.leaf_shapes(sizes)))
 
-    def save(self, path: str | os.PathLike) -> str:
-        """Write this executable as an artifact directory; returns its path."""
+    def save(self, path: str | os.PathLike, weights: str = "prepared") -> str:
+        """Write this executable as an artifact directory; returns its path.
+
+        Args:
+            path: the directory (replaced if it holds an artifact; written atomically).
+            weights: ``"prepared"`` (default) stores what the prep program makes of the weights wherever
+                ``bind`` still works, so loading places them without running it; their raw values are then
+                not in the artifact (``weights`` of the loaded executable cannot read them back).
+                ``"raw"`` stores the weights as given (``runtime/save.py``).
+
+        Example::
+
+            exe.save("artifacts/geglu-prepared")
+        """
         from .save import save
 
-        return str(save(self, path))
+        return str(save(self, path, weights=weights))
 
     def _leaves_of(self, name: str) -> list[tuple[str, InputInfo]]:
         return self._leaves[self._leaf_slices[name]]

@@ -3,8 +3,8 @@
 Every file a loader uses is checked against its digest before it is used (``artifact.read.read_contents``;
 the weights one by one as they are placed, ``Contents.take_weight``), the manifest against the exported
 program (``artifact.crosscheck``). The raw weights that only the prep program reads are not kept: the
-executable holds what prep made of them, and reads them from the artifact again if asked
-(``Executable.weights``, ``save``, ``bind``). Precompiled executables are
+executable holds what prep made of them (or what the artifact stores prepared: ``runtime/save.py``), and
+reads them from the artifact again if asked (``Executable.weights``, ``save``, ``bind``). Precompiled executables are
 deserialized on first use, so a process that serves a few shapes pays only for those; one built for
 another host is skipped with a ``CompatibilityWarning``, and its shapes compile from the exported
 program instead (with the options the manifest records).
@@ -145,7 +145,9 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
     prep_exes = [precompiled(c.executable, prep, f"{m.function}_prep{n}", jax.tree_util.tree_structure([0] * len(c.outputs)))
                  for n, c in enumerate(m.prep.chunks if m.prep else ())]
     if None in prep_exes:
-        chunks, prep_exes = [], []  # prep runs whole, through jax
+        prep_exes = []  # the chunks not stored prepared run whole, through jax
+    at_rest = {k: Stored(w.shape, to_dtype(w.dtype), functools.partial(c.take_weight, w))
+               for chunk in (m.prep.chunks if m.prep else ()) for k, w in zip(chunk.outputs, chunk.at_rest)}
     try:
         dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in m.leaves], [s.name for _, s in m.sizes],
                                 output_axes(main.out_avals, m.dims), [p.target for p in profiles],
@@ -154,7 +156,7 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
         raise ArtifactError(f"{c.where()}: the dims do not match the exported program ({e}).") from None
     exe = Executable(
         program=Program(main, prep, weights, [Source(k, i) for k, i in m.sources],
-                        chunks=[(chunk, None) for chunk in chunks]),
+                        chunks=[(chunk, None) for chunk in chunks], at_rest=at_rest),
         program_bytes=c.files[m.program.file], prep_bytes=c.files.get(m.prep.file) if m.prep else None,
         name=m.function, parameters=m.parameters, leaves=m.leaves, sizes=m.sizes, outputs=m.outputs, dims=m.dims,
         dispatcher=dispatcher, optimization_level=m.optimization_level, platforms=m.platforms,

@@ -27,7 +27,6 @@ pinned with jax (0.10.x); on another version ``load`` raises, and ``tripy_build.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import threading
 import time
@@ -212,7 +211,8 @@ class Runtime(MultiEntry):
 
     def _prepare(self) -> list[Any]:
         """Weights on the device, with the prep program run on them chunk by chunk, each chunk's raw weights
-        let go once it has run (falling back to jax where the chunks cannot run here). The weights are read
+        let go once it has run (falling back to jax where the chunks cannot run here); a chunk stored
+        prepared (``runtime/save.py``) is placed as stored. The weights are read
         and checked ahead, in the order they are placed (``Contents.take_weights``)."""
         c, m, shared = self._contents, self._manifest, self._shared
         direct = {i for kind, i in m.sources if kind == "weight"}
@@ -220,19 +220,24 @@ class Runtime(MultiEntry):
         prepared: dict[int, Any] = shared.prepared.get(key, {})
         needs_prep = any(kind == "prep" for kind, _ in m.sources) and not prepared
         chunks = m.prep.chunks if needs_prep and m.prep else ()
-        if needs_prep and (not chunks or not all(c.usable(chunk.executable, _client) for chunk in chunks)):
+        if needs_prep and (not chunks or not all(c.usable(chunk.executable, _client) for chunk in chunks if not chunk.at_rest)):
             return [self._full_executable()._leading[i] for i in range(len(m.sources))]
-        order = sorted(i for i in direct if m.weights[i].file not in shared.placed)
-        order += [i for chunk in chunks for i in chunk.weights if i not in direct]
-        with contextlib.closing(c.take_weights([m.weights[i] for i in order])) as values:
-            taken = zip(order, values)
-            for i, value in itertools.islice(taken, sum(i in direct for i in order)):
+        placing = sorted(i for i in direct if m.weights[i].file not in shared.placed)
+        reads = [m.weights[i] for i in placing]
+        for chunk in chunks:  # a chunk stored prepared is placed as stored; the others read their raw weights
+            reads += chunk.at_rest or [m.weights[i] for i in chunk.weights if i not in direct]
+        with contextlib.closing(c.take_weights(reads)) as values:
+            for i, value in zip(placing, values):
                 w = m.weights[i]
                 shared.placed[w.file] = self._device.put(value, _Aval(w.shape, to_dtype(w.dtype)))
             for chunk in chunks:
+                if chunk.at_rest:
+                    prepared.update((k, self._device.put(value, _Aval(w.shape, to_dtype(w.dtype))))
+                                    for k, w, value in zip(chunk.outputs, chunk.at_rest, values))
+                    continue
                 run = _Compiled(self._device, c.files.pop(chunk.executable.file), chunk.executable,
                                 c.where(chunk.executable.file))
-                raw = dict(itertools.islice(taken, sum(i not in direct for i in chunk.weights)))
+                raw = dict(zip([i for i in chunk.weights if i not in direct], values))
                 outs = run.device_outputs([shared.placed[m.weights[i].file] if i in direct else raw[i]
                                            for i in chunk.weights])
                 for o in outs:

@@ -24,6 +24,10 @@ class Stored:
     dtype: Any
     read: Callable[[], np.ndarray] = field(repr=False)
 
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
 
 @dataclass(frozen=True)
 class Weight:
@@ -74,6 +78,8 @@ class Program:
     symbols: list[Any] = field(default_factory=list)  # the export's dim symbols (when just compiled)
     # prep in pieces, each exported (when just compiled: the build precompiles them) or not (loaded)
     chunks: list[tuple[PrepChunk, jax.export.Exported | None]] = field(default_factory=list)
+    # prep's outputs as an artifact stores them, by output index (a chunk saved prepared: runtime/save.py)
+    at_rest: dict[int, Stored] = field(default_factory=dict)
 
     def leading_avals(self) -> list[jax.ShapeDtypeStruct]:
         return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.main.in_avals[:len(self.sources)]]
