@@ -209,3 +209,28 @@ def test_a_bad_checkpoint_is_one_line_naming_the_tensor_and_nothing_is_written(c
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "arts").exists() or not any((tmp_path / "arts").rglob("manifest.json"))
+
+
+def test_weights_saved_prepared_rebuild_from_their_checkpoint_and_raw_ones_keep_every_tensor(tmp_path_factory, tmp_path):
+    """weights=prepared (the default) stores BERT's prepared matrices in place of the raw tensors: a rebuild
+    needs the checkpoint (verify --rebuild --checkpoint), and says so without it; weights=raw keeps them."""
+    _, model, path = _built("bert", tmp_path_factory)
+    hf = path.parents[2] / "hf"
+    m = json.loads((path / "manifest.json").read_text())
+    assert all(c.get("at_rest") for c in m["prep"]["chunks"])
+    assert sum(not w["file"] for w in m["weights"]) > 0
+    r = run_cli("verify", "--rebuild", str(path), cwd=tmp_path, timeout=600)
+    assert r.returncode == 1 and "verify --rebuild --checkpoint DIR" in r.stdout, r.stdout[-3000:]
+    r = run_cli("verify", "--rebuild", "--checkpoint", str(hf), str(path), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "PASS  rebuild: bytes weights/prepared_0.npy  identical" in r.stdout
+    assert "PASS  rebuild: params by value" in r.stdout
+    raw = build("bert", hf, tmp_path / "raw", "weights=raw")
+    assert raw.returncode == 0, raw.stderr[-3000:]
+    raw_path = next((tmp_path / "raw" / "bert").iterdir())
+    assert all(w["file"] for w in json.loads((raw_path / "manifest.json").read_text())["weights"])
+    ids = np.random.default_rng(0).integers(0, VOCAB, (2, 8)).astype(np.int32)
+    inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    want = tb.load(path)(**inputs)["last_hidden_state"]
+    got = runtime.load(raw_path)(**inputs)["last_hidden_state"]
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)

@@ -261,3 +261,21 @@ def test_a_chunk_reading_two_arguments_is_saved_raw(tmp_path, monkeypatch):
     p2 = {"w": p["w"] * 2}
     loaded = tb.load(path, warmup="none").bind(p=p2)
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(f(p2, q, x)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m["prep"]["chunks"][-1]["at_rest"].pop(), r"stores 1 prepared array\(s\) that are not the 2"),
+    (lambda m: m["prep"]["chunks"][0]["at_rest"][0].__setitem__("shape", [3, 3]), r"that are not the 1 its executable"),
+    (lambda m: m["prep"]["chunks"][0].pop("at_rest"), r"have no file, and the program needs them"),
+])
+def test_a_manifest_whose_prepared_weights_contradict_its_chunks_is_refused(chunked, tmp_path, edit, match):
+    exe, _ = chunked
+    path = Path(exe.save(tmp_path / "prepared"))
+    mpath = path / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["prep"]["chunks"].sort(key=lambda c: len(c["at_rest"]))  # the shared weight's chunk (two arrays) last
+    edit(m)
+    mpath.write_text(json.dumps(m))
+    for load in (lambda: tb.load(path, warmup="none"), lambda: runtime.load(path)):
+        with pytest.raises(ArtifactError, match=match):
+            load()

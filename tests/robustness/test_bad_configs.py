@@ -61,6 +61,7 @@ CASES = [
     ("negative error budget", ["precision.max_error=-1"], "precision.max_error", False),
     ("budget not a number", ["precision.max_error=abc"], "precision.max_error", False),
     ("seed not an int", ["params.seed=abc"], "params.seed", False),
+    ("weights stored an unknown way", ["weights=packed"], "weights: 'packed' is not a way to store weights", False),
     ("force not a bool", ["force=maybe"], "force", False),
     ("unknown bucket policy", ["shapes.buckets.batch=pow3"], "shapes.buckets.batch", False),
     ("bucket out of range", ["shapes.buckets.batch=[0,8]"], "shapes.buckets.batch", False),

@@ -140,8 +140,16 @@ def consistent(where: str, leaves: Sequence[tuple[str, Any]], dims: Sequence[Any
 
 def prep_chunks(where: str, manifest: Manifest) -> None:
     """The prep chunks make every prepared weight exactly once, each from stored weights whose shapes and
-    dtypes its executable was compiled for (a loader runs them as the manifest says, so it must be true)."""
+    dtypes its executable was compiled for, or store it prepared in those shapes; a weight without a file
+    is one a chunk stores prepared (a loader runs them as the manifest says, so it must be true)."""
     m = manifest
+    rest = {i for c in (m.prep.chunks if m.prep else ()) if c.at_rest for i in c.weights}
+    direct = {i for kind, i in m.sources if kind == "weight"}
+    missing = [w.path for i, w in enumerate(m.weights) if not w.stored and (i not in rest or i in direct)]
+    if missing:
+        raise ArtifactError(f"{where}: the weights {', '.join(missing)} have no file, and the program needs them as "
+                            "stored or no prep chunk stores what is made of them; the manifest contradicts itself (it "
+                            "was edited or damaged). Rebuild the artifact.")
     if m.prep is None or not m.prep.chunks:
         return
     wanted = sorted({i for kind, i in m.sources if kind == "prep"})
@@ -157,3 +165,10 @@ def prep_chunks(where: str, manifest: Manifest) -> None:
             raise ArtifactError(f"{where}: prep.chunks[{n}] reads weights {list(c.weights)} and makes "
                                 f"{len(c.outputs)} output(s), which its executable was not compiled for; the manifest "
                                 "contradicts itself (it was edited or damaged). Rebuild the artifact.")
+        if c.at_rest and (len(c.at_rest) != len(c.outputs) or any(
+                (tuple(w.shape), w.dtype) != (tuple(s), d)
+                for w, s, d in zip(c.at_rest, e.output_shapes, e.output_dtypes)) or not all(w.stored for w in c.at_rest)):
+            raise ArtifactError(f"{where}: prep.chunks[{n}] stores {len(c.at_rest)} prepared array(s) that are not the "
+                                f"{len(c.outputs)} its executable makes; the manifest contradicts itself (it was edited "
+                                "or damaged). Rebuild the artifact.")
+

@@ -118,8 +118,10 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
         out += _entry_text(e, index, seconds, costs, f"entry {name!r} ({e.function}): " if name else "")
     if m.weights:
         out += ["", "weights"] + table(["weight", "argument", "dtype", "shape", "file"], [
-            [w.path, w.argument or "-", w.dtype, w.shape, w.file] for w in m.weights])
+            [w.path, w.argument or "-", w.dtype, w.shape, w.file or "(stored prepared)"] for w in m.weights])
+        rest = sum(bool(c.at_rest) for c in m.prep.chunks) if m.prep else 0
         chunks = f"; precompiled in {len(m.prep.chunks)} chunk(s)" if m.prep and m.prep.chunks else ""
+        chunks += f", {rest} stored prepared (placed at load as stored)" if rest else ""
         out.append(f"  prep program: {'yes (' + m.prep.file + chunks + ')' if m.prep else 'none (weights used as stored)'}")
     sizes = file_sizes(m, index)
     out += ["", f"files ({human_size(sum(sizes.values()))})"] + table(

@@ -65,8 +65,10 @@ def recorded_config(request: BuildRequest) -> dict[str, Any]:
     return config
 
 
-def request_from_record(manifest: Manifest, artifact_path: Path, artifacts_dir: Path) -> BuildRequest:
-    """The build request an artifact was made from, to rebuild it elsewhere (``verify --rebuild``)."""
+def request_from_record(manifest: Manifest, artifact_path: Path, artifacts_dir: Path,
+                        checkpoint: str | None = None) -> BuildRequest:
+    """The build request an artifact was made from, to rebuild it elsewhere (``verify --rebuild``); its params
+    from ``checkpoint`` if given, else from its seed or its own weights."""
     try:
         parts = manifest.key_parts
         config, identity = dict(parts["config"]), parts["params"]
@@ -77,7 +79,9 @@ def request_from_record(manifest: Manifest, artifact_path: Path, artifacts_dir: 
         ) from None
     config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
     config.setdefault("compiler", "xla")
-    checkpoint = None if identity.get("init") == "random" else str(artifact_path)  # its weights
+    config.setdefault("weights", "raw")  # recorded before artifacts stored weights prepared
+    if checkpoint is None:
+        checkpoint = None if identity.get("init") == "random" else str(artifact_path)  # its weights
     return BuildRequest(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
                         artifacts_dir=str(artifacts_dir), force=True)
 

@@ -80,7 +80,7 @@ def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError
     try:
         manifest = read_manifest(path)
         entries = {w.path: w for w in manifest.weights if w.argument == "params"}
-        _, files = read_files(path, [e.file for e in entries.values()], [], manifest)
+        _, files = read_files(path, [e.file for e in entries.values() if e.stored], [], manifest)
     except TripyBuildError as e:
         raise error(f"{what}: {e}") from None
     paths, treedef = jax.tree_util.tree_flatten_with_path(like)
@@ -90,6 +90,10 @@ def _from_artifact(path: Path, like: Any, what: str, error: type[TripyBuildError
         if name not in entries:
             raise error(f"{what}: the artifact {str(path)!r} stores no weight {name}; it was built from a "
                         "different model.")
+        if not entries[name].stored:
+            raise error(f"{what}: the artifact {str(path)!r} holds {name} only as the prep program makes it (saved "
+                        "with weights=prepared, the default), not its raw value. Use the checkpoint it was built "
+                        "from (verify --rebuild --checkpoint DIR), or build it with weights=raw.")
         leaves.append(from_npy(files[entries[name].file], str(path / entries[name].file), entries[name].dtype))
     return jax.tree_util.tree_unflatten(treedef, leaves)
 

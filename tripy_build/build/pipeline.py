@@ -161,7 +161,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
         e.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
     stage("self-test reference", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    path = save(exe, target, replace=replace)
+    path = save(exe, target, replace=replace, weights=request.weights)
     stage("write", time.perf_counter() - t0)
     manifest = read_manifest(path)
     warn_first_use_compiles(manifest, read_index(path, manifest, "compile_seconds"))

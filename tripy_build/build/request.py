@@ -36,3 +36,4 @@ class BuildRequest:
     params_checkpoint_key: str | None = None  # the params' sub-tree in a checkpoint that saved more
     # task=generate: {"max_length": cache positions}; None: the model's forward pass, one entry
     generate: dict[str, Any] | None = None
+    weights: str = "prepared"  # how the artifact stores the weights prep reads: prepared | raw (runtime/save.py)

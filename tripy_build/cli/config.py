@@ -111,6 +111,9 @@ class BuildConfig:
     task: str = key("forward", "forward: the model's apply as one entry; generate: prefill and decode entries over "
                                "a key/value cache (models with extend: gpt2)")
     generate: GenerateConfig = key(help="task=generate's settings", factory=GenerateConfig)
+    weights: str = key("prepared", "prepared: weights stored as the prep program makes them (transposed, fused, "
+                                   "BatchNorm folded), placed at load without running it, but not readable back raw "
+                                   "(Executable.weights, params.checkpoint=<artifact>); raw: stored as given")
     bench: bool = key(False, "after building, measure the artifact in a fresh process (tripy_build bench): "
                              "latency columns in a sweep's summary, the Pareto front marked")
 
@@ -246,6 +249,11 @@ def validate(cfg: DictConfig) -> BuildRequest:
         raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS + COMPILERS)} or a list of "
                           f"{' and '.join(PLATFORMS)}, e.g. backend=[cpu,cuda].")
     generate = _generate(plain, dims, buckets)
+    from ..runtime.save import WEIGHT_FORMS
+
+    if plain["weights"] not in WEIGHT_FORMS:
+        raise ConfigError(f"weights: {plain['weights']!r} is not a way to store weights; use one of "
+                          f"{', '.join(WEIGHT_FORMS)}.")
     from ..artifact.describe import parse_size
     from ..compiler.target import max_isa
 
@@ -260,6 +268,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
         artifacts_dir=plain["artifacts_dir"], force=plain["force"],
         cache_max_bytes=parse_size(plain["cache"]["max_bytes"]) if plain["cache"]["max_bytes"] is not None else None,
         cache_max_age_days=plain["cache"]["max_age_days"], cache_remote=plain["cache"]["remote"], generate=generate,
+        weights=plain["weights"],
     )
 
 

@@ -110,7 +110,7 @@ def _load(report: Report, root: Path, label: str = "", trust_executables: bool =
             how = "deserialized and usable here" if trust_executables else \
                 "compiled here from the portable program (the shipped executables ignored)"
             report.check(True, f"{label}load", f"{n} precompiled profile(s) {how}; weights "
-                                               f"{human_size(sum(v.nbytes for v in exe.weights.values()))}")
+                                               f"{human_size(sum(w.nbytes for w in exe._weights))}")
     return exe
 
 
@@ -128,13 +128,13 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def _rebuild(report: Report, root: Path, manifest: Manifest) -> None:
+def _rebuild(report: Report, root: Path, manifest: Manifest, checkpoint: str | None = None) -> None:
     from ..build.key import request_from_record
     from ..build.pipeline import build
 
     tmp = Path(tempfile.mkdtemp(prefix="tripy_build-verify-"))
     try:
-        request = report.attempt("rebuild", lambda: request_from_record(manifest, root.absolute(), tmp))
+        request = report.attempt("rebuild", lambda: request_from_record(manifest, root.absolute(), tmp, checkpoint))
         if request is None:
             return
         result = report.attempt("rebuild", lambda: build(request))
@@ -159,11 +159,14 @@ def _rebuild(report: Report, root: Path, manifest: Manifest) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def verify(path: str | Path, rebuild: bool = False, out=sys.stdout, portable_only: bool = False) -> bool:
+def verify(path: str | Path, rebuild: bool = False, out=sys.stdout, portable_only: bool = False,
+           checkpoint: str | None = None) -> bool:
     """Run every check on the artifact at ``path``, printing one line each; True if all passed.
 
     ``portable_only``: run the self-test on executables compiled here from the exported program, never
-    on the machine code the artifact ships (``load(..., trust_executables=False)``).
+    on the machine code the artifact ships (``load(..., trust_executables=False)``). ``checkpoint``: the
+    params a rebuild reads, instead of the artifact's own weights (which an artifact saved with
+    weights=prepared does not hold raw); the rebuild checks they are the recorded params by value.
     """
     report = Report(out)
     root = Path(path)
@@ -173,7 +176,7 @@ def verify(path: str | Path, rebuild: bool = False, out=sys.stdout, portable_onl
         if exe is not None:
             _every_selftest(report, exe, manifest, root)
         if rebuild:
-            _rebuild(report, root, manifest)
+            _rebuild(report, root, manifest, checkpoint)
     verdict = "VERIFIED" if report.failed == 0 else "FAILED"
     print(f"{verdict}: {root} ({report.passed} checks passed, {report.failed} failed)", file=out, flush=True)
     return report.failed == 0
@@ -185,12 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true", help="rebuild from the recorded config and compare")
     parser.add_argument("--portable-only", action="store_true",
                         help="never run the shipped executables: compile from the exported program and self-test those")
+    parser.add_argument("--checkpoint", help="with --rebuild: the params to rebuild from (the checkpoint the artifact "
+                                             "was built from), where the artifact does not hold them raw")
     args = parser.parse_args(argv)
+    if args.checkpoint and not args.rebuild:
+        parser.error("--checkpoint is read by --rebuild only; add --rebuild")
     import logging
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("absl").setLevel(logging.WARNING)
-    return 0 if verify(args.path, rebuild=args.rebuild, portable_only=args.portable_only) else 1
+    return 0 if verify(args.path, rebuild=args.rebuild, portable_only=args.portable_only,
+                       checkpoint=args.checkpoint) else 1
 
 
 if __name__ == "__main__":
