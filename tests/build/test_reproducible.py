@@ -550,7 +550,7 @@ def test_killed_builds_and_sweeps_leave_nothing_trusted_and_the_next_build_recov
 # ----------------------------------------------------------------------------------------- verify
 
 
-TAMPERS = ["program.jaxexport", "executables/0.xla", "weights/0.npy", "selftest/max/output0.npy", "extra file",
+TAMPERS = ["program.jaxexport", "executables/0.xla", "weights/prepared_0.npy", "selftest/max/output0.npy", "extra file",
            "extra file in executables/", "deleted selftest/min/input0.npy", "prep.jaxexport"]
 
 
