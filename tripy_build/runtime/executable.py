@@ -155,16 +155,17 @@ class Executable(MultiEntry):
         if program.prep is None:
             return resolve(sources, [direct.get(i) for i in range(len(self._weights))], [])
         prepared: list[Any] = [None] * len(program.prep.out_avals)
-        stored = [k for chunk, _ in program.chunks if self._at_rest(chunk) for k in chunk.outputs]
+        rest = {n for n, (chunk, _) in enumerate(program.chunks) if self._at_rest(chunk)}
+        stored = [k for n in sorted(rest) for k in program.chunks[n][0].outputs]
         with contextlib.closing(read_ahead([program.at_rest[k].read for k in stored],
                                            [program.at_rest[k].nbytes for k in stored])) as values:
             for k, value in zip(stored, values):
                 prepared[k] = jax.device_put(value)
-        runs = [(chunk, pre) for (chunk, _), pre in zip(program.chunks, self._prep_exes) if not self._at_rest(chunk)]
-        runs = [(chunk, pre.ready()) for chunk, pre in runs]
+        runs = [(chunk, pre.ready()) for n, ((chunk, _), pre) in enumerate(zip(program.chunks, self._prep_exes))
+                if n not in rest]
         if not program.chunks or len(self._prep_exes) != len(program.chunks) or any(run is None for _, run in runs):
             # prep runs whole, through jax; a chunk stored prepared gets zeros for the raw weights it lacks
-            rest = {i for chunk, _ in program.chunks if self._at_rest(chunk) for i in chunk.weights}
+            rest = {i for n in rest for i in program.chunks[n][0].weights}
             values = [np.zeros(w.value.shape, w.value.dtype) if i in rest else direct[i] if i in direct else w.array()
                       for i, w in enumerate(self._weights)]
             made = jax.tree_util.tree_leaves(jax.jit(program.prep.call)(*values))

@@ -13,6 +13,10 @@ import jax
 import numpy as np
 
 
+def _nbytes(shape: Sequence[int], dtype: Any) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 @dataclass(frozen=True)
 class Stored:
     """A weight left in its artifact file: read, its digest checked, when something needs its values.
@@ -26,7 +30,7 @@ class Stored:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return _nbytes(self.shape, self.dtype)
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class Weight:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.value.shape, dtype=np.int64)) * np.dtype(self.value.dtype).itemsize
+        return _nbytes(self.value.shape, self.value.dtype)
 
 
 @dataclass(frozen=True)

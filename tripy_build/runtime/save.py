@@ -75,7 +75,7 @@ def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "", weights
         prep = PrepEntry(prefix + PREP_FILE, "jax.export", tuple(
             PrepChunkEntry(chunk.weights, chunk.outputs,
                            dataclasses.replace(pre.entry, file=prefix + prep_executable_file(n)),
-                           tuple(_prepared_entry(exe, k, prefix) for k in chunk.outputs) if n in rest else ())
+                           tuple(_prepared_entry(exe, chunk, k, prefix) for k in chunk.outputs) if n in rest else ())
             for n, ((chunk, _), pre) in enumerate(zip(program.chunks, exe._prep_exes))))
     out_tree = program.main.out_tree
     return Manifest(
@@ -95,9 +95,8 @@ def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "", weights
     )
 
 
-def _prepared_entry(exe: Any, k: int, prefix: str) -> WeightEntry:
-    """The record of the prep program's output ``k`` stored prepared (named by the weights it is made of)."""
-    chunk = next(c for c, _ in exe._program.chunks if k in c.outputs)
+def _prepared_entry(exe: Any, chunk: Any, k: int, prefix: str) -> WeightEntry:
+    """The record of the prep program's output ``k`` (made by ``chunk``), stored prepared."""
     value = exe._prepared[k]
     return WeightEntry(prefix + prepared_file(k), f"prep[{k}]", exe._weights[chunk.weights[0]].argument,
                        np.dtype(value.dtype).name, tuple(value.shape))
