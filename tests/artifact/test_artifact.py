@@ -15,6 +15,7 @@ import textwrap
 import warnings
 from pathlib import Path
 
+import blake3
 import jax
 import jax.numpy as jnp
 import jaxlib
@@ -47,6 +48,10 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _blake3(path: Path) -> str:
+    return blake3.blake3(Path(path).read_bytes()).hexdigest()
 
 
 def _flip_byte(path: Path, offset: int | None = None) -> None:
@@ -85,7 +90,7 @@ def _io_bounds(manifest: dict, section: str, index: int, name: str | None = None
 
 def test_manifest_contents(geglu_artifact):
     m = _read_manifest(geglu_artifact)
-    assert m["schema_version"] == 4
+    assert m["schema_version"] == 5
     assert m["function"] == "geglu"
     assert m["optimization_level"] == 3
     assert m["platforms"] == ["cpu"]
@@ -125,7 +130,7 @@ def test_manifest_and_index_file_tables_cover_every_file(geglu_artifact):
     for rel, entry in {**m["files"], **index["files"]}.items():
         path = geglu_artifact / rel
         assert entry["size"] == path.stat().st_size
-        assert entry["sha256"] == _sha256(path)
+        assert entry == {"size": path.stat().st_size, "blake3": _blake3(path)}
 
 
 def test_manifest_executables(geglu_artifact):
@@ -456,6 +461,43 @@ def test_unknown_schema_version(artifact_copy, version):
         tb.load(artifact_copy)
 
 
+def _record_by_sha256(path: Path) -> None:
+    """Rewrite an artifact's file tables as schema 4 wrote them: each file by sha256."""
+    m = _read_manifest(path)
+    index = json.loads((path / "index.json").read_text())
+    for table in (m["files"], index["files"]):
+        for rel in table:
+            table[rel] = {"size": (path / rel).stat().st_size, "sha256": _sha256(path / rel)}
+    m["schema_version"] = 4
+    _write_manifest(path, m)
+    (path / "index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("loader", ["tb.load", "runtime.load"])
+def test_files_recorded_by_sha256_are_still_checked(artifact_copy, loader):
+    """An artifact written before schema 5 records sha256 digests: it loads, and a damaged file is refused
+    with sha256 named."""
+    from tripy_build import runtime
+
+    load = tb.load if loader == "tb.load" else runtime.load
+    x = np.random.default_rng(0).standard_normal((3, DIM_IN)).astype(np.float32)
+    expected = np.asarray(tb.load(artifact_copy)(x))
+    _record_by_sha256(artifact_copy)
+    assert_close(np.asarray(load(artifact_copy)(x)), expected)
+    weight = sorted(artifact_copy.glob("weights/*.npy"))[0]
+    _flip_byte(weight, weight.stat().st_size - 1)
+    with pytest.raises(tb.TripyBuildError, match=f"{weight.name}: sha256 .* does not match"):
+        load(artifact_copy)
+
+
+def test_file_entry_without_a_digest(artifact_copy):
+    m = _read_manifest(artifact_copy)
+    del m["files"]["program.jaxexport"]["blake3"]
+    _write_manifest(artifact_copy, m)
+    with pytest.raises(tb.TripyBuildError, match="without a digest"):
+        tb.load(artifact_copy)
+
+
 def test_missing_manifest(artifact_copy):
     (artifact_copy / "manifest.json").unlink()
     with pytest.raises(tb.TripyBuildError, match="manifest.json"):
@@ -481,7 +523,7 @@ def test_unsafe_path_in_manifest(artifact_copy, rel):
     if rel.startswith("/"):
         rel = str(evil)
     m = _read_manifest(artifact_copy)
-    m["files"][rel] = {"size": 4, "sha256": hashlib.sha256(b"evil").hexdigest()}
+    m["files"][rel] = {"size": 4, "blake3": blake3.blake3(b"evil").hexdigest()}
     _write_manifest(artifact_copy, m)
     with pytest.raises(tb.TripyBuildError) as excinfo:
         tb.load(artifact_copy)
@@ -605,7 +647,7 @@ def test_selftest_stays_within_its_size_budget_and_still_catches_a_wrong_output(
     values[len(values) // 2] += 1.0
     np.save(path / rel, values)
     data = (path / rel).read_bytes()
-    m["files"][rel] = {"sha256": __import__("hashlib").sha256(data).hexdigest(), "size": len(data)}
+    m["files"][rel] = {"blake3": blake3.blake3(data).hexdigest(), "size": len(data)}
     _write_manifest(path, m)
     out = io.StringIO()
     assert not verify(path, out=out) and "FAIL  self-test max" in out.getvalue()

@@ -106,7 +106,7 @@ def test_a_weight_changed_after_load_is_refused_when_read_back(chunked):
     target.write_bytes(bytes(data))
     ids, x = _inputs(2)
     loaded(ids, x)  # the prepared weights are in memory: calls go on
-    with pytest.raises(ArtifactError, match=r"weights/\d+\.npy: sha256 .* does not match .*params\['layers'\]\[1\]"):
+    with pytest.raises(ArtifactError, match=r"weights/\d+\.npy: blake3 .* does not match .*params\['layers'\]\[1\]"):
         _ = loaded.weights
 
 
@@ -238,7 +238,7 @@ def test_a_damaged_prepared_weight_is_refused_by_both_loaders(chunked, tmp_path)
     data[-1] ^= 1
     target.write_bytes(bytes(data))
     for load in (lambda: tb.load(path, warmup="none"), lambda: runtime.load(path)):
-        with pytest.raises(ArtifactError, match=r"weights/prepared_0\.npy: sha256 .* does not match"):
+        with pytest.raises(ArtifactError, match=r"weights/prepared_0\.npy: blake3 .* does not match"):
             load()
 
 

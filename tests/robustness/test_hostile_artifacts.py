@@ -6,7 +6,6 @@ file or manifest field (or, where the damage is outside what a loader reads, loa
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -14,6 +13,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+import blake3
 import jax
 import numpy as np
 import pytest
@@ -84,7 +84,7 @@ def _relink_dir(art: Path, rel: str) -> None:
 def _rehash(art: Path, rel: str) -> None:
     """Make the manifest vouch for ``rel``'s new bytes (as someone editing both would)."""
     data = (art / rel).read_bytes()
-    _edit(art, lambda m: m["files"].__setitem__(rel, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}))
+    _edit(art, lambda m: m["files"].__setitem__(rel, {"blake3": blake3.blake3(data).hexdigest(), "size": len(data)}))
 
 
 def _program_version(art: Path, version: int) -> None:
@@ -120,7 +120,7 @@ REFUSED = [
     ("manifest is a link", lambda a: _relink(a, "manifest.json"), "is a symbolic link"),
     ("malformed input spec", lambda a: _edit(a, lambda m: m["input_specs"][0].pop("dtype")), "malformed manifest"),
     ("program truncated", lambda a: _truncate(a / "program.jaxexport"), "program.jaxexport: size"),
-    ("program bit flip", lambda a: _flip(a / "program.jaxexport"), "program.jaxexport: sha256"),
+    ("program bit flip", lambda a: _flip(a / "program.jaxexport"), "program.jaxexport: blake3"),
     ("program missing", lambda a: (a / "program.jaxexport").unlink(), "program.jaxexport: listed in manifest.json but missing"),
     ("program too new for this jax", lambda a: _program_version(a, 99), "too new"),
     ("program too old for this jax", lambda a: _program_version(a, 1), "too old"),
@@ -136,11 +136,11 @@ REFUSED = [
     ("weights directory is a link", lambda a: _relink_dir(a, "weights"), "is a symbolic link"),
     ("index missing", lambda a: (a / "index.json").unlink(), "index.json: missing"),
     ("index lists a file outside its prefix", lambda a: (a / "index.json").write_text(json.dumps(
-        {**json.loads((a / "index.json").read_text()), "files": {"weights/evil.npy": {"sha256": "0", "size": 1}}})),
+        {**json.loads((a / "index.json").read_text()), "files": {"weights/evil.npy": {"blake3": "0", "size": 1}}})),
      "outside the prefixes"),
     ("a path that leaves the artifact", lambda a: _edit(a, lambda m: m["files"].__setitem__(
-        "../../etc/passwd", {"sha256": "0", "size": 1})), "unsafe file path '../../etc/passwd'"),
-    ("an absolute path", lambda a: _edit(a, lambda m: m["files"].__setitem__("/etc/passwd", {"sha256": "0", "size": 1})),
+        "../../etc/passwd", {"blake3": "0", "size": 1})), "unsafe file path '../../etc/passwd'"),
+    ("an absolute path", lambda a: _edit(a, lambda m: m["files"].__setitem__("/etc/passwd", {"blake3": "0", "size": 1})),
      "unsafe file path '/etc/passwd'"),
     ("a range the program does not have", lambda a: _edit(a, lambda m: (m["input_specs"][0]["max"].__setitem__(0, 94),
                                                                         m["dims"][0].__setitem__("max", 94))),

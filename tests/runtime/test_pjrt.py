@@ -133,7 +133,7 @@ def test_runtime_checks_digests_first(affine_artifact, tmp_path):
     data = bytearray(weight.read_bytes())
     data[-1] ^= 0xFF
     weight.write_bytes(bytes(data))
-    with pytest.raises(tb.TripyBuildError, match=f"weights/{weight.name}: sha256"):
+    with pytest.raises(tb.TripyBuildError, match=f"weights/{weight.name}: blake3"):
         runtime.load(copy)
     with pytest.raises(tb.TripyBuildError, match="warmup='soon'"):
         runtime.load(path, warmup="soon")
@@ -172,7 +172,7 @@ def test_weights_are_read_ahead_in_order_within_the_read_ahead_bound(tmp_path, m
     data[-1] ^= 0xFF
     damaged.write_bytes(bytes(data))
     got = []
-    with pytest.raises(tb.TripyBuildError, match=f"{entries[3].file}: sha256"):
+    with pytest.raises(tb.TripyBuildError, match=f"{entries[3].file}: blake3"):
         for value in contents.take_weights(entries):
             got.append(value)
     assert len(got) == 3

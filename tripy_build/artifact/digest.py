@@ -1,32 +1,58 @@
-"""Sizes and sha256 digests of an artifact's files: what the manifest vouches for and readers check."""
+"""Sizes and digests of an artifact's files: what the manifest vouches for and readers check.
+
+Files are recorded by BLAKE3 (``ALGORITHM``): checking every byte a loader uses is most of loading a
+real model, and BLAKE3 hashes 5.2 GB/s on one core here against sha256's 1.0 (hashlib). BERT-base's
+runtime load, 418 MB of weights: 540-550 ms with sha256, 350-360 with BLAKE3, 280-290 unchecked.
+Artifacts before schema 5 record sha256, which readers still check.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+import blake3
 
 from .layout import INDEX, MANIFEST
 
+ALGORITHM = "blake3"
+"""The digest new artifacts record each file by (the key beside ``size`` in its entry)."""
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+_HASHES: dict[str, Callable[[], Any]] = {"blake3": blake3.blake3, "sha256": hashlib.sha256}
+ALGORITHMS = tuple(_HASHES)
+"""Every digest a reader checks: ``ALGORITHM`` first, then those older artifacts recorded."""
+
+_CHUNK = 1 << 20
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+def digest_bytes(data: bytes | memoryview, algorithm: str = ALGORITHM) -> str:
+    return _HASHES[algorithm](data).hexdigest()
+
+
+def digest_file(path: Path, algorithm: str = ALGORITHM) -> str:
+    h = _HASHES[algorithm]()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
 
 
+def recorded(entry: Mapping[str, Any]) -> tuple[str, Any]:
+    """The digest a files-table entry records: ``(algorithm, hex)``; ``(ALGORITHM, None)`` when it has none
+    (a damaged entry: no file's digest matches None)."""
+    for algorithm in ALGORITHMS:
+        if algorithm in entry:
+            return algorithm, entry[algorithm]
+    return ALGORITHM, None
+
+
 def list_files(root: Path, prefixes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Size and sha256 of the files under ``root`` (all but manifest and index, or those under ``prefixes``)."""
+    """Size and digest of the files under ``root`` (all but manifest and index, or those under ``prefixes``)."""
     out = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
         if rel in (MANIFEST, INDEX) or (prefixes is not None and not rel.startswith(tuple(prefixes))):
             continue
-        out[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        out[rel] = {"size": path.stat().st_size, ALGORITHM: digest_file(path)}
     return out

@@ -18,9 +18,11 @@ from ..core.profiles import DimPlan
 from ..core.signature import Parameter
 from ..core.spec import DimSize, InputInfo, to_dtype
 from ..errors import ArtifactError, SpecError
+from .digest import ALGORITHM, ALGORITHMS, recorded
 
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (3, 4)  # 4 added prep chunks stored prepared (``PrepChunkEntry.at_rest``)
+SCHEMA_VERSION = 5
+# 4 added prep chunks stored prepared (``PrepChunkEntry.at_rest``); 5 records files by BLAKE3 (``digest.py``)
+READABLE_VERSIONS = (3, 4, 5)
 KIND = "tripy_build.artifact"
 
 
@@ -29,7 +31,18 @@ class FileEntry:
     """A file the manifest vouches for."""
 
     size: int  # bytes
-    sha256: str  # hex digest of its bytes
+    digest: str  # hex digest of its bytes, by ``algorithm``
+    algorithm: str = ALGORITHM  # ``digest.ALGORITHM`` (schema 5 on), or sha256 (an older artifact)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, self.algorithm: self.digest}
+
+    @classmethod
+    def from_json(cls, e: Mapping[str, Any]) -> "FileEntry":
+        algorithm, digest = recorded(e)
+        if digest is None:
+            raise ValueError(f"a file entry without a digest ({', '.join(ALGORITHMS)}): {dict(e)}")
+        return cls(int(e["size"]), str(digest), algorithm)
 
 
 @dataclass(frozen=True)
@@ -267,7 +280,7 @@ class Manifest:
             "bound_inputs": self.bound_inputs,
             "metadata": self.metadata,
             "selftest": list(self.selftest),
-            "files": {rel: _plain(e) for rel, e in sorted(self.files.items())},
+            "files": {rel: e.to_json() for rel, e in sorted(self.files.items())},
             "index": self.index,
             **({"donated": list(self.donated)} if self.donated else {}),
             **({"entry": self.entry, "entries": [dict(_entry_json(m), name=name) for name, m in self.entries]}
@@ -305,7 +318,7 @@ class Manifest:
                 bound_inputs={str(k): str(v) for k, v in (m.get("bound_inputs") or {}).items()},
                 metadata=dict(m.get("metadata") or {}),
                 selftest=tuple(m.get("selftest") or ()),
-                files={str(rel): FileEntry(int(e["size"]), str(e["sha256"])) for rel, e in (m.get("files") or {}).items()},
+                files={str(rel): FileEntry.from_json(e) for rel, e in (m.get("files") or {}).items()},
                 index=dict(m.get("index") or {}),
                 donated=tuple(str(p) for p in m.get("donated") or ()),
                 entry=str(m.get("entry") or ""),

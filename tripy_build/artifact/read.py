@@ -23,7 +23,7 @@ from ..core.spec import count_leaves, rebuild
 from ..errors import ArtifactError
 from . import crosscheck
 from .compat import CompatibilityWarning, incompatibility
-from .digest import list_files, sha256_bytes, sha256_file
+from .digest import digest_bytes, digest_file, list_files, recorded
 from .layout import INDEX, INDEX_KIND, MANIFEST, MAX_JSON_BYTES, no_links, reproducible_files, safe_relpath
 from .lock import reading
 from .manifest import KIND, READABLE_VERSIONS, ExecutableEntry, Manifest, WeightEntry
@@ -75,7 +75,7 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 
 def check_entries(root: Path, listed: dict[str, Any], where: str, names: Sequence[str]) -> dict[str, bytes]:
-    """Each listed file's size and sha256 against its entry in ``where``; the bytes of those in ``names``."""
+    """Each listed file's size and digest against its entry in ``where``; the bytes of those in ``names``."""
     contents: dict[str, bytes] = {}
     for rel, entry in listed.items():
         fpath = no_links(root, safe_relpath(rel))
@@ -88,10 +88,11 @@ def check_entries(root: Path, listed: dict[str, Any], where: str, names: Sequenc
         if size != entry.get("size"):
             raise ArtifactError(f"{fpath}: size {size} does not match {where} ({entry.get('size')}); "
                                 "the artifact is damaged or was modified.")
-        digest = sha256_bytes(data) if data is not None else sha256_file(fpath)
-        if digest != entry.get("sha256"):
-            raise ArtifactError(f"{fpath}: sha256 {digest[:16]}... does not match {where} "
-                                f"({str(entry.get('sha256'))[:16]}...); the artifact is damaged or was modified.")
+        algorithm, expected = recorded(entry)
+        digest = digest_bytes(data, algorithm) if data is not None else digest_file(fpath, algorithm)
+        if digest != expected:
+            raise ArtifactError(f"{fpath}: {algorithm} {digest[:16]}... does not match {where} "
+                                f"({str(expected)[:16]}...); the artifact is damaged or was modified.")
         if data is not None:
             contents[rel] = data
     return contents
@@ -123,7 +124,7 @@ def read_index(root: Path, manifest: Manifest, table: str = "files") -> dict[str
 
 def file_tables(root: Path, manifest: Manifest) -> tuple[dict[str, Any], dict[str, Any]]:
     """What the manifest and its sidecar index vouch for: each file's size and sha256, every path checked."""
-    listed = {rel: {"size": e.size, "sha256": e.sha256} for rel, e in manifest.files.items()}
+    listed = {rel: e.to_json() for rel, e in manifest.files.items()}
     index = read_index(root, manifest)
     for rel in [*listed, *index]:
         safe_relpath(rel)

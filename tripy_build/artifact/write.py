@@ -119,7 +119,7 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes], 
         unstable = {k: v for k, v in everything.items() if k.startswith(covers)}
         stable = {k: v for k, v in everything.items() if k not in unstable}
         (tmp / INDEX).write_bytes(dumps({**(index_extra or {}), "kind": INDEX_KIND, "files": unstable}))
-        full = dataclasses.replace(manifest, files={k: FileEntry(v["size"], v["sha256"]) for k, v in stable.items()},
+        full = dataclasses.replace(manifest, files={k: FileEntry.from_json(v) for k, v in stable.items()},
                                    index={"file": INDEX, "covers": list(covers)})
         (tmp / MANIFEST).write_bytes(dumps(full.to_json()))
         _fsync_tree(tmp)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..artifact.digest import sha256_file
+from ..artifact.digest import digest_file
 from ..artifact.layout import is_artifact
 from ..artifact.read import verify_files
 from ..errors import ArtifactError
@@ -85,7 +85,7 @@ def lookup(argv: Sequence[str]) -> Any:
         memo = json.loads((memo_dir() / f"{fp}.json").read_text())
         path = Path(memo["path"])
         for source, digest in memo["sources"].items():
-            if sha256_file(Path(source)) != digest:
+            if digest_file(Path(source)) != digest:
                 return None
         manifest = verify_files(path)
     except (OSError, ValueError, KeyError, TypeError, ArtifactError):

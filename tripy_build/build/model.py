@@ -9,13 +9,13 @@ what the build key hashes of it (its sources, its library's version).
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
+from ..artifact.digest import digest_file
 from ..core.spec import InputInfo, NamedDimension
 from ..errors import ConfigError, raised_in_user_code
 from .adapters import (SETTING_ERRORS, EquinoxModel, FunctionModel, LinenModel, NNXModel, _import, refused)
@@ -140,7 +140,7 @@ def framework_versions(model: Any) -> dict[str, str]:
 
 
 def sources(model: Any) -> list[tuple[str, str, str]]:
-    """(module, file, sha256) of the model's module and every module it uses from its own folder.
+    """(module, file, digest) of the model's module and every module it uses from its own folder.
 
     Following the module's globals (imported modules, functions and classes) catches helpers such
     as a shared layers file, without hashing third-party libraries, which the toolchain covers.
@@ -162,7 +162,7 @@ def sources(model: Any) -> list[tuple[str, str, str]]:
             continue
         if root is None or root not in Path(path).resolve().parents:
             continue
-        found[module.__name__] = (str(Path(path).resolve()), hashlib.sha256(Path(path).read_bytes()).hexdigest())
+        found[module.__name__] = (str(Path(path).resolve()), digest_file(Path(path)))
         for value in vars(module).values():
             used = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None) or "")
             if used is not None and used.__name__ not in found:

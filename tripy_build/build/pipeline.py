@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifact import store
-from ..artifact.digest import list_files
+from ..artifact.digest import ALGORITHM, list_files
 from ..artifact.layout import MANIFEST, is_artifact
 from ..artifact.lock import touch
 from ..artifact.read import read_index, read_manifest, verify_files
@@ -69,7 +69,7 @@ def build(request: BuildRequest) -> BuildResult:
     inputs = {path: digest for _, path, digest in sources}
     if request.params_checkpoint is not None:
         ckpt = Path(request.params_checkpoint).resolve()
-        inputs.update({str(ckpt / rel): e["sha256"] for rel, e in list_files(ckpt).items()})
+        inputs.update({str(ckpt / rel): e[ALGORITHM] for rel, e in list_files(ckpt).items()})
 
     if target.parent.is_dir():
         remove_stale_temporaries(target.parent)  # what killed builds left, before the cache is asked

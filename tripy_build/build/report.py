@@ -26,7 +26,7 @@ class BuildResult:
     profiles: str = ""
     precision: str = ""  # the measured error of a reduced-precision build
     files: dict[str, int] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)  # input files (model code, checkpoint) -> sha256
+    sources: dict[str, str] = field(default_factory=dict)  # input files (model code, checkpoint) -> digest (digest.ALGORITHM)
     remote: str = ""  # the remote cache it was downloaded from, for a remote cache hit
 
     @property

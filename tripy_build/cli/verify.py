@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..artifact import selftest
 from ..artifact.describe import human_size
+from ..artifact.digest import recorded
 from ..artifact.layout import reproducible_files
 from ..artifact.manifest import SCHEMA_VERSION, Manifest
 from ..artifact.read import check_entries, read_files, read_index, read_manifest, unlisted_files
@@ -55,13 +56,14 @@ def _file_checks(report: Report, root: Path) -> Manifest | None:
         return None
     report.check(True, "manifest", f"schema_version {SCHEMA_VERSION}, function {manifest.function!r}")
     index = report.attempt("index", lambda: read_index(root, manifest))
-    listed = {rel: {"size": e.size, "sha256": e.sha256} for rel, e in manifest.files.items()}
+    listed = {rel: e.to_json() for rel, e in manifest.files.items()}
     tables = [("manifest", listed)] + ([("index", index)] if index is not None else [])
     for where, table in tables:
         for rel, entry in sorted(table.items()):
             ok = report.attempt(f"digest {rel}", lambda t={rel: entry}, w=where: check_entries(root, t, w, ()))
             if ok is not None:
-                report.check(True, f"digest {rel}", f"sha256 {entry['sha256'][:16]}... ({where})")
+                algorithm, digest = recorded(entry)
+                report.check(True, f"digest {rel}", f"{algorithm} {digest[:16]}... ({where})")
     if index is not None:
         extra = unlisted_files(root)
         report.check(not extra, "no unlisted files", ", ".join(extra[:5]))

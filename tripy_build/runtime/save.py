@@ -25,7 +25,6 @@ an IREE one are saved raw.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..artifact import selftest as selftest_files
+from ..artifact.digest import digest_bytes
 from ..artifact.layout import (PREP_FILE, PROGRAM_FILE, entry_prefix, executable_file, prep_executable_file,
                                prepared_file, weight_file)
 from ..artifact.manifest import Manifest, PrepChunkEntry, PrepEntry, ProgramFile, WeightEntry
@@ -124,7 +124,7 @@ def _entry(exe: Any, prefix: str, weights: str) -> tuple[Manifest, dict[str, byt
 
 
 def _share(m: Manifest, files: dict[str, bytes], stored: dict[str, str], preps: list[Manifest]) -> Manifest:
-    """``m`` with each weight whose bytes are in ``stored`` (sha256 -> file) pointed at that file (its own
+    """``m`` with each weight whose bytes are in ``stored`` (digest -> file) pointed at that file (its own
     dropped from ``files``), and with an earlier entry's prep where both the prep program and the weights
     are the same."""
     weights = []
@@ -132,7 +132,7 @@ def _share(m: Manifest, files: dict[str, bytes], stored: dict[str, str], preps: 
         if not w.stored:
             weights.append(w)
             continue
-        digest = hashlib.sha256(files[w.file]).hexdigest()
+        digest = digest_bytes(files[w.file])
         if digest in stored:
             del files[w.file]
             w = dataclasses.replace(w, file=stored[digest])
