@@ -8,7 +8,6 @@ Artifacts before schema 5 record sha256, which readers still check.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,7 +18,13 @@ from .layout import INDEX, MANIFEST
 ALGORITHM = "blake3"
 """The digest new artifacts record each file by (the key beside ``size`` in its entry)."""
 
-_HASHES: dict[str, Callable[[], Any]] = {"blake3": blake3.blake3, "sha256": hashlib.sha256}
+def _sha256(data: bytes | memoryview = b"") -> Any:
+    import hashlib  # only artifacts from before schema 5 need it: 3 ms of the runtime's import otherwise
+
+    return hashlib.sha256(data)
+
+
+_HASHES: dict[str, Callable[..., Any]] = {"blake3": blake3.blake3, "sha256": _sha256}
 ALGORITHMS = tuple(_HASHES)
 """Every digest a reader checks: ``ALGORITHM`` first, then those older artifacts recorded."""
 
@@ -31,7 +36,7 @@ def digest_bytes(data: bytes | memoryview, algorithm: str = ALGORITHM) -> str:
 
 
 def digest_file(path: Path, algorithm: str = ALGORITHM) -> str:
-    h = _HASHES[algorithm]()
+    h = _HASHES[algorithm](b"")
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             h.update(chunk)

@@ -1,7 +1,7 @@
 """Reading an artifact: its manifest parsed into a ``Manifest``, and every file a reader uses checked.
 
 The manifest's kind and schema version are checked before anything else, and every file's size and
-sha256 before its bytes are used; nothing is unpickled and nothing is read through a link.
+digest before its bytes are used; nothing is unpickled and nothing is read through a link.
 ``read_contents`` is what both loaders start from: the manifest and the checked bytes of every file
 they deserialize, read while holding the reader's lock (``lock.reading``); the weights are read and
 checked one by one as the loader places them (``Contents.take_weight``).
@@ -123,7 +123,7 @@ def read_index(root: Path, manifest: Manifest, table: str = "files") -> dict[str
 
 
 def file_tables(root: Path, manifest: Manifest) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What the manifest and its sidecar index vouch for: each file's size and sha256, every path checked."""
+    """What the manifest and its sidecar index vouch for: each file's size and digest, every path checked."""
     listed = {rel: e.to_json() for rel, e in manifest.files.items()}
     index = read_index(root, manifest)
     for rel in [*listed, *index]:
@@ -289,12 +289,13 @@ def read_ahead(reads: Sequence[Callable[[], Any]], sizes: Sequence[int]) -> Iter
         pool.shutdown(wait=True)  # a read under way holds the reader's lock: let it finish
 
 
-def read_contents(path: str | os.PathLike, executables: bool = True) -> Contents:
-    """Parse an artifact's manifest and read every file a loader needs, each checked against its digest.
+def read_contents(path: str | os.PathLike, executables: bool = True, manifest: Manifest | None = None) -> Contents:
+    """Parse an artifact's manifest (unless ``manifest`` is it, already read) and read every file a loader
+    needs, each checked against its digest.
 
     With ``executables=False`` the precompiled executables are not read at all (``trust_executables``)."""
     with reading(path):
-        top = read_manifest(path)
+        top = manifest if manifest is not None else read_manifest(path)
         contents = Contents(str(path), top)
         wanted: list[str] = []
         for name, m in top.all_entries():

@@ -556,13 +556,14 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
 
     thread = threading.Thread(target=start_client, name="tripy_build-jaxlib")
     try:
-        needs_jaxlib = _iree_entry(read_manifest(Path(path))) is None
+        manifest = read_manifest(Path(path))
     except ArtifactError:
-        needs_jaxlib = True  # read() below says what is wrong
+        manifest = None  # read_contents below says what is wrong
+    needs_jaxlib = manifest is None or _iree_entry(manifest) is None
     if needs_jaxlib:
         thread.start()
     try:
-        contents = read_contents(path)
+        contents = read_contents(path, manifest=manifest)
     finally:
         if needs_jaxlib:
             thread.join()
