@@ -158,8 +158,9 @@ def _probe_isa(client: Any) -> dict[str, Any] | None:
 
 def _isa_cache_path() -> Path | None:
     """Where the probe's answer for this jaxlib build, CPU and ``XLA_FLAGS`` is kept (None: no jaxlib)."""
-    import hashlib
     import importlib.util
+
+    import blake3  # not hashlib: the runtime's load imports nothing else that needs it (3-4 ms)
 
     spec = importlib.util.find_spec("jaxlib")
     if spec is None or not spec.origin:
@@ -173,7 +174,7 @@ def _isa_cache_path() -> Path | None:
             parts.append(f"{name}:-")
     features = host_features()
     parts += [features["cpu_model"], features["cpu_features"]]
-    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    key = blake3.blake3("\0".join(parts).encode()).hexdigest()[:32]
     return cache_home() / "host_isa" / f"{key}.json"
 
 

@@ -9,10 +9,10 @@ checked one by one as the loader places them (``Contents.take_weight``).
 
 from __future__ import annotations
 
-import collections
 import functools
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Sequence
@@ -268,25 +268,54 @@ def read_ahead(reads: Sequence[Callable[[], Any]], sizes: Sequence[int]) -> Iter
     """``read()`` of each of ``reads``, in order, run ahead on two threads: at most ``READ_AHEAD_BYTES`` (by
     ``sizes``) beyond the one the caller has. Reading and hashing release the GIL, so they run on the cores
     the caller's device work leaves free, and on both while it waits. Close the iterator (or exhaust it)
-    to end the threads; an error is raised where its read comes in order."""
-    from concurrent.futures import ThreadPoolExecutor
+    to end the threads; an error is raised where its read comes in order.
 
-    pending: collections.deque = collections.deque()
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tripy_build-read")
-    ahead = submitted = 0
+    Two plain threads rather than ``concurrent.futures``, whose import (with ``logging``) is ~4 ms of
+    the runtime's cold start."""
+    n = len(reads)
+    cond = threading.Condition()
+    done: dict[int, tuple[bool, Any]] = {}
+    started = ahead = wanted = 0  # reads begun; their bytes not yet taken; the index the caller waits for
+    closing = False
+
+    def work() -> None:
+        nonlocal started, ahead
+        while True:
+            with cond:
+                while not closing and started < n and not (
+                        started == wanted or ahead + sizes[started] <= READ_AHEAD_BYTES):
+                    cond.wait()
+                if closing or started >= n:
+                    return
+                i, started, ahead = started, started + 1, ahead + sizes[started]
+            try:
+                out = (True, reads[i]())
+            except BaseException as e:  # noqa: BLE001 - raised in the caller's thread, in order
+                out = (False, e)
+            with cond:
+                done[i] = out
+                cond.notify_all()
+
+    threads = [threading.Thread(target=work, name="tripy_build-read", daemon=True) for _ in range(min(2, n))]
+    for t in threads:
+        t.start()
     try:
-        for i in range(len(reads)):
-            while submitted < len(reads) and (submitted == i or ahead + sizes[submitted] <= READ_AHEAD_BYTES):
-                pending.append(pool.submit(reads[submitted]))
-                ahead += sizes[submitted]
-                submitted += 1
-            value = pending.popleft().result()
-            ahead -= sizes[i]
+        for i in range(n):
+            with cond:
+                while i not in done:
+                    cond.wait()
+                ok, value = done.pop(i)
+                ahead, wanted = ahead - sizes[i], i + 1
+                cond.notify_all()
+            if not ok:
+                raise value
             yield value
     finally:
-        for future in pending:
-            future.cancel()
-        pool.shutdown(wait=True)  # a read under way holds the reader's lock: let it finish
+        with cond:
+            closing = True
+            cond.notify_all()
+        for t in threads:
+            t.join()  # a read under way holds the reader's lock: let it finish
 
 
 def read_contents(path: str | os.PathLike, executables: bool = True, manifest: Manifest | None = None) -> Contents:
