@@ -477,13 +477,19 @@ def _record_by_sha256(path: Path) -> None:
 def test_files_recorded_by_sha256_are_still_checked(artifact_copy, loader):
     """An artifact written before schema 5 records sha256 digests: it loads, and a damaged file is refused
     with sha256 named."""
+    import io
+
     from tripy_build import runtime
+    from tripy_build.cli.verify import verify
 
     load = tb.load if loader == "tb.load" else runtime.load
     x = np.random.default_rng(0).standard_normal((3, DIM_IN)).astype(np.float32)
     expected = np.asarray(tb.load(artifact_copy)(x))
     _record_by_sha256(artifact_copy)
     assert_close(np.asarray(load(artifact_copy)(x)), expected)
+    out = io.StringIO()
+    assert verify(artifact_copy, out=out), out.getvalue()
+    assert "schema_version 4," in out.getvalue() and " sha256 " in out.getvalue() and " blake3 " not in out.getvalue()
     weight = sorted(artifact_copy.glob("weights/*.npy"))[0]
     _flip_byte(weight, weight.stat().st_size - 1)
     with pytest.raises(tb.TripyBuildError, match=f"{weight.name}: sha256 .* does not match"):

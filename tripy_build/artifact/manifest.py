@@ -200,6 +200,7 @@ class Manifest:
     # The file table, the index and the toolchain are the main record's. Empty for a single function.
     entry: str = ""
     entries: tuple[tuple[str, "Manifest"], ...] = ()
+    schema_version: int = SCHEMA_VERSION  # the version it was read as (``to_json`` writes ``SCHEMA_VERSION``)
 
     # --- what the build recorded ---------------------------------------------------------------
     @property
@@ -322,6 +323,7 @@ class Manifest:
                 index=dict(m.get("index") or {}),
                 donated=tuple(str(p) for p in m.get("donated") or ()),
                 entry=str(m.get("entry") or ""),
+                schema_version=int(m.get("schema_version") or SCHEMA_VERSION),
                 entries=tuple((str(e["name"]), cls.from_json(
                     {**e, "files": m.get("files"), "index": m.get("index"), "toolchain": m.get("toolchain"),
                      "entry": None, "entries": None}, f"{where} (entry {e.get('name')!r})"))

@@ -22,7 +22,7 @@ from ..artifact import selftest
 from ..artifact.describe import human_size
 from ..artifact.digest import recorded
 from ..artifact.layout import reproducible_files
-from ..artifact.manifest import SCHEMA_VERSION, Manifest
+from ..artifact.manifest import Manifest
 from ..artifact.read import check_entries, read_files, read_index, read_manifest, unlisted_files
 from ..errors import TripyBuildError
 
@@ -54,7 +54,7 @@ def _file_checks(report: Report, root: Path) -> Manifest | None:
     manifest = report.attempt("manifest", lambda: read_manifest(root))
     if manifest is None:
         return None
-    report.check(True, "manifest", f"schema_version {SCHEMA_VERSION}, function {manifest.function!r}")
+    report.check(True, "manifest", f"schema_version {manifest.schema_version}, function {manifest.function!r}")
     index = report.attempt("index", lambda: read_index(root, manifest))
     listed = {rel: e.to_json() for rel, e in manifest.files.items()}
     tables = [("manifest", listed)] + ([("index", index)] if index is not None else [])
