@@ -18,6 +18,7 @@ from .layout import INDEX, MANIFEST
 ALGORITHM = "blake3"
 """The digest new artifacts record each file by (the key beside ``size`` in its entry)."""
 
+
 def _sha256(data: bytes | memoryview = b"") -> Any:
     import hashlib  # only artifacts from before schema 5 need it: 3 ms of the runtime's import otherwise
 
