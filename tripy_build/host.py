@@ -71,7 +71,7 @@ def hostname() -> str:
 def host_features() -> dict[str, Any]:
     """What an XLA CPU executable built here depends on: jaxlib, the machine and its CPU flags."""
     flags: list[str] = []
-    model = platform.processor()
+    model = ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -83,6 +83,9 @@ def host_features() -> dict[str, Any]:
                     model = value.strip()
     except OSError:
         pass
+    # Only where /proc/cpuinfo names no model: on Linux platform.processor() runs `uname -p` in a
+    # subprocess (3-7 ms of every runtime load) and most often answers "" or the machine.
+    model = model or platform.processor()
     return {
         "jax": version("jax"),
         "jaxlib": version("jaxlib"),
