@@ -53,12 +53,15 @@ def recorded(entry: Mapping[str, Any]) -> tuple[str, Any]:
     return ALGORITHM, None
 
 
+def file_names(root: Path, prefixes: Sequence[str] | None = None) -> list[str]:
+    """The files under ``root`` by relative POSIX path, sorted: all but manifest and index, or those under
+    ``prefixes``."""
+    names = (p.relative_to(root).as_posix() for p in sorted(root.rglob("*")) if p.is_file())
+    return [rel for rel in names
+            if rel not in (MANIFEST, INDEX) and (prefixes is None or rel.startswith(tuple(prefixes)))]
+
+
 def list_files(root: Path, prefixes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Size and digest of the files under ``root`` (all but manifest and index, or those under ``prefixes``)."""
-    out = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = path.relative_to(root).as_posix()
-        if rel in (MANIFEST, INDEX) or (prefixes is not None and not rel.startswith(tuple(prefixes))):
-            continue
-        out[rel] = {"size": path.stat().st_size, ALGORITHM: digest_file(path)}
-    return out
+    """Size and digest of ``file_names(root, prefixes)``."""
+    return {rel: {"size": (root / rel).stat().st_size, ALGORITHM: digest_file(root / rel)}
+            for rel in file_names(root, prefixes)}

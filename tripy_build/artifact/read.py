@@ -23,7 +23,7 @@ from ..core.spec import count_leaves, rebuild
 from ..errors import ArtifactError
 from . import crosscheck
 from .compat import CompatibilityWarning, incompatibility
-from .digest import digest_bytes, digest_file, list_files, recorded
+from .digest import digest_bytes, digest_file, file_names, recorded
 from .layout import INDEX, INDEX_KIND, MANIFEST, MAX_JSON_BYTES, no_links, reproducible_files, safe_relpath
 from .lock import reading
 from .manifest import KIND, READABLE_VERSIONS, ExecutableEntry, Manifest, WeightEntry
@@ -169,7 +169,7 @@ def unlisted_files(path: str | os.PathLike) -> list[str]:
     root = Path(path)
     manifest = read_manifest(root)
     known = set(manifest.files) | set(read_index(root, manifest))
-    return [rel for rel in list_files(root) if rel not in known]
+    return [rel for rel in file_names(root) if rel not in known]
 
 
 def reproducible_tree(root: Path) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ArtifactError
 from ..host import hostname
-from .digest import list_files
+from .digest import ALGORITHM, digest_bytes
 from .layout import INDEX, INDEX_KIND, MANIFEST, dumps, is_artifact, unstable_prefixes
 from .manifest import FileEntry, Manifest
 
@@ -114,7 +114,8 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes], 
             dest = tmp / PurePosixPath(rel)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
-        everything = list_files(tmp)
+        # digested from the bytes in hand: reading the files back would hash the same bytes from the page cache
+        everything = {rel: {"size": len(data), ALGORITHM: digest_bytes(data)} for rel, data in sorted(files.items())}
         covers = unstable_prefixes(manifest)
         unstable = {k: v for k, v in everything.items() if k.startswith(covers)}
         stable = {k: v for k, v in everything.items() if k not in unstable}

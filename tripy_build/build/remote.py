@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from ..artifact.digest import list_files
+from ..artifact.digest import file_names
 from ..artifact.layout import INDEX, MANIFEST, is_artifact, safe_relpath
 from ..artifact.read import read_manifest, verify_files
 from ..artifact.write import temporary_prefix
@@ -87,7 +87,7 @@ class Store:
             return False
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for rel in sorted([*list_files(path), INDEX, MANIFEST]):
+            for rel in sorted([*file_names(path), INDEX, MANIFEST]):
                 tar.add(path / rel, arcname=rel, recursive=False)
         tmp = f"{obj}.tmp-{os.getpid()}@{hostname()}"
         self.fs.makedirs(obj.rsplit("/", 1)[0], exist_ok=True)

@@ -165,8 +165,8 @@ class Executable(MultiEntry):
                 if n not in rest]
         if not program.chunks or len(self._prep_exes) != len(program.chunks) or any(run is None for _, run in runs):
             # prep runs whole, through jax; a chunk stored prepared gets zeros for the raw weights it lacks
-            rest = {i for n in rest for i in program.chunks[n][0].weights}
-            values = [np.zeros(w.value.shape, w.value.dtype) if i in rest else direct[i] if i in direct else w.array()
+            lacking = {i for n in rest for i in program.chunks[n][0].weights}
+            values = [np.zeros(w.value.shape, w.value.dtype) if i in lacking else direct[i] if i in direct else w.array()
                       for i, w in enumerate(self._weights)]
             made = jax.tree_util.tree_leaves(jax.jit(program.prep.call)(*values))
             prepared = [out if mine is None else mine for out, mine in zip(made, prepared)]
