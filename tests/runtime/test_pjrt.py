@@ -207,8 +207,9 @@ def test_outputs_of_dtypes_dlpack_lacks_come_back(tmp_path):
         np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
 
 
-def test_background_warm_up_prepares_every_profile_at_the_idle_scheduling_class(affine_artifact):
-    """The default warm-up deserializes and runs each profile once, on a thread that yields every core to calls."""
+def test_background_warm_up_prepares_every_profile_and_then_yields_to_calls(affine_artifact):
+    """The default warm-up deserializes and runs each profile once, on a thread that yields every core to calls
+    once it has prepared the profiles whose first call would have been late."""
     import os
     import threading
 
@@ -222,10 +223,17 @@ def test_background_warm_up_prepares_every_profile_at_the_idle_scheduling_class(
         t.join(30)
     assert rt._ran == set(rt._profiles) == {(1,), (4,), (8,), (16,)}
 
+    # the profiles whose first call would be late at the normal class, the rest at the idle one
     seen = []
-    warmup.start(lambda: seen.append(os.sched_getscheduler(0))).join(30)
-    assert seen == [os.SCHED_IDLE]
-    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's own thread is untouched
+
+    def run(p):
+        seen.append((p, os.sched_getscheduler(0)))
+        return warmup.Warmed(prepare_s=1.0 if p < (2,) else 0.0, steady_s=0.0)  # (0,), (1,) late; (2,) on time
+
+    warmup.start(lambda: warmup.warm_in_order([(0,), (1,), (2,), (3,)], run, lambda p: None, 0, limit=1.0)).join(30)
+    normal = os.sched_getscheduler(0)
+    assert normal != os.SCHED_IDLE  # the caller's own thread is untouched
+    assert seen == [((0,), normal), ((1,), normal), ((2,), normal), ((3,), os.SCHED_IDLE)]
 
 
 def _join_warmups():
@@ -237,9 +245,11 @@ def _join_warmups():
 
 def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine_artifact, monkeypatch):
     """A profile XLA counts above ``RUN_LIMIT_FLOPS`` is deserialized, never run on zeros (a run of ViT's
-    opt profile held the cores for 1.6 s after load); ``warmup="now"`` still runs every profile."""
+    opt profile held the cores for 1.6 s after load), once the warm-up has found a profile whose first call
+    would be on time: the smallest is run to learn that. ``warmup="now"`` still runs every profile."""
     from tripy_build.runtime import warmup
 
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)  # every first call on time: the flops decide
     path, params = affine_artifact
     probe = runtime.load(path, warmup="none")
     flops = {t: probe._profile(t).loaded.cost_analysis()["flops"] for t in probe._profiles}
@@ -254,12 +264,15 @@ def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine
     assert {p.target for p in exe._precompiled if p.warm} == {(1,), (4,)}
     assert all(p.call is not None for p in exe._precompiled)
 
-    monkeypatch.setattr(warmup, "RUN_LIMIT_FLOPS", flops[(1,)] / 2)  # the opt profile (4,) too: none runs
+    monkeypatch.setattr(warmup, "RUN_LIMIT_FLOPS", flops[(1,)] / 2)  # the opt profile (4,) too: only the smallest runs
     rt = runtime.load(path)
     _join_warmups()
-    assert rt._ran == set() and set(rt._compiled) == set(rt._profiles)
+    assert rt._ran == {(1,)} and set(rt._compiled) == set(rt._profiles)
     assert_close(rt(_x(5)), affine(jnp.asarray(_x(5)), params))
     assert runtime.load(path, warmup="now")._ran == set(rt._profiles)
+    import os
+
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # "now" warms on this thread, which keeps its class
 
 
 @pytest.fixture
@@ -286,19 +299,22 @@ def call_in_flight():
 
 def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_artifact, call_in_flight, monkeypatch):
     """A profile whose executable is over QUIET_ABOVE_BYTES (BERT-base's: 100-150 ms of deserializing on XLA's
-    own pool threads, at the normal scheduling class) is not started while any call in the process is in
-    flight, nor until QUIET_S after the last one ends; both loaders."""
+    own pool threads, at the normal scheduling class), and whose first call could prepare it on time, is not
+    started while any call in the process is in flight, nor until QUIET_S after the last one ends; both
+    loaders. The smallest profile is prepared at once, which is how the warm-up learns that, and the
+    runtime's opt profile (deserialized during the load) is run at once."""
     import time
 
     from tripy_build.runtime import warmup
 
     monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)  # every profile counts as large
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)  # and every first call is on time
     path, params = affine_artifact
     rt = runtime.load(path)  # warmup="background"
     exe = tb.load(path)
     time.sleep(0.3)
-    assert set(rt._compiled) <= {rt._opt} and rt._ran == set()  # only the opt profile, during the load itself
-    assert not any(p.call is not None for p in exe._precompiled)
+    assert set(rt._compiled) == rt._ran == {rt._opt, (1,)}
+    assert [p.target for p in exe._precompiled if p.call is not None] == [(1,)]
     assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))  # calls are served meanwhile
     assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
     call_in_flight.set()
@@ -321,6 +337,58 @@ def test_a_warm_up_of_small_profiles_goes_on_beside_calls(affine_artifact, call_
     exe = tb.load(path)
     _join_warmups()  # while the call is still in flight
     assert rt._ran == set(rt._profiles) and all(p.warm for p in exe._precompiled)
+
+
+def test_a_warm_up_prepares_at_once_every_profile_whose_first_call_would_be_late(affine_artifact, call_in_flight,
+                                                                                 monkeypatch):
+    """A profile that costs more to deserialize and run once than twice its next run plus
+    ``FIRST_CALL_MARGIN_S`` (BERT-base's under ~100 tokens: ~250 ms against 20-60) is deserialized and run
+    at once, beside a call in flight, whatever its size and flops: left to the call that needs it, a stream
+    without pauses stalled at each one's first use. Both loaders; here every profile counts as late, large
+    and costly."""
+    from tripy_build.runtime import warmup
+
+    monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)
+    monkeypatch.setattr(warmup, "RUN_LIMIT_FLOPS", 0.0)
+    monkeypatch.setattr(warmup, "FIRST_CALL_FACTOR", 0.0)
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 0.0)
+    path, params = affine_artifact
+    rt = runtime.load(path)
+    exe = tb.load(path)
+    _join_warmups()  # while the call is still in flight
+    assert rt._ran == set(rt._profiles) and all(p.warm for p in exe._precompiled)
+    assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))
+    assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
+
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)  # none late: the smallest only, the rest wait
+    rt = runtime.load(path)
+    exe = tb.load(path)
+    import time
+
+    time.sleep(0.3)
+    assert rt._ran == {(1,)} and [p.target for p in exe._precompiled if p.warm] == [(1,)]
+    call_in_flight.set()
+    _join_warmups()  # the rest only deserialized (all count as costly)
+    assert rt._ran == {(1,)} and set(rt._compiled) == set(rt._profiles)
+    assert all(p.call is not None for p in exe._precompiled)
+
+
+def test_the_first_pass_prepares_every_profile_not_above_one_found_on_time():
+    """Over a 2-D grid (BERT's batch x seq), a profile is left to the second pass only when it is no smaller
+    in every dim than one whose first call was found on time: (1, 2) on time does not vouch for (4, 1)."""
+    from tripy_build.runtime import warmup
+
+    late = {(1, 1), (2, 1)}
+    grid = sorted([(1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1)], key=lambda t: t[0] * t[1])
+    seen, deserialized = [], []
+
+    def run(p):
+        seen.append(p)
+        return warmup.Warmed(prepare_s=1.0 if p in late else 0.0, steady_s=0.1)  # steady over the limit
+
+    warmup.start(lambda: warmup.warm_in_order(grid, run, deserialized.append, 0, limit=0.05)).join(30)  # it yields its thread
+    assert seen == [(1, 1), (1, 2), (2, 1), (4, 1)]  # (4, 1): above no profile found on time
+    assert deserialized == [(2, 2), (1, 4)]  # the second pass: runs had passed the limit, so only deserialized
 
 
 def test_the_hosts_cpu_features_are_probed_once_per_jaxlib_and_cpu(monkeypatch, tmp_path):

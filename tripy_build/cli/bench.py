@@ -34,7 +34,8 @@ import sys
 import time
 from typing import Any, Sequence
 
-T_START = time.perf_counter()
+from ..runtime.warmup import FIRST_CALL_FACTOR, FIRST_CALL_MARGIN_S
+
 STALL_FACTOR = 2.0
 STALL_MARGIN_S = 0.010
 
@@ -138,9 +139,6 @@ def cold_start(path: str, rounds: int, loader: str = "tripy_build", warmup: str 
         runs.append(dict(json.loads(line), seconds=wall))
     median = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
     return {**median, "all": [r["seconds"] for r in runs]}
-
-
-FIRST_CALL_FACTOR, FIRST_CALL_MARGIN_S = 2.0, 0.001
 
 
 def first_calls(path: str, loader: str, warmup: str, shaper: Any) -> dict[str, Any]:

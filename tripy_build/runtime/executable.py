@@ -37,7 +37,7 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
-from .warmup import calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
+from .warmup import Warmed, calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
 from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
 from .program import PrepChunk, Program, Stored, Weight, resolve
 from .entries import MultiEntry
@@ -326,11 +326,13 @@ class Executable(MultiEntry):
         """Deserialize every profile and run it once on zeros, cheapest first, so no call pays for that.
 
         A profile's first run costs 1-20 ms more than the next (XNNPACK prepares the executable), on
-        top of deserializing it (2-15 ms). With ``background``, a daemon thread at the idle scheduling
-        class does it while calls are served (XLA releases the GIL; ``runtime/warmup.py``), running
-        profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializing the rest
-        (within ``warmup.MemoryBudget``) and only deserializing one ``warmup.too_costly`` to run; a call
-        that needs a profile first warms it itself.
+        top of deserializing it (2-15 ms; BERT-base's: ~110). With ``background``, a daemon thread at the
+        idle scheduling class does it while calls are served (XLA releases the GIL), by
+        ``warmup.warm_in_order``'s policy: at once, the smallest profiles, those whose first call could
+        not prepare them on time; then it runs profiles until one takes longer than
+        ``warmup.RUN_LIMIT_S`` and only deserializes the rest (within ``warmup.MemoryBudget``, the large
+        ones in quiet moments), and only deserializes one ``warmup.too_costly`` to run. A call that needs
+        a profile first warms it itself.
         """
         profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
         if self._universal is not None:
@@ -348,30 +350,34 @@ class Executable(MultiEntry):
 
         try:
             warm_in_order(profiles, self._warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
-                          warmup_stopping, costly=costly, size=lambda p: len(p.blob))
+                          warmup_stopping, costly=costly, size=lambda p: len(p.blob), target=lambda p: p.target)
             self._runners.clear()  # routes planned before the latencies were known
             self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it
             log.warning("%s: background warm-up stopped: %s", self._name, e)
 
-    def _warm(self, p: Precompiled) -> float:
-        """Run ``p`` once if no call has (its first run is the slow one), then time it for split plans
-        (outside its lock: a call that needs the profile does not wait for the timing). Its latency."""
+    def _warm(self, p: Precompiled) -> Warmed | None:
+        """Prepare ``p`` and run it once if no call has (its first run is the slow one), then time it for
+        split plans (outside its lock: a call that needs the profile does not wait for the timing). What
+        that cost (``warmup.Warmed``), or None where a call prepared it or it was timed already."""
         if p.target in self._latency:
-            return self._latency[p.target]
-        call = p.ready()
-        if call is None:
-            return 0.0
+            return None
         shapes = self._dispatcher.leaf_shapes(p.target if p is not self._universal else
                                               tuple(d.bounds[1] for d in self.dims))
         zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
         args = (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
+        t0 = time.perf_counter()
+        call = p.ready()
+        if call is None:
+            return None
         with p.lock:
-            if not p.warm:
+            ran = not p.warm
+            if ran:
                 jax.block_until_ready(call(*args))
                 p.warm = True
+        prepare = time.perf_counter() - t0
         self._latency[p.target] = fastest_run(call, args)
-        return self._latency[p.target]
+        return Warmed(prepare, self._latency[p.target]) if ran else None
 
     def __repr__(self) -> str:
         args = ", ".join(f"{name}: {info!r}" for name, info in self.input_infos.items())

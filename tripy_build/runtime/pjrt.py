@@ -45,7 +45,8 @@ from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 from .entries import MultiEntry, Shared
-from .warmup import calls, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
+from .warmup import (Warmed, calls, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order,
+                     yield_to_calls)
 
 _client = None
 _client_lock = threading.Lock()
@@ -135,10 +136,12 @@ class _Compiled:
     """One deserialized executable: its argument avals (only those XLA kept) and output handlers."""
 
     def __init__(self, device: _Device, blob: bytes, entry: ExecutableEntry, where: str):
+        t0 = time.perf_counter()
         try:
             self.loaded = _client.deserialize_executable(blob, device.device_list, None)
         except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
             raise ArtifactError(f"{where}: cannot deserialize the executable ({type(e).__name__}: {str(e)[:200]}).") from None
+        self.seconds = time.perf_counter() - t0  # deserializing it: part of what its first call would cost
         self.device = device
         self.kept = list(entry.kept_inputs)
         avals = [_Aval(s, to_dtype(d)) for s, d in zip(entry.input_shapes, entry.input_dtypes)]
@@ -278,11 +281,13 @@ class Runtime(MultiEntry):
         """Deserialize every profile and run it once on zeros (their first run costs more than the next):
         the opt profile first, then the cheapest first.
 
-        With ``background``, a daemon thread at the idle scheduling class does it (``runtime/warmup.py``):
-        it takes no core a call wants, and a call that needs a profile before the thread reaches it
-        prepares that one itself (each profile has its own lock, so it never waits for another's). It
-        runs profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only deserializes the rest,
-        within ``warmup.MemoryBudget``; a profile ``warmup.too_costly`` to run it only deserializes.
+        With ``background``, a daemon thread at the idle scheduling class does it, by
+        ``warmup.warm_in_order``'s policy: at once, beside calls, the smallest profiles, those whose first
+        call could not prepare them on time; then it runs profiles until one takes longer than
+        ``warmup.RUN_LIMIT_S`` and only deserializes the rest, within ``warmup.MemoryBudget``, the large
+        ones in quiet moments; a profile ``warmup.too_costly`` to run it only deserializes. A call that
+        needs a profile before the thread reaches it prepares that one itself (each profile has its own
+        lock, so it never waits for another's).
         """
         if not background:
             self._warm_all(stop=lambda: False, limit=float("inf"))
@@ -291,6 +296,7 @@ class Runtime(MultiEntry):
 
     def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False) -> None:
         if self._iree is not None:
+            yield_to_calls()
             opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
             shapes = self._dispatcher.leaf_shapes(opt)
             self._iree.flat([*[np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)],
@@ -304,23 +310,32 @@ class Runtime(MultiEntry):
             return  # placing the weights failed: the load raised
         weight_bytes = sum(w.nbytes for w in self._manifest.weights)
         first = opt in self._profiles and not costly(opt)  # a costly opt profile waits its turn by size
-        order = sorted(self._profiles, key=lambda t: (not (first and t == opt), int(np.prod(t))))
+        if first and not stop():
+            self._warm(opt)  # whatever it takes: the request a server sees first
+        order = sorted((t for t in self._profiles if not (first and t == opt)), key=lambda t: int(np.prod(t)))
         warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit, costly, self._sizes.__getitem__)
 
-    def _warm(self, target: tuple[int, ...]) -> float:
-        """Run a profile once on zeros, if no call has: its run's seconds (0 for the opt profile, which is run
-        first whatever it takes unless ``warmup.too_costly``, and for one a call ran already)."""
+    def _warm(self, target: tuple[int, ...]) -> Warmed | None:
+        """Run a profile once on zeros, if no call has, then twice more: what preparing it cost (its
+        deserializing, whenever that was, and the first run) against the faster of the next two
+        (``warmup.Warmed``). None for one a call ran already."""
         with self._locks[target]:
             if target in self._ran:
-                return 0.0
-            compiled = self._profile(target)
+                return None
             shapes = self._dispatcher.leaf_shapes(target)
             zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
-            sizes = [np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]
+            args = [*self._leading, *zeros, *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]]
+            compiled = self._profile(target)
             t0 = time.perf_counter()
-            compiled([*self._leading, *zeros, *sizes])
+            compiled(args)
             self._ran.add(target)
-            return 0.0 if target == self._opt else time.perf_counter() - t0
+            prepare = compiled.seconds + time.perf_counter() - t0
+        steady = float("inf")
+        for _ in range(2):  # the faster of two: a call running beside one would make its profile look on time
+            t0 = time.perf_counter()
+            compiled(args)
+            steady = min(steady, time.perf_counter() - t0)
+        return Warmed(prepare, steady)
 
     def _deserialize(self, target: tuple[int, ...]) -> None:
         with self._locks[target]:

@@ -1,14 +1,16 @@
 """Warming profiles in the background: the threads that do it, and stopping them before the interpreter exits.
 
-A profile's first run costs 1-20 ms more than the next (XNNPACK prepares the executable), on top of
-deserializing it (2-10 ms); both loaders' ``warm_up`` runs each once so that no call pays for it, in a
-daemon thread registered here. A daemon thread killed inside XLA while Python shuts down aborts the
-process, so at exit each stops after the profile it is running.
+A profile's first run costs 1-20 ms more than the next on the zoo's models, 60-170 ms on BERT-base's
+(XNNPACK and YNNPACK prepare the executable), on top of deserializing it (2-10 ms; BERT-base: ~110);
+both loaders' ``warm_up`` runs each once so that no call pays for it, in a daemon thread registered
+here. A daemon thread killed inside XLA while Python shuts down aborts the process, so at exit each
+stops after the profile it is running.
 
-The thread runs at the idle scheduling class (Linux's ``SCHED_IDLE``), and it waits for a quiet moment
-(``calls``) before each profile: XLA deserializes on threads of its client's own pool, at the normal
-class, so the idle class of the thread that asks does not reach that work. Deserializing releases the
-GIL, so a call is not held up behind it either.
+The thread runs at the idle scheduling class (Linux's ``SCHED_IDLE``). It prepares at once the
+profiles whose first call would be late (``Warmed.late``), and it waits for a quiet moment (``calls``)
+before each large one after those: XLA deserializes on threads of its client's own pool, at the normal
+class, so the idle class of the thread that asks does not reach that work (``warm_in_order``).
+Deserializing releases the GIL, so a call is not held up behind it either.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import atexit
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 
@@ -122,23 +125,75 @@ class MemoryBudget:
         return self.start is not None and now is not None and now - self.start > self.limit
 
 
-def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], float], deserialize: Callable[[Any], Any],
+FIRST_CALL_FACTOR, FIRST_CALL_MARGIN_S = 2.0, 0.001
+"""A profile's first call is on time if it costs at most this factor of its steady latency plus this margin
+(issue 21's rule; ``tripy-build bench`` reports against it)."""
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """What preparing one profile cost: deserializing it and its first run (``prepare_s``), and one run
+    after that (``steady_s``)."""
+
+    prepare_s: float
+    steady_s: float
+
+    @property
+    def late(self) -> bool:
+        """Whether a call that found this profile unprepared would have been late (``FIRST_CALL_FACTOR``)."""
+        return self.prepare_s > FIRST_CALL_FACTOR * self.steady_s + FIRST_CALL_MARGIN_S
+
+
+def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"], deserialize: Callable[[Any], Any],
                   weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float | None = None,
-                  costly: Callable[[Any], bool] = lambda p: False, size: Callable[[Any], int] = lambda p: 0) -> None:
-    """Both loaders' warm-up policy: ``run`` each profile in order (it returns the run's seconds) until one
-    takes longer than ``limit`` or is ``costly`` to run (``too_costly``: such a one is not run at all); from
-    then on only ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``. A profile whose
-    executable is over ``QUIET_ABOVE_BYTES`` (``size``) waits until ``calls`` is quiet. ``limit``: by default
-    ``RUN_LIMIT_S``. ``stop`` ends it early (the interpreter exiting)."""
+                  costly: Callable[[Any], bool] = lambda p: False, size: Callable[[Any], int] = lambda p: 0,
+                  target: Callable[[Any], Sequence[int]] = lambda p: p) -> None:
+    """Both loaders' warm-up policy, over ``profiles`` cheapest first, in two passes.
+
+    First, at once and beside any calls, every profile whose first call could be late (``Warmed.late``:
+    its preparation costs more than twice its run, as for BERT-base's profiles under ~200 tokens: 150-280
+    ms against 17-100) is deserialized and ``run``, whatever its size or cost. Which those are is learnt by
+    preparing them: a profile no smaller in every dim (``target``: its size per dim) than one found on
+    time runs at least as long for about the same preparation, so it is left for the second pass; every
+    other is prepared. Left to the call that needed it, such a profile stalled a stream of calls at each
+    small shape's first use.
+
+    Then the profiles that can wait: ``run`` each until one takes longer than ``limit`` (the steady
+    seconds; by default ``RUN_LIMIT_S``) or is ``costly`` (``too_costly``: not run at all), then only
+    ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``; one whose executable is over
+    ``QUIET_ABOVE_BYTES`` (``size``) waits until ``calls`` is quiet. ``run`` returns None for a profile a
+    call already prepared. ``stop`` ends it early (the interpreter exiting).
+
+    The first pass runs at the normal scheduling class; the thread then moves to the idle class
+    (``yield_to_calls``), for good (it cannot come back). At the idle class, a run on zeros (the runtime's
+    client runs on the calling thread) got no core while calls kept both busy, so a BERT-base stream met
+    as many stalls as with no warm-up at all.
+    """
     limit = RUN_LIMIT_S if limit is None else limit
-    running, budget = True, None
+    on_time: list[tuple[int, ...]] = []
+    later, running = [], True
     for p in profiles:
+        if stop():
+            return
+        at = tuple(target(p))
+        if any(all(a <= b for a, b in zip(o, at)) for o in on_time):
+            later.append(p)
+            continue
+        warmed = run(p)
+        if warmed is not None:
+            if not warmed.late:
+                on_time.append(at)
+            running = running and warmed.steady_s <= limit
+    yield_to_calls()
+    budget = None
+    for p in later:
         if size(p) > QUIET_ABOVE_BYTES:
             calls.wait_quiet(stop)
         if stop():
             return
         if running and not costly(p):
-            running = run(p) <= limit
+            warmed = run(p)
+            running = warmed is None or warmed.steady_s <= limit
             continue
         running = False
         budget = budget or MemoryBudget(weight_bytes)
@@ -174,9 +229,9 @@ _STOPPING = threading.Event()
 
 
 def start(target: Callable[[], None]) -> threading.Thread:
-    """Run ``target`` on a daemon warm-up thread, registered so that exit waits for its current profile."""
+    """Run ``target`` on a daemon warm-up thread, registered so that exit waits for its current profile.
+    The thread starts at the normal scheduling class: ``warm_in_order`` moves it to the idle one."""
     def run() -> None:
-        yield_to_calls()
         try:
             target()
         finally:
@@ -191,7 +246,10 @@ def start(target: Callable[[], None]) -> threading.Thread:
 
 
 def yield_to_calls() -> None:
-    """Put the calling thread in the idle scheduling class, where the OS has one (Linux); else leave it."""
+    """Put the calling warm-up thread (``start``'s) in the idle scheduling class, where the OS has one
+    (Linux). Any other thread is left as it is: ``warmup="now"`` warms on the caller's own thread."""
+    if threading.current_thread() not in _WARMUPS:
+        return
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
     except (AttributeError, OSError):
