@@ -326,10 +326,10 @@ class Executable(MultiEntry):
         """Deserialize every profile and run it once on zeros, cheapest first, so no call pays for that.
 
         A profile's first run costs 1-20 ms more than the next (XNNPACK prepares the executable), on
-        top of deserializing it (2-15 ms; BERT-base's: ~110). With ``background``, a daemon thread at the
-        idle scheduling class does it while calls are served (XLA releases the GIL), by
-        ``warmup.warm_in_order``'s policy: at once, the smallest profiles, those whose first call could
-        not prepare them on time; then it runs profiles until one takes longer than
+        top of deserializing it (2-15 ms; BERT-base's: ~110). With ``background``, a daemon thread does it
+        while calls are served (XLA releases the GIL), by ``warmup.warm_in_order``'s policy: at once, the
+        smallest profiles, those whose first call could not prepare them on time; then, at the idle
+        scheduling class, it runs profiles until one takes longer than
         ``warmup.RUN_LIMIT_S`` and only deserializes the rest (within ``warmup.MemoryBudget``, the large
         ones in quiet moments), and only deserializes one ``warmup.too_costly`` to run. A call that needs
         a profile first warms it itself.

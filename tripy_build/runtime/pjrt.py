@@ -281,11 +281,11 @@ class Runtime(MultiEntry):
         """Deserialize every profile and run it once on zeros (their first run costs more than the next):
         the opt profile first, then the cheapest first.
 
-        With ``background``, a daemon thread at the idle scheduling class does it, by
-        ``warmup.warm_in_order``'s policy: at once, beside calls, the smallest profiles, those whose first
-        call could not prepare them on time; then it runs profiles until one takes longer than
-        ``warmup.RUN_LIMIT_S`` and only deserializes the rest, within ``warmup.MemoryBudget``, the large
-        ones in quiet moments; a profile ``warmup.too_costly`` to run it only deserializes. A call that
+        With ``background``, a daemon thread does it, by ``warmup.warm_in_order``'s policy: at once, beside
+        calls, the smallest profiles, those whose first call could not prepare them on time; then, at the
+        idle scheduling class, it runs profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only
+        deserializes the rest, within ``warmup.MemoryBudget``, the large ones in quiet moments; a profile
+        ``warmup.too_costly`` to run it only deserializes. A call that
         needs a profile before the thread reaches it prepares that one itself (each profile has its own
         lock, so it never waits for another's).
         """
