@@ -6,11 +6,11 @@ both loaders' ``warm_up`` runs each once so that no call pays for it, in a daemo
 here. A daemon thread killed inside XLA while Python shuts down aborts the process, so at exit each
 stops after the profile it is running.
 
-The thread runs at the idle scheduling class (Linux's ``SCHED_IDLE``). It prepares at once the
-profiles whose first call would be late (``Warmed.late``), and it waits for a quiet moment (``calls``)
-before each large one after those: XLA deserializes on threads of its client's own pool, at the normal
-class, so the idle class of the thread that asks does not reach that work (``warm_in_order``).
-Deserializing releases the GIL, so a call is not held up behind it either.
+The thread first prepares, at the normal scheduling class, the profiles whose first call would be late
+(``Warmed.late``), then moves to the idle class (Linux's ``SCHED_IDLE``) for the rest, and waits for a
+quiet moment (``calls``) before each large one of those: XLA deserializes on threads of its client's
+own pool, at the normal class, so the idle class of the thread that asks does not reach that work
+(``warm_in_order``). Deserializing releases the GIL, so a call is not held up behind it either.
 """
 
 from __future__ import annotations
@@ -132,8 +132,8 @@ FIRST_CALL_FACTOR, FIRST_CALL_MARGIN_S = 2.0, 0.001
 
 @dataclass(frozen=True)
 class Warmed:
-    """What preparing one profile cost: deserializing it and its first run (``prepare_s``), and one run
-    after that (``steady_s``)."""
+    """What preparing one profile cost: deserializing it and its first run (``prepare_s``), and its steady
+    run after that (``steady_s``: the faster of two in the runtime, the fastest of a few in ``tb.load``)."""
 
     prepare_s: float
     steady_s: float
@@ -151,7 +151,7 @@ def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"]
     """Both loaders' warm-up policy, over ``profiles`` cheapest first, in two passes.
 
     First, at once and beside any calls, every profile whose first call could be late (``Warmed.late``:
-    its preparation costs more than twice its run, as for BERT-base's profiles under ~200 tokens: 150-280
+    its preparation costs more than twice its run plus 1 ms, as for BERT-base's profiles under ~200 tokens: 150-280
     ms against 17-100) is deserialized and ``run``, whatever its size or cost. Which those are is learnt by
     preparing them: a profile no smaller in every dim (``target``: its size per dim) than one found on
     time runs at least as long for about the same preparation, so it is left for the second pass; every
