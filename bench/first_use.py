@@ -19,6 +19,12 @@ on one core: 6 and 15 stalls).
 
     .venv/bin/python bench/first_use.py                         # geglu + transformer, both loaders, pinned and not
     .venv/bin/python bench/first_use.py --models geglu --calls 100 --no-pinned
+    .venv/bin/python bench/first_use.py --models bert --no-pinned --loaders runtime   # real BERT-base: ~12 min a run
+
+``bert`` is BERT-base at its real size (random weights are enough for timing; built in ~1 min, 440 MB),
+called with batch 1-8 and seq 1-512 (every position real), its steady latency per shape from the
+stream's own call and one more (a call takes 0.02-3 s). 2 / 3 stalls of 200 with the runtime / tb.load
+on the 2-core Intel VM (11 with the runtime before the two-pass warm-up), all in the first five calls.
 """
 
 from __future__ import annotations
@@ -39,16 +45,25 @@ t0 = time.perf_counter()
 if cfg["loader"] == "runtime":
     from tripy_build import runtime
     f = runtime.load(cfg["art"])
-    call = lambda x: f(x)
+    call = lambda kw: f(**kw)
 else:
+    import jax
     import tripy_build as tb
     f = tb.load(cfg["art"])
-    call = lambda x: np.asarray(f(x))
+    call = lambda kw: jax.block_until_ready(f(**kw))
 load_s = time.perf_counter() - t0
 rng = np.random.default_rng(0)
-dims, tail = cfg["dims"], cfg["tail"]
+dims, tail, vocab = cfg["dims"], cfg["tail"], cfg.get("vocab")
 shapes = [tuple(int(rng.integers(lo, hi + 1)) for lo, hi in dims) + tuple(tail) for _ in range(cfg["calls"])]
-xs = {s: np.random.default_rng(1).standard_normal(s, dtype=np.float32) for s in set(shapes)}
+
+def inputs(s):
+    r = np.random.default_rng(1)
+    if vocab:  # a text model's Hugging Face inputs, every position real
+        return {"input_ids": r.integers(0, vocab, s).astype(np.int32), "attention_mask": np.ones(s, np.int32),
+                "token_type_ids": np.zeros(s, np.int32)}
+    return {"x": r.standard_normal(s, dtype=np.float32)}
+
+xs = {s: inputs(s) for s in set(shapes)}
 times = []
 for s in shapes:
     t = time.perf_counter()
@@ -56,18 +71,20 @@ for s in shapes:
     times.append(time.perf_counter() - t)
 steady = {}
 for s in set(shapes):
-    best = float("inf")
-    for _ in range(3):
+    best = min(t for z, t in zip(shapes, times) if z == s)  # a stream call faster than the reruns was no stall
+    for _ in range(cfg["reruns"]):
         t = time.perf_counter()
         call(xs[s])
         best = min(best, time.perf_counter() - t)
     steady[s] = best
-route = lambda s: f._dispatcher.route([s]).target  # the profile a shape runs (both loaders keep a Dispatcher)
+route = lambda s: f._dispatcher.route([x.shape for x in xs[s].values()]).target  # the profile it runs
 print(json.dumps({"load_s": load_s, "calls": [[list(s), t, steady[s], list(route(s))] for s, t in zip(shapes, times)]}))
 """
 
-MODELS = {"geglu": {"dims": [[1, 64]], "tail": [512]},
-          "transformer": {"dims": [[1, 64], [1, 256]], "tail": [256]}}
+# reruns: calls per shape after the stream for its steady latency (BERT-base: 0.02-3 s a call)
+MODELS = {"geglu": {"dims": [[1, 64]], "tail": [512], "reruns": 3},
+          "transformer": {"dims": [[1, 64], [1, 256]], "tail": [256], "reruns": 3},
+          "bert": {"dims": [[1, 8], [1, 512]], "tail": [], "vocab": 30522, "reruns": 1}}
 
 
 def build(model: str, root: Path, python: str) -> str:
@@ -109,14 +126,18 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--no-pinned", action="store_true", help="only the unpinned runs")
     p.add_argument("--workdir", help="build here (kept) instead of a temporary directory")
+    p.add_argument("--artifact", action="append", default=[], metavar="MODEL=PATH",
+                   help="use this built artifact for MODEL instead of building it (bert: bench/real_models.py "
+                        "leaves one in its --workdir, under bert/tb-artifacts/bert/)")
     p.add_argument("--json", help="also write the summaries to this file")
     args = p.parse_args(argv)
     python = sys.executable
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.workdir or tmp)
+        given = dict(a.split("=", 1) for a in args.artifact)
         for model in args.models.split(","):
-            art = build(model, root, python)
+            art = given.get(model) or build(model, root, python)
             for pin in ([False] if args.no_pinned else [True, False]):
                 for loader in args.loaders.split(","):
                     cfg = {"art": art, "loader": loader, "calls": args.calls, **MODELS[model]}
