@@ -290,11 +290,13 @@ class Runtime(MultiEntry):
         lock, so it never waits for another's).
         """
         if not background:
-            self._warm_all(stop=lambda: False, limit=float("inf"))
+            self._warm_all(stop=lambda: False, limit=float("inf"), judge=False)
             return None
         return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=None, costly=self._too_costly))
 
-    def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False) -> None:
+    def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False, judge: bool = True) -> None:
+        """``judge``: time each profile's steady run to tell whether its first call would be late; without
+        it (``warmup="now"``, which runs every profile anyway) each is run once."""
         if self._iree is not None:
             yield_to_calls()
             opt = tuple(d.bounds[1] for d in self._dispatcher.dims)
@@ -311,14 +313,15 @@ class Runtime(MultiEntry):
         weight_bytes = sum(w.nbytes for w in self._manifest.weights)
         first = opt in self._profiles and not costly(opt)  # a costly opt profile waits its turn by size
         if first and not stop():
-            self._warm(opt)  # whatever it takes: the request a server sees first
+            self._warm(opt, judge=False)  # whatever it takes: the request a server sees first
         order = sorted((t for t in self._profiles if not (first and t == opt)), key=lambda t: int(np.prod(t)))
-        warm_in_order(order, self._warm, self._deserialize, weight_bytes, stop, limit, costly, self._sizes.__getitem__)
+        run = self._warm if judge else lambda target: self._warm(target, judge=False)
+        warm_in_order(order, run, self._deserialize, weight_bytes, stop, limit, costly, self._sizes.__getitem__)
 
-    def _warm(self, target: tuple[int, ...]) -> Warmed | None:
+    def _warm(self, target: tuple[int, ...], judge: bool = True) -> Warmed | None:
         """Run a profile once on zeros, if no call has, then twice more: what preparing it cost (its
         deserializing, whenever that was, and the first run) against the faster of the next two
-        (``warmup.Warmed``). None for one a call ran already."""
+        (``warmup.Warmed``). None for one a call ran already, and without ``judge`` (run once only)."""
         with self._locks[target]:
             if target in self._ran:
                 return None
@@ -330,6 +333,8 @@ class Runtime(MultiEntry):
             compiled(args)
             self._ran.add(target)
             prepare = compiled.seconds + time.perf_counter() - t0
+        if not judge:
+            return None
         steady = float("inf")
         for _ in range(2):  # the faster of two: a call running beside one would make its profile look on time
             t0 = time.perf_counter()
