@@ -37,6 +37,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tripy_build.cli.bench import STALL_FACTOR, STALL_MARGIN_S
+from tripy_build.runtime.warmup import FIRST_CALL_FACTOR, FIRST_CALL_MARGIN_S
+
 CHILD = r"""
 import json, sys, time
 import numpy as np
@@ -107,12 +110,12 @@ def run(python: str, cfg: dict, pin: bool) -> dict:
 
 def summarize(result: dict) -> dict:
     calls = result["calls"]
-    stalls = [c for c in calls if c[1] > 2 * c[2] + 0.010]
+    stalls = [c for c in calls if c[1] > STALL_FACTOR * c[2] + STALL_MARGIN_S]
     worst = max(calls, key=lambda c: c[1] / c[2])
     first: dict[tuple, list] = {}
     for c in calls:
         first.setdefault(tuple(c[3]), c)
-    over = [c for c in first.values() if c[1] > 2 * c[2] + 0.001]
+    over = [c for c in first.values() if c[1] > FIRST_CALL_FACTOR * c[2] + FIRST_CALL_MARGIN_S]
     return {"load_ms": result["load_s"] * 1e3, "stalls": len(stalls), "calls": len(calls),
             "worst_ratio": worst[1] / worst[2], "worst_excess_ms": (worst[1] - worst[2]) * 1e3,
             "first_over": len(over), "profiles_reached": len(first),

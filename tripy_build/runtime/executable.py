@@ -376,7 +376,7 @@ class Executable(MultiEntry):
                 jax.block_until_ready(call(*args))
                 p.warm = True
         prepare = time.perf_counter() - t0
-        self._latency[p.target] = fastest_run(call, args)
+        self._latency[p.target] = fastest_run(lambda: jax.block_until_ready(call(*args)))
         return Warmed(prepare, self._latency[p.target]) if ran else None
 
     def __repr__(self) -> str:

@@ -27,6 +27,7 @@ pinned with jax (0.10.x); on another version ``load`` raises, and ``tripy_build.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -45,7 +46,7 @@ from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 from .entries import MultiEntry, Shared
-from .warmup import (Warmed, calls, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order,
+from .warmup import (Warmed, calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order,
                      yield_to_calls)
 
 _client = None
@@ -315,8 +316,8 @@ class Runtime(MultiEntry):
         if first and not stop():
             self._warm(opt, judge=False)  # whatever it takes: the request a server sees first
         order = sorted((t for t in self._profiles if not (first and t == opt)), key=lambda t: int(np.prod(t)))
-        run = self._warm if judge else lambda target: self._warm(target, judge=False)
-        warm_in_order(order, run, self._deserialize, weight_bytes, stop, limit, costly, self._sizes.__getitem__)
+        warm_in_order(order, functools.partial(self._warm, judge=judge), self._deserialize, weight_bytes, stop, limit,
+                      costly, self._sizes.__getitem__)
 
     def _warm(self, target: tuple[int, ...], judge: bool = True) -> Warmed | None:
         """Run a profile once on zeros, if no call has, then twice more: what preparing it cost (its
@@ -335,12 +336,8 @@ class Runtime(MultiEntry):
             prepare = compiled.seconds + time.perf_counter() - t0
         if not judge:
             return None
-        steady = float("inf")
-        for _ in range(2):  # the faster of two: a call running beside one would make its profile look on time
-            t0 = time.perf_counter()
-            compiled(args)
-            steady = min(steady, time.perf_counter() - t0)
-        return Warmed(prepare, steady)
+        # the faster of two: a call running beside one would make its profile look on time
+        return Warmed(prepare, fastest_run(lambda: compiled(args), budget_s=float("inf"), most=2))
 
     def _deserialize(self, target: tuple[int, ...]) -> None:
         with self._locks[target]:

@@ -210,14 +210,13 @@ def _rss_bytes() -> int | None:
         return None
 
 
-def fastest_run(call: Callable, args: Sequence[Any], budget_s: float = 0.004, most: int = 10) -> float:
-    """A profile's latency for planning splits: the fastest of a few runs (at least one, ~4 ms in all)."""
-    import jax
-
+def fastest_run(run: Callable[[], Any], budget_s: float = 0.004, most: int = 10) -> float:
+    """A profile's latency: the fastest of a few calls of ``run`` (which returns once the result is ready),
+    at least one, ~``budget_s`` in all, at most ``most``."""
     best, spent, n = float("inf"), 0.0, 0
     while n < most and (n < 2 or spent < budget_s) and not (n >= 1 and spent > budget_s):
         t0 = time.perf_counter()
-        jax.block_until_ready(call(*args))
+        run()
         t = time.perf_counter() - t0
         best, spent, n = min(best, t), spent + t, n + 1
     return best
