@@ -272,7 +272,7 @@ class TripyBuild:
     def load(self, job: dict):
         import numpy as np
         import tripy_build as tb
-        exe = tb.load(job["art"])
+        exe = self.loaded = tb.load(job["art"])
         outputs = MODELS[job["model"]]["outputs"]
 
         def run(x: dict) -> dict:
@@ -282,15 +282,9 @@ class TripyBuild:
             return {k: np.asarray(v) for k, v in out.items()}
         return run
 
-    @staticmethod
-    def settle() -> None:
-        """Wait for tb.load's background warm-up of every profile, so it does not run beside timed calls."""
-        try:
-            from tripy_build.runtime import warmup
-        except ImportError:
-            return
-        for thread in list(getattr(warmup, "_WARMUPS", ())):
-            thread.join()
+    def settle(self) -> None:
+        """Wait for the background warm-up of every profile, so that it does not run beside timed calls."""
+        self.loaded.wait_warmed()
 
 
 class TripyRuntime(TripyBuild):
@@ -298,7 +292,7 @@ class TripyRuntime(TripyBuild):
 
     def load(self, job: dict):
         from tripy_build import runtime
-        rt = runtime.load(job["art"])
+        rt = self.loaded = runtime.load(job["art"])
         outputs = MODELS[job["model"]]["outputs"]
 
         def run(x: dict) -> dict:

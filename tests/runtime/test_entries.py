@@ -93,6 +93,15 @@ def test_both_loaders_serve_every_entry_with_the_weights_placed_once(artifact, p
         loaded.entry("write")(x, np.zeros((2, SLOTS, 64), np.float32), np.int32(16))
 
 
+@pytest.mark.parametrize("loader", [tb.load, runtime.load])
+def test_wait_warmed_waits_for_every_entrys_warm_up(artifact, loader):
+    loaded = loader(artifact)  # warmup="background": a thread per entry
+    threads = [e._warming for e in loaded.entries.values()]
+    assert len(threads) == 2 and all(t is not None for t in threads)
+    assert loaded.entry("write").wait_warmed(timeout=30) is True  # any entry waits for all of them
+    assert not any(t.is_alive() for t in threads)
+
+
 def test_a_donated_device_array_is_consumed_and_reused(artifact):
     write_entry = tb.load(artifact, warmup="none").entry("write")
     memory = jnp.zeros((2, SLOTS, 64), jnp.float32)

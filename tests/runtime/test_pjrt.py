@@ -335,6 +335,30 @@ def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_arti
     assert time.monotonic() - ended >= warmup.QUIET_S - 0.01
 
 
+def test_wait_warmed_waits_for_the_background_warm_up_or_its_timeout(affine_artifact, call_in_flight, monkeypatch):
+    """``wait_warmed`` returns False while the warm-up still has profiles to prepare (held back here by a call
+    in flight), True once it is done, with every profile prepared, and at once when no warm-up was started."""
+    from tripy_build.runtime import warmup
+
+    monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)  # every profile waits for a quiet moment
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)  # none is late: the first pass takes only the smallest
+    path, params = affine_artifact
+    loaded = [runtime.load(path), tb.load(path)]
+    for one in loaded:
+        assert one.wait_warmed(timeout=0.3) is False
+    assert set(loaded[0]._compiled) != set(loaded[0]._profiles)
+    assert not all(p.call is not None for p in loaded[1]._precompiled)
+    call_in_flight.set()
+    for one in loaded:
+        assert one.wait_warmed(timeout=30) is True
+        assert one.wait_warmed(timeout=0) is True
+    assert set(loaded[0]._compiled) == set(loaded[0]._profiles)
+    assert all(p.call is not None for p in loaded[1]._precompiled)
+    for warm in ("none", "now"):
+        assert runtime.load(path, warmup=warm).wait_warmed(timeout=0) is True
+        assert tb.load(path, warmup=warm).wait_warmed(timeout=0) is True
+
+
 def test_a_warm_up_of_small_profiles_goes_on_beside_calls(affine_artifact, call_in_flight, monkeypatch):
     """Small profiles (the zoo's deserialize in 2-10 ms) cost a call less than preparing its own would: the
     warm-up does not wait for calls."""

@@ -9,10 +9,10 @@ Run in a fresh process, it measures, side by side in one run:
 - a seeded stream of random in-range shapes, each call timed once, as a server would see them; a call
   *stalls* when it takes more than twice the steady latency at its shape plus 10 ms (a compile costs
   50-1400 ms here, running a precompiled bucket for the first time a few ms);
-- steady latency (median, p90, p99) at min, opt, max and at shapes sampled from the stream, with the
-  route each takes (an exact profile, padded to a bucket, or compiled on first use) and the padding
-  overhead: the ratio to the same program compiled by ``jax.jit`` for exactly that shape, timed
-  interleaved with it.
+- steady latency (median, p90, p99), once both loaders' background warm-up is done, at min, opt, max
+  and at shapes sampled from the stream, with the route each takes (an exact profile, padded to a
+  bucket, or compiled on first use) and the padding overhead: the ratio to the same program compiled
+  by ``jax.jit`` for exactly that shape, timed interleaved with it.
 
 All of it for both loaders (``tripy_build.load`` and the jax-free ``tripy_build.runtime.load``), except
 the ratio to ``jax.jit`` (``tb.load``'s). ``--threads 1,2`` runs the whole bench once per count, each in a
@@ -212,6 +212,8 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
     firsts = {"tripy_build.load": first_calls(path, "tripy_build", warmup, exe),
               "tripy_build.runtime.load": first_calls(path, "runtime", warmup, exe)}
 
+    exe.wait_warmed()  # steady latency is timed once the background warm-up no longer shares the cores
+    rt.wait_warmed()
     named = {"min": [d.bounds[0] for d in dims], "opt": opt, "max": [d.bounds[2] for d in dims]}
     distinct = list(dict.fromkeys(tuple(s) for s in stream_sizes))
     picks = rng.choice(len(distinct), size=min(sample_shapes, len(distinct)), replace=False) if distinct else []

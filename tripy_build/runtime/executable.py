@@ -341,7 +341,8 @@ class Executable(MultiEntry):
             for p in profiles:
                 self._warm(p)
             return None
-        return start_warmup(lambda: self._warm_all(profiles))
+        self._warming = start_warmup(lambda: self._warm_all(profiles))
+        return self._warming
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
         def costly(p: Precompiled) -> bool:

@@ -293,7 +293,8 @@ class Runtime(MultiEntry):
         if not background:
             self._warm_all(stop=lambda: False, limit=float("inf"), judge=False)
             return None
-        return start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=None, costly=self._too_costly))
+        self._warming = start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=None, costly=self._too_costly))
+        return self._warming
 
     def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False, judge: bool = True) -> None:
         """``judge``: time each profile's steady run to tell whether its first call would be late; without
