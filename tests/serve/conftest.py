@@ -25,3 +25,28 @@ def artifact(tmp_path_factory) -> Path:
 def direct(artifact):
     """The artifact called directly: what every served answer must equal."""
     return runtime.load(artifact)
+
+
+@pytest.fixture
+def warm_up_held(monkeypatch):
+    """The warm-up held back: a call in flight elsewhere in the process (released by setting the event), while
+    every profile counts as large (those wait for a quiet moment) and none as late (none is prepared at once)."""
+    import threading
+
+    from tripy_build.runtime import warmup
+
+    monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)
+    started, release = threading.Event(), threading.Event()
+
+    def in_flight():
+        with warmup.calls:
+            started.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=in_flight)
+    holder.start()
+    started.wait(30)
+    yield release
+    release.set()
+    holder.join(30)

@@ -33,6 +33,7 @@ from serve.serving import concurrently, sample, start_serve
 def serving(artifact: Path, max_workers: int = 8, max_message_bytes: int = MAX_MESSAGE_BYTES, **options):
     """A GrpcServer on a free port serving the artifact, and Triton's client for it; the endpoint closed after."""
     ep = Endpoint.load(artifact, **options)
+    ep.runtime.wait_warmed(30)  # ready (tests of readiness during the warm-up hold it back themselves)
     try:
         with GrpcServer({ep.name: ep}, port=0, max_workers=max_workers, max_message_bytes=max_message_bytes) as server:
             client = triton.InferenceServerClient(server.address)
@@ -330,10 +331,26 @@ def test_a_closed_endpoint_answers_unavailable_and_the_server_goes_on(artifact):
         assert client.is_server_live()
 
 
+def test_ready_once_the_profiles_are_warmed(artifact, warm_up_held):
+    ep = Endpoint.load(artifact)
+    try:
+        with GrpcServer({ep.name: ep}, port=0) as server:
+            client = triton.InferenceServerClient(server.address)
+            assert client.is_server_live()
+            assert not client.is_server_ready() and not client.is_model_ready("two_heads")
+            warm_up_held.set()
+            assert ep.runtime.wait_warmed(30)
+            assert client.is_server_ready() and client.is_model_ready("two_heads")
+            client.close()
+    finally:
+        ep.close()
+
+
 def test_a_token_file_guards_every_rpc_but_the_health_probes(artifact, direct, tmp_path):
     (tmp_path / "token").write_text("s3cret\n")
     x, t = sample(np.random.default_rng(8), 2)
     ep = Endpoint.load(artifact)
+    ep.runtime.wait_warmed(30)
     try:
         with GrpcServer({ep.name: ep}, port=0, token_file=tmp_path / "token") as server:
             client = triton.InferenceServerClient(server.address)

@@ -52,6 +52,7 @@ def direct(artifact):
 @pytest.fixture(scope="module")
 def server(artifact):
     with Server([artifact], port=0, limits=LIMITS).start() as s:
+        assert s.wait_ready(30)  # its warm-up thread ended: the thread counts below are the server's own
         yield s
 
 
@@ -324,6 +325,7 @@ def test_a_slow_client_gets_408_and_idle_ones_are_closed(server, direct):
 def test_connections_past_the_cap_get_503_and_cost_no_thread(artifact, direct):
     limits = Limits(max_connections=8, idle_timeout=30)
     with Server([artifact], port=0, limits=limits).start() as s:
+        assert s.wait_ready(30)
         threads = threading.active_count()
         held = [socket.create_connection(("127.0.0.1", port(s))) for _ in range(8)]
         time.sleep(0.2)
@@ -373,7 +375,7 @@ def test_a_token_guards_everything_but_the_health_probes(artifact, direct, tmp_p
                               ({"Authorization": "Basic czNjcmV0LXRva2Vu"}, "the token given is not it")]:
             status, h, body = exchange(s, raw("POST", INFER, GOOD, headers))
             assert status == 401 and h["www-authenticate"].startswith("Bearer") and want in json.loads(body)["error"]
-        assert exchange(s, raw("GET", "/v2/health/ready"))[0] == 200
+        assert s.wait_ready(30) and exchange(s, raw("GET", "/v2/health/ready"))[0] == 200
         assert exchange(s, raw("GET", "/metrics"))[0] == 401
         status, _, body = exchange(s, raw("POST", INFER, GOOD, {"Authorization": "Bearer s3cret-token"}))
         assert status == 200 and json.loads(body)["outputs"][1]["data"] == (T * 2).tolist()

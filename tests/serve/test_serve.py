@@ -126,6 +126,7 @@ def test_batching_off_runs_each_request_alone(artifact, direct):
 
 def test_metadata_health_and_versions(artifact):
     with Server([artifact], port=0).start() as server:
+        assert server.wait_ready(30)
         assert get(f"{server.url}/v2/health/ready") == (200, {"ready": True})
         assert get(f"{server.url}/v2/health/live") == (200, {"live": True})
         status, meta = get(f"{server.url}/v2/models/two_heads")
@@ -140,6 +141,25 @@ def test_metadata_health_and_versions(artifact):
         status, body, _ = post(versioned + "/infer", *request(x, t))
         assert status == 200 and body["id"] == "r1" and body["model_version"] == meta["versions"][0]
         assert get(f"{server.url}/v2/models/two_heads/versions/nope/ready")[0] == 404
+
+
+def test_the_server_answers_at_once_and_is_ready_once_its_profiles_are_warmed(artifact, direct, warm_up_held):
+    """Profiles warm up in the background: /v2/health/ready and the model's ready say 400 (the protocol's 4xx for
+    false) until that is done, 200 after; requests are answered meanwhile."""
+    with Server([artifact], port=0).start() as server:
+        assert get(f"{server.url}/v2/health/ready") == (400, {"ready": False})
+        assert get(f"{server.url}/v2/models/two_heads/ready") == (400, {"name": "two_heads", "ready": False})
+        assert get(f"{server.url}/v2/health/live") == (200, {"live": True})
+        assert server.wait_ready(timeout=0.2) is False
+        x, t = sample(np.random.default_rng(9), 3)
+        status, body, _ = post(f"{server.url}/v2/models/two_heads/infer", *request(x, t))
+        assert status == 200
+        for got, want in zip(outputs(body), direct.call_flat(x, t)):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        warm_up_held.set()
+        assert server.wait_ready(timeout=30) is True
+        assert get(f"{server.url}/v2/health/ready") == (200, {"ready": True})
+        assert get(f"{server.url}/v2/models/two_heads/ready") == (200, {"name": "two_heads", "ready": True})
 
 
 def test_bad_requests_get_a_400_that_names_the_problem_and_do_not_fail_the_others(artifact, direct):

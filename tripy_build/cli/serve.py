@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 from typing import Sequence
 
 from ..errors import TripyBuildError
@@ -74,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     access.add_argument("--allowed-origins", default="", help="comma-separated web origins (https://app.example) "
                         "whose requests are answered (default none: a browser's cross-origin request is refused)")
     args = parser.parse_args(argv)
+    started = time.monotonic()
     try:
         from ..serve.http import Server
 
@@ -89,7 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{ep.name} ({ep.path}): POST {server.url}/v2/models/{ep.name}/infer; {ep.batching}", flush=True)
     if server.grpc is not None:
         print(f"gRPC (KServe v2, inference.GRPCInferenceService) on {server.grpc.address}", flush=True)
-    print(f"serving on {server.url} (Ctrl-C stops; SIGTERM drains)", flush=True)
+    print(f"serving on {server.url} (Ctrl-C stops; SIGTERM drains); the profiles warm up in the background, "
+          f"GET /v2/health/ready answers 200 once they have", flush=True)
+
+    def announce() -> None:
+        if server.wait_ready():
+            print(f"ready: every model's profiles warmed, {time.monotonic() - started:.1f} s after starting", flush=True)
+
+    threading.Thread(target=announce, name="tripy_build-ready", daemon=True).start()
     stopped_by = server.serve_forever()
     if stopped_by == "SIGINT":
         print("\ninterrupted: stopped serving.", file=sys.stderr, flush=True)

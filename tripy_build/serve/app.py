@@ -83,8 +83,10 @@ class App:
         if parts == ["v2"]:
             return await self._get(scope, send, lambda: {"name": "tripy_build", "version": __version__, "extensions": [
                 "binary_tensor_data", "statistics", "generate"]})
-        if parts in (["v2", "health", "live"], ["v2", "health", "ready"]):
-            return await self._get(scope, send, lambda: {parts[2]: True})
+        if parts == ["v2", "health", "live"]:
+            return await self._get(scope, send, lambda: {"live": True})
+        if parts == ["v2", "health", "ready"]:
+            return await self._ready(scope, send, {}, all(ep.ready() for ep in self.endpoints.values()))
         if parts == ["metrics"]:
             self._method(method, _GET)
             text, content_type = self.metrics.exposition()
@@ -104,7 +106,7 @@ class App:
         if rest == []:
             return await self._get(scope, send, ep.metadata)
         if rest == ["ready"]:
-            return await self._get(scope, send, lambda: {"name": ep.name, "ready": True})
+            return await self._ready(scope, send, {"name": ep.name}, ep.ready())
         if rest == ["stats"]:
             return await self._get(scope, send, lambda: {"model_stats": [ep.statistics()]})
         if rest == ["infer"]:
@@ -127,6 +129,12 @@ class App:
     async def _get(self, scope: Scope, send: Send, body: Callable[[], Any]) -> None:
         self._method(scope["method"], _GET)
         await self._send(send, 200, orjson.dumps(body()), [_JSON], scope)
+
+    async def _ready(self, scope: Scope, send: Send, body: dict[str, Any], ready: bool) -> None:
+        """A readiness answer: 200 when ready, 400 while a model's profiles still warm up (the protocol's 4xx
+        for false; a Kubernetes readinessProbe routes no traffic until it turns 200)."""
+        self._method(scope["method"], _GET)
+        await self._send(send, 200 if ready else 400, orjson.dumps({**body, "ready": ready}), [_JSON], scope)
 
     async def _send(self, send: Send, status: int, body: bytes, headers: Any, scope: Scope) -> None:
         if status >= 400:

@@ -208,13 +208,14 @@ class _Servicer:
 
     @_rpc
     def ServerReady(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return self.p.pb.ServerReadyResponse(ready=not self.server._stopping)
+        return self.p.pb.ServerReadyResponse(ready=not self.server._stopping
+                                             and all(ep.ready() for ep in self.server.endpoints.values()))
 
     @_rpc
     def ModelReady(self, request: Any, context: Any) -> Any:  # noqa: N802
         """False, as Triton answers, for a model or a version not served: the question has an answer."""
         ep = self.server.endpoints.get(request.name)
-        ready = ep is not None and request.version in ("", ep.version) and not self.server._stopping
+        ready = ep is not None and request.version in ("", ep.version) and not self.server._stopping and ep.ready()
         return self.p.pb.ModelReadyResponse(ready=ready)
 
     @_rpc

@@ -21,6 +21,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -150,6 +151,16 @@ class Server:
         if not self._uvicorn.started:
             raise ConfigError(f"the server on {self.url} did not start; its log says why.")
         return self
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until every model's background warm-up is done (what ``/v2/health/ready`` reports); False if
+        ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for ep in self.endpoints.values():
+            wait = getattr(ep.runtime, "wait_warmed", None)
+            if wait is not None and not wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                return False
+        return True
 
     def close(self) -> None:
         """Stop accepting, let the requests in flight finish, then stop the batchers."""
