@@ -47,11 +47,12 @@ class Endpoint:
         path = Path(path)
         return cls(runtime.load(path), path.resolve().name, path, **options)
 
-    def ready(self) -> bool:
-        """Whether the model's background warm-up is done (``wait_warmed``). Requests are answered before,
-        but one may prepare the profile it needs itself (BERT-base: ~0.3 s) or share the cores with it."""
+    def ready(self, timeout: float | None = 0.0) -> bool:
+        """Whether the model's background warm-up is done (``wait_warmed``), after waiting up to ``timeout``
+        seconds for it (None: as long as it takes). Requests are answered before, but one may prepare the
+        profile it needs itself (BERT-base: ~0.3 s) or share the cores with it."""
         wait = getattr(self.runtime, "wait_warmed", None)
-        return wait is None or wait(timeout=0)
+        return wait is None or wait(timeout=timeout)
 
     def metadata(self) -> dict[str, Any]:
         def tensor(name: str, info: Any) -> dict[str, Any]:

@@ -156,11 +156,8 @@ class Server:
         """Wait until every model's background warm-up is done (what ``/v2/health/ready`` reports); False if
         ``timeout`` seconds passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for ep in self.endpoints.values():
-            wait = getattr(ep.runtime, "wait_warmed", None)
-            if wait is not None and not wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                return False
-        return True
+        return all(ep.ready(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                   for ep in self.endpoints.values())
 
     def close(self) -> None:
         """Stop accepting, let the requests in flight finish, then stop the batchers."""
