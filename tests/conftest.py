@@ -224,3 +224,25 @@ def eager_reference(request, x_by_name):
     model = instantiate_model(request.model)
     params = model.init(jax.random.PRNGKey(request.params_seed))
     return np.asarray(model.apply(params, *x_by_name.values()))
+
+
+@pytest.fixture
+def call_in_flight():
+    """A call in flight, as a server thread would have one (held here by the gate itself), until released."""
+    import threading
+
+    from tripy_build.runtime import warmup
+
+    started, release = threading.Event(), threading.Event()
+
+    def long_call():
+        with warmup.calls:
+            started.set()
+            release.wait(30)
+
+    caller = threading.Thread(target=long_call)
+    caller.start()
+    started.wait(30)
+    yield release
+    release.set()
+    caller.join(30)

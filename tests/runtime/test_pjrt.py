@@ -285,28 +285,6 @@ def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # "now" warms on this thread, which keeps its class
 
 
-@pytest.fixture
-def call_in_flight():
-    """A call in flight, as a server thread would have one (held here by the gate itself), until released."""
-    import threading
-
-    from tripy_build.runtime import warmup
-
-    started, release = threading.Event(), threading.Event()
-
-    def long_call():
-        with warmup.calls:
-            started.set()
-            release.wait(30)
-
-    caller = threading.Thread(target=long_call)
-    caller.start()
-    started.wait(30)
-    yield release
-    release.set()
-    caller.join(30)
-
-
 def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_artifact, call_in_flight, monkeypatch):
     """A profile whose executable is over QUIET_ABOVE_BYTES (BERT-base's: 100-150 ms of deserializing on XLA's
     own pool threads, at the normal scheduling class), and whose first call could prepare it on time, is not

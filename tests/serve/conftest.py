@@ -28,25 +28,11 @@ def direct(artifact):
 
 
 @pytest.fixture
-def warm_up_held(monkeypatch):
-    """The warm-up held back: a call in flight elsewhere in the process (released by setting the event), while
-    every profile counts as large (those wait for a quiet moment) and none as late (none is prepared at once)."""
-    import threading
-
+def warm_up_held(call_in_flight, monkeypatch):
+    """The warm-up held back by a call in flight (released by setting the event), while every profile counts
+    as large (those wait for a quiet moment) and none as late (none is prepared at once)."""
     from tripy_build.runtime import warmup
 
     monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)
     monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)
-    started, release = threading.Event(), threading.Event()
-
-    def in_flight():
-        with warmup.calls:
-            started.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=in_flight)
-    holder.start()
-    started.wait(30)
-    yield release
-    release.set()
-    holder.join(30)
+    return call_in_flight
