@@ -36,6 +36,14 @@ def digest_bytes(data: bytes | memoryview, algorithm: str = ALGORITHM) -> str:
     return _HASHES[algorithm](data).hexdigest()
 
 
+def digest_parts(parts: Sequence[bytes | memoryview], algorithm: str = ALGORITHM) -> str:
+    """The digest of the parts' bytes one after another (a file written in parts: ``npy.NpyFile``)."""
+    h = _HASHES[algorithm](b"")
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
 def digest_file(path: Path, algorithm: str = ALGORITHM) -> str:
     h = _HASHES[algorithm](b"")
     with open(path, "rb") as f:

@@ -36,10 +36,66 @@ OUTPUT_SAMPLE = 4096
 
 
 @dataclass
+class Sampled:
+    """An output too large to keep whole: ``OUTPUT_SAMPLE`` evenly spaced elements (``sample_indices``) and its
+    sum and absolute sum, accumulated in float64."""
+
+    shape: tuple[int, ...]
+    sample: np.ndarray
+    sum: float
+    abs_sum: float
+
+
+class OutputSketch:
+    """What the self-test keeps of one output, given whole or in slices along ``axis`` (``add``): the array
+    when it has at most ``OUTPUT_SAMPLE`` elements, else a ``Sampled``. No slice is copied to float64 whole:
+    GPT-2's logits at (16, 512) are 1.6 GB in float32."""
+
+    def __init__(self, shape: Sequence[int], dtype: Any, axis: int | None = None):
+        self.shape, self.axis = tuple(int(n) for n in shape), axis
+        size = int(np.prod(self.shape, dtype=np.int64))
+        self.whole = np.empty(self.shape, dtype) if size <= OUTPUT_SAMPLE else None
+        if self.whole is None:
+            self.coords = np.unravel_index(sample_indices(size), self.shape)
+            self.sample = np.empty(len(self.coords[0]), dtype)
+            self.sum = self.abs_sum = 0.0
+
+    def add(self, part: np.ndarray, start: int = 0) -> None:
+        """The slice of the output from ``start`` along ``axis`` (the whole output when ``axis`` is None)."""
+        part = np.asarray(part)
+        stop = start + (part.shape[self.axis] if self.axis is not None else 0)
+        if self.whole is not None:
+            self.whole[(slice(None),) * self.axis + (slice(start, stop),) if self.axis is not None else ...] = part
+            return
+        if self.axis is None:
+            self.sample[:] = part[self.coords]
+        else:
+            along = self.coords[self.axis]
+            inside = (along >= start) & (along < stop)
+            self.sample[inside] = part[tuple(c[inside] - (start if a == self.axis else 0)
+                                             for a, c in enumerate(self.coords))]
+        self.sum += float(part.sum(dtype=np.float64))
+        self.abs_sum += float(np.abs(part).sum(dtype=np.float64))
+
+    def result(self) -> "np.ndarray | Sampled":
+        if self.whole is not None:
+            return self.whole
+        return Sampled(self.shape, self.sample, self.sum, self.abs_sum)
+
+
+def sketch(a: Any) -> "np.ndarray | Sampled":
+    """What the self-test keeps of a whole output (``OutputSketch``)."""
+    a = np.asarray(a)
+    s = OutputSketch(a.shape, a.dtype)
+    s.add(a)
+    return s.result()
+
+
+@dataclass
 class Case:
     name: str
     inputs: list[np.ndarray]
-    outputs: list[np.ndarray]
+    outputs: list[Any]  # each an array, or a ``Sampled`` (``sketch``); read back, a sampled one is its sample
     seeds: list[tuple[int, ...] | None] | None = None  # per input: the seed ``sample`` made it from (None: not sampled)
     sampled: list[dict[str, Any] | None] | None = None  # per output: its sample entry, or None when whole
     values: list[tuple[int, int] | None] | None = None  # per input: the value range ``sample`` drew from
@@ -76,7 +132,7 @@ def to_files(cases: Sequence[Case], rtol: float | None = None) -> tuple[list[dic
     entries, files = [], {}
     for case in cases:
         entry = {"name": case.name, "inputs": [], "outputs": [],
-                 "dtypes": [np.dtype(a.dtype).name for a in (*case.inputs, *case.outputs)]}
+                 "dtypes": [np.dtype(_dtype(a)).name for a in (*case.inputs, *case.outputs)]}
         for i, a in enumerate(case.inputs):
             rel = f"{PREFIX}/{case.name}/input{i}.npy"
             if case.seeds is not None and case.seeds[i] is not None and a.nbytes > INPUT_INLINE_MAX_BYTES:
@@ -88,19 +144,23 @@ def to_files(cases: Sequence[Case], rtol: float | None = None) -> tuple[list[dic
                 entry["inputs"].append(rel)
         for i, a in enumerate(case.outputs):
             rel = f"{PREFIX}/{case.name}/output{i}.npy"
-            if a.size > OUTPUT_SAMPLE:
-                wide = a.astype(np.float64)
-                files[rel] = npy(a.reshape(-1)[sample_indices(a.size)])
-                entry["outputs"].append({"file": rel, "shape": list(a.shape), "sum": float(wide.sum()),
-                                         "abs_sum": float(np.abs(wide).sum())})
+            kept = a if isinstance(a, Sampled) else sketch(a)
+            if isinstance(kept, Sampled):
+                files[rel] = npy(kept.sample)
+                entry["outputs"].append({"file": rel, "shape": list(kept.shape), "sum": kept.sum,
+                                         "abs_sum": kept.abs_sum})
             else:
-                files[rel] = npy(a)
+                files[rel] = npy(kept)
                 entry["outputs"].append(rel)
-        entry["rtol"] = rtol or max((RTOL.get(np.dtype(o.dtype).name, DEFAULT_RTOL) for o in case.outputs),
+        entry["rtol"] = rtol or max((RTOL.get(np.dtype(_dtype(o)).name, DEFAULT_RTOL) for o in case.outputs),
                                     default=DEFAULT_RTOL)
         entry["atol"] = entry["rtol"]
         entries.append(entry)
     return entries, files
+
+
+def _dtype(a: Any) -> Any:
+    return a.sample.dtype if isinstance(a, Sampled) else a.dtype
 
 
 def from_files(entries: Sequence[dict[str, Any]], files: dict[str, bytes]) -> list[tuple[Case, float, float]]:
@@ -148,10 +208,13 @@ def check(call: Callable, case: Case, rtol: float, atol: float) -> tuple[bool, f
     for g, w, s in zip(got, case.outputs, sampled):
         if g.dtype != w.dtype or (g.shape != w.shape if s is None else list(g.shape) != s["shape"]):
             return False, float("inf")
-        g64 = g.astype(np.float64)
         if s is not None:
-            ok = ok and abs(float(g64.sum()) - s["sum"]) <= atol * g.size + rtol * s["abs_sum"]
-            g64 = g64.reshape(-1)[sample_indices(g.size)]
+            kept = sketch(g)
+            if not isinstance(kept, Sampled):
+                return False, float("inf")
+            ok = ok and abs(kept.sum - s["sum"]) <= atol * g.size + rtol * s["abs_sum"]
+            g = kept.sample
+        g64 = g.astype(np.float64)
         w64 = w.astype(np.float64)
         err = np.abs(g64 - w64)
         worst = max(worst, float(err.max(initial=0.0)))

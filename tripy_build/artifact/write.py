@@ -15,9 +15,10 @@ from typing import Any
 
 from ..errors import ArtifactError
 from ..host import hostname
-from .digest import ALGORITHM, digest_bytes
+from .digest import ALGORITHM, digest_parts
 from .layout import INDEX, INDEX_KIND, MANIFEST, dumps, is_artifact, unstable_prefixes
 from .manifest import FileEntry, Manifest
+from .npy import NpyFile
 
 
 def _fsync_tree(root: Path) -> None:
@@ -83,9 +84,10 @@ def remove_stale_temporaries(parent: Path) -> None:
         shutil.rmtree(entry, ignore_errors=True)
 
 
-def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes], replace: bool = True,
+def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes | NpyFile], replace: bool = True,
           index_extra: dict[str, Any] | None = None) -> Path:
-    """Write an artifact atomically: ``files`` by relative path, then the index and the manifest.
+    """Write an artifact atomically: ``files`` by relative path (bytes, or an array's ``NpyFile``, made as it is
+    written), then the index and the manifest.
 
     Files under ``UNSTABLE_PREFIXES`` (in every entry's folder too; XLA executables: not byte-reproducible) are listed in the
     sidecar ``index.json``, with ``index_extra`` (build facts that vary, such as compile times), so that
@@ -110,12 +112,18 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes], 
         raise ArtifactError(f"cannot write an artifact under {str(target.parent)!r}: {e.strerror or e}. Choose a "
                             "writable directory (artifacts_dir=... or save(path)).") from None
     try:
+        everything = {}
         for rel, data in files.items():
             dest = tmp / PurePosixPath(rel)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-        # digested from the bytes in hand: reading the files back would hash the same bytes from the page cache
-        everything = {rel: {"size": len(data), ALGORITHM: digest_bytes(data)} for rel, data in sorted(files.items())}
+            parts = data.parts() if isinstance(data, NpyFile) else [data]
+            with open(dest, "wb") as f:
+                for part in parts:
+                    f.write(part)
+            # digested from the bytes in hand: reading the files back would hash the same bytes from the page cache
+            everything[rel] = {"size": sum(len(p) for p in parts), ALGORITHM: digest_parts(parts)}
+            del parts
+        everything = dict(sorted(everything.items()))
         covers = unstable_prefixes(manifest)
         unstable = {k: v for k, v in everything.items() if k.startswith(covers)}
         stable = {k: v for k, v in everything.items() if k not in unstable}

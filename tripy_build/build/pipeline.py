@@ -142,7 +142,8 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
         entries, spec = generation_entries(model, model_name, params, request.shapes, request.buckets,
                                            request.max_profiles, request.generate["max_length"])
         exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
-                            precision=request.precision, max_error=request.max_error, backend=request.compiler)
+                            precision=request.precision, max_error=request.max_error, backend=request.compiler,
+                            keep_loaded=False)
         exe.metadata["generate"] = spec.to_metadata()
     else:
         exe = build_executable(
@@ -150,7 +151,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
             kwargs={"lengths": mask_dims} if mask_dims else None, platforms=request.platforms, name=model_name,
             log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
             max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error,
-            backend=request.compiler,
+            backend=request.compiler, keep_loaded=False,
         )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,

@@ -6,6 +6,13 @@ shapes: independent of everything an artifact adds (the symbolic export, the wei
 program, the profiles, padding). Eager, op-by-op JAX would be independent too but costs 3-4x more
 (each op compiles for each shape: 2-6 s per shape for the transformer block here).
 
+Along a dim declared ``rows`` the reference runs one row at a time, each row's outputs folded into what
+the self-test keeps of them (``OutputSketch``) as they come: running BERT-base at its max shape (16, 512)
+took 1.2 GB of XLA's working memory on top of the weights, and GPT-2's logits there are 1.6 GB, so a
+build held several times the weights for this one case (GPT-2: a 10 GB peak). The declaration is proven
+on the compiled profiles before (``compiler/proofs.py``), and a wrong one would fail the self-test
+itself, which runs the artifact's profile on the whole batch against these rows.
+
 An executable that pads gets one more case, ``padded``, at shapes just above a bucket, so that the
 padding path is checked wherever the artifact is verified.
 
@@ -15,22 +22,24 @@ loads compute what the model computed when it was built, without the model's cod
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
 
-from ..artifact.selftest import CASES, Case, sample
+from ..artifact.selftest import CASES, Case, OutputSketch, sample
 from ..core.spec import InputInfo
 
 
 def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict[int, Any] | None = None,
-         seed: int = 0, extra: dict[int, tuple[int, ...]] | None = None, ones: frozenset[int] = frozenset()) -> list[Case]:
+         seed: int = 0, extra: dict[int, tuple[int, ...]] | None = None, ones: frozenset[int] = frozenset(),
+         rows: tuple[Mapping[int, int], Sequence[int]] | None = None) -> list[Case]:
     """Run ``flat_fn`` (traced from its source with ``jax.jit``) on seeded inputs.
 
     Leaves in ``fixed`` (bound inputs such as weights) take those values and are not stored in the case.
     ``extra`` gives the shape of every leaf for one more case, ``padded``. Leaves in ``ones`` (attention
-    masks: every real position attended) are all ones.
+    masks: every real position attended) are all ones. ``rows``: the axis of a dim declared ``rows`` in
+    each leaf that has it (by leaf index) and in each output; the reference then runs a row at a time.
     """
     fixed = fixed or {}
     shapes = {which: {li: getattr(info.shape_bounds, which) for li, (_, info) in enumerate(leaves)} for which in CASES}
@@ -41,30 +50,72 @@ def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict
         sampled = {li: np.ones(case_shapes[li], info.dtype) if li in ones else sample(info, case_shapes[li], (seed, ci, li))
                    for li, (_, info) in enumerate(leaves) if li not in fixed}
         full = [fixed[li] if li in fixed else sampled[li] for li in range(len(leaves))]
-        args = [jax.numpy.asarray(x) for x in full]
-        outputs = jax.tree_util.tree_leaves(run_once(flat_fn, *args))
-        cases.append(Case(which, list(sampled.values()), [np.asarray(o) for o in outputs],
+        cases.append(Case(which, list(sampled.values()), reference_outputs(flat_fn, full, rows),
                           seeds=[None if li in ones else (seed, ci, li) for li in sampled],
                           values=[leaves[li][1].values for li in sampled]))
     return cases
 
 
+def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mapping[int, int], Sequence[int]] | None
+                      ) -> list[Any]:
+    """``flat_fn(*full)``'s flat outputs as the self-test keeps them (``OutputSketch.result``), computed a row at a
+    time along ``rows`` (``make``) when it has more than one."""
+    in_axes, out_axes = rows if rows else ({}, ())
+    n = int(np.shape(full[next(iter(in_axes))])[in_axes[next(iter(in_axes))]]) if in_axes else 1
+    if n <= 1:
+        in_axes = {}
+    step = 1 if in_axes else n
+    run: Callable | None = None
+    sketches: list[OutputSketch] = []
+    for start in range(0, n, step):
+        args = [jax.numpy.asarray(_rows_of(x, in_axes[li], start, start + step) if li in in_axes else x)
+                for li, x in enumerate(full)]
+        run = run or compile_once(flat_fn, *args)
+        outs = [np.asarray(o) for o in run(*args)]
+        if not sketches:
+            sketches = [OutputSketch(_whole_shape(o.shape, out_axes[i] if in_axes else None, n), o.dtype,
+                                     out_axes[i] if in_axes else None) for i, o in enumerate(outs)]
+        for sketch, o in zip(sketches, outs):
+            sketch.add(o, start)
+        del outs
+    return [s.result() for s in sketches]
+
+
+def _rows_of(x: Any, axis: int, start: int, stop: int) -> Any:
+    return x[(slice(None),) * axis + (slice(start, stop),)]
+
+
+def _whole_shape(shape: Sequence[int], axis: int | None, n: int) -> tuple[int, ...]:
+    return tuple(n if a == axis else k for a, k in enumerate(shape))
+
+
 ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
-def run_once(fn: Callable, *args: Any) -> Any:
-    """``jax.jit(fn)(*args)`` for code that runs once: LLVM at -O0 compiles in ~60% of the time, and the arrays
+def compile_once(fn: Callable, *args: Any) -> Callable[..., list[Any]]:
+    """``fn`` compiled by ``jax.jit`` for code that runs a few times at ``args``' shapes: a callable on arguments
+    of those shapes that returns the flat outputs. LLVM at -O0 compiles in ~60% of the time, and the arrays
     ``fn`` closes over (a model's weights) are passed in as arguments rather than folded into the program as
     constants, which for BERT-base (418 MB of weights) made the compile take minutes and gigabytes.
 
     The backend level changes how fast the code runs, not what it computes (no fast-math, no
     reassociation), and a reference compiled differently from the profiles is a better check.
     """
+    return _compile_once(fn, *args)[0]
+
+
+def _compile_once(fn: Callable, *args: Any) -> tuple[Callable[..., list[Any]], Any]:
     closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
     consts = list(closed.consts)
 
     def with_weights(weights: Sequence[Any], *xs: Any) -> Any:
         return jax.core.eval_jaxpr(closed.jaxpr, weights, *xs)
 
-    outs = jax.jit(with_weights).lower(consts, *args).compile(compiler_options=ONCE_OPTIONS)(consts, *args)
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), outs)
+    compiled = jax.jit(with_weights).lower(consts, *args).compile(compiler_options=ONCE_OPTIONS)
+    return (lambda *xs: compiled(consts, *xs)), jax.tree_util.tree_structure(shapes)
+
+
+def run_once(fn: Callable, *args: Any) -> Any:
+    """``jax.jit(fn)(*args)`` for code that runs once (``compile_once``), its outputs in ``fn``'s structure."""
+    run, tree = _compile_once(fn, *args)
+    return jax.tree_util.tree_unflatten(tree, run(*args))

@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from ..artifact import selftest as selftest_files
-from ..artifact.digest import digest_bytes
+from ..artifact.digest import digest_parts
 from ..artifact.layout import (PREP_FILE, PROGRAM_FILE, entry_prefix, executable_file, prep_executable_file,
                                prepared_file, weight_file)
 from ..artifact.manifest import Manifest, PrepChunkEntry, PrepEntry, ProgramFile, WeightEntry
-from ..artifact.npy import npy
+from ..artifact.npy import NpyFile
 from ..artifact.write import write
 from ..core.spec import flatten_like, structure_template
 from ..errors import SpecError
@@ -102,20 +102,20 @@ def _prepared_entry(exe: Any, chunk: Any, k: int, prefix: str) -> WeightEntry:
                        np.dtype(value.dtype).name, tuple(value.shape))
 
 
-def _entry(exe: Any, prefix: str, weights: str) -> tuple[Manifest, dict[str, bytes], dict[str, float]]:
+def _entry(exe: Any, prefix: str, weights: str) -> tuple[Manifest, dict[str, Any], dict[str, float]]:
     """One entry's manifest record, files and compile seconds, every file under ``prefix``."""
     entries, files = selftest_files.moved(*exe.selftest_cases(), prefix)
     files[prefix + PROGRAM_FILE] = exe._program_bytes
     if exe._prep_bytes is not None:
         files[prefix + PREP_FILE] = exe._prep_bytes
     m = manifest(exe, entries, prefix, weights)
-    files.update({w.file: npy(exe._weights[i].array()) for i, w in enumerate(m.weights) if w.stored})
-    files.update({w.file: npy(exe._prepared[k]) for c in (m.prep.chunks if m.prep else ())
+    files.update({w.file: NpyFile(exe._weights[i].array()) for i, w in enumerate(m.weights) if w.stored})
+    files.update({w.file: NpyFile(exe._prepared[k]) for c in (m.prep.chunks if m.prep else ())
                   for k, w in zip(c.outputs, c.at_rest)})
     for name, (value, rel) in exe._bound.items():
         leaves: list[Any] = []
         flatten_like(next(p for p in exe._parameters if p.name == name).template, value, name, leaves)
-        files.update({f"{prefix}{rel}/{i}.npy": npy(leaf) for i, leaf in enumerate(leaves)})
+        files.update({f"{prefix}{rel}/{i}.npy": NpyFile(leaf) for i, leaf in enumerate(leaves)})
     compiled = {prefix + executable_file(i, p.entry.is_iree): p
                 for i, p in enumerate([exe._universal] if exe._universal is not None else exe._precompiled)}
     compiled.update({prefix + prep_executable_file(n): pre for n, pre in enumerate(exe._prep_exes)})
@@ -123,7 +123,7 @@ def _entry(exe: Any, prefix: str, weights: str) -> tuple[Manifest, dict[str, byt
     return m, files, {rel: round(p.seconds, 4) for rel, p in compiled.items()}
 
 
-def _share(m: Manifest, files: dict[str, bytes], stored: dict[str, str], preps: list[Manifest]) -> Manifest:
+def _share(m: Manifest, files: dict[str, Any], stored: dict[str, str], preps: list[Manifest]) -> Manifest:
     """``m`` with each weight whose bytes are in ``stored`` (digest -> file) pointed at that file (its own
     dropped from ``files``), and with an earlier entry's prep where both the prep program and the weights
     are the same."""
@@ -132,7 +132,7 @@ def _share(m: Manifest, files: dict[str, bytes], stored: dict[str, str], preps: 
         if not w.stored:
             weights.append(w)
             continue
-        digest = digest_bytes(files[w.file])
+        digest = digest_parts(files[w.file].parts())
         if digest in stored:
             del files[w.file]
             w = dataclasses.replace(w, file=stored[digest])
@@ -157,7 +157,7 @@ def save(exe: Any, path: str | os.PathLike, replace: bool = True, weights: str =
     """Write ``exe`` (with its other entries, if any) as an artifact; an existing artifact at ``path`` is
     replaced (or kept: ``replace=False``). ``weights``: ``"prepared"`` or ``"raw"`` (the module's docstring)."""
     entries = exe.entries or {"": exe}
-    files: dict[str, bytes] = {}
+    files: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     stored: dict[str, str] = {}
     preps: list[Manifest] = []
