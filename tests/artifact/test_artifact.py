@@ -658,3 +658,75 @@ def test_selftest_stays_within_its_size_budget_and_still_catches_a_wrong_output(
     out = io.StringIO()
     assert not verify(path, out=out) and "FAIL  self-test max" in out.getvalue()
     assert len(selftest.sample_indices(128 * 256)) == selftest.OUTPUT_SAMPLE
+
+
+def test_an_output_sketch_made_from_slices_matches_the_whole_output():
+    """The self-test keeps a large output as a sample plus sums; folding it in row by row (as the reference runs
+    along a rows dim) keeps the same elements and the same sums; a small one comes back whole, exactly."""
+    from tripy_build.artifact import selftest
+
+    rng = np.random.default_rng(0)
+    for shape, axis in (((6, 40, 37), 0), ((5, 900), 0), ((3, 7), 0), ((40, 6, 30), 1)):
+        a = rng.standard_normal(shape).astype(np.float32)
+        whole = selftest.sketch(a)
+        folded = selftest.OutputSketch(shape, a.dtype, axis)
+        for start in range(shape[axis]):
+            folded.add(np.take(a, [start], axis=axis), start)
+        got = folded.result()
+        if a.size <= selftest.OUTPUT_SAMPLE:
+            assert isinstance(got, np.ndarray) and np.array_equal(got, a)
+            continue
+        assert isinstance(got, selftest.Sampled) and got.shape == shape
+        np.testing.assert_array_equal(got.sample, a.reshape(-1)[selftest.sample_indices(a.size)])
+        np.testing.assert_array_equal(got.sample, whole.sample)
+        assert got.sum == pytest.approx(float(a.astype(np.float64).sum()), rel=1e-9, abs=1e-9)
+        assert got.abs_sum == pytest.approx(float(np.abs(a.astype(np.float64)).sum()), rel=1e-9)
+
+
+def test_the_selftest_reference_runs_a_row_at_a_time_along_a_rows_dim(tmp_path):
+    """Along a dim declared rows, the reference is traced at one row (BERT-base at (16, 512) took 1.2 GB of working
+    memory run whole); the artifact's profile, run on the whole batch by verify, must agree with it, and a
+    wrong value in the row-by-row sums fails it."""
+    import io
+
+    from tripy_build.cli.verify import verify
+
+    w = np.random.default_rng(1).standard_normal((16, 1000)).astype(np.float32)
+    traced = []
+
+    def f(x):
+        traced.append(tuple(x.shape))
+        return jnp.tanh(x @ w)
+
+    batch = tb.NamedDimension("batch", 1, 2, 6)
+    exe = tb.compile(f, args=[tb.InputInfo((batch, 16), "float32")], padding={"batch": "rows"})
+    traced.clear()
+    exe.save(tmp_path / "a")
+    assert (1, 16) in traced and (6, 16) not in traced and (2, 16) not in traced, traced
+    m = _read_manifest(tmp_path / "a")
+    big = next(e for e in m["selftest"] if e["name"] == "max")
+    assert big["outputs"][0]["shape"] == [6, 1000]  # 6000 elements: sampled, its sums folded in row by row
+    assert verify(tmp_path / "a", out=io.StringIO())
+    big["outputs"][0]["sum"] += 10.0  # the bound: 1e-4 x (6000 + the absolute sum), ~1.1
+    _write_manifest(tmp_path / "a", m)
+    out = io.StringIO()
+    assert not verify(tmp_path / "a", out=out) and "FAIL  self-test max" in out.getvalue()
+    # without a rows declaration the reference runs on the whole batch
+    traced.clear()
+    tb.compile(f, args=[tb.InputInfo((batch, 16), "float32")], buckets="none").save(tmp_path / "b")
+    assert (6, 16) in traced, traced
+
+
+def test_npy_files_are_written_from_the_arrays_with_the_same_bytes():
+    """Weights are written from the arrays (``NpyFile``), not held again as bytes: the file is what ``npy`` makes."""
+    import ml_dtypes
+
+    from tripy_build.artifact.digest import digest_bytes, digest_parts
+    from tripy_build.artifact.npy import NpyFile, npy
+
+    for a in (np.arange(12, dtype=np.float32).reshape(3, 4), np.float32(3.0), np.asfortranarray(np.ones((3, 5))),
+              np.ones((2, 3), ml_dtypes.bfloat16), np.zeros((0, 4), np.int32), np.arange(10)[::2],
+              jnp.arange(6.0).reshape(2, 3)):
+        parts = NpyFile(a).parts()
+        assert b"".join(bytes(p) for p in parts) == npy(a)
+        assert digest_parts(parts) == digest_bytes(npy(a))

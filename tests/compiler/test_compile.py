@@ -513,3 +513,23 @@ def test_disable_compile_runs_eagerly_with_the_same_checks(monkeypatch, rng, cap
     monkeypatch.setenv("TRIPY_BUILD_DISABLE_COMPILE", "0")  # compiled, the same line cannot run
     with pytest.raises(tb.TripyBuildError, match="Cannot evaluate a tensor while compiling"):
         tb.compile(f, args=[II((batch, 3), "float32"), tb.DimSize(batch), 2.0])
+
+
+def test_a_build_keeps_its_profiles_as_bytes_and_loads_them_only_to_run_them(rng):
+    """``keep_loaded=False`` (the command line's builds, which only save): every profile is let go once compiled
+    and proven (BERT-base's 50 held ~570 MB loaded), and loads again from its bytes when a call needs it."""
+    from tripy_build.compiler.pipeline import build_executable
+
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    batch = tb.NamedDimension("batch", 1, 2, 8)
+    args = [II((batch, 8), "float32")]
+    lean = build_executable(lambda x: jnp.tanh(x @ w), args=args, padding={"batch": "rows"}, keep_loaded=False)
+    full = build_executable(lambda x: jnp.tanh(x @ w), args=args, padding={"batch": "rows"})
+    assert len(lean._precompiled) > 1 and all(p.call is None for p in lean._precompiled)
+    assert all(p.call is not None for p in full._precompiled)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    assert_close(lean(x), full(x))
+    assert sum(p.call is not None for p in lean._precompiled) == 1  # the bucket of 3 rows, loaded for the call
+    lean.unload_profiles()
+    assert all(p.call is None for p in lean._precompiled)
+    assert_close(lean(x), full(x))

@@ -312,7 +312,9 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
 
     Each tensor's shape and dtype are checked from the file's header before it is read; tensors are
     read one at a time (``safe_open``, numpy), so at most one checkpoint tensor is in host memory
-    besides the tree being built.
+    besides the tree being built. Each through a handle of its own: ``safe_open`` maps the whole file, and
+    the pages a read touches count in the process's resident set for as long as that mapping lives (reading
+    BERT-base's 418 MB through one handle peaked at 1.0 GB over the process; a handle per tensor, 0.49 GB).
     """
     from safetensors import safe_open
 
@@ -365,7 +367,8 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                         f"tensor {key} in {path} is a second tensor for {prefix}{rel} (for {zoo}): "
                         f"a checkpoint has either LayerNorm.gamma/beta or LayerNorm.weight/bias, not both."
                     )
-                loaded[zoo] = jnp.asarray(f.get_tensor(key))
+                with opened(path) as one:  # its own mapping: see the docstring
+                    loaded[zoo] = jnp.asarray(one.get_tensor(key))
     missing = [k for k, (zoo, _) in expected.items() if zoo not in loaded]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

@@ -325,13 +325,15 @@ class Executable(MultiEntry):
         self._runners.clear()
         self._fast.clear()
 
-    def unload_profiles(self) -> None:
-        """Let go of every loaded profile that can be deserialized again (``Precompiled.unload``), each loading
-        again on its next use: a build that only saves them held BERT-base's 50 loaded, ~570 MB."""
-        for p in self._precompiled:
+    def unload_profiles(self, targets: Sequence[tuple[int, ...]] | None = None) -> None:
+        """Let go of every loaded profile (or those of ``targets``) that can be deserialized again
+        (``Precompiled.unload``), each loading again on its next use: a build that only saves them held
+        BERT-base's 50 loaded, ~570 MB."""
+        for p in self._precompiled if targets is None else [self._by_target[t] for t in targets if t in self._by_target]:
             p.unload()
         self._runners.clear()
         self._fast.clear()
+        host.return_freed_memory()
 
     def load_all(self) -> int:
         """Deserialize every precompiled profile now (loading defers each to its first use); their count."""
