@@ -9,6 +9,7 @@ import numpy as np
 
 from ..core.spec import to_dtype
 from ..errors import ArtifactError
+from .digest import digest_parts
 
 
 def npy(array: Any) -> bytes:
@@ -25,12 +26,19 @@ class NpyFile:
 
     def __init__(self, array: Any):
         self.source = array  # a device array becomes a host one only while it is written
+        self._digest: str | None = None
 
     def parts(self) -> list[Any]:
         array = np.asarray(self.source, order="C")
         header = io.BytesIO()
         np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
         return [header.getvalue(), memoryview(array.reshape(-1).view(np.uint8))]
+
+    def digest(self, parts: list[Any] | None = None) -> str:
+        """The file's digest (``digest.ALGORITHM``), hashed once: from ``parts`` when the caller has them."""
+        if self._digest is None:
+            self._digest = digest_parts(parts if parts is not None else self.parts())
+        return self._digest
 
 
 def from_npy(data: bytes, where: str, dtype: Any = None) -> np.ndarray:

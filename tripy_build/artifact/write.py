@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ArtifactError
 from ..host import hostname
-from .digest import ALGORITHM, digest_parts
+from .digest import ALGORITHM, digest_bytes
 from .layout import INDEX, INDEX_KIND, MANIFEST, dumps, is_artifact, unstable_prefixes
 from .manifest import FileEntry, Manifest
 from .npy import NpyFile
@@ -121,7 +121,8 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes | 
                 for part in parts:
                     f.write(part)
             # digested from the bytes in hand: reading the files back would hash the same bytes from the page cache
-            everything[rel] = {"size": sum(len(p) for p in parts), ALGORITHM: digest_parts(parts)}
+            digest = data.digest(parts) if isinstance(data, NpyFile) else digest_bytes(data)
+            everything[rel] = {"size": sum(len(p) for p in parts), ALGORITHM: digest}
             del parts
         everything = dict(sorted(everything.items()))
         covers = unstable_prefixes(manifest)

@@ -60,34 +60,25 @@ def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mappin
                       ) -> list[Any]:
     """``flat_fn(*full)``'s flat outputs as the self-test keeps them (``OutputSketch.result``), computed a row at a
     time along ``rows`` (``make``) when it has more than one."""
-    in_axes, out_axes = rows if rows else ({}, ())
-    n = int(np.shape(full[next(iter(in_axes))])[in_axes[next(iter(in_axes))]]) if in_axes else 1
+    in_axes, out_axes = rows if rows else ({}, None)
+    n = next((np.shape(full[li])[a] for li, a in in_axes.items()), 1)
     if n <= 1:
-        in_axes = {}
-    step = 1 if in_axes else n
+        in_axes, out_axes = {}, None
     whole = [None if li in in_axes else jax.numpy.asarray(x) for li, x in enumerate(full)]  # placed once
     run: Callable | None = None
     sketches: list[OutputSketch] = []
-    for start in range(0, n, step):
-        args = [jax.numpy.asarray(_rows_of(x, in_axes[li], start, start + step)) if li in in_axes else whole[li]
-                for li, x in enumerate(full)]
+    for start in range(n if in_axes else 1):
+        args = [jax.numpy.asarray(x[(slice(None),) * in_axes[li] + (slice(start, start + 1),)]) if li in in_axes
+                else whole[li] for li, x in enumerate(full)]
         run = run or compile_once(flat_fn, *args, options=ROWS_OPTIONS if in_axes else ONCE_OPTIONS)
         outs = [np.asarray(o) for o in run(*args)]
-        if not sketches:
-            sketches = [OutputSketch(_whole_shape(o.shape, out_axes[i] if in_axes else None, n), o.dtype,
-                                     out_axes[i] if in_axes else None) for i, o in enumerate(outs)]
+        axes = out_axes or [None] * len(outs)
+        sketches = sketches or [OutputSketch([n if a == axis else k for a, k in enumerate(o.shape)], o.dtype, axis)
+                                for o, axis in zip(outs, axes)]
         for sketch, o in zip(sketches, outs):
             sketch.add(o, start)
         del outs
     return [s.result() for s in sketches]
-
-
-def _rows_of(x: Any, axis: int, start: int, stop: int) -> Any:
-    return x[(slice(None),) * axis + (slice(start, stop),)]
-
-
-def _whole_shape(shape: Sequence[int], axis: int | None, n: int) -> tuple[int, ...]:
-    return tuple(n if a == axis else k for a, k in enumerate(shape))
 
 
 ONCE_OPTIONS = {"xla_backend_optimization_level": 0}

@@ -68,11 +68,13 @@ class Precompiled:
                     self.call, self.loader = self.loader(), None
         return self.call
 
-    def unload(self) -> None:
-        """Let go of the loaded executable where ``reload`` can make it again (its next use does)."""
+    def unload(self) -> bool:
+        """Let go of the loaded executable where ``reload`` can make it again (its next use does); whether it did."""
         with self.lock:
-            if self.reload is not None:
-                self.call, self.loader, self.warm = None, self.reload, False
+            if self.reload is None or self.call is None:
+                return False
+            self.call, self.loader, self.warm = None, self.reload, False
+            return True
 
 
 class Executable(MultiEntry):
@@ -329,11 +331,11 @@ class Executable(MultiEntry):
         """Let go of every loaded profile (or those of ``targets``) that can be deserialized again
         (``Precompiled.unload``), each loading again on its next use: a build that only saves them held
         BERT-base's 50 loaded, ~570 MB."""
-        for p in self._precompiled if targets is None else [self._by_target[t] for t in targets if t in self._by_target]:
-            p.unload()
-        self._runners.clear()
-        self._fast.clear()
-        host.return_freed_memory()
+        picked = self._precompiled if targets is None else [self._by_target[t] for t in targets if t in self._by_target]
+        if [p for p in picked if p.unload()]:
+            self._runners.clear()  # they hold the executables let go
+            self._fast.clear()
+            host.return_freed_memory()
 
     def load_all(self) -> int:
         """Deserialize every precompiled profile now (loading defers each to its first use); their count."""

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from ..artifact import selftest as selftest_files
-from ..artifact.digest import digest_parts
 from ..artifact.layout import (PREP_FILE, PROGRAM_FILE, entry_prefix, executable_file, prep_executable_file,
                                prepared_file, weight_file)
 from ..artifact.manifest import Manifest, PrepChunkEntry, PrepEntry, ProgramFile, WeightEntry
@@ -132,7 +131,7 @@ def _share(m: Manifest, files: dict[str, Any], stored: dict[str, str], preps: li
         if not w.stored:
             weights.append(w)
             continue
-        digest = digest_parts(files[w.file].parts())
+        digest = files[w.file].digest()  # kept for the write
         if digest in stored:
             del files[w.file]
             w = dataclasses.replace(w, file=stored[digest])
