@@ -90,20 +90,22 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_previous_artifact(tmp_path, mon
     target = tmp_path / "a"
     exe.save(target)
     before = {p.relative_to(target): p.read_bytes() for p in target.rglob("*") if p.is_file()}
-    real = Path.write_bytes
+    from tripy_build.artifact import write as artifact_write
+
+    real = artifact_write.write_file
     written = []
 
-    def full_disk(self: Path, data: bytes) -> int:
+    def full_disk(path: Path, parts) -> None:
         if len(written) >= 3:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-        written.append(self)
-        return real(self, data)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        written.append(path)
+        real(path, parts)
 
-    monkeypatch.setattr(Path, "write_bytes", full_disk)
+    monkeypatch.setattr(artifact_write, "write_file", full_disk)
     with pytest.raises(tb.TripyBuildError, match="No space left on device.*Nothing was written; an artifact already "
                                                  "there is untouched"):
         exe.save(target)
-    monkeypatch.setattr(Path, "write_bytes", real)
+    monkeypatch.setattr(artifact_write, "write_file", real)
     after = {p.relative_to(target): p.read_bytes() for p in target.rglob("*") if p.is_file()}
     assert after == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a temporary was left behind"

@@ -11,7 +11,7 @@ import dataclasses
 import errno
 import os
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import ArtifactError
 from ..host import hostname
@@ -117,9 +117,7 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes | 
             dest = tmp / PurePosixPath(rel)
             dest.parent.mkdir(parents=True, exist_ok=True)
             parts = data.parts() if isinstance(data, NpyFile) else [data]
-            with open(dest, "wb") as f:
-                for part in parts:
-                    f.write(part)
+            write_file(dest, parts)
             # digested from the bytes in hand: reading the files back would hash the same bytes from the page cache
             digest = data.digest(parts) if isinstance(data, NpyFile) else digest_bytes(data)
             everything[rel] = {"size": sum(len(p) for p in parts), ALGORITHM: digest}
@@ -128,10 +126,10 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes | 
         covers = unstable_prefixes(manifest)
         unstable = {k: v for k, v in everything.items() if k.startswith(covers)}
         stable = {k: v for k, v in everything.items() if k not in unstable}
-        (tmp / INDEX).write_bytes(dumps({**(index_extra or {}), "kind": INDEX_KIND, "files": unstable}))
+        write_file(tmp / INDEX, [dumps({**(index_extra or {}), "kind": INDEX_KIND, "files": unstable})])
         full = dataclasses.replace(manifest, files={k: FileEntry.from_json(v) for k, v in stable.items()},
                                    index={"file": INDEX, "covers": list(covers)})
-        (tmp / MANIFEST).write_bytes(dumps(full.to_json()))
+        write_file(tmp / MANIFEST, [dumps(full.to_json())])
         _fsync_tree(tmp)
         os.chmod(tmp, 0o755)
         if replace:
@@ -153,6 +151,13 @@ def write(path: str | os.PathLike, manifest: Manifest, files: dict[str, bytes | 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def write_file(path: Path, parts: Sequence[bytes | memoryview]) -> None:
+    """One file of an artifact, from its parts in order (every file ``write`` makes goes through here)."""
+    with open(path, "wb") as f:
+        for part in parts:
+            f.write(part)
 
 
 def _fsync_dir(path: Path) -> None:
