@@ -178,6 +178,37 @@ def test_weights_are_read_ahead_in_order_within_the_read_ahead_bound(tmp_path, m
     assert len(got) == 3
 
 
+@pytest.mark.parametrize("loader", ["runtime", "tb.load"])
+def test_weights_are_placed_where_they_were_read_without_a_copy(tmp_path, monkeypatch, loader):
+    """A weight file of ``ALIGNED_MIN_BYTES`` or more is read into page-aligned memory, whose array XLA then
+    uses as the device buffer (a model's weights held once); a smaller one is read as bytes and copied."""
+    from tripy_build.artifact import read
+
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((256, 128)).astype(np.float32), "b": rng.standard_normal(128).astype(np.float32)}
+    assert params["w"].nbytes >= read.ALIGNED_MIN_BYTES > params["b"].nbytes
+    exe = tb.compile(affine, args=[tb.InputInfo((tb.NamedDimension("batch", 1, 2, 4), 256), "float32"), params])
+    exe.save(tmp_path / "a")
+    read_arrays = []
+    from_npy = read.from_npy
+
+    def recorded(data, where, dtype=None):
+        array = from_npy(data, where, dtype)
+        read_arrays.append((array.shape, (array, type(data))))
+        return array
+
+    monkeypatch.setattr(read, "from_npy", recorded)
+    loaded = runtime.load(tmp_path / "a", warmup="none") if loader == "runtime" else tb.load(tmp_path / "a", warmup="none")
+    arrays = dict(read_arrays)
+    (w, w_read), (b, b_read) = arrays.pop((256, 128)), arrays.popitem()[1]
+    assert b.shape == (1, 128) and b_read is bytes  # the bias, as prep left it: read as bytes (XLA copies it)
+    assert w_read is memoryview
+    assert not w.flags.writeable and w.ctypes.data % 64 == 0
+    assert w.ctypes.data in {buffer.unsafe_buffer_pointer() for buffer in loaded._leading}  # the array read is placed
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    assert_close(loaded(x), affine(jnp.asarray(x), params))
+
+
 def test_runtime_takes_jax_arrays_from_a_process_that_uses_jax(affine_artifact):
     """jax's arrays live in jax's PJRT client, not the runtime's: they are read as host arrays."""
     import jax

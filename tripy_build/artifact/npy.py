@@ -41,11 +41,14 @@ class NpyFile:
         return self._digest
 
 
-def from_npy(data: bytes, where: str, dtype: Any = None) -> np.ndarray:
+HEADER_MAX_BYTES = 16 + 10000  # magic, version and length, and numpy's largest header (``_MAX_HEADER_SIZE``)
+
+
+def from_npy(data: bytes | memoryview, where: str, dtype: Any = None) -> np.ndarray:
     """An array from ``.npy`` bytes, a read-only view of them (not a copy: a model's weights are read once);
     with ``dtype``, checked against it (``as_dtype``)."""
     try:
-        header = io.BytesIO(data)
+        header = io.BytesIO(data if isinstance(data, bytes) else bytes(data[:HEADER_MAX_BYTES]))
         version = np.lib.format.read_magic(header)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, fortran, stored = read_header(header)
