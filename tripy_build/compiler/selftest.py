@@ -58,11 +58,19 @@ def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict
 
 def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mapping[int, int], Sequence[int]] | None
                       ) -> list[Any]:
-    """``flat_fn(*full)``'s flat outputs as the self-test keeps them (``OutputSketch.result``), computed
-    ``ROWS_PER_RUN`` rows at a time along ``rows`` (``make``) when it is given."""
+    """``flat_fn(*full)``'s flat outputs as the self-test keeps them (``OutputSketch.result``), computed a row at a
+    time along ``rows`` (``make``) when it is given.
+
+    Where each row of every input along ``rows`` is a single element (BERT's ``min`` case, (1, 1)), two rows run
+    at a time, a last one beside a copy of itself: at one such row every matrix product is a matrix-vector one,
+    for which XLA copies each weight matrix transposed on every run (BERT-base: 245 MB of scratch at (1, 1),
+    81 MB at (2, 1); (1, 1) was the peak of its build). Not two everywhere: two rows of GPT-2's logits at
+    (16, 512) are 206 MB.
+    """
     in_axes, out_axes = rows if rows else ({}, None)
     n = next((np.shape(full[li])[a] for li, a in in_axes.items()), 1)
-    step = ROWS_PER_RUN if in_axes else n
+    single = all(np.size(full[li]) == np.shape(full[li])[a] for li, a in in_axes.items())
+    step = (2 if single else 1) if in_axes else n
     whole = [None if li in in_axes else jax.numpy.asarray(x) for li, x in enumerate(full)]  # placed once
     run: Callable | None = None
     sketches: list[OutputSketch] = []
@@ -74,7 +82,7 @@ def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mappin
         run = run or compile_once(flat_fn, *args, options=ROWS_OPTIONS if in_axes else ONCE_OPTIONS)
         outs = [np.asarray(o) for o in run(*args)]
         axes = out_axes or [None] * len(outs)
-        outs = [o if axis is None else np.take(o, range(kept), axis=axis) for o, axis in zip(outs, axes)]
+        outs = [o if axis is None else o[(slice(None),) * axis + (slice(0, kept),)] for o, axis in zip(outs, axes)]
         sketches = sketches or [OutputSketch([n if a == axis else k for a, k in enumerate(o.shape)], o.dtype, axis)
                                 for o, axis in zip(outs, axes)]
         for sketch, o in zip(sketches, outs):
@@ -82,13 +90,6 @@ def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mappin
         del outs
     return [s.result() for s in sketches]
 
-
-ROWS_PER_RUN = 2
-"""Rows the reference runs at a time along a ``rows`` dim; a last row left alone runs beside a copy of itself.
-Two rather than one: when every other dim of a row is 1 too, XLA makes each matrix product a matrix-vector
-one and copies the weight matrix transposed for it on every run. BERT-base's reference at (1, 1) took
-245 MB of scratch and at (2, 1) 81 MB (at (1, 512) 117 MB, at (2, 512) 125 MB), and (1, 1) was the peak
-of its build."""
 
 ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 
