@@ -86,9 +86,10 @@ def read_file(fpath: Path) -> bytes | memoryview:
     array is 64-byte aligned, and XLA's CPU client then uses it as the device buffer where it would
     otherwise copy it on its worker threads: the weights are held once, and placing them copies
     nothing (runtime loader, peak RSS over the process's: BERT-base 1.24x the weights -> 1.10x, load
-    325 -> 245 ms; GPT-2 small with ``tb.load`` 1.36-1.40x -> 1.16x). The memory is ``mmap``'s rather than
-    numpy's: numpy asks for huge pages on large arrays, and zeroing those on first touch took BERT's load
-    to 410-700 ms here.
+    325 -> 245 ms; GPT-2 small with ``tb.load`` 1.36-1.40x -> 1.16x). The memory is ``mmap``'s default
+    anonymous mapping, a shared one, which the kernel backs with huge pages only where ``shmem_enabled`` says
+    so (by default never), rather than numpy's: numpy asks for huge pages on large arrays, and zeroing those
+    on first touch took BERT's load to 410-700 ms here.
     """
     if not fpath.name.endswith(".npy"):
         return fpath.read_bytes()
