@@ -14,6 +14,7 @@ import sys
 import textwrap
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 import blake3
 import jax
@@ -683,6 +684,23 @@ def test_an_output_sketch_made_from_slices_matches_the_whole_output():
         assert got.abs_sum == pytest.approx(float(np.abs(a.astype(np.float64)).sum()), rel=1e-9)
 
 
+def _tanh_layer(w: np.ndarray, traced: list) -> Callable:
+    """``tanh(x @ w)``, noting the shape of each ``x`` it is traced at in ``traced``."""
+    def f(x):
+        traced.append(tuple(x.shape))
+        return jnp.tanh(x @ w)
+    return f
+
+
+def _saved_with_rows(tmp_path: Path, f: Callable, batch: Any, width: int, traced: list) -> Path:
+    """``f`` over ``(batch, width)`` with ``batch`` declared rows, saved (so its self-test made) with ``traced``
+    holding only what the save traced."""
+    exe = tb.compile(f, args=[tb.InputInfo((batch, width), "float32")], padding={"batch": "rows"})
+    traced.clear()
+    exe.save(tmp_path / "a")
+    return tmp_path / "a"
+
+
 def test_the_selftest_reference_runs_a_row_at_a_time_along_a_rows_dim(tmp_path):
     """Along a dim declared rows, the reference is traced at one row (BERT-base at (16, 512) took 1.2 GB of working
     memory run whole); the artifact's profile, run on the whole batch by verify, must agree with it, and a
@@ -691,17 +709,10 @@ def test_the_selftest_reference_runs_a_row_at_a_time_along_a_rows_dim(tmp_path):
 
     from tripy_build.cli.verify import verify
 
-    w = np.random.default_rng(1).standard_normal((16, 1000)).astype(np.float32)
     traced = []
-
-    def f(x):
-        traced.append(tuple(x.shape))
-        return jnp.tanh(x @ w)
-
+    f = _tanh_layer(np.random.default_rng(1).standard_normal((16, 1000)).astype(np.float32), traced)
     batch = tb.NamedDimension("batch", 1, 2, 6)
-    exe = tb.compile(f, args=[tb.InputInfo((batch, 16), "float32")], padding={"batch": "rows"})
-    traced.clear()
-    exe.save(tmp_path / "a")
+    _saved_with_rows(tmp_path, f, batch, 16, traced)
     assert (1, 16) in traced and (6, 16) not in traced and (2, 16) not in traced, traced
     m = _read_manifest(tmp_path / "a")
     big = next(e for e in m["selftest"] if e["name"] == "max")
@@ -725,17 +736,9 @@ def test_rows_of_one_element_run_two_at_a_time_in_the_selftest_reference(tmp_pat
 
     from tripy_build.cli.verify import verify
 
-    w = np.random.default_rng(2).standard_normal((1, 300)).astype(np.float32)
     traced = []
-
-    def f(x):
-        traced.append(tuple(x.shape))
-        return jnp.tanh(x @ w)
-
-    batch = tb.NamedDimension("batch", 1, 2, 5)
-    exe = tb.compile(f, args=[tb.InputInfo((batch, 1), "float32")], padding={"batch": "rows"})
-    traced.clear()
-    exe.save(tmp_path / "a")
+    f = _tanh_layer(np.random.default_rng(2).standard_normal((1, 300)).astype(np.float32), traced)
+    _saved_with_rows(tmp_path, f, tb.NamedDimension("batch", 1, 2, 5), 1, traced)
     assert set(traced) == {(2, 1)}, traced  # the min case's one row and the max case's fifth ran as pairs
     assert verify(tmp_path / "a", out=io.StringIO())  # each case's outputs kept at its own rows, and right
 

@@ -91,10 +91,8 @@ def read_file(fpath: Path) -> bytes | memoryview:
     so (by default never), rather than numpy's: numpy asks for huge pages on large arrays, and zeroing those
     on first touch took BERT's load to 410-700 ms here.
     """
-    if not fpath.name.endswith(".npy"):
-        return fpath.read_bytes()
     size = fpath.stat().st_size
-    if size < ALIGNED_MIN_BYTES:
+    if not fpath.name.endswith(".npy") or size < ALIGNED_MIN_BYTES:
         return fpath.read_bytes()
     view = memoryview(mmap.mmap(-1, size))
     with open(fpath, "rb", buffering=0) as f:

@@ -69,8 +69,7 @@ def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mappin
     """
     in_axes, out_axes = rows if rows else ({}, None)
     n = next((np.shape(full[li])[a] for li, a in in_axes.items()), 1)
-    single = all(np.size(full[li]) == np.shape(full[li])[a] for li, a in in_axes.items())
-    step = (2 if single else 1) if in_axes else n
+    step = 2 if in_axes and all(np.size(full[li]) == np.shape(full[li])[a] for li, a in in_axes.items()) else 1
     whole = [None if li in in_axes else jax.numpy.asarray(x) for li, x in enumerate(full)]  # placed once
     run: Callable | None = None
     sketches: list[OutputSketch] = []
