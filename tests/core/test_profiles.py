@@ -309,3 +309,45 @@ def test_warm_up_prepares_every_profile_and_measures_it(tmp_path):
     assert_close(background(_x(7)), affine(_x(7), params))  # served while the thread warms up
     with pytest.raises(tb.TripyBuildError, match="warmup='later'"):
         tb.load(tmp_path / "a", warmup="later")
+
+
+# --- running a call on the profiles prepared so far ------------------------------------------------
+
+def _text_dispatcher():
+    """BERT's grid in small: ``ids [batch, seq]`` with batch padded by rows, seq by a mask (``mask`` input 1)."""
+    from tripy_build.core.dispatch import Dispatcher
+    from tripy_build.core.profiles import DimPlan
+
+    dims = [DimPlan("b", "batch", (1, 1, 8), ((0, 0), (1, 0)), (1, 2, 4, 8), "rows"),
+            DimPlan("s", "seq", (1, 4, 16), ((0, 1), (1, 1)), (4, 8, 16), "mask")]
+    grid = [(b, s) for b in (1, 2, 4, 8) for s in (4, 8, 16)]
+    return Dispatcher(dims, [(1, 4), (1, 4)], [], [[0, 1]], grid)
+
+
+def test_route_over_prepared_profiles_pads_further_or_splits_rows_whichever_is_cheaper():
+    d = _text_dispatcher()
+    shapes = [(3, 5), (3, 5)]  # its own profile: (4, 8)
+    assert d.route(shapes).target == (4, 8)
+
+    padded = d.route_over(shapes, {(4, 16): 0.30, (8, 8): 0.25, (2, 4): 0.01}, limit=1.0)
+    assert padded.split is None and padded.target == (8, 8) and padded.pad == (True, True)
+    assert padded.slices == ((slice(0, 3), slice(0, 5)),)  # the output back to (3, 5)
+
+    split = d.route_over(shapes, {(8, 8): 0.25, (2, 8): 0.05, (1, 16): 0.04}, limit=1.0)  # 2 + 1 rows: 0.09
+    di, parts = split.split
+    assert di == 0 and [(a, b, r.target) for a, b, r in parts] == [(0, 2, (2, 8)), (2, 3, (1, 16))]
+    assert [r.shapes for _, _, r in parts] == [((2, 8), (2, 8)), ((1, 16), (1, 16))]
+
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    seen = []
+
+    def run_profile(target, leaves, sizes):  # a row-wise model: its output is its first input
+        seen.append((target, leaves[0].shape))
+        return [leaves[0] * 2]
+
+    assert_close(d.run(split, [x, x], run_profile)[0], x * 2)
+    assert seen == [((2, 8), (2, 8)), ((1, 16), (1, 16))]
+
+    assert d.route_over(shapes, {(8, 8): 0.25, (2, 8): 0.05, (1, 16): 0.04}, limit=0.09) is None  # own: cheaper
+    assert d.route_over(shapes, {(2, 4): 0.01, (8, 4): 0.01}, limit=1.0) is None  # none covers seq 5
+    assert d.route_over([(1, 5), (1, 5)], {(2, 8): 0.05}, limit=1.0).target == (2, 8)  # one row: padded only

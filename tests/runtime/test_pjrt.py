@@ -473,3 +473,69 @@ def test_the_warm_up_memory_budget_is_the_weights_size_and_counts_what_the_proce
     held = np.ones(MIN_BUDGET_BYTES // 4 + (16 << 20), np.float32)  # touched: resident
     assert budget.spent()
     del held
+
+
+def test_a_call_whose_profile_is_not_prepared_runs_on_prepared_ones_when_that_costs_less(affine_artifact):
+    """Right after a load the warm-up has not reached every profile. A call whose own profile it has not
+    prepared runs on those it has, split or padded further, when their measured latencies cost less than
+    preparing its own is estimated to (deserializing at the rate seen so far, the median first run seen so
+    far); its own profile is then wanted by the warm-up. Otherwise, and with nothing measured, the call
+    prepares its own."""
+    path, params = affine_artifact
+    rt = runtime.load(path, warmup="none")
+    want = lambda n: affine(jnp.asarray(_x(n, n)), params)  # noqa: E731
+    assert_close(rt(_x(5, 5)), want(5))  # nothing measured: it prepared its own
+    assert (8,) in rt._ran and rt._costs.wanted() is None
+
+    rt = runtime.load(path, warmup="none")
+    for n in (4, 16):
+        rt(_x(n))  # prepared (first run), then measured (a steady run)
+        rt(_x(n))
+    assert set(rt._ran) == {(4,), (16,)} and set(rt._costs.latency) == {(4,), (16,)}
+    rt._costs.latency[(16,)] = 5.0  # what the warm-up would have measured
+    rt._costs.prepared((4,), first_s=0.2, steady_s=0.001)  # a first run costs 0.2 s more than the next
+    y = rt(_x(5, 5))  # own (8,): 0.2 s or more; stand-in: 4 + 4 rows at (4,), 0.002 s
+    assert_close(y, want(5))
+    assert (8,) not in rt._ran and (8,) not in rt._compiled and rt._costs.wanted() == (8,)
+
+    rt._costs.latency[(4,)] = 0.3  # two calls at (4,) now cost more than preparing (8,): 0.3 s + 0.2 s
+    assert_close(rt(_x(6, 6)), want(6))
+    assert (8,) in rt._ran and rt._costs.wanted() is None
+
+
+def test_the_warm_up_prepares_a_profile_a_call_stood_in_for_before_the_rest():
+    from tripy_build.runtime import warmup
+
+    seen, wanted = [], [(8,)]
+
+    def run(p):
+        seen.append(p)
+        if p == (1,):
+            wanted.append((16,))  # a call stood in for (16,) while the warm-up ran (1,)
+        return warmup.Warmed(prepare_s=1.0, steady_s=0.0)  # every first call late: all in the first pass
+
+    warmup.start(lambda: warmup.warm_in_order([(1,), (4,), (8,), (16,)], run, lambda p: None, 0,
+                                              wanted=lambda: wanted.pop(0) if wanted else None)).join(30)
+    assert seen == [(8,), (1,), (16,), (4,), (8,), (16,)]  # (8,), (16,) again: run returns None for those
+
+
+def test_the_warm_up_starts_no_run_while_a_call_prepares_its_own_profile():
+    """Beside a warm-up run, a call gets half of two cores; one that also pays its own profile's preparation
+    then stalls. While such a call is in flight (``calls.urgent``) the warm-up starts nothing."""
+    import threading
+
+    from tripy_build.runtime import warmup
+
+    seen, started = [], threading.Event()
+
+    def run(p):
+        seen.append(p)
+        return warmup.Warmed(prepare_s=1.0, steady_s=0.0)
+
+    with warmup.calls.urgent():
+        thread = warmup.start(lambda: (started.set(), warmup.warm_in_order([(1,), (2,)], run, lambda p: None, 0)))
+        started.wait(30)
+        thread.join(0.3)
+        assert thread.is_alive() and seen == []
+    thread.join(30)
+    assert seen == [(1,), (2,)]
