@@ -5,9 +5,9 @@ prepared yet (``Costs.stand_in``).
 Right after a load, the warm-up thread is still preparing profiles (``warmup.warm_in_order``), and a call
 that needs one it has not reached prepared that one itself: BERT-base's (4, 32) took 370 ms instead of its
 steady 100, 110-180 ms of it deserializing and 60-170 ms a first run that XNNPACK and YNNPACK spend
-planning. The same call could run as calls at profiles already prepared, padded further or split along a
-``rows`` dim (``Dispatcher.route_over``): at (2, 32) and (1, 32), whose steady runs take ~60 and ~50 ms. So
-a call takes the cheaper of the two, by these estimates:
+planning. The same call runs as calls at profiles already prepared, padded further or split along a
+``rows`` dim (``Dispatcher.route_over``), in about 110 ms ((2, 32) and (1, 32)). So a call takes the
+cheaper of the two, by these estimates:
 
 - its own profile: a lower bound of its steady latency (the slowest prepared profile it covers in every
   dim) plus what preparing it is likely to cost: its executable's bytes at the deserializing rate seen
