@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -163,58 +163,12 @@ class Dispatcher:
                 break
         return single
 
-    def route_over(self, shapes: Sequence[Sequence[int]], costs: Mapping[tuple[int, ...], float],
-                   limit: float) -> Route | None:
-        """The cheapest way to run ``shapes`` on the profiles in ``costs`` alone (each one's measured
-        latency), or None if every way costs ``limit`` or more, or none covers them.
-
-        A way is one of those profiles that covers ``shapes`` (the inputs padded to it), or a split of the
-        first ``rows`` dim into calls at several of them, each chunk padded to its profile, every call
-        after the first charged ``SPLIT_CALL_COST_S``. What a loader runs while a call's own profile is
-        not prepared yet: preparing it (deserializing, a first run) would cost more than these calls.
-        """
-        sizes = self.sizes_of(shapes)
-        best: tuple[float, Route | None] = (limit, None)
-        for q, c in costs.items():
-            if c < best[0] and self._covers(q, sizes):
-                best = (c, self._at(shapes, sizes, q))
-        di = next((i for i, d in enumerate(self.dims) if d.padding == "rows" and sizes[i] > 1), None)
-        if di is None:
-            return best[1]
-        # per capacity along the rows dim: the cheapest profile that covers the other dims
-        chunk: dict[int, tuple[float, tuple[int, ...]]] = {}
-        for q, c in costs.items():
-            if all(i == di or self._covers_dim(i, q[i], sizes[i]) for i in range(len(sizes))):
-                if c < chunk.get(q[di], (math.inf,))[0]:
-                    chunk[q[di]] = (c, q)
-        n = sizes[di]
-        plan: list[tuple[float, list[tuple[int, ...]]]] = [(0.0, [])]  # rows covered -> (cost, profiles)
-        for m in range(1, n + 1):
-            plan.append(min(((c + SPLIT_CALL_COST_S + plan[max(0, m - k)][0], [q, *plan[max(0, m - k)][1]])
-                             for k, (c, q) in chunk.items()), key=lambda o: o[0], default=(math.inf, [])))
-        total, profiles = plan[n]
-        if len(profiles) < 2 or total - SPLIT_CALL_COST_S >= best[0]:
-            return best[1]
-        parts, start = [], 0
-        for q in sorted(profiles, key=lambda q: -q[di]):
-            stop = min(start + q[di], n)
-            sub = [tuple(stop - start if (li, a) in self.dims[di].uses else k for a, k in enumerate(s))
-                   for li, s in enumerate(shapes)]
-            parts.append((start, stop, self._at(sub, self.sizes_of(sub), q)))
-            start = stop
-        whole = self._route(shapes)
-        return Route(whole.target, whole.shapes, whole.pad, whole.slices, whole.sizes, (di, tuple(parts)))
-
     def _route(self, shapes: Sequence[Sequence[int]]) -> Route:
         sizes = self.sizes_of(shapes)
         target = tuple(d.target(n) for d, n in zip(self.dims, sizes))
         if target != self._opt and self._opt in self.profiles and self._covers(self._opt, sizes) and (
                 target not in self.profiles or math.prod(self._opt) < math.prod(target)):
             target = self._opt
-        return self._at(shapes, sizes, target)
-
-    def _at(self, shapes: Sequence[Sequence[int]], sizes: tuple[int, ...], target: tuple[int, ...]) -> Route:
-        """``shapes`` run at ``target``'s sizes: padded up to them, the outputs sliced back."""
         run_shapes = self.leaf_shapes(target)
         pad = tuple(tuple(s) != r for s, r in zip(shapes, run_shapes))
         slices = []
@@ -224,10 +178,7 @@ class Dispatcher:
         return Route(target, run_shapes, pad, tuple(slices), tuple(sizes[d] for d in self._size_dims))
 
     def _covers(self, profile: tuple[int, ...], sizes: tuple[int, ...]) -> bool:
-        return all(self._covers_dim(i, p, n) for i, (p, n) in enumerate(zip(profile, sizes)))
-
-    def _covers_dim(self, i: int, p: int, n: int) -> bool:
-        return p == n or (self.dims[i].padding is not None and p >= n)
+        return all(p == n or (d.padding is not None and p >= n) for d, p, n in zip(self.dims, profile, sizes))
 
 
     def run(self, route: Route, leaves: Sequence[Any], run_profile: Callable[..., Sequence[Any]]) -> list[np.ndarray]:

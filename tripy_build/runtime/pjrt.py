@@ -45,7 +45,6 @@ from ..core.profiles import pad_values
 from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
-from .costs import Costs
 from .entries import MultiEntry, Shared
 from .warmup import (Warmed, calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order,
                      yield_to_calls)
@@ -192,7 +191,6 @@ class Runtime(MultiEntry):
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
         self._sizes = {t: len(c.files[e.file]) for t, e in self._profiles.items()}  # executables' bytes
-        self._costs = Costs(self._sizes)  # what calls whose profile is not prepared yet run on
         self._generation: _Steps | None = None  # generation_steps(), made on first use (MultiEntry)
         self._ran: set[tuple[int, ...]] = set()  # profiles run at least once (their first run is the slow one)
         self._lock = threading.Lock()
@@ -289,9 +287,8 @@ class Runtime(MultiEntry):
         idle scheduling class, it runs profiles until one takes longer than ``warmup.RUN_LIMIT_S`` and only
         deserializes the rest, within ``warmup.MemoryBudget``, the large ones in quiet moments; a profile
         ``warmup.too_costly`` to run it only deserializes. A call that
-        needs a profile before the thread reaches it runs on prepared ones where their measured latencies
-        say that costs less (``costs.Costs.stand_in``), else prepares that one itself (each profile has its
-        own lock, so it never waits for another's); meanwhile the thread starts no run.
+        needs a profile before the thread reaches it prepares that one itself (each profile has its own
+        lock, so it never waits for another's).
         """
         if not background:
             self._warm_all(stop=lambda: False, limit=float("inf"), judge=False)
@@ -321,7 +318,7 @@ class Runtime(MultiEntry):
             self._warm(opt, judge=False)  # whatever it takes: the request a server sees first
         order = sorted((t for t in self._profiles if not (first and t == opt)), key=lambda t: int(np.prod(t)))
         warm_in_order(order, functools.partial(self._warm, judge=judge), self._deserialize, weight_bytes, stop, limit,
-                      costly, self._sizes.__getitem__, wanted=self._costs.wanted)
+                      costly, self._sizes.__getitem__)
 
     def _warm(self, target: tuple[int, ...], judge: bool = True) -> Warmed | None:
         """Run a profile once on zeros, if no call has, then twice more: what preparing it cost (its
@@ -336,15 +333,12 @@ class Runtime(MultiEntry):
             compiled = self._profile(target)
             t0 = time.perf_counter()
             compiled(args)
-            first = time.perf_counter() - t0
             self._ran.add(target)
+            prepare = compiled.seconds + time.perf_counter() - t0
         if not judge:
             return None
         # the faster of two: a call running beside one would make its profile look on time
-        calls.wait_urgent(warmup_stopping)
-        steady = fastest_run(lambda: compiled(args), budget_s=float("inf"), most=2)
-        self._costs.prepared(target, first, steady)
-        return Warmed(compiled.seconds + first, steady)
+        return Warmed(prepare, fastest_run(lambda: compiled(args), budget_s=float("inf"), most=2))
 
     def _deserialize(self, target: tuple[int, ...]) -> None:
         with self._locks[target]:
@@ -434,35 +428,21 @@ class Runtime(MultiEntry):
         if self._iree is not None:
             sizes = [np.asarray(n, np.int32) for n in route.sizes]
             return lambda xs: self._iree.flat([*xs, *sizes])
-        target = route.target
-        if target not in self._profiles:
+        if route.target not in self._profiles:
             return None
         if not route.padded:
-            run = lambda xs: self._run_profile(target, xs, route.sizes)  # noqa: E731
-        else:
-            run = lambda xs: self._dispatcher.run(route, xs, self._run_profile)  # noqa: E731
-
-        def run_prepared(xs: Sequence[Any]) -> list[np.ndarray]:
-            if target not in self._ran:
-                other = self._costs.stand_in(self._dispatcher, shapes, target, target in self._compiled)
-                if other is not None:
-                    with calls.urgent():
-                        return self._dispatcher.run(other, xs, self._run_profile)
-            return run(xs)
-        return run_prepared
+            return lambda xs: self._run_profile(route.target, xs, route.sizes)
+        return lambda xs: self._dispatcher.run(route, xs, self._run_profile)
 
     def _run_profile(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[np.ndarray]:
         compiled = self._compiled.get(target)
         with calls:  # the warm-up waits for a quiet moment
             if compiled is None or target not in self._ran:
-                with calls.urgent(), self._locks[target]:  # prepared once, by this call or the warm-up
+                with self._locks[target]:  # prepared once, by this call or the warm-up, whichever comes first
                     outs = self._profile(target)([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
                     self._ran.add(target)
                     return outs
-            t0 = time.perf_counter()
-            outs = compiled([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
-            self._costs.ran(target, time.perf_counter() - t0)
-            return outs
+            return compiled([*self._leading, *leaves, *[np.asarray(n, np.int32) for n in sizes]])
 
     def _profile(self, target: tuple[int, ...]) -> _Compiled:
         """The profile's executable, deserialized on first need (the caller holds its lock)."""
@@ -470,7 +450,6 @@ class Runtime(MultiEntry):
         if compiled is None:
             entry = self._profiles[target]
             compiled = _Compiled(self._device, self._contents.files[entry.file], entry, self._contents.where(entry.file))
-            self._costs.deserialized(target, compiled.seconds)
             self._compiled[target] = compiled
             if not any(e.file == entry.file for t, e in self._profiles.items() if t not in self._compiled):
                 del self._contents.files[entry.file]  # its bytes are not needed again (BERT's 50: 33 MB)

@@ -16,12 +16,11 @@ own pool, at the normal class, so the idle class of the thread that asks does no
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 
 RUN_LIMIT_S = 0.020
@@ -83,30 +82,6 @@ class Calls:
         self._cond = threading.Condition()
         self._active = 0
         self._ended = 0.0
-        self._urgent = 0
-
-    @contextlib.contextmanager
-    def urgent(self) -> Iterator[None]:
-        """A call that prepares its own profile or stands in for it (``costs.Costs.stand_in``): the warm-up
-        starts no run while one is in flight (``wait_urgent``)."""
-        with self._cond:
-            self._urgent += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._urgent -= 1
-                self._cond.notify_all()
-
-    def wait_urgent(self, stop: Callable[[], bool] = lambda: False) -> None:
-        """Return once no urgent call is in flight (or ``stop()``).
-
-        Beside a call, a warm-up run takes half of two cores: a call at a prepared profile still finishes
-        within twice its steady latency, but one that also pays its own profile's preparation, or runs at
-        several profiles in its stead, does not (BERT-base's (3, 21): 360 ms against a steady 100)."""
-        with self._cond:
-            while self._urgent and not stop():
-                self._cond.wait(QUIET_S)
 
     def __enter__(self) -> None:
         with self._cond:
@@ -172,8 +147,7 @@ class Warmed:
 def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"], deserialize: Callable[[Any], Any],
                   weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float | None = None,
                   costly: Callable[[Any], bool] = lambda p: False, size: Callable[[Any], int] = lambda p: 0,
-                  target: Callable[[Any], Sequence[int]] = lambda p: p,
-                  wanted: Callable[[], Any] = lambda: None) -> None:
+                  target: Callable[[Any], Sequence[int]] = lambda p: p) -> None:
     """Both loaders' warm-up policy, over ``profiles`` cheapest first, in two passes.
 
     First, at once and beside any calls, every profile whose first call could be late (``Warmed.late``:
@@ -190,10 +164,6 @@ def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"]
     ``QUIET_ABOVE_BYTES`` (``size``) waits until ``calls`` is quiet. ``run`` returns None for a profile a
     call already prepared. ``stop`` ends it early (the interpreter exiting).
 
-    Before each profile of either pass, it waits while an urgent call is in flight (``Calls.wait_urgent``),
-    then runs those ``wanted`` returns (one a call ran elsewhere because it was not prepared:
-    ``costs.Costs.stand_in``), until it returns None.
-
     The first pass runs at the normal scheduling class; the thread then moves to the idle class
     (``yield_to_calls``), for good (it cannot come back). At the idle class, a run on zeros (the runtime's
     client runs on the calling thread) got no core while calls kept both busy, so a BERT-base stream met
@@ -202,14 +172,7 @@ def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"]
     limit = RUN_LIMIT_S if limit is None else limit
     on_time: list[tuple[int, ...]] = []
     later, running = [], True
-
-    def serve_wanted() -> None:
-        while not stop() and (w := wanted()) is not None:
-            run(w)
-
     for p in profiles:
-        calls.wait_urgent(stop)
-        serve_wanted()
         if stop():
             return
         at = tuple(target(p))
@@ -224,8 +187,6 @@ def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"]
     yield_to_calls()
     budget = None
     for p in later:
-        calls.wait_urgent(stop)
-        serve_wanted()
         if size(p) > QUIET_ABOVE_BYTES:
             calls.wait_quiet(stop)
         if stop():
