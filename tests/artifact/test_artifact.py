@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import io
 import json
 import math
 import os
@@ -478,7 +479,6 @@ def _record_by_sha256(path: Path) -> None:
 def test_files_recorded_by_sha256_are_still_checked(artifact_copy, loader):
     """An artifact written before schema 5 records sha256 digests: it loads, and a damaged file is refused
     with sha256 named."""
-    import io
 
     from tripy_build import runtime
     from tripy_build.cli.verify import verify
@@ -631,7 +631,6 @@ def test_save_replaces_existing_artifact(artifact_copy, pair_exe, rng):
 
 def test_selftest_stays_within_its_size_budget_and_still_catches_a_wrong_output(tmp_path):
     """Inputs over 64 KB are stored as seeds, outputs over 4096 elements as samples plus sums."""
-    import io
 
     from tripy_build.artifact import selftest
     from tripy_build.cli.verify import verify
@@ -705,7 +704,6 @@ def test_the_selftest_reference_runs_a_row_at_a_time_along_a_rows_dim(tmp_path):
     """Along a dim declared rows, the reference is traced at one row (BERT-base at (16, 512) took 1.2 GB of working
     memory run whole); the artifact's profile, run on the whole batch by verify, must agree with it, and a
     wrong value in the row-by-row sums fails it."""
-    import io
 
     from tripy_build.cli.verify import verify
 
@@ -732,7 +730,6 @@ def test_rows_of_one_element_run_two_at_a_time_in_the_selftest_reference(tmp_pat
     """A row of one element (BERT's (1, 1)) would make every matrix product a matrix-vector one, for which XLA
     copies the weights transposed: the reference runs two such rows at a time, an odd last one beside a copy
     of itself, and keeps one copy's outputs."""
-    import io
 
     from tripy_build.cli.verify import verify
 
@@ -756,3 +753,79 @@ def test_npy_files_are_written_from_the_arrays_with_the_same_bytes():
         parts = NpyFile(a).parts()
         assert b"".join(bytes(p) for p in parts) == npy(a)
         assert digest_parts(parts) == digest_bytes(npy(a))
+
+
+NPY_ARRAYS = [np.arange(12, dtype=np.float32).reshape(3, 4), np.float64(3.0), np.asfortranarray(np.arange(15.0).reshape(3, 5)),
+              np.zeros((0, 4), np.int32), np.array([True, False]), np.arange(6, dtype=np.int8).reshape(1, 2, 3)]
+
+
+def test_npy_headers_are_read_without_python_s_parser(monkeypatch):
+    """numpy reads a header with ``ast.literal_eval``, which fails at random on CPython 3.11 when two threads
+    parse at once (gh-106905: ``SystemError: AST constructor recursion depth mismatch``, seen in CI while an
+    artifact's two reader threads loaded it). The headers numpy writes are read here without ``ast``."""
+    import ast
+
+    import ml_dtypes
+
+    from tripy_build.artifact.npy import from_npy, npy
+
+    parsed, parse = [], ast.parse
+
+    def recorded(source, *args, **kwargs):
+        parsed.append(source)
+        return parse(source, *args, **kwargs)
+
+    arrays = NPY_ARRAYS + [np.ones((2, 3), ml_dtypes.bfloat16)]
+    files = [npy(a) for a in arrays]
+    monkeypatch.setattr(ast, "parse", recorded)
+    got = [from_npy(given, "w.npy", a.dtype) for a, data in zip(arrays, files) for given in (data, memoryview(data))]
+    monkeypatch.undo()
+    assert parsed == []
+    for a, one in zip([a for a in arrays for _ in range(2)], got):
+        assert one.dtype == a.dtype and one.shape == a.shape and one.tobytes() == np.asarray(a).tobytes()
+        assert not one.flags.writeable  # a view of the file's bytes, not a copy
+
+
+def test_npy_headers_numpy_writes_otherwise_still_read():
+    """A header in another form than the one matched (a structured dtype, version 2.0) goes to numpy's reader."""
+    from tripy_build.artifact.npy import from_npy
+
+    for a, version in [(np.zeros(3, [("a", "<f4"), ("b", "<i2")]), None), (np.arange(6.0).reshape(2, 3), (2, 0))]:
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, a, version=version)
+        got = from_npy(buf.getvalue(), "w.npy")
+        assert got.dtype == a.dtype and got.tobytes() == a.tobytes()
+
+
+def _npy_with_header(header: str, data: bytes = bytes(48)) -> bytes:
+    """A version 1.0 ``.npy`` file with ``header`` padded as numpy pads it, then ``data``."""
+    text = header.encode("latin1")
+    text += b" " * (-(10 + len(text) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data
+
+
+F4_34 = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }"
+
+
+@pytest.mark.parametrize("data,needle", [
+    (_npy_with_header(F4_34, bytes(44)), "shape (3, 4) of float32 needs 48 bytes after the header, but the file has 44"),
+    (_npy_with_header(F4_34.replace("<f4", "|O8")), "object arrays are never read"),
+    (_npy_with_header(F4_34.replace("<f4", "<q9")), "descr '<q9' is not a dtype"),
+    (_npy_with_header(F4_34)[:6] + b"\x09\x00" + _npy_with_header(F4_34)[8:], "version 9.0"),
+    (_npy_with_header(F4_34)[:20], "the file ends 10 bytes into its 118-byte header"),
+    (_npy_with_header(F4_34)[:8] + (20000).to_bytes(2, "little") + _npy_with_header(F4_34)[10:] + bytes(20000),
+     "its header is 20000 bytes, over numpy's limit of 10000"),
+    (b"PK\x03\x04" + _npy_with_header(F4_34)[4:], "no .npy magic string"),
+    (_npy_with_header(F4_34.replace("(3, 4)", "(3, 5)")), "shape (3, 5) of float32 needs 60 bytes"),
+    (_npy_with_header(F4_34.replace("(3, 4)", "(3, 4")), "numpy cannot read its header"),
+    (_npy_with_header(F4_34.replace("(3, 4)", "(99999999999999, 999999)")), "needs 399999599999996000004 bytes"),
+], ids=["truncated", "object dtype", "unknown dtype", "unknown version", "header cut", "header too long", "not npy",
+        "shape larger than data", "unparseable", "shape overflowing int64"])
+def test_damaged_npy_headers_are_refused_naming_the_file_and_the_damage(data, needle):
+    from tripy_build.artifact.npy import from_npy
+    from tripy_build.errors import ArtifactError
+
+    assert from_npy(_npy_with_header(F4_34), "w.npy").shape == (3, 4)  # the undamaged file reads
+    with pytest.raises(ArtifactError) as e:
+        from_npy(data, "weights/w.npy")
+    assert str(e.value).startswith("weights/w.npy: not a readable .npy array") and needle in str(e.value), str(e.value)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import math
+import re
+import threading
+import tokenize
 from typing import Any
 
 import numpy as np
@@ -43,19 +47,70 @@ class NpyFile:
 
 HEADER_MAX_BYTES = 16 + 10000  # magic, version and length, and numpy's largest header (``_MAX_HEADER_SIZE``)
 
+_HEADER = re.compile(
+    r"\{'descr': '([<>|=][A-Za-z][A-Za-z0-9\[\]]{0,15})', 'fortran_order': (True|False), 'shape': \((\d+(?:, \d+)*,?)?\), \} *\n"
+)
+_numpy_header = threading.Lock()
+
+
+def read_header(data: bytes | memoryview) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """The shape, Fortran order, dtype and data offset of ``.npy`` bytes.
+
+    Why not numpy's reader alone: it parses the header with ``ast.literal_eval``, and CPython 3.11's AST
+    constructor keeps its recursion depth in per-interpreter state, so two threads parsing at once can fail
+    with ``SystemError: AST constructor recursion depth mismatch`` (cpython gh-106905) — and an artifact's
+    files are read on two threads. The header numpy writes (``{'descr': '<f4', 'fortran_order': False,
+    'shape': (8, 6), }``, padded) is matched here; any other form goes to numpy's reader, one thread at a time.
+    """
+    head = bytes(data[:HEADER_MAX_BYTES])
+    if head[:6] != b"\x93NUMPY" or len(head) < 10:
+        raise ValueError(f"no .npy magic string: the file starts {head[:10]!r}")
+    major, minor = head[6], head[7]
+    if (major, minor) == (1, 0):
+        length, start = int.from_bytes(head[8:10], "little"), 10
+    elif (major, minor) in ((2, 0), (3, 0)):
+        length, start = int.from_bytes(head[8:12], "little"), 12
+    else:
+        raise ValueError(f".npy format version {major}.{minor} is not one numpy writes (1.0, 2.0 or 3.0)")
+    end = start + length
+    if end > HEADER_MAX_BYTES:
+        raise ValueError(f"its header is {length} bytes, over numpy's limit of 10000")
+    if len(head) < end:
+        raise ValueError(f"the file ends {len(head) - start} bytes into its {length}-byte header")
+    match = _HEADER.fullmatch(head[start:end].decode("latin1"))
+    if match is None:
+        buf = io.BytesIO(head)
+        version = np.lib.format.read_magic(buf)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        try:
+            with _numpy_header:
+                shape, fortran, dtype = reader(buf)
+        except (ValueError, SyntaxError, tokenize.TokenError) as e:  # numpy's tokenizer fails on a cut header
+            raise ValueError(f"numpy cannot read its header: {e}") from None
+        return shape, fortran, dtype, buf.tell()
+    descr, fortran, dims = match.groups()
+    try:
+        dtype = np.dtype(descr)
+    except TypeError:
+        raise ValueError(f"descr {descr!r} is not a dtype") from None
+    shape = tuple(int(d) for d in dims.replace(",", " ").split()) if dims else ()
+    return shape, fortran == "True", dtype, end
+
 
 def from_npy(data: bytes | memoryview, where: str, dtype: Any = None) -> np.ndarray:
     """An array from ``.npy`` bytes, a read-only view of them (not a copy: a model's weights are read once);
     with ``dtype``, checked against it (``as_dtype``)."""
     try:
-        header = io.BytesIO(data if isinstance(data, bytes) else bytes(data[:HEADER_MAX_BYTES]))
-        version = np.lib.format.read_magic(header)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, stored = read_header(header)
+        shape, fortran, stored, offset = read_header(data)
         if stored.hasobject:
             raise ValueError("object arrays are never read (they would need pickle)")
-        count = int(np.prod(shape, dtype=np.int64))
-        array = np.frombuffer(data, stored, count=count, offset=header.tell())
+        count = math.prod(shape)
+        if offset + count * stored.itemsize > len(data):
+            raise ValueError(
+                f"shape {shape} of {stored} needs {count * stored.itemsize} bytes after the header, "
+                f"but the file has {len(data) - offset}"
+            )
+        array = np.frombuffer(data, stored, count=count, offset=offset)
         array = array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
     except ValueError as e:
         raise ArtifactError(f"{where}: not a readable .npy array ({e}).") from None
