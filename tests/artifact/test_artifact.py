@@ -755,11 +755,7 @@ def test_npy_files_are_written_from_the_arrays_with_the_same_bytes():
         assert digest_parts(parts) == digest_bytes(npy(a))
 
 
-NPY_ARRAYS = [np.arange(12, dtype=np.float32).reshape(3, 4), np.float64(3.0), np.asfortranarray(np.arange(15.0).reshape(3, 5)),
-              np.zeros((0, 4), np.int32), np.array([True, False]), np.arange(6, dtype=np.int8).reshape(1, 2, 3)]
-
-
-def test_npy_headers_are_read_without_python_s_parser(monkeypatch):
+def test_npy_headers_are_read_without_ast(monkeypatch):
     """numpy reads a header with ``ast.literal_eval``, which fails at random on CPython 3.11 when two threads
     parse at once (gh-106905: ``SystemError: AST constructor recursion depth mismatch``, seen in CI while an
     artifact's two reader threads loaded it). The headers numpy writes are read here without ``ast``."""
@@ -775,7 +771,9 @@ def test_npy_headers_are_read_without_python_s_parser(monkeypatch):
         parsed.append(source)
         return parse(source, *args, **kwargs)
 
-    arrays = NPY_ARRAYS + [np.ones((2, 3), ml_dtypes.bfloat16)]
+    arrays = [np.arange(12, dtype=np.float32).reshape(3, 4), np.float64(3.0), np.asfortranarray(np.arange(15.0).reshape(3, 5)),
+              np.zeros((0, 4), np.int32), np.array([True, False]), np.arange(6, dtype=np.int8).reshape(1, 2, 3),
+              np.ones((2, 3), ml_dtypes.bfloat16)]
     files = [npy(a) for a in arrays]
     monkeypatch.setattr(ast, "parse", recorded)
     got = [from_npy(given, "w.npy", a.dtype) for a, data in zip(arrays, files) for given in (data, memoryview(data))]
@@ -786,7 +784,7 @@ def test_npy_headers_are_read_without_python_s_parser(monkeypatch):
         assert not one.flags.writeable  # a view of the file's bytes, not a copy
 
 
-def test_npy_headers_numpy_writes_otherwise_still_read():
+def test_npy_headers_in_other_forms_are_read_by_numpy():
     """A header in another form than the one matched (a structured dtype, version 2.0) goes to numpy's reader."""
     from tripy_build.artifact.npy import from_npy
 
