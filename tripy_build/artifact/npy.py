@@ -80,8 +80,8 @@ def read_header(data: bytes | memoryview) -> tuple[tuple[int, ...], bool, np.dty
     match = _HEADER.fullmatch(head[start:end].decode("latin1"))
     if match is None:
         buf = io.BytesIO(head)
-        version = np.lib.format.read_magic(buf)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        buf.seek(8)  # past the magic and version read above: numpy's reader starts at the header's length
+        reader = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
         try:
             with _numpy_header:
                 shape, fortran, dtype = reader(buf)
