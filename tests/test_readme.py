@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 SKIP = {
-    r"^python3 -m venv ": "creates the venv: .ci/run runs the README's test command on a fresh checkout",
+    r"^\$\(scripts/find-python\) -m venv ": "creates the venv: .ci/run runs the README's test command on a fresh checkout",
     r"^source \.venv/bin/activate": "this test already runs with the venv's bin first on PATH",
     r"^pip install ": "this venv has the extras installed",
 }

@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tripy_build"
 
 # What each part of the package may import (besides itself and the standard library): the layers, from the
 # ground up, are core <- artifact <- runtime <- compiler <- build <- cli, with serve on runtime and the zoo on
-# core. errors, host and version are leaves everything may use; the package's face (__init__, __main__) is on top.
-LEAVES = {"errors", "host", "version"}
+# core. errors, host, version and jaxlib_api are leaves everything may use; the package's face (__init__, __main__) is on top.
+LEAVES = {"errors", "host", "version", "jaxlib_api"}
 ALLOWED = {
     "leaf": {"leaf"},
     "core": {"leaf"},

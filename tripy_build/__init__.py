@@ -4,6 +4,7 @@ The names that need jax (``compile``, ``load``, ``Executable``) are imported on 
 ``tripy_build.runtime``, which runs a built artifact without jax, starts fast.
 """
 
+from . import host
 from .version import __version__
 from .errors import TripyBuildError
 from .core.spec import DimSize, InputInfo, NamedDimension
@@ -14,6 +15,9 @@ _LAZY = {"compile": "compiler.pipeline", "load": "runtime.loader", "Executable":
 
 __all__ = ["compile", "load", "Executable", "Entry", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
            "CompatibilityWarning", "__version__"]
+
+
+host.quiet_without_gpu()
 
 
 def __getattr__(name: str):

@@ -20,8 +20,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-TESTED_JAX_SERIES = ("0.10.",)
-
 
 @lru_cache(maxsize=None)
 def version(dist: str) -> str:
@@ -44,6 +42,23 @@ def version(dist: str) -> str:
     from importlib.metadata import version as dist_version
 
     return dist_version(dist)
+
+
+def gpu_present() -> bool:
+    """Whether this machine has an NVIDIA GPU its driver exposes (its device nodes), without asking CUDA."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
+
+
+def quiet_without_gpu() -> None:
+    """On a machine with no NVIDIA GPU, let jax's CUDA plugin register without its CUDA version check.
+
+    The check loads the CUDA libraries and counts the devices; with no GPU (or no libraries: the plugin
+    alone, installed for deviceless builds) it fails, jax logs the traceback on every start and leaves the
+    plugin out, so nothing could compile for a GPU. With no GPU there is nothing to check. It must run
+    before jax starts its backends (``import tripy_build`` calls it); a value the user set is kept.
+    """
+    if not gpu_present():
+        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
 
 def cache_home() -> Path:
@@ -110,8 +125,10 @@ def host_features() -> dict[str, Any]:
 
 
 def tested_jax() -> bool:
-    """Whether this jax is a version whose executable wrapper ``load`` rebuilds was tested."""
-    return version("jax").startswith(TESTED_JAX_SERIES)
+    """Whether this jaxlib is of a series whose internals ``jaxlib_api`` calls were tested on."""
+    from .jaxlib_api import TESTED_SERIES
+
+    return version("jaxlib").startswith(TESTED_SERIES)
 
 
 # LLVM x86 "features" that only tune code generation; a CPU without them runs the code fine.
@@ -162,12 +179,10 @@ def host_isa(client: Any) -> dict[str, Any] | None:
 
 
 def _probe_isa(client: Any) -> dict[str, Any] | None:
-    try:
-        device = client.local_devices()[0]
-        from jaxlib import _jax
+    from .jaxlib_api import compile_probe
 
-        exe = client.compile_and_load(PROBE, _jax.DeviceList((device,)))
-        return target_of(bytes(client.serialize_executable(exe)))
+    try:
+        return target_of(compile_probe(client, PROBE))
     except Exception:  # noqa: BLE001 - an API change: fall back to the /proc/cpuinfo flags
         return None
 

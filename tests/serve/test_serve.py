@@ -308,6 +308,7 @@ def test_nvidia_triton_client_works_unchanged(artifact, direct, triton_client, t
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "t.npy", t)
     with Server([artifact], port=0).start() as server:
+        assert server.wait_ready(30)  # the client's first question is whether the model is ready
         r = subprocess.run([sys.executable, "-c", TRITON_CLIENT, server.url.removeprefix("http://"),
                             tmp_path / "x.npy", tmp_path / "t.npy", tmp_path / "out.npy"],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(triton_client)})

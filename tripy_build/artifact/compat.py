@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..host import TESTED_JAX_SERIES, host_features, host_isa, tested_jax
+from ..host import host_features, host_isa, tested_jax
+from ..jaxlib_api import TESTED
 from .manifest import ExecutableEntry
 
 
@@ -33,7 +34,7 @@ def _xla(recorded: dict[str, Any], client: Any = None) -> str | None:
     LLVM's on both sides; otherwise the build host's ``/proc/cpuinfo`` flags against this host's."""
     host = host_features()
     if not tested_jax():
-        return f"jax {host['jax']} is not a version this loader was tested with ({', '.join(TESTED_JAX_SERIES)}x)"
+        return f"jaxlib {host['jaxlib']} is not a release this loader was tested with ({', '.join(TESTED)})"
     mismatch = _same_machine(recorded, ("jaxlib", "machine", "system"))
     if mismatch:
         return mismatch

@@ -172,7 +172,7 @@ def translate_trace_error(err: BaseException, fname: str) -> TraceError | None:
             "Compiled functions run without Python; use jnp.where / jax.lax.cond instead of Python "
             "control flow on values, and jnp operations instead of numpy ones."
         )
-    from jax._src.export.shape_poly import InconclusiveDimensionOperation
+    from jax.extend.core import InconclusiveDimensionOperation
 
     if isinstance(err, InconclusiveDimensionOperation):
         return TraceError(

@@ -31,8 +31,9 @@ import jax
 import numpy as np
 
 from ..runtime.program import PrepChunk, Source, Weight, resolve
-from jax._src import core, source_info_util
-from jax._src.pjit import jit_p
+from jax.extend import core
+from jax.extend.core.primitives import jit_p
+from jax._src import source_info_util
 
 # Anonymous constants (not from a constant argument) smaller than this stay folded into the program.
 INLINE_MAX_BYTES = 1024

@@ -58,11 +58,11 @@ class CompileCache:
     """A directory of serialized executables with their metadata, bounded in size."""
 
     def __init__(self, path: str | os.PathLike, max_bytes: int | None = None):
-        from jax._src.lru_cache import LRUCache
+        from .. import jaxlib_api
 
         self.path = Path(path)
         self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
-        self._store = LRUCache(str(self.path), max_size=self.max_bytes)
+        self._store = jaxlib_api.lru_cache(str(self.path), self.max_bytes)
 
     def get(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
         """The executable's bytes and metadata, or None (also for an entry that does not check out)."""

@@ -20,8 +20,8 @@ The PJRT client is synchronous: a call runs on the caller's thread (XLA's own wo
 kernels) instead of being handed to a pool thread and waited for, which cost ~50 us per call, a third
 of a batch-1 GEGLU call. XLA releases the GIL while it runs.
 
-XLA's outputs are read-only numpy arrays that view the result buffers (no copy). jaxlib's private API is
-pinned with jax (0.10.x); on another version ``load`` raises, and ``tripy_build.load`` works.
+XLA's outputs are read-only numpy arrays that view the result buffers (no copy). The jaxlib internals it
+calls are in ``jaxlib_api``, with the releases they were tested on; on another jaxlib ``load`` raises.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import host
+from .. import host, jaxlib_api
 from ..artifact.compat import incompatibility
 from ..artifact.manifest import ExecutableEntry, Manifest
 from ..artifact.read import Contents, read_contents
@@ -54,29 +54,21 @@ _client_lock = threading.Lock()
 
 
 def _pjrt() -> Any:
-    """jaxlib's C++ module and a process-wide PJRT CPU client (created once: it starts thread pools)."""
+    """A process-wide PJRT CPU client (created once: it starts thread pools)."""
     global _client
     if not host.tested_jax():
         raise ArtifactError(
             f"tripy_build.runtime drives jaxlib's PJRT client directly and was tested with jaxlib "
-            f"{', '.join(host.TESTED_JAX_SERIES)}x; this is {host.version('jaxlib')}. Use tripy_build.load instead."
+            f"{', '.join(jaxlib_api.TESTED)}; this is {host.version('jaxlib')}. Use tripy_build.load instead."
         )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as ``import jax`` does: no INFO lines from C++
-    from jaxlib import _jax
-
     with _client_lock:
         if _client is None:
-            _client = _jax.get_tfrt_cpu_client(asynchronous=False)
-    return _jax
+            _client = jaxlib_api.cpu_client()
+    return _client
 
 
-class _Aval:
-    """What jaxlib's C++ reads from an abstract value (jax's ``ShapedArray``) when it places an array."""
-
-    __slots__ = ("shape", "dtype", "weak_type")
-
-    def __init__(self, shape: Sequence[int], dtype: Any):
-        self.shape, self.dtype, self.weak_type = tuple(shape), np.dtype(dtype), False
+_Aval = jaxlib_api.Aval
 
 
 class _DLPack:
@@ -88,39 +80,22 @@ class _DLPack:
         self.buffer = buffer
 
     def __dlpack__(self, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
-        from jaxlib import _jax
-
-        return _jax.buffer_to_dlpack_managed_tensor(self.buffer)
+        return jaxlib_api.dlpack_capsule(self.buffer)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # kDLCPU, device 0
 
 
-class _Device:
-    """The CPU device, with the sharding object jaxlib's ``device_put`` expects."""
+class _Device(jaxlib_api.Device):
+    """The CPU device, placing host arrays (a jaxlib array, one of this client's outputs, as it is)."""
 
     def __init__(self) -> None:
-        _jax = _pjrt()
-        from jaxlib import _hlo
-
-        replicated = _hlo.HloSharding.replicate()
-
-        class Sharding(_jax.SingleDeviceSharding):
-            _to_xla_hlo_sharding = staticmethod(lambda num_dimensions: replicated)
-            memory_kind = None
-
-        self.jax = _jax
-        self.device = _client.local_devices()[0]
-        self.sharding = Sharding(self.device)
-        self.devices = [self.device]
-        self.device_list = _jax.DeviceList((self.device,))
-        self.zero_copy = _jax.HostBufferSemantics.ZERO_COPY
+        super().__init__(_pjrt())
 
     def put(self, value: Any, aval: _Aval) -> Any:
-        if type(value) is self.jax.ArrayImpl:
+        if type(value) is self.array_type:
             return value
-        array = np.ascontiguousarray(value)
-        return self.jax.batched_device_put(aval, self.sharding, [array], self.devices, True, False, self.zero_copy, False)
+        return super().put(np.ascontiguousarray(value), aval)
 
 
 def _host(buffer: Any) -> np.ndarray:
@@ -128,9 +103,8 @@ def _host(buffer: Any) -> np.ndarray:
     (bfloat16, the float8s), jaxlib's own copy to the host."""
     try:
         return np.from_dlpack(_DLPack(buffer))
-    except RuntimeError:
-        array, _ = buffer._single_device_array_to_np_array_did_copy()
-        return array
+    except (RuntimeError, BufferError):  # numpy < 2.5 raised RuntimeError, 2.5 BufferError
+        return jaxlib_api.host_copy(buffer)
 
 
 class _Compiled:
@@ -139,7 +113,7 @@ class _Compiled:
     def __init__(self, device: _Device, blob: bytes, entry: ExecutableEntry, where: str):
         t0 = time.perf_counter()
         try:
-            self.loaded = _client.deserialize_executable(blob, device.device_list, None)
+            self.loaded = device.deserialize(blob)
         except Exception as e:  # noqa: BLE001 - XLA's own errors for a blob that is not an executable
             raise ArtifactError(f"{where}: cannot deserialize the executable ({type(e).__name__}: {str(e)[:200]}).") from None
         self.seconds = time.perf_counter() - t0  # deserializing it: part of what its first call would cost
@@ -147,13 +121,12 @@ class _Compiled:
         self.kept = list(entry.kept_inputs)
         avals = [_Aval(s, to_dtype(d)) for s, d in zip(entry.input_shapes, entry.input_dtypes)]
         self.avals = [avals[i] for i in self.kept]
-        self.handlers = [device.jax.array_result_handler(_Aval(s, to_dtype(d)), device.sharding, True, _skip_checks=True)
-                         for s, d in zip(entry.output_shapes, entry.output_dtypes)]
+        self.handlers = [device.result_handler(_Aval(s, to_dtype(d))) for s, d in zip(entry.output_shapes, entry.output_dtypes)]
 
     def device_outputs(self, args: Sequence[Any]) -> list[Any]:
         put = self.device.put
         placed = [put(args[i], aval) for i, aval in zip(self.kept, self.avals)]
-        return self.loaded.execute_sharded(placed).consume_with_handlers(self.handlers)
+        return jaxlib_api.execute(self.loaded, placed, self.handlers)
 
     def __call__(self, args: Sequence[Any]) -> list[np.ndarray]:
         return [_host(o) for o in self.device_outputs(args)]

@@ -1,0 +1,183 @@
+"""Every private jax and jaxlib call tripy_build makes to load, run and serialize executables, in one place.
+
+The loaders run executables the way jax does inside, without its tracing: ``tripy_build.runtime`` talks to
+jaxlib's C++ module (``jaxlib._jax``) directly, without importing jax, and ``tripy_build.load`` rebuilds jax's
+executable wrapper from the manifest instead of unpickling it. Neither is public API: names and signatures
+change between jaxlib releases without notice (0.11 dropped ``array_result_handler``'s ``_skip_checks``, which
+0.10 needed; 0.12 moved ``ClosedJaxpr`` out of ``jax._src.core``). So each such call is made here and nowhere
+else, with the releases it was run on. ``TESTED`` is that list; the package's pins (jax, jaxlib >= 0.11.2,
+< 0.13) admit only those series, and ``.ci/run`` runs the suite on 0.12 and a smoke set on 0.11.2.
+
+An executable is native code for the jaxlib that compiled it: the manifest records that version, and a loader
+refuses another (``artifact/compat.py``) before any of these calls sees its bytes.
+
+Nothing here imports jax at module level: the jax-free runtime imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+TESTED = ("0.11.2", "0.12.0.1")  # the jaxlib releases every call below was run with
+TESTED_SERIES = ("0.11.", "0.12.")
+
+
+def jaxlib() -> Any:
+    """jaxlib's C++ module. Tested: 0.11.2, 0.12.0.1."""
+    from jaxlib import _jax
+
+    return _jax
+
+
+# --- the jax-free runtime (runtime/pjrt.py) -------------------------------------------------------------------
+
+def cpu_client() -> Any:
+    """A synchronous PJRT CPU client: a call runs on the caller's thread. Tested: 0.11.2, 0.12.0.1."""
+    return jaxlib().get_tfrt_cpu_client(asynchronous=False)
+
+
+class Aval:
+    """What jaxlib's C++ reads from an abstract value (jax's ``ShapedArray``) when it places or returns an array."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape: Sequence[int], dtype: Any):
+        import numpy as np
+
+        self.shape, self.dtype, self.weak_type = tuple(shape), np.dtype(dtype), False
+
+
+class Device:
+    """A client's first device, with the sharding object jaxlib's ``batched_device_put`` and result handlers
+    expect (jax's ``SingleDeviceSharding`` plus the two attributes jax's Python subclass adds).
+    Tested: 0.11.2, 0.12.0.1."""
+
+    def __init__(self, client: Any) -> None:
+        _jax = jaxlib()
+        from jaxlib import _hlo
+
+        replicated = _hlo.HloSharding.replicate()
+
+        class Sharding(_jax.SingleDeviceSharding):
+            _to_xla_hlo_sharding = staticmethod(lambda num_dimensions: replicated)
+            memory_kind = None
+
+        self.client = client
+        self.device = client.local_devices()[0]
+        self.sharding = Sharding(self.device)
+        self.devices = [self.device]
+        self.device_list = _jax.DeviceList((self.device,))
+        self._put = _jax.batched_device_put
+        self._handler = _jax.array_result_handler
+        self._zero_copy = _jax.HostBufferSemantics.ZERO_COPY
+        self.array_type = _jax.ArrayImpl
+
+    def put(self, array: Any, aval: Aval) -> Any:
+        """A C-contiguous numpy array as a device array (on the CPU without a copy where its memory is aligned).
+        ``batched_device_put(aval, sharding, xs, devices, committed, force_copy, semantics, enable_x64)``."""
+        return self._put(aval, self.sharding, [array], self.devices, True, False, self._zero_copy, False)
+
+    def result_handler(self, aval: Aval) -> Any:
+        """What turns a result buffer into an array: ``array_result_handler(aval, sharding, committed)``
+        (0.10 also took ``_skip_checks=True``; 0.11 removed it)."""
+        return self._handler(aval, self.sharding, True)
+
+    def deserialize(self, blob: bytes) -> Any:
+        """An executable from its bytes: ``client.deserialize_executable(blob, device_list, options=None)``."""
+        return self.client.deserialize_executable(blob, self.device_list, None)
+
+
+def execute(loaded: Any, placed: Sequence[Any], handlers: Sequence[Any]) -> list[Any]:
+    """Run a deserialized executable on placed arrays: ``execute_sharded(...).consume_with_handlers(...)``.
+    Tested: 0.11.2, 0.12.0.1."""
+    return loaded.execute_sharded(placed).consume_with_handlers(handlers)
+
+
+def dlpack_capsule(array: Any) -> Any:
+    """A result array as a DLPack capsule (``np.from_dlpack`` views it). Tested: 0.11.2, 0.12.0.1."""
+    return jaxlib().buffer_to_dlpack_managed_tensor(array)
+
+
+def host_copy(array: Any) -> Any:
+    """A result array copied to a numpy array by jaxlib (bfloat16 and the float8s, which DLPack has no code for).
+    Tested: 0.11.2, 0.12.0.1."""
+    return array._single_device_array_to_np_array_did_copy()[0]
+
+
+# --- what a host's CPU compiles for (host.py) -----------------------------------------------------------------
+
+def compile_probe(client: Any, mlir: str) -> bytes:
+    """Compile a StableHLO module on ``client``'s first device and return the executable's bytes.
+    ``client.compile_and_load(module, DeviceList)`` and ``client.serialize_executable``. Tested: 0.11.2, 0.12.0.1."""
+    _jax = jaxlib()
+    exe = client.compile_and_load(mlir, _jax.DeviceList((client.local_devices()[0],)))
+    return bytes(client.serialize_executable(exe))
+
+
+# --- jax's side (runtime/xla.py, runtime/compile_cache.py) -----------------------------------------------------
+
+def backend_started() -> bool:
+    """Whether jax has created its backends in this process (after which ``XLA_FLAGS`` are read).
+    ``jax._src.xla_bridge._backends``. Tested: 0.11.2, 0.12.0.1."""
+    from jax._src import xla_bridge
+
+    return bool(xla_bridge._backends)
+
+
+def compiled_parts(compiled: Any) -> tuple[Any, Any]:
+    """``(xla_executable, unloaded)`` of a ``jax.stages.Compiled``: XLA's executable (loaded, or compile-only for a
+    device that is not here) and jax's ``UnloadedMeshExecutable`` (its avals and the inputs XLA kept).
+    ``compiled._executable._unloaded_executable``. Tested: 0.11.2, 0.12.0.1."""
+    unloaded = compiled._executable._unloaded_executable
+    return unloaded.xla_executable, unloaded
+
+
+def serialize(compiled: Any) -> bytes:
+    """An executable's bytes, by the executable's own ``serialize()``: a compile-only client (a GPU compiled for
+    without one) holds an unloaded executable, which ``backend.serialize_executable`` refuses (TypeError); both
+    give the same bytes for a loaded one. Tested: 0.11.2, 0.12.0.1."""
+    return bytes(compiled_parts(compiled)[0].serialize())
+
+
+def wrap(executable: Any, backend: Any, device: Any, inputs: Sequence[tuple[Sequence[int], str]],
+         outputs: Sequence[tuple[Sequence[int], str]], kept: set[int], name: str, out_tree: Any) -> Any:
+    """A deserialized executable as a ``jax.stages.Compiled`` (jax's C++ fast call path), as jax's own
+    ``UnloadedMeshExecutable`` would make it for one device; ``inputs`` and ``outputs``: (shape, dtype) of each.
+    Tested: 0.11.2, 0.12.0.1."""
+    import jax
+    import numpy as np
+    from jax._src import core, stages
+    from jax._src.interpreters import pxla
+    from jax._src.lib import xla_client as xc
+
+    in_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in inputs]
+    out_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in outputs]
+    devices = xc.DeviceList((device,))
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    n_in, n_out = len(in_avals), len(out_avals)
+    unloaded = pxla.UnloadedMeshExecutable(
+        xla_executable=executable, device_list=devices, backend=backend,
+        input_avals=list(in_avals), input_shardings=[sharding] * n_in,
+        output_avals=list(out_avals), output_shardings=[sharding] * n_out,
+        committed=True, name=name, unordered_effects=[], ordered_effects=[], keepalive=[],
+        host_callbacks=[], kept_var_idx=set(kept), mut=None,
+        xla_in_layouts=[None] * n_in, dispatch_in_layouts=[None] * n_in, xla_out_layouts=[None] * n_out,
+        all_args_info=None, pgle_profiler=None,
+    )
+    args_info = (tuple(stages.ArgInfo(a, False) for a in in_avals), {})
+    return stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=True)
+
+
+def deserialize(backend: Any, blob: bytes, device: Any) -> Any:
+    """``backend.deserialize_executable(blob, executable_devices=DeviceList)``. Tested: 0.11.2, 0.12.0.1."""
+    from jax._src.lib import xla_client as xc
+
+    return backend.deserialize_executable(blob, executable_devices=xc.DeviceList((device,)))
+
+
+def lru_cache(path: str, max_size: int) -> Any:
+    """jax's size-bounded file cache (``jax._src.lru_cache.LRUCache``: get/put by key, least recently used
+    evicted). Tested: 0.11.2, 0.12.0.1."""
+    from jax._src.lru_cache import LRUCache
+
+    return LRUCache(path, max_size=max_size)
