@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build import CompatibilityWarning
+from tripy_build import CompatibilityWarning, runtime
 from conftest import BATCH, DIM_IN, DIM_OUT, assert_close, info_summary
 
 PROGRAM = "program.jaxexport"
@@ -548,7 +548,6 @@ def test_executable_path_outside_artifact(artifact_copy):
 @pytest.mark.parametrize(
     "edit",
     [
-        pytest.param(lambda deps: deps.update(jaxlib="0.0.1"), id="other-jaxlib"),
         pytest.param(lambda deps: deps.update(isa=[*deps["isa"], "future-isa-9000"]), id="isa-this-host-lacks"),
         pytest.param(lambda deps: (deps.pop("isa"), deps.update(cpu_features=deps["cpu_features"] + " future_isa_9000")),
                      id="no-isa-recorded-build-host-flag-this-host-lacks"),
@@ -565,6 +564,23 @@ def test_incompatible_executable_falls_back_to_program(artifact_copy, geglu_ref,
     for batch in (BATCH[1], 2):
         x = rng.standard_normal((batch, DIM_IN)).astype(np.float32)
         assert_close(loaded(x), geglu_ref(x))
+
+
+def test_an_executable_from_another_jaxlib_is_refused_in_one_line(artifact_copy, geglu_ref, rng):
+    """XLA's executables load only in the jaxlib that compiled them: the load names both versions and the fixes, and
+    the portable program still runs here when the executables are not trusted."""
+    m = _read_manifest(artifact_copy)
+    m["executables"][0]["depends_on"]["jaxlib"] = "0.10.2"
+    _write_manifest(artifact_copy, m)
+    here = jaxlib.__version__
+    for load in (tb.load, runtime.load):
+        with pytest.raises(tb.TripyBuildError) as excinfo:
+            load(artifact_copy)
+        message = str(excinfo.value)
+        assert "\n" not in message and f"compiled by jaxlib 0.10.2, and this is jaxlib {here}" in message
+        assert f"tripy-build rebuild {artifact_copy}" in message and "trust_executables=False" in message
+    x = rng.standard_normal((BATCH[1], DIM_IN)).astype(np.float32)
+    assert_close(tb.load(artifact_copy, trust_executables=False)(x), geglu_ref(x))
 
 
 def test_compatibility_is_judged_by_the_executables_own_isa_not_the_build_hosts_flags(artifact_copy, geglu_ref, rng):

@@ -1,9 +1,11 @@
 """Whether a precompiled executable in an artifact can run on this host, and if not, why.
 
-An XLA CPU executable is native code for one jaxlib, machine and set of CPU features (XLA's own
-loader only logs a mismatch, then may die on an illegal instruction); an IREE module runs only on
-the IREE runtime release that compiled it, on a CPU with the build host's features. Nothing here
-imports jax: the jax-free runtime asks the same questions.
+An XLA executable is native code for one jaxlib and, on the CPU, one machine and set of CPU features (XLA's own
+loader only logs a mismatch, then may die on an illegal instruction), on a GPU for one GPU model. Another jaxlib
+or another GPU is a refusal (``refusal``: the loader raises, saying how to rebuild); a CPU without the features is
+skipped with a warning, its shapes compiled from the portable program. An IREE module runs only on the IREE
+runtime release that compiled it, on a CPU with the build host's features. Nothing here imports jax: the jax-free
+runtime asks the same questions.
 """
 
 from __future__ import annotations
@@ -19,6 +21,25 @@ class CompatibilityWarning(UserWarning):
     """A precompiled executable in an artifact cannot run on this host and was skipped."""
 
 
+def refusal(entry: ExecutableEntry, client: Any = None) -> str | None:
+    """Why an XLA executable must not be loaded here at all, or None: it was compiled by another jaxlib (XLA's
+    executables load only in the jaxlib that compiled them; another may fail inside jaxlib or run wrong code), or,
+    for a GPU, for another GPU model (``client``: the PJRT client that would run it, asked which GPU it has). The
+    artifact's portable program still runs here, compiled for this machine (the loader's error says how)."""
+    if not entry.is_xla:
+        return None
+    recorded, here = entry.depends_on, host_features()["jaxlib"]
+    if recorded.get("jaxlib") and recorded["jaxlib"] != here:
+        return (f"compiled by jaxlib {recorded['jaxlib']}, and this is jaxlib {here}: an XLA executable loads only in "
+                "the jaxlib that compiled it")
+    if entry.platform == "cuda" and recorded.get("gpu"):
+        gpu = getattr(client.local_devices()[0], "device_kind", None) if client is not None else None
+        if gpu != recorded["gpu"]:
+            built = recorded.get("code") or f"compute capability {recorded.get('compute_capability')}"
+            return f"compiled for the {recorded['gpu']} ({built}), and this machine's GPU is {gpu or 'not one'}"
+    return None
+
+
 def incompatibility(entry: ExecutableEntry, client: Any = None) -> str | None:
     """Why ``entry`` must not be loaded here, or None. ``client``: the PJRT client that would run an XLA CPU
     executable, asked which CPU features it compiles for."""
@@ -26,7 +47,7 @@ def incompatibility(entry: ExecutableEntry, client: Any = None) -> str | None:
         return _iree(entry.depends_on)
     if not entry.is_xla:
         return f"unknown executable format {entry.format!r}"
-    return _xla(entry.depends_on, client if entry.platform == "cpu" else None)
+    return refusal(entry, client) or _xla(entry.depends_on, client if entry.platform == "cpu" else None)
 
 
 def _xla(recorded: dict[str, Any], client: Any = None) -> str | None:
@@ -35,7 +56,7 @@ def _xla(recorded: dict[str, Any], client: Any = None) -> str | None:
     host = host_features()
     if not tested_jax():
         return f"jaxlib {host['jaxlib']} is not a release this loader was tested with ({', '.join(TESTED)})"
-    mismatch = _same_machine(recorded, ("jaxlib", "machine", "system"))
+    mismatch = _same_machine(recorded, ("machine", "system"))
     if mismatch:
         return mismatch
     here = host_isa(client) if client is not None and recorded.get("isa") is not None else None

@@ -89,12 +89,36 @@ def compiler_line(m: Manifest) -> str:
 
 
 def profiles_line(m: Manifest, index: dict[str, Any], seconds: dict[str, float]) -> str:
-    """``7 precompiled by XLA, 150.5 KB, 0.5 s of compile time``, or ``""`` with none."""
+    """``7 precompiled by XLA, 150.5 KB, 0.5 s of compile time`` (``7 for each of cpu, cuda (NVIDIA H100 80GB
+    HBM3)`` with several platforms), or ``""`` with none."""
     if not m.executables:
         return ""
     size = sum(index.get(e.file, {}).get("size", 0) for e in m.executables)
-    return (f"{len(m.executables)} precompiled {compiler_line(m)}, {human_size(size)}, "
+    count = str(len(m.executables))
+    platforms = list(dict.fromkeys(e.platform for e in m.executables))
+    if len(platforms) > 1 or platforms != ["cpu"]:
+        count = f"{len(m.executables) // len(platforms)} for {'each of ' if len(platforms) > 1 else ''}" + ", ".join(
+            platform_text(m, p) for p in platforms) + ","
+    return (f"{count} precompiled {compiler_line(m)}, {human_size(size)}, "
             f"{sum(seconds.get(e.file, 0) for e in m.executables):.1f} s of compile time")
+
+
+def platform_text(m: Manifest, platform: str) -> str:
+    """``cuda (NVIDIA H100 80GB HBM3, sm_90a, compiled without it)``: a platform, and the GPU its executables are for."""
+    deps = next((e.depends_on for e in m.executables if e.platform == platform), {})
+    if not deps.get("gpu"):
+        return platform
+    return (f"{platform} ({deps['gpu']}, {deps.get('code') or 'compute capability ' + str(deps.get('compute_capability'))}"
+            + (", compiled without it" if deps.get("deviceless") else "") + ")")
+
+
+def gpu_lines(m: Manifest) -> list[str]:
+    """What a build for a GPU that was not there left undone (``gpu.NOT_DONE``, as its executables record it)."""
+    deps = next((e.depends_on for e in m.executables if e.depends_on.get("deviceless")), None)
+    if deps is None:
+        return []
+    return [f"compiled for the {deps['gpu']} without it ({deps.get('cuda_plugin')}); not done:",
+            *(f"  - {line}" for line in deps.get("not_done") or ())]
 
 
 def precision_line(m: Manifest) -> str:
@@ -158,7 +182,7 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
     for e in m.executables:
         c = (costs or {}).get(e.file, {})
         label = "every shape" if e.dynamic else " ".join(f"{k}={v}" for k, v in e.profile.items())
-        rows.append([label or "static", e.file, human_size(index.get(e.file, {}).get("size", 0)),
+        rows.append([label or "static", platform_text(m, e.platform), e.file, human_size(index.get(e.file, {}).get("size", 0)),
                      f"{seconds.get(e.file, 0):.2f}", f"{c['flops'] / 1e6:.1f}" if c.get("flops") is not None else "-",
                      human_size(c["temp_bytes"]) if c.get("temp_bytes") is not None else "-"])
     c = m.compiler
@@ -166,7 +190,9 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
             + (" (weights stored twice: packed in the module, and as weights/)" if c.mode == "dynamic" else "")
             + (f" (the dynamic program was refused: {c.why})" if c.why else "")
             + (f", flags {' '.join(c.flags)}" if c.flags else "")]
-    out += ["", f"{title}profiles ({len(rows)})"] + table(["profile", "file", "size", "compile s", "MFLOP", "temp"], rows)
+    out += ["", f"{title}profiles ({len(rows)})"] + table(["profile", "platform", "file", "size", "compile s", "MFLOP",
+                                                           "temp"], rows)
+    out += [f"  {line}" for line in gpu_lines(m)]
     return out
 
 
@@ -190,6 +216,8 @@ def list_row(path: Path) -> dict[str, str]:
                f"O{m.optimization_level}", config.get("precision", "float32")]
     if config.get("target_cpu", "host") != "host":
         options.append(f"cpu={config['target_cpu']}")
+    if config.get("target_gpu", "host") != "host":
+        options.append(f"gpu={config['target_gpu']}")
     if (m.key_parts.get("params") or {}).get("init") == "checkpoint":
         options.append("checkpoint")
     if m.entry:

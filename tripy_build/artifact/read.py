@@ -23,7 +23,7 @@ import numpy as np
 from ..core.spec import count_leaves, rebuild
 from ..errors import ArtifactError
 from . import crosscheck
-from .compat import CompatibilityWarning, incompatibility
+from .compat import CompatibilityWarning, incompatibility, refusal
 from .digest import digest_bytes, digest_file, file_names, recorded
 from .layout import INDEX, INDEX_KIND, MANIFEST, MAX_JSON_BYTES, no_links, reproducible_files, safe_relpath
 from .lock import reading
@@ -270,10 +270,16 @@ class Contents:
         return values
 
     def usable(self, entry: ExecutableEntry, client: Any = None) -> bool:
-        """Whether a precompiled executable can run here (``client``: the PJRT client that would run it,
-        asked which CPU features it compiles for); warns with the reason when it cannot."""
+        """Whether a precompiled executable can run here (``client``: the PJRT client that would run it, asked which
+        CPU features it compiles for and which GPU it has); warns with the reason when it cannot, and raises where it
+        must not be loaded at all (``compat.refusal``: another jaxlib, another GPU)."""
         import warnings
 
+        refused = refusal(entry, client)
+        if refused is not None:
+            raise ArtifactError(f"{self.where(entry.file)}: {refused}. Rebuild the artifact here (tripy-build rebuild "
+                                f"{self.path}), or load it with trust_executables=False to compile its portable "
+                                "program for this machine.")
         reason = incompatibility(entry, client)
         if reason is not None:
             warnings.warn(f"{self.where(entry.file)}: skipped ({reason}); the exported program will be "
@@ -284,10 +290,11 @@ class Contents:
         """Refuse an artifact whose program was not exported for ``platform`` (this host's)."""
         platforms = self.manifest.platforms
         if platform not in platforms:
+            gpus = sorted({e.depends_on["gpu"] for e in self.manifest.executables if e.depends_on.get("gpu")})
             raise ArtifactError(
-                f"{self.where()}: built for {', '.join(platforms)} only, and this host runs {platform}: the "
-                f"program cannot run here. Rebuild with backend=[{', '.join([*platforms, platform])}] (a "
-                "multi-platform artifact: executables for the build host, the portable program for the rest)."
+                f"{self.where()}: built for {', '.join(platforms)} only{' (' + ', '.join(gpus) + ')' if gpus else ''}, "
+                f"and this host runs {platform}: its program cannot run here. Load it where it can, or build it for "
+                f"both: backend=[{','.join([*platforms, platform])}] (executables for each)."
             )
 
 

@@ -48,10 +48,25 @@ def key_parts(request: BuildRequest, sources: list[tuple[str, str, str]], params
         "params": params_identity,
         "toolchain": dict(toolchain(), tripy_build_source=package_digest(), **(frameworks or {})),
         "target": {"platforms": request.platforms, "cpu": request.target_cpu, "machine": host["machine"],
-                   "system": host["system"], "cpu_features": host["cpu_features"]},
+                   "system": host["system"], "cpu_features": host["cpu_features"], **gpu_identity(request)},
         "compiler_options": ({p: compiler_options(request.optimization_level, p) for p in request.platforms}
                              if request.compiler == "xla" else {"iree": iree_options()}),
     }
+
+
+def gpu_identity(request: BuildRequest) -> dict[str, Any]:
+    """What a build's CUDA executables depend on: the GPU (the one named, or this machine's) and jax's CUDA plugin."""
+    if "cuda" not in request.platforms:
+        return {}
+    from ..compiler.gpu import HOST, plugin_version
+    from ..runtime.xla import local_platform
+
+    gpu = request.target_gpu
+    if gpu == HOST and local_platform() == "cuda":
+        import jax
+
+        gpu = jax.devices("cuda")[0].device_kind
+    return {"gpu": gpu, "cuda_plugin": plugin_version()}
 
 
 _NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_checkpoint_key", "params_seed", "cache_max_bytes",

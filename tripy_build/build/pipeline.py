@@ -143,7 +143,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
                                            request.max_profiles, request.generate["max_length"])
         exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
                             precision=request.precision, max_error=request.max_error, backend=request.compiler,
-                            keep_loaded=False)
+                            keep_loaded=False, gpu=request.target_gpu)
         exe.metadata["generate"] = spec.to_metadata()
     else:
         exe = build_executable(
@@ -151,7 +151,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
             kwargs={"lengths": mask_dims} if mask_dims else None, platforms=request.platforms, name=model_name,
             log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
             max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error,
-            backend=request.compiler, keep_loaded=False,
+            backend=request.compiler, keep_loaded=False, gpu=request.target_gpu,
         )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..artifact.describe import dim_lines, file_sizes, human_size, precision_line, profiles_line, spec_text
+from ..artifact.describe import dim_lines, file_sizes, gpu_lines, human_size, precision_line, profiles_line, spec_text
 from ..artifact.manifest import Manifest
 from ..artifact.read import read_index
 from ..core.profiles import first_use_compiles
@@ -25,6 +25,7 @@ class BuildResult:
     dims: list[str] = field(default_factory=list)  # per dynamic dim: its buckets and strategy
     profiles: str = ""
     precision: str = ""  # the measured error of a reduced-precision build
+    undone: list[str] = field(default_factory=list)  # what a build for a GPU that was not there left undone
     files: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # input files (model code, checkpoint) -> digest (digest.ALGORITHM)
     remote: str = ""  # the remote cache it was downloaded from, for a remote cache hit
@@ -42,6 +43,7 @@ class BuildResult:
             lines.append(f"  profiles: {self.profiles}")
         if self.precision:
             lines.append(f"  precision: {self.precision}")
+        lines += [f"  {line}" for line in self.undone]
         if self.timings:
             lines.append("  stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items()))
         lines.append(f"  files ({human_size(self.size)}): " + ", ".join(f"{k} {human_size(v)}" for k, v in sorted(self.files.items())))
@@ -76,4 +78,5 @@ def result_from_manifest(path: Path, key: str, model_name: str, cache_hit: bool,
         dims=[f"{name}: {line}" if name else line for name, m in entries for line in dim_lines(m)],
         profiles="; ".join(f"{name}: {line}" if name else line for name, m in entries
                            if (line := profiles_line(m, index, seconds))),
-        precision=precision_line(manifest), files=file_sizes(manifest, index), sources=sources)
+        precision=precision_line(manifest), files=file_sizes(manifest, index), sources=sources,
+        undone=gpu_lines(manifest))

@@ -37,3 +37,5 @@ class BuildRequest:
     # task=generate: {"max_length": cache positions}; None: the model's forward pass, one entry
     generate: dict[str, Any] | None = None
     weights: str = "prepared"  # how the artifact stores the weights prep reads: prepared | raw (runtime/save.py)
+    # the GPU cuda executables are for: host (this machine's), or a GPU described in compiler/gpu.py (deviceless)
+    target_gpu: str = "host"

@@ -4,6 +4,8 @@
 COMMANDS = {
     "verify": ("verify", "PATH [--rebuild]: check digests, params, load and self-test; --rebuild also rebuilds "
                          "and compares"),
+    "rebuild": ("rebuild", "PATH [--gpu host|h100] [--checkpoint DIR]: build it again from its recorded config with "
+                           "this machine's jaxlib and GPU (what a loader refuses); prints the new path"),
     "inspect": ("show", "PATH [--cost] [--dump DIR]: an artifact as tables; --dump writes its StableHLO and HLO "
                         "per profile"),
     "show": ("show", "PATH: the same as inspect"),

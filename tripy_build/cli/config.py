@@ -19,6 +19,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..build.request import BuildRequest
+from ..compiler.gpu import GPUS, HOST as GPU_HOST, spec as gpu_spec
 from ..compiler.optimization import DEFAULT_LEVEL, check_level
 from ..errors import ConfigError, SpecError
 from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, MaskInput, resolve_buckets
@@ -40,6 +41,9 @@ def key(default: Any = MISSING, help: str = "", factory: Any = None) -> Any:  # 
 class TargetConfig:
     cpu: str = key("host", "host: this CPU; portable: a baseline every recent server has (AVX2 on x86-64, NEON "
                            "on arm64); or an ISA ceiling (SSE4_2, AVX, AVX2, AVX512): --xla_cpu_max_isa")
+    gpu: str = key("host", "with backend cuda: host (this machine's GPU, autotuned on it) or the GPU to compile for "
+                           "without it: " + ", ".join(GPUS) + " (needs jax's CUDA plugin: '.[cuda13]' or "
+                           "'.[cuda-deviceless]')")
 
 
 class Precision(enum.Enum):
@@ -258,10 +262,15 @@ def validate(cfg: DictConfig) -> BuildRequest:
     from ..compiler.target import max_isa
 
     max_isa(plain["target"]["cpu"])  # refuses a name XLA does not know here
+    gpu_spec(plain["target"]["gpu"])  # refuses a GPU not described
+    if plain["target"]["gpu"] != GPU_HOST and "cuda" not in platforms:
+        raise ConfigError(f"target.gpu={plain['target']['gpu']}: names the GPU that cuda executables are for, and "
+                          f"backend={plain['backend']} builds none; add cuda (backend=cuda, or backend=[cpu,cuda]) or remove "
+                          "target.gpu.")
     return BuildRequest(
         model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], buckets=buckets,
         max_profiles=plain["shapes"]["max_profiles"], platforms=list(dict.fromkeys(platforms)), compiler=compiler,
-        target_cpu=plain["target"]["cpu"], optimization_level=level,
+        target_cpu=plain["target"]["cpu"], target_gpu=plain["target"]["gpu"], optimization_level=level,
         precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
         params_seed=plain["params"]["seed"],
         params_checkpoint=plain["params"]["checkpoint"], params_checkpoint_key=plain["params"]["checkpoint_key"],

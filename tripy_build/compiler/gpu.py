@@ -148,3 +148,25 @@ def plugin_version() -> str | None:
         except PackageNotFoundError:
             continue
     return None
+
+
+def record(device: Any, described: GpuSpec | None = None) -> dict[str, Any]:
+    """What a CUDA executable compiled for ``device`` asks of a host (its manifest entry's ``depends_on``): the jax,
+    jaxlib and CUDA plugin that compiled it, and the GPU. ``described``: the spec a compile-only device was made
+    from (``deviceless``; what that leaves undone is ``not_done``)."""
+    from ..host import version
+
+    capability = getattr(device, "compute_capability", None) or (described.capability if described else None)
+    return {
+        "jax": version("jax"), "jaxlib": version("jaxlib"), "cuda_plugin": plugin_version(),
+        "gpu": device.device_kind, "compute_capability": str(capability),
+        "gpu_target": described.key if described is not None else HOST,
+        **({"code": described.sm} if described is not None else {}),
+        "deviceless": described is not None,
+        **({"not_done": list(NOT_DONE)} if described is not None else {}),
+    }
+
+
+# What a build for a GPU that is not there leaves undone (recorded with each such executable, and said by the build)
+NOT_DONE = ("autotuning: XLA picked the kernels by its heuristics, not by timing them on the GPU",
+            "the self-test on the GPU: it runs at the artifact's first load there (tripy_build.load), or by verify")

@@ -34,8 +34,10 @@ from ..runtime.program import resolve
 from . import eager, selftest
 from . import precision as precision_lib
 from .export import export, output_infos, symbolic_specs
+from .gpu import HOST, record as gpu_record
 from .optimization import DEFAULT_LEVEL, check_level, compiler_options
 from .proofs import prove_padding
+from .target import compile_plan
 from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
 
 
@@ -110,11 +112,17 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
                      buckets: Any = profiles_lib.DEFAULT_BUCKETS, padding: Mapping[str, str] | None = None,
                      max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES, precision: str | None = None,
                      max_error: float | None = None, backend: str = "xla", donate: Sequence[str] = (),
-                     prep_name: str | None = None, keep_loaded: bool = True) -> Executable:
+                     prep_name: str | None = None, keep_loaded: bool = True, gpu: str = HOST) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``;
     ``donate``: the runtime inputs whose buffers each call gives to the outputs (``Entry.donate``);
     ``keep_loaded=False``: each profile is kept as its bytes once compiled, loaded only while the build runs it
-    (a build that saves the executable: BERT-base's 50 profiles held ~570 MB loaded)."""
+    (a build that saves the executable: BERT-base's 50 profiles held ~570 MB loaded); ``gpu``: the GPU ``cuda``
+    executables are for (``target.gpu``: ``host``, or a name in ``compiler/gpu.py``, compiled for without it).
+
+    Every platform of ``platforms`` gets its executables (``target.compile_plan``). Those of the platform that
+    runs here are the ones the padding proof and the precision measure run; those of the others (a GPU that is
+    not here, or the CPU beside this machine's GPU) are saved with the artifact. Where none runs here (a cuda
+    build on a CPU machine), a twin of the program exported for this CPU runs them, and is not saved."""
     check_level(optimization_level)
     if not isinstance(args, (list, tuple)):
         raise SpecError(f"args= must be a list or tuple of arguments, got {type(args).__name__}.")
@@ -154,7 +162,13 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     if eager.disabled():
         return eager.EagerFunction(flat, [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime],
                                    leaves, sizes)
+    plan = compile_plan(platforms, gpu) if backend == "xla" else None
     program = export(flat, leaves, sizes, weight_owners(arguments), platforms, prep_name)
+    exported_bytes = bytes(program.main.serialize())
+    prep_bytes = bytes(program.prep.serialize()) if program.prep is not None else None
+    target_program = program
+    if plan is not None and plan.twin:
+        program = export(flat, leaves, sizes, weight_owners(arguments), (plan.run,), prep_name)
     dims = profiles_lib.plan_dims(program.symbols, [p for p, _ in leaves], buckets, padding)
     size_names = [s.name for _, s in sizes]
     for d in dims:
@@ -169,23 +183,17 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     targets = profiles_lib.profiles(dims, max_profiles)
     dispatcher = Dispatcher(dims, [info.shape_bounds.opt for _, info in leaves], size_names, out_axes, targets,
                             profiles_lib.pad_values(dims, [p for p, _ in leaves]))
-    exported_bytes = bytes(program.main.serialize())
-    prep_bytes = bytes(program.prep.serialize()) if program.prep is not None else None
     log("trace+export", time.perf_counter() - t0)
 
-    host_platform = jax.default_backend()
-    if host_platform not in platforms:
-        raise SpecError(
-            f"platforms {list(platforms)}: this host runs {host_platform!r}, and a build runs what it compiles (the "
-            f"self-test, the padding proof); include {host_platform!r} (e.g. backend=[{host_platform},{platforms[0]}]), "
-            f"or build on a {platforms[0]} host. The others compile from the portable program where the artifact loads."
-        )
+    host_platform = plan.run if plan is not None else "cpu"
+    run_device = jax.devices(host_platform)[0]
     options = {p: compiler_options(optimization_level, p) for p in platforms}  # recorded; run-time compiles use them
+    run_options = options.get(host_platform) or compiler_options(optimization_level, host_platform)
     prep_exes = []
     if program.prep is not None:
         t0 = time.perf_counter()
         prep_exes = [_compile_one(exported, [program.weights[i].value.shape for i in chunk.weights], (), host_platform,
-                                  None, options[host_platform]) for chunk, exported in program.chunks]
+                                  None, run_options, device=run_device) for chunk, exported in program.chunks]
         log("compile prep", time.perf_counter() - t0)
     parameters = [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime]
     exe = Executable(
@@ -207,13 +215,24 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
         precompiled = compile_profiles(exe, program, shapes, targets, len(sizes), log, compile_all)
     else:
         t0 = time.perf_counter()
-        options = exe.compiler_options[host_platform]
         donate_argnums = exe.donate_argnums
         precompiled = compile_all(lambda i, profile: _compile_one(program.main, shapes[i], targets[i], host_platform,
-                                                                  profile, options, donate_argnums,
-                                                                  None if keep_loaded else flat.__name__))
+                                                                  profile, run_options, donate_argnums,
+                                                                  None if keep_loaded else flat.__name__, run_device))
         exe.add_profiles(precompiled)
-        log(f"compile {len(precompiled)} profile(s)", time.perf_counter() - t0)
+        twin = f" for this {host_platform.upper()} (a twin to prove padding on; not saved)" if plan.twin else ""
+        log(f"compile {len(precompiled)} profile(s){twin}", time.perf_counter() - t0)
+        for p in [p for p in platforms if p != host_platform]:
+            t0 = time.perf_counter()
+            other = functools.partial(_compile_one, platform=p, options=options[p], donate=donate_argnums,
+                                      device=plan.devices[p], gpu=plan.deviceless.get(p), keep=False)
+            foreign = compile_all(lambda i, profile, other=other: other(target_program.main, shapes[i], targets[i],
+                                                                        profile=profile))
+            chunks = [other(exported, [program.weights[i].value.shape for i in chunk.weights], (), profile=None)
+                      for chunk, exported in target_program.chunks]
+            exe.add_foreign(foreign, chunks if plan.twin else None)
+            name = plan.devices[p].device_kind if p == "cuda" else p
+            log(f"compile {len(foreign)} profile(s) for {name}", time.perf_counter() - t0)
     if precompiled and exe._universal is None and any(d.strategy == "padded" for d in dims):
         t0 = time.perf_counter()
         prove_padding(exe)
@@ -248,9 +267,10 @@ def _donated_paths(arguments: Sequence[Any], leaves: Sequence[tuple[str, Any]], 
 def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAULT_LEVEL, *,
                   platforms: Sequence[str] = ("cpu",), name: str | None = None,
                   log: Callable[[str, float], None] | None = None, precision: str | None = None,
-                  max_error: float | None = None, backend: str = "xla", keep_loaded: bool = True) -> Executable:
+                  max_error: float | None = None, backend: str = "xla", keep_loaded: bool = True,
+                  gpu: str = HOST) -> Executable:
     """Compile each entry (``compile`` of a dict of ``Entry``); the first entry's executable, with all in
-    ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``); ``keep_loaded``: as for
+    ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``); ``keep_loaded`` and ``gpu``: as for
     ``build_executable``."""
     entries = check_entries(entries)
     log = log or (lambda stage, seconds: None)
@@ -261,7 +281,7 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
             e.func, optimization_level, args=e.args, kwargs=dict(e.kwargs) if e.kwargs is not None else None,
             platforms=platforms, name=f"{name}_{key}" if name else key, log=log, buckets=e.buckets,
             padding=e.padding, max_profiles=e.max_profiles, precision=precision, max_error=max_error,
-            backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep", keep_loaded=keep_loaded)
+            backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep", keep_loaded=keep_loaded, gpu=gpu)
     compiled = [exe for exe in exes.values() if isinstance(exe, Executable)]
     for i, exe in enumerate(compiled):
         exe.entries = exes
@@ -276,19 +296,26 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
 
 def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], target: tuple[int, ...],
                  platform: str, profile: Any, options: dict[str, Any], donate: Sequence[int] = (),
-                 unloaded_as: str | None = None) -> Precompiled:
-    """One profile compiled and serialized; with ``unloaded_as`` (the program's name) only its bytes are kept,
-    deserialized when first run (``Precompiled.unload``)."""
+                 unloaded_as: str | None = None, device: Any = None, gpu: Any = None, keep: bool = True) -> Precompiled:
+    """One profile compiled and serialized for ``device`` (None: jax's default; ``gpu``: the ``gpu.GpuSpec`` of a
+    compile-only one); with ``unloaded_as`` (the program's name) only its bytes are kept, deserialized when first
+    run (``Precompiled.unload``); with ``keep=False`` only its bytes, never to run in this process (another
+    platform's)."""
     t0 = time.perf_counter()
-    compiled = xla_executable.compile_shapes(exported, shapes, options, donate)
+    compiled = xla_executable.compile_shapes(exported, shapes, options, donate, device)
     seconds = time.perf_counter() - t0
     blob, entry = xla_executable.serialize(compiled)
-    depends = dict(host_features())
-    built_for = target_of(blob) if platform == "cpu" else None
-    if built_for is not None:
-        depends.update(target_cpu=built_for["cpu"], isa=built_for["isa"])
+    if platform == "cuda":
+        depends = gpu_record(device, gpu)
+    else:
+        depends = dict(host_features())
+        built_for = target_of(blob) if platform == "cpu" else None
+        if built_for is not None:
+            depends.update(target_cpu=built_for["cpu"], isa=built_for["isa"])
     entry = dataclasses.replace(entry, platform=platform, profile=dict(profile or {}), depends_on=depends,
                                 compiler_options=dict(options))
+    if not keep:
+        return Precompiled(tuple(target), blob, entry, None, seconds=seconds)
     if unloaded_as is None:
         return Precompiled(tuple(target), blob, entry, compiled, seconds=seconds)
     del compiled

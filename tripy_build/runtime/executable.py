@@ -38,7 +38,7 @@ from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
 from .warmup import Warmed, calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
-from .xla import compile_shapes, load as load_xla, serialize as serialize_xla
+from .xla import compile_shapes, load as load_xla, local_platform, serialize as serialize_xla
 from .program import PrepChunk, Program, Stored, Weight, resolve
 from .entries import MultiEntry
 
@@ -104,6 +104,11 @@ class Executable(MultiEntry):
         self.platforms = tuple(platforms)
         self._precompiled = list(precompiled)
         self._prep_exes = list(prep_exes)  # one per ``program.chunks``; none: prep runs through jax, whole
+        # executables for the other platforms of ``platforms`` (a GPU that is not here, the CPU beside this
+        # machine's GPU): saved with the artifact, never run in this process; and, where none of ``platforms``
+        # runs here (``_precompiled`` are a twin program's), the prep chunks compiled for the first of them
+        self.foreign: list[Precompiled] = []
+        self.foreign_prep: list[Precompiled] | None = None
         self.metadata = dict(metadata or {})
         self._selftest_source = selftest_source  # the traced function: the self-test reference
         self._selftest_make = selftest_make  # (reference, leaves, fixed, extra) -> cases: the compiler's
@@ -326,6 +331,13 @@ class Executable(MultiEntry):
         self._by_target.update({p.target: p for p in precompiled})
         self._runners.clear()
         self._fast.clear()
+
+    def add_foreign(self, precompiled: Sequence[Precompiled], prep: Sequence[Precompiled] | None = None) -> None:
+        """Save these executables for another platform with the artifact (the compiler adds them); ``prep``: its
+        prep chunks, where the prep chunks this process runs are a twin program's (not saved)."""
+        self.foreign.extend(precompiled)
+        if prep is not None and self.foreign_prep is None:
+            self.foreign_prep = list(prep)
 
     def unload_profiles(self, targets: Sequence[tuple[int, ...]] | None = None) -> None:
         """Let go of every loaded profile (or those of ``targets``) that can be deserialized again
@@ -559,7 +571,7 @@ class Executable(MultiEntry):
         """Compile the exported program for ``target``, through the compile cache."""
         shapes = [a.shape for a in self._program.leading_avals()]
         shapes += list(self._dispatcher.leaf_shapes(target)) + [()] * len(self._sizes)
-        platform = jax.default_backend()
+        platform = local_platform()
         iree = self.compiler.name == "iree"
         if iree:
             from .iree import FLAGS, Module, compile_static, versions

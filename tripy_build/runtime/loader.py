@@ -6,8 +6,10 @@ program (``artifact.crosscheck``). The raw weights that only the prep program re
 executable holds what prep made of them (or what the artifact stores prepared: ``runtime/save.py``), and
 reads them from the artifact again if asked (``Executable.weights``, ``save``, ``bind``). Precompiled executables are
 deserialized on first use, so a process that serves a few shapes pays only for those; one built for
-another host is skipped with a ``CompatibilityWarning``, and its shapes compile from the exported
-program instead (with the options the manifest records).
+another host's CPU is skipped with a ``CompatibilityWarning``, and its shapes compile from the exported
+program instead (with the options the manifest records); one built by another jaxlib, or for another GPU, is
+refused (``artifact.compat.refusal``). Executables compiled for a GPU without it run their self-test at the
+artifact's first load there (``first_run``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from pathlib import Path
 from typing import Any
 
 from ..artifact import crosscheck
@@ -51,16 +54,22 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     """
     if warmup not in WARMUPS:
         raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
-    import jax
+    from .first_run import never_run_here, selftest_once
+    from .xla import local_platform
 
     c = read_contents(path, executables=trust_executables)
     m = c.manifest
-    c.check_platform(jax.default_backend())
+    platform = local_platform()
+    c.check_platform(platform)
     shared = Shared()
     exes = {name: _entry(c.for_entry(name), trust_executables, shared) for name, _ in m.all_entries()}
     if m.entry:
         for exe in exes.values():
             exe.entries = exes
+    if trust_executables and never_run_here(m, platform):
+        import jax
+
+        selftest_once(Path(c.path), m, exes, jax.devices(platform)[0].device_kind)
     if warmup != "none":
         for exe in exes.values():
             exe.warm_up(background=warmup == "background")
@@ -75,7 +84,7 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
     from ..core.profiles import pad_values
     from ..core.spec import to_dtype
     from .iree import loader as iree_loader
-    from .xla import load as load_xla
+    from .xla import load as load_xla, local_platform
     from .executable import Executable, Precompiled
     from .program import PrepChunk, Program, Source, Stored, Weight, resolve
 
@@ -111,7 +120,7 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
                for i, w in enumerate(m.weights)]
     prep_key = (m.prep.file, tuple(w.file for w in m.weights)) if m.prep else None
     prepared = shared.prepared.get(prep_key) if prep_key else None
-    backend = jax.default_backend()
+    backend = local_platform()
 
     compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it
 

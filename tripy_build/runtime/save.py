@@ -66,16 +66,15 @@ def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "", weights
     program = exe._program
     rest = at_rest(exe, weights)
     unstored = {i for n in rest for i in program.chunks[n][0].weights}
-    compiled = [exe._universal] if exe._universal is not None else exe._precompiled
     executables = tuple(dataclasses.replace(p.entry, file=prefix + executable_file(i, p.entry.is_iree),
-                                            target=tuple(p.target)) for i, p in enumerate(compiled))
+                                            target=tuple(p.target)) for i, p in enumerate(saved_executables(exe)))
     prep = None
     if program.prep is not None:
         prep = PrepEntry(prefix + PREP_FILE, "jax.export", tuple(
             PrepChunkEntry(chunk.weights, chunk.outputs,
                            dataclasses.replace(pre.entry, file=prefix + prep_executable_file(n)),
                            tuple(_prepared_entry(exe, chunk, k, prefix) for k in chunk.outputs) if n in rest else ())
-            for n, ((chunk, _), pre) in enumerate(zip(program.chunks, exe._prep_exes))))
+            for n, ((chunk, _), pre) in enumerate(zip(program.chunks, saved_prep(exe)))))
     out_tree = program.main.out_tree
     return Manifest(
         function=exe._name, parameters=tuple(exe._parameters), leaves=tuple(exe._leaves), sizes=tuple(exe._sizes),
@@ -92,6 +91,19 @@ def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "", weights
         bound_inputs={name: prefix + d for name, (_, d) in exe._bound.items()}, metadata=dict(exe.metadata),
         selftest=tuple(selftest), donated=tuple(exe.donated),
     )
+
+
+def saved_executables(exe: Any) -> list[Any]:
+    """The executables an artifact of ``exe`` holds: IREE's one module; else every profile of each platform it was
+    built for (those run in this process, unless they are a twin program's, then the other platforms')."""
+    if exe._universal is not None:
+        return [exe._universal]
+    return [p for p in exe._precompiled if p.entry.platform in exe.platforms] + list(exe.foreign)
+
+
+def saved_prep(exe: Any) -> list[Any]:
+    """The prep chunks' executables an artifact of ``exe`` holds: those for its first platform."""
+    return exe._prep_exes if exe.foreign_prep is None else exe.foreign_prep
 
 
 def _prepared_entry(exe: Any, chunk: Any, k: int, prefix: str) -> WeightEntry:
@@ -115,9 +127,8 @@ def _entry(exe: Any, prefix: str, weights: str) -> tuple[Manifest, dict[str, Any
         leaves: list[Any] = []
         flatten_like(next(p for p in exe._parameters if p.name == name).template, value, name, leaves)
         files.update({f"{prefix}{rel}/{i}.npy": NpyFile(leaf) for i, leaf in enumerate(leaves)})
-    compiled = {prefix + executable_file(i, p.entry.is_iree): p
-                for i, p in enumerate([exe._universal] if exe._universal is not None else exe._precompiled)}
-    compiled.update({prefix + prep_executable_file(n): pre for n, pre in enumerate(exe._prep_exes)})
+    compiled = {prefix + executable_file(i, p.entry.is_iree): p for i, p in enumerate(saved_executables(exe))}
+    compiled.update({prefix + prep_executable_file(n): pre for n, pre in enumerate(saved_prep(exe))})
     files.update({rel: p.blob for rel, p in compiled.items()})
     return m, files, {rel: round(p.seconds, 4) for rel, p in compiled.items()}
 

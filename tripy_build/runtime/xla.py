@@ -20,6 +20,12 @@ from ..artifact.manifest import XLA_FORMAT, ExecutableEntry
 backend_started = jaxlib_api.backend_started
 
 
+def local_platform() -> str:
+    """The platform jax runs on here by default, as ``jax.export`` and manifests name platforms (``cuda``; jax's
+    ``default_backend()`` says ``gpu``)."""
+    return jax.export.default_export_platform()
+
+
 def _backend(platform_name: str):
     return jax.devices(platform_name)[0].client
 
@@ -48,9 +54,12 @@ def load(blob: bytes, entry: ExecutableEntry, out_tree: Any, name: str, platform
 
 
 def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
-                   options: dict[str, Any] | None = None, donate: Sequence[int] = ()) -> jax.stages.Compiled:
-    """Compile the exported program for one concrete shape per input, with XLA ``options``; the arguments
+                   options: dict[str, Any] | None = None, donate: Sequence[int] = (), device: Any = None
+                   ) -> jax.stages.Compiled:
+    """Compile the exported program for one concrete shape per input, with XLA ``options``, for ``device``
+    (jax's default where None; a compile-only device compiles for a GPU that is not here); the arguments
     at positions ``donate`` are donated (an output of the same shape and dtype reuses their buffer)."""
-    specs = [jax.ShapeDtypeStruct(tuple(s), a.dtype) for s, a in zip(shapes, exported.in_avals)]
+    sharding = jax.sharding.SingleDeviceSharding(device) if device is not None else None
+    specs = [jax.ShapeDtypeStruct(tuple(s), a.dtype, sharding=sharding) for s, a in zip(shapes, exported.in_avals)]
     lowered = jax.jit(exported.call, donate_argnums=tuple(donate)).lower(*specs)
     return lowered.compile(compiler_options=options or None)
