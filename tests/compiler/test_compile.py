@@ -533,3 +533,21 @@ def test_a_build_keeps_its_profiles_as_bytes_and_loads_them_only_to_run_them(rng
     lean.unload_profiles()
     assert all(p.call is None for p in lean._precompiled)
     assert_close(lean(x), full(x))
+
+
+def test_a_vmapped_matrix_vector_product_and_sum_over_40000_rows_equals_numpy():
+    """jax#39103: jaxlib 0.10.2 compiled this to a wrong sum on the CPU from 32,769 rows on (7,232 wrong elements
+    at 40,000), silently; the project requires jaxlib >= 0.11.2."""
+    n = 40_000
+    i = np.arange(n, dtype=np.float32)
+    x = np.stack((i, np.zeros_like(i), np.zeros_like(i)), axis=1)
+    matrix = np.eye(3, dtype=np.float32)
+
+    def f(x, matrix):
+        return jax.vmap(lambda row: jnp.sum((matrix @ row) ** 2))(x)
+
+    exe = tb.compile(f, args=[tb.InputInfo((n, 3), "float32"), matrix])
+    want = ((x @ matrix.T) ** 2).sum(axis=1)
+    got = np.asarray(exe(x))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[-1] == np.float32(n - 1) ** 2

@@ -1,0 +1,26 @@
+"""``scripts/gpu_check.sh --cpu``: the GPU check run on the CPU, so that the script a GPU machine runs cannot rot."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_gpu_check_runs_on_the_cpu(tmp_path):
+    r = subprocess.run([str(REPO / "scripts" / "gpu_check.sh"), "--cpu", "--out", str(tmp_path / "check")],
+                       capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "0 failed" in r.stdout and "built, and refused on this CPU" in r.stdout
+    report = json.loads((tmp_path / "check" / "report.json").read_text())
+    assert {(row["model"], row["loader"]) for row in report} == {
+        (m, loader) for m in ("geglu", "transformer", "bert", "gpt2") for loader in ("tb", "runtime")}
+    for row in report:
+        assert row["error_vs_cpu"] == 0.0  # the same CPU build, loaded by either loader
+        assert row["cold_s"] > 0 and row["opt_ms"] > 0 and row["max_ms"] > 0
+    bert = next(row for row in report if row["model"] == "bert")
+    assert bert["error_vs_torch"] == "-" or float(bert["error_vs_torch"]) < 1e-4
