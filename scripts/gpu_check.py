@@ -266,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         built, seconds, error = build("geglu", MODELS["geglu"], "cuda", root / "deviceless", "h100")
         refused = run([sys.executable, "-c", f"import tripy_build as tb; tb.load({str(built)!r})"], {}) if built else None
         ok = refused is not None and refused.returncode != 0 and "built for cuda only" in refused.stderr
+        why = error or (refused.stderr[-200:] if refused else "")
         rows.append(["geglu for h100 (deviceless)", "tb", f"{seconds:.1f}", "-", "-", "-", "-", "-",
-                     "built, and refused on this CPU" if ok else f"FAILED: {error or (refused.stderr[-200:] if refused else '')}"])
+                     "built, and refused on this CPU" if ok else f"FAILED: {why}"])
         failed += not ok
     print(table(rows, header))
     print(f"\n{platform}: {len(rows)} rows, {failed} failed, {time.perf_counter() - started:.0f} s; artifacts in {root}")
