@@ -95,7 +95,6 @@ def test_every_described_gpu_compiles_a_function(name):
 @pytest.mark.parametrize("overrides, message", [
     (["backend=cuda", "target.gpu=h10"], r"target.gpu: 'h10' is not a GPU .*h100, h100_pcie.* Did you mean 'h100'"),
     (["target.gpu=h100"], r"target.gpu=h100: names the GPU that cuda executables are for, and backend=cpu builds none"),
-    (["backend=cuda"], r"no NVIDIA GPU that jax can use: name the GPU to compile for, e.g. target.gpu=h100"),
 ])
 def test_gpu_config_errors(tmp_path, overrides, message):
     r = run_cli(*GEGLU, *overrides, f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
