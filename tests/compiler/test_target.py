@@ -2,7 +2,8 @@
 
 No GPU is needed: a multi-platform program is exported for cpu and cuda on a CPU-only host (its cuda executables
 compiled for a named GPU without it) and runs on the CPU; a cuda-only artifact is refused where there is no GPU;
-a portable build is compiled for an instruction-set ceiling (``--xla_cpu_max_isa``) and judged by the features its code was built for.
+a portable build is compiled for an instruction-set ceiling (``--xla_cpu_max_isa``) and judged by the features
+its code was built for.
 """
 
 from __future__ import annotations
