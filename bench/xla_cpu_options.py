@@ -23,15 +23,16 @@ from tripy_build.compiler.optimization import compiler_options
 from tripy_build.models.bert import Bert
 
 CURRENT = compiler_options(3, "cpu")
+YNN = "xla_cpu_experimental_ynn_fusion_type"
+NO_YNN = {YNN: "LIBRARY_FUSION_TYPE_INVALID"}  # a repeated enum: INVALID leaves YNNPACK nothing
 OPTIONS = {
     "project (YNNPACK: dots only)": CURRENT,
     "XLA default (YNNPACK's own list)": {},
-    "YNNPACK: dots + elementwise": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,"
-                                                                           "LIBRARY_FUSION_TYPE_ELTWISE"},
-    "oneDNN dots": {**CURRENT, "xla_cpu_experimental_onednn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
-    "XNNPACK dots, no YNNPACK": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_NONE",
-                                 "xla_cpu_experimental_xnn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
-    "no libraries (XLA's own dots)": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_NONE"},
+    "YNNPACK: dot fusions": {YNN: "LIBRARY_FUSION_TYPE_DOT"},
+    "YNNPACK: dots + elementwise": {YNN: "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_ELTWISE"},
+    "oneDNN dots, no YNNPACK": {**NO_YNN, "xla_cpu_experimental_onednn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
+    "XNNPACK dots, no YNNPACK": {**NO_YNN, "xla_cpu_experimental_xnn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
+    "no libraries (XLA's own dots)": NO_YNN,
 }
 
 

@@ -15,6 +15,12 @@ they are fastest). So on the CPU:
 - 3: XLA's defaults (LLVM -O3) but for the convolutions; the default;
 - 4, 5: the same as 3: no CPU knob measured here buys more run-time speed for more build time.
 
+Re-measured on jax 0.12.0.1 (``bench/xla_cpu_options.py``, BERT-base at 1x128 / 8x128 on a 2-core AMD EPYC VM):
+XLA's default library list ran 1.02x / 1.03x faster than dots only (on BERT, which has no convolution; kept for
+ResNet's), YNNPACK's dot fusions 0.93x / 0.98x, dots + elementwise 0.68x / 0.71x; oneDNN's or XNNPACK's dots in
+place of YNNPACK's 0.77x / 0.95-0.98x, the same as XLA's own dots (this wheel's oneDNN fusion did nothing
+measurable). Nothing moved it enough to adopt.
+
 On CUDA the low levels also turn autotuning down (``xla_gpu_autotune_level`` 0..2; XLA's default, 4,
 is the most thorough) and level 5 asks for more optimization effort; that mapping is untested here:
 no GPU was available to measure it.

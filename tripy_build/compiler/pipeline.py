@@ -229,8 +229,8 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
             foreign = compile_all(lambda i, profile, other=other: other(target_program.main, shapes[i], targets[i],
                                                                         profile=profile))
             chunks = [other(exported, [program.weights[i].value.shape for i in chunk.weights], (), profile=None)
-                      for chunk, exported in target_program.chunks]
-            exe.add_foreign(foreign, chunks if plan.twin else None)
+                      for chunk, exported in target_program.chunks] if plan.twin else None
+            exe.add_foreign(foreign, chunks)
             name = plan.devices[p].device_kind if p == "cuda" else p
             log(f"compile {len(foreign)} profile(s) for {name}", time.perf_counter() - t0)
     if precompiled and exe._universal is None and any(d.strategy == "padded" for d in dims):
