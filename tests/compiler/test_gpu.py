@@ -101,3 +101,11 @@ def test_gpu_config_errors(tmp_path, overrides, message):
     assert r.returncode != 0
     assert re.search(message, r.stderr), r.stderr[-2000:]
     assert not (tmp_path / "arts").exists() or not any((tmp_path / "arts").rglob("manifest.json"))
+
+
+def test_a_cuda_plugin_of_another_version_is_refused_naming_the_one_to_install(monkeypatch):
+    monkeypatch.setattr(gpu, "plugin_version", lambda: "jax-cuda13-plugin 0.11.1")
+    with pytest.raises(tb.TripyBuildError) as e:
+        gpu.compile_device(gpu.GPUS["h100"])
+    assert f"jax-cuda13-plugin 0.11.1 does not match jaxlib {version('jaxlib')}" in str(e.value)
+    assert f"pip install 'jax-cuda13-plugin=={version('jaxlib')}'" in str(e.value)

@@ -125,6 +125,14 @@ def compile_device(target: GpuSpec) -> Any:
     """A compile-only jax device for ``target`` (jax's CUDA plugin, no GPU needed)."""
     from jax.experimental import topologies
 
+    from ..host import version
+
+    plugin = plugin_version()
+    if plugin is None or plugin.split()[-1] != version("jaxlib"):
+        found = f"{plugin} does not match jaxlib {version('jaxlib')}" if plugin else "jax's CUDA plugin is not installed"
+        raise ConfigError(
+            f"target.gpu={target.key}: compiling for the {target.name} without it needs jax's CUDA plugin of this jaxlib's "
+            f"version, and {found}: pip install 'jax-cuda13-plugin=={version('jaxlib')}' (or '.[cuda-deviceless]').")
     try:
         topology = topologies.get_topology_desc(platform="cuda", target_config=target.target_config(),
                                                 topology="1x1x1")
