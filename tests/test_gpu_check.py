@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_gpu_check_runs_on_the_cpu(tmp_path):
-    r = subprocess.run([str(REPO / "scripts" / "gpu_check.sh"), "--cpu", "--out", str(tmp_path / "check")],
+    # --no-install: this venv is the suite's, in use by the other worker (gpu_check.sh would reinstall the project)
+    r = subprocess.run([str(REPO / "scripts" / "gpu_check.sh"), "--no-install", "--cpu", "--out", str(tmp_path / "check")],
                        capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "0 failed" in r.stdout and "built, and refused on this CPU" in r.stdout
