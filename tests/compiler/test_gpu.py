@@ -109,3 +109,11 @@ def test_a_cuda_plugin_of_another_version_is_refused_naming_the_one_to_install(m
         gpu.compile_device(gpu.GPUS["h100"])
     assert f"jax-cuda13-plugin 0.11.1 does not match jaxlib {version('jaxlib')}" in str(e.value)
     assert f"pip install 'jax-cuda13-plugin=={version('jaxlib')}'" in str(e.value)
+
+
+def test_the_jax_free_runtime_says_it_runs_cpu_artifacts_only_on_a_gpu_machine(h100, monkeypatch):
+    artifact, _ = h100
+    monkeypatch.setattr(tb.host, "gpu_present", lambda: True)
+    with pytest.raises(tb.TripyBuildError) as e:
+        runtime.load(artifact)
+    assert "tripy_build.runtime runs CPU executables only" in str(e.value) and "tripy_build.load" in str(e.value)

@@ -141,6 +141,10 @@ class Runtime(MultiEntry):
         self._shared = shared or Shared()
         self.entries: dict[str, Runtime] = {}  # a multi-entry artifact's entries by name, this one included
         self.donated = m.donated
+        if "cpu" not in m.platforms and host.gpu_present():
+            raise ArtifactError(
+                f"{c.where()}: built for {', '.join(m.platforms)} only, and tripy_build.runtime runs CPU executables only "
+                "(it drives jaxlib's CPU client without jax; not yet a GPU's): load it with tripy_build.load.")
         c.check_platform("cpu")
         self._contents = c
         self._manifest = m
