@@ -202,12 +202,6 @@ def torch_error(name: str, got: Path, overrides: list[str], platform: str) -> st
     return f"{worst:.1e}"
 
 
-def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="check on the CPU (no GPU needed; the CI's run): the models "
@@ -270,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(["geglu for h100 (deviceless)", "tb", f"{seconds:.1f}", "-", "-", "-", "-", "-",
                      "built, and refused on this CPU" if ok else f"FAILED: {why}"])
         failed += not ok
-    print(table(rows, header))
+    from tripy_build.artifact.describe import table
+
+    print("\n".join(table(header, rows, indent="")))
     print(f"\n{platform}: {len(rows)} rows, {failed} failed, {time.perf_counter() - started:.0f} s; artifacts in {root}")
     (root / "report.json").write_text(json.dumps(report, indent=1))
     if args.out is None and not failed:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 TESTED = ("0.11.2", "0.12.0.1")  # the jaxlib releases every call below was run with
 TESTED_SERIES = ("0.11.", "0.12.")
 
@@ -42,8 +44,6 @@ class Aval:
     __slots__ = ("shape", "dtype", "weak_type")
 
     def __init__(self, shape: Sequence[int], dtype: Any):
-        import numpy as np
-
         self.shape, self.dtype, self.weak_type = tuple(shape), np.dtype(dtype), False
 
 
@@ -132,11 +132,11 @@ def compiled_parts(compiled: Any) -> tuple[Any, Any]:
     return unloaded.xla_executable, unloaded
 
 
-def serialize(compiled: Any) -> bytes:
-    """An executable's bytes, by the executable's own ``serialize()``: a compile-only client (a GPU compiled for
-    without one) holds an unloaded executable, which ``backend.serialize_executable`` refuses (TypeError); both
-    give the same bytes for a loaded one. Tested: 0.11.2, 0.12.0.1."""
-    return bytes(compiled_parts(compiled)[0].serialize())
+def serialize(executable: Any) -> bytes:
+    """An XLA executable's bytes (``compiled_parts``' first), by its own ``serialize()``: a compile-only client (a
+    GPU compiled for without one) holds an unloaded executable, which ``backend.serialize_executable`` refuses
+    (TypeError); both give the same bytes for a loaded one. Tested: 0.11.2, 0.12.0.1."""
+    return bytes(executable.serialize())
 
 
 def wrap(executable: Any, backend: Any, device: Any, inputs: Sequence[tuple[Sequence[int], str]],
@@ -145,7 +145,6 @@ def wrap(executable: Any, backend: Any, device: Any, inputs: Sequence[tuple[Sequ
     ``UnloadedMeshExecutable`` would make it for one device; ``inputs`` and ``outputs``: (shape, dtype) of each.
     Tested: 0.11.2, 0.12.0.1."""
     import jax
-    import numpy as np
     from jax._src import core, stages
     from jax._src.interpreters import pxla
     from jax._src.lib import xla_client as xc

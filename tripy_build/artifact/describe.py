@@ -96,7 +96,7 @@ def profiles_line(m: Manifest, index: dict[str, Any], seconds: dict[str, float])
     size = sum(index.get(e.file, {}).get("size", 0) for e in m.executables)
     count = str(len(m.executables))
     platforms = list(dict.fromkeys(e.platform for e in m.executables))
-    if len(platforms) > 1 or platforms != ["cpu"]:
+    if platforms != ["cpu"]:
         count = f"{len(m.executables) // len(platforms)} for {'each of ' if len(platforms) > 1 else ''}" + ", ".join(
             platform_text(m, p) for p in platforms) + ","
     return (f"{count} precompiled {compiler_line(m)}, {human_size(size)}, "

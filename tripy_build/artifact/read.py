@@ -286,15 +286,16 @@ class Contents:
                           "compiled for these shapes on first use instead.", CompatibilityWarning, stacklevel=4)
         return reason is None
 
-    def check_platform(self, platform: str) -> None:
-        """Refuse an artifact whose program was not exported for ``platform`` (this host's)."""
+    def check_platform(self, platform: str, runs: str | None = None) -> None:
+        """Refuse an artifact whose program was not exported for ``platform`` (the one the loader runs here);
+        ``runs``: why that is the platform, where it is not simply this host's."""
         platforms = self.manifest.platforms
         if platform not in platforms:
             gpus = sorted({e.depends_on["gpu"] for e in self.manifest.executables if e.depends_on.get("gpu")})
             raise ArtifactError(
                 f"{self.where()}: built for {', '.join(platforms)} only{' (' + ', '.join(gpus) + ')' if gpus else ''}, "
-                f"and this host runs {platform}: its program cannot run here. Load it where it can, or build it for "
-                f"both: backend=[{','.join([*platforms, platform])}] (executables for each)."
+                f"and {runs or f'this host runs {platform}'}: its program cannot run here. Load it where it can, or "
+                f"build it for both: backend=[{','.join([*platforms, platform])}] (executables for each)."
             )
 
 

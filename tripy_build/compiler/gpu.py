@@ -15,10 +15,12 @@ SM). ``name`` is the CUDA device name, which is what a loader compares with the 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..host import version
 
 HOST = "host"  # target.gpu's default: the build machine's own GPU, compiled for on the device (autotuned)
 
@@ -123,16 +125,20 @@ def spec(target: str) -> GpuSpec | None:
 
 def compile_device(target: GpuSpec) -> Any:
     """A compile-only jax device for ``target`` (jax's CUDA plugin, no GPU needed)."""
-    from jax.experimental import topologies
-
-    from ..host import version
-
     plugin = plugin_version()
     if plugin is None or plugin.split()[-1] != version("jaxlib"):
         found = f"{plugin} does not match jaxlib {version('jaxlib')}" if plugin else "jax's CUDA plugin is not installed"
         raise ConfigError(
             f"target.gpu={target.key}: compiling for the {target.name} without it needs jax's CUDA plugin of this jaxlib's "
             f"version, and {found}: pip install 'jax-cuda13-plugin=={version('jaxlib')}' (or '.[cuda-deviceless]').")
+    return _topology_device(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _topology_device(target: GpuSpec) -> Any:
+    """The device, made once per process (each entry of a multi-entry build asks for it)."""
+    from jax.experimental import topologies
+
     try:
         topology = topologies.get_topology_desc(platform="cuda", target_config=target.target_config(),
                                                 topology="1x1x1")
@@ -148,8 +154,6 @@ def plugin_version() -> str | None:
     """The installed jax CUDA plugin's version (13's, else 12's), or None."""
     from importlib.metadata import PackageNotFoundError
 
-    from ..host import version
-
     for dist in ("jax_cuda13_plugin", "jax_cuda12_plugin"):
         try:
             return f"{dist.replace('_', '-')} {version(dist)}"
@@ -162,16 +166,12 @@ def record(device: Any, described: GpuSpec | None = None) -> dict[str, Any]:
     """What a CUDA executable compiled for ``device`` asks of a host (its manifest entry's ``depends_on``): the jax,
     jaxlib and CUDA plugin that compiled it, and the GPU. ``described``: the spec a compile-only device was made
     from (``deviceless``; what that leaves undone is ``not_done``)."""
-    from ..host import version
-
     capability = getattr(device, "compute_capability", None) or (described.capability if described else None)
     return {
         "jax": version("jax"), "jaxlib": version("jaxlib"), "cuda_plugin": plugin_version(),
         "gpu": device.device_kind, "compute_capability": str(capability),
-        "gpu_target": described.key if described is not None else HOST,
-        **({"code": described.sm} if described is not None else {}),
-        "deviceless": described is not None,
-        **({"not_done": list(NOT_DONE)} if described is not None else {}),
+        "gpu_target": described.key if described is not None else HOST, "deviceless": described is not None,
+        **({"code": described.sm, "not_done": list(NOT_DONE)} if described is not None else {}),
     }
 
 

@@ -188,7 +188,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     host_platform = plan.run if plan is not None else "cpu"
     run_device = jax.devices(host_platform)[0]
     options = {p: compiler_options(optimization_level, p) for p in platforms}  # recorded; run-time compiles use them
-    run_options = options.get(host_platform) or compiler_options(optimization_level, host_platform)
+    run_options = compiler_options(optimization_level, host_platform)  # the twin's too, not recorded
     prep_exes = []
     if program.prep is not None:
         t0 = time.perf_counter()

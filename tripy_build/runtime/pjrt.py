@@ -141,11 +141,8 @@ class Runtime(MultiEntry):
         self._shared = shared or Shared()
         self.entries: dict[str, Runtime] = {}  # a multi-entry artifact's entries by name, this one included
         self.donated = m.donated
-        if "cpu" not in m.platforms and host.gpu_present():
-            raise ArtifactError(
-                f"{c.where()}: built for {', '.join(m.platforms)} only, and tripy_build.runtime runs CPU executables only "
-                "(it drives jaxlib's CPU client without jax; not yet a GPU's): load it with tripy_build.load.")
-        c.check_platform("cpu")
+        c.check_platform("cpu", "tripy_build.runtime runs CPU executables only (jaxlib's CPU client, without jax; "
+                                "not yet a GPU's: tripy_build.load runs them)" if host.gpu_present() else None)
         self._contents = c
         self._manifest = m
         self.__name__ = m.function

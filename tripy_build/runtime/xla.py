@@ -32,8 +32,8 @@ def _backend(platform_name: str):
 
 def serialize(compiled: jax.stages.Compiled, platform: str = "cpu") -> tuple[bytes, ExecutableEntry]:
     """The executable's bytes and what is needed to call it again (its file and profile are the caller's)."""
-    _, unloaded = jaxlib_api.compiled_parts(compiled)
-    blob = jaxlib_api.serialize(compiled)
+    executable, unloaded = jaxlib_api.compiled_parts(compiled)
+    blob = jaxlib_api.serialize(executable)
     entry = ExecutableEntry(
         "", XLA_FORMAT, platform,
         input_shapes=tuple(tuple(a.shape) for a in unloaded.input_avals),
