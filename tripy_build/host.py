@@ -5,7 +5,7 @@ An XLA CPU executable is native code for one jaxlib, machine and set of CPU feat
 records what a build depended on, and ``artifact.compat`` judges a host against it.
 
 The CPU features an executable needs are the ones LLVM compiled it for, which its bytes name (the
-target triple, the CPU and ``+feature`` list): a build with ``--xla_cpu_max_isa=AVX2`` needs far
+target triple, the CPU and ``+feature`` list): a ``target.cpu=portable`` build needs x86-64-v3's, far
 fewer than the build host has. This host's features are read the same way, in LLVM's names on any
 operating system, from a tiny program compiled by the PJRT client (``host_isa``), once per jaxlib
 build, CPU and ``XLA_FLAGS``: the answer is cached.

@@ -167,6 +167,76 @@ def wrap(executable: Any, backend: Any, device: Any, inputs: Sequence[tuple[Sequ
     return stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=True)
 
 
+def cpu_compile_device(cpu: str, features: str) -> Any:
+    """A compile-only CPU device that compiles for LLVM's ``cpu`` with exactly ``features`` (``"+avx2,+fma,..."``),
+    whatever this host is. jaxlib exposes no constructor for it: the host's CPU topology
+    (``_jax.get_topology_for_devices``) is serialized, its ``TargetMachineOptionsProto`` (``CpuTopologyProto``
+    field 5: triple 1, cpu 2, features 3) given the target's CPU and features, and deserialized
+    (``DeviceTopology.deserialize``, ``_make_compile_only_devices``). XLA's CPU compiler compiles for a
+    compile-only device's target machine instead of the host's. Tested: 0.11.2, 0.12.0.1."""
+    import jax
+
+    topology = jaxlib().get_topology_for_devices(jax.devices("cpu")[:1])
+
+    def edit(fields: list[tuple[int, int, Any]], number: int, change: Any) -> list[tuple[int, int, Any]]:
+        return [(f, w, change(v) if f == number else v) for f, w, v in fields]
+
+    def machine(blob: bytes) -> bytes:
+        kept = [(f, w, v) for f, w, v in _wire_fields(blob) if f not in (2, 3)]
+        return _wire_bytes([*kept, (2, 2, cpu.encode()), (3, 2, features.encode())])
+
+    def topology_any(blob: bytes) -> bytes:  # google.protobuf.Any: type_url 1, value 2
+        return _wire_bytes(edit(_wire_fields(blob), 2, lambda v: _wire_bytes(edit(_wire_fields(v), 5, machine))))
+
+    blob = _wire_bytes(edit(_wire_fields(topology.serialize()), 9, topology_any))
+    return jaxlib().DeviceTopology.deserialize(blob)._make_compile_only_devices()[0]
+
+
+def _wire_fields(blob: bytes) -> list[tuple[int, int, Any]]:
+    """A protobuf message's fields as (number, wire type, value): varints and length-delimited bytes only."""
+    fields, i = [], 0
+    while i < len(blob):
+        key, i = _varint(blob, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(blob, i)
+        elif wire == 2:
+            n, i = _varint(blob, i)
+            value, i = blob[i:i + n], i + n
+        else:
+            raise ValueError(f"protobuf wire type {wire} in jaxlib's CPU topology: this jaxlib is not one of {TESTED}")
+        fields.append((number, wire, value))
+    return fields
+
+
+def _wire_bytes(fields: Sequence[tuple[int, int, Any]]) -> bytes:
+    out = bytearray()
+    for number, wire, value in fields:
+        out += _varint_bytes(number << 3 | wire)
+        out += _varint_bytes(value) if wire == 0 else _varint_bytes(len(value)) + bytes(value)
+    return bytes(out)
+
+
+def _varint(blob: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = blob[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
 def deserialize(backend: Any, blob: bytes, device: Any) -> Any:
     """``backend.deserialize_executable(blob, executable_devices=DeviceList)``. Tested: 0.11.2, 0.12.0.1."""
     from jax._src.lib import xla_client as xc

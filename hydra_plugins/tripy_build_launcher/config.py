@@ -12,8 +12,7 @@ class TripyLocalLauncherConf:
     # every core already). Lower it where builds need much memory: each worker holds one build
     workers: int = 0
     # a fresh process for every job instead of reusing workers (forked from a server that has the
-    # imports done). Chosen automatically when a job changes process-wide XLA settings (target.cpu
-    # other than host)
+    # imports done): each job's memory returned to the OS when it ends, at ~1 ms a job
     fresh_process_per_job: bool = False
     # each worker on a core of its own (Linux; when workers <= cores): XLA sizes its thread pools to the
     # cores a process may use, and unpinned builds ran pools as wide as the machine on the same cores

@@ -5,11 +5,9 @@ Where the time went with other launchers, on 2 cores: a fresh process per job (s
 launcher builds one job after another, and a build keeps only ~1.2 cores busy on average.
 
 - **Workers are reused** and forked from a server that imported everything once (started while the
-  sweeper checks the jobs' configs), so starting one costs ~1 ms. Reuse is safe because the only
-  process-wide setting a build makes is the XLA CPU target (``target.cpu``, applied before jax
-  starts): a sweep where any job sets it to other than ``host`` runs every job in a fresh process
-  instead (still forked, so still cheap), and the build refuses a target it cannot apply, so a
-  reused worker never builds with another job's settings.
+  sweeper checks the jobs' configs), so starting one costs ~1 ms. Reuse is safe because a build sets
+  nothing process-wide: even its CPU target (``target.cpu``) is a compile-only device of its own, not
+  ``XLA_FLAGS``.
 - **Each job's config is composed once**: the composition the sweeper made to check it is kept for
   the launch.
 - **Each worker runs on a core of its own** (``pin_cores``, where the OS lets a process choose:
@@ -102,9 +100,6 @@ class TripyLocalLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        target_set = any(o.lstrip("+").startswith("target.cpu=") and o.split("=", 1)[1] != "host"
-                         for overrides in job_overrides for o in overrides)
-        fresh = self.fresh or target_set or str(self.config.get("target", {}).get("cpu", "host")) != "host"
         from tripy_build.host import usable_cores
 
         cores = usable_cores()
@@ -112,7 +107,7 @@ class TripyLocalLauncher(Launcher):
         pin = self.pin_cores and hasattr(os, "sched_setaffinity") and 1 < len(cores) and count <= len(cores)
         log.info(f"Launching {len(job_overrides)} jobs on {count} worker process(es)"
                  + (", each on a core of its own" if pin else "")
-                 + (", a fresh one per job (a job sets target.cpu)" if fresh and not self.fresh else ""))
+                 + (", a fresh one per job" if self.fresh else ""))
         configs = []
         for i, overrides in enumerate(job_overrides):
             idx = initial_job_idx + i
@@ -126,7 +121,7 @@ class TripyLocalLauncher(Launcher):
             configs.append(cfg)
         jobs = [_Job(OmegaConf.to_container(cfg, resolve=False), OmegaConf.get_cache(cfg), estimated_work(cfg),
                      model_key(cfg)) for cfg in configs]
-        workers = [_Worker(cores[n] if pin else None, fresh) for n in range(count)]
+        workers = [_Worker(cores[n] if pin else None, self.fresh) for n in range(count)]
         try:
             return run_jobs(jobs, workers, lambda i, why: _died(configs[i], why))
         finally:
@@ -290,8 +285,8 @@ PRELOAD = [__name__, "tripy_build.cli.app", "tripy_build.compiler.pipeline", "tr
 
 def _context() -> multiprocessing.context.BaseContext:
     """Workers forked from a server that has imported Hydra, jax and tripy_build once (where the OS has
-    fork: 1 ms per worker instead of ~1 s of imports each). The server never starts jax's backend, so
-    each worker starts its own, after its job's XLA settings (``target.cpu``) are applied."""
+    fork: 1 ms per worker instead of ~1 s of imports each). The server never starts jax's backend: each
+    worker starts its own."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")

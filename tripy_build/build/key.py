@@ -48,10 +48,18 @@ def key_parts(request: BuildRequest, sources: list[tuple[str, str, str]], params
         "params": params_identity,
         "toolchain": dict(toolchain(), tripy_build_source=package_digest(), **(frameworks or {})),
         "target": {"platforms": request.platforms, "cpu": request.target_cpu, "machine": host["machine"],
-                   "system": host["system"], "cpu_features": host["cpu_features"], **gpu_identity(request)},
+                   "system": host["system"], **cpu_identity(request), **gpu_identity(request)},
         "compiler_options": ({p: compiler_options(request.optimization_level, p) for p in request.platforms}
                              if request.compiler == "xla" else {"iree": iree_options()}),
     }
+
+
+def cpu_identity(request: BuildRequest) -> dict[str, Any]:
+    """What a build's CPU executables depend on of the build host: its CPU's features for ``target.cpu=host``;
+    nothing for a baseline, compiled for the same features on any host (so hosts share its cache entries)."""
+    from ..host import host_features
+
+    return {"cpu_features": host_features()["cpu_features"]} if request.target_cpu == "host" else {}
 
 
 def gpu_identity(request: BuildRequest) -> dict[str, Any]:

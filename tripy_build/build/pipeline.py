@@ -32,11 +32,8 @@ log = logging.getLogger("tripy_build.build")
 
 def build(request: BuildRequest) -> BuildResult:
     """Build (or find in the cache) the artifact that ``request`` describes."""
-    from ..compiler.target import apply_cpu_target
-    from ..runtime.xla import backend_started
     from . import params as params_io
 
-    apply_cpu_target(request.target_cpu, backend_started())
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     params = None
@@ -143,7 +140,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
                                            request.max_profiles, request.generate["max_length"])
         exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
                             precision=request.precision, max_error=request.max_error, backend=request.compiler,
-                            keep_loaded=False, gpu=request.target_gpu)
+                            keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu)
         exe.metadata["generate"] = spec.to_metadata()
     else:
         exe = build_executable(
@@ -151,7 +148,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
             kwargs={"lengths": mask_dims} if mask_dims else None, platforms=request.platforms, name=model_name,
             log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
             max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error,
-            backend=request.compiler, keep_loaded=False, gpu=request.target_gpu,
+            backend=request.compiler, keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu,
         )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,

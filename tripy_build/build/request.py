@@ -19,7 +19,7 @@ class BuildRequest:
     max_profiles: int
     platforms: list[str]  # XLA platforms the program is exported for; executables for the build host's
     compiler: str  # xla, or iree (CPU only): which compiler makes the executables
-    target_cpu: str  # host | portable | an instruction-set ceiling (--xla_cpu_max_isa)
+    target_cpu: str  # host | portable | a baseline of compiler/target.CPU_BASELINES
     optimization_level: int
     precision: str  # the compute dtype: float32, bfloat16 or float16
     max_error: float | None  # the error budget against float32, relative to each output's scale

@@ -39,8 +39,9 @@ def key(default: Any = MISSING, help: str = "", factory: Any = None) -> Any:  # 
 
 @dataclass
 class TargetConfig:
-    cpu: str = key("host", "host: this CPU; portable: a baseline every recent server has (AVX2 on x86-64, NEON "
-                           "on arm64); or an ISA ceiling (SSE4_2, AVX, AVX2, AVX512): --xla_cpu_max_isa")
+    cpu: str = key("host", "host: this CPU, every feature it has; portable: a baseline every recent server has "
+                           "(x86-64-v3: AVX2, FMA, BMI2; NEON on arm64), whatever CPU builds it; or a level: "
+                           "x86-64-v2, x86-64-v3, x86-64-v4 (AVX-512)")
     gpu: str = key("host", "with backend cuda: host (this machine's GPU, autotuned on it) or the GPU to compile for "
                            "without it: " + ", ".join(GPUS) + " (needs jax's CUDA plugin: '.[cuda13]' or "
                            "'.[cuda-deviceless]')")
@@ -259,9 +260,12 @@ def validate(cfg: DictConfig) -> BuildRequest:
         raise ConfigError(f"weights: {plain['weights']!r} is not a way to store weights; use one of "
                           f"{', '.join(WEIGHT_FORMS)}.")
     from ..artifact.describe import parse_size
-    from ..compiler.target import max_isa
+    from ..compiler.target import cpu_baseline
 
-    max_isa(plain["target"]["cpu"])  # refuses a name XLA does not know here
+    cpu_baseline(plain["target"]["cpu"])  # refuses a CPU not described for this machine
+    if compiler != "xla" and plain["target"]["cpu"] != "host":
+        raise ConfigError(f"target.cpu={plain['target']['cpu']}: backend={compiler} compiles for this host's CPU only "
+                          "(--iree-llvmcpu-target-cpu=host); use backend=cpu for a CPU baseline, or target.cpu=host.")
     gpu_spec(plain["target"]["gpu"])  # refuses a GPU not described
     if plain["target"]["gpu"] != GPU_HOST and "cuda" not in platforms:
         raise ConfigError(f"target.gpu={plain['target']['gpu']}: names the GPU that cuda executables are for, and "

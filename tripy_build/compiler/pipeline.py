@@ -112,12 +112,15 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
                      buckets: Any = profiles_lib.DEFAULT_BUCKETS, padding: Mapping[str, str] | None = None,
                      max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES, precision: str | None = None,
                      max_error: float | None = None, backend: str = "xla", donate: Sequence[str] = (),
-                     prep_name: str | None = None, keep_loaded: bool = True, gpu: str = HOST) -> Executable:
+                     prep_name: str | None = None, keep_loaded: bool = True, gpu: str = HOST,
+                     cpu: str = "host") -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``;
     ``donate``: the runtime inputs whose buffers each call gives to the outputs (``Entry.donate``);
     ``keep_loaded=False``: each profile is kept as its bytes once compiled, loaded only while the build runs it
     (a build that saves the executable: BERT-base's 50 profiles held ~570 MB loaded); ``gpu``: the GPU ``cuda``
-    executables are for (``target.gpu``: ``host``, or a name in ``compiler/gpu.py``, compiled for without it).
+    executables are for (``target.gpu``: ``host``, or a name in ``compiler/gpu.py``, compiled for without it);
+    ``cpu``: the CPU ``cpu`` executables are for (``target.cpu``: ``host``, ``portable`` or a baseline in
+    ``compiler/target.py``).
 
     Every platform of ``platforms`` gets its executables (``target.compile_plan``). Those of the platform that
     runs here are the ones the padding proof and the precision measure run; those of the others (a GPU that is
@@ -162,7 +165,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     if eager.disabled():
         return eager.EagerFunction(flat, [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime],
                                    leaves, sizes)
-    plan = compile_plan(platforms, gpu) if backend == "xla" else None
+    plan = compile_plan(platforms, gpu, cpu) if backend == "xla" else None
     program = export(flat, leaves, sizes, weight_owners(arguments), platforms, prep_name)
     exported_bytes = bytes(program.main.serialize())
     prep_bytes = bytes(program.prep.serialize()) if program.prep is not None else None
@@ -186,7 +189,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     log("trace+export", time.perf_counter() - t0)
 
     host_platform = plan.run if plan is not None else "cpu"
-    run_device = jax.devices(host_platform)[0]
+    run_device = (plan.devices.get(host_platform) if plan is not None else None) or jax.devices(host_platform)[0]
     options = {p: compiler_options(optimization_level, p) for p in platforms}  # recorded; run-time compiles use them
     run_options = compiler_options(optimization_level, host_platform)  # the twin's too, not recorded
     prep_exes = []
@@ -268,10 +271,10 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
                   platforms: Sequence[str] = ("cpu",), name: str | None = None,
                   log: Callable[[str, float], None] | None = None, precision: str | None = None,
                   max_error: float | None = None, backend: str = "xla", keep_loaded: bool = True,
-                  gpu: str = HOST) -> Executable:
+                  gpu: str = HOST, cpu: str = "host") -> Executable:
     """Compile each entry (``compile`` of a dict of ``Entry``); the first entry's executable, with all in
-    ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``); ``keep_loaded`` and ``gpu``: as for
-    ``build_executable``."""
+    ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``); ``keep_loaded``, ``gpu`` and
+    ``cpu``: as for ``build_executable``."""
     entries = check_entries(entries)
     log = log or (lambda stage, seconds: None)
     exes: dict[str, Executable] = {}
@@ -281,7 +284,8 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
             e.func, optimization_level, args=e.args, kwargs=dict(e.kwargs) if e.kwargs is not None else None,
             platforms=platforms, name=f"{name}_{key}" if name else key, log=log, buckets=e.buckets,
             padding=e.padding, max_profiles=e.max_profiles, precision=precision, max_error=max_error,
-            backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep", keep_loaded=keep_loaded, gpu=gpu)
+            backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep", keep_loaded=keep_loaded, gpu=gpu,
+            cpu=cpu)
     compiled = [exe for exe in exes.values() if isinstance(exe, Executable)]
     for i, exe in enumerate(compiled):
         exe.entries = exes
@@ -299,8 +303,9 @@ def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
                  unloaded_as: str | None = None, device: Any = None, gpu: Any = None, keep: bool = True) -> Precompiled:
     """One profile compiled and serialized for ``device`` (None: jax's default; ``gpu``: the ``gpu.GpuSpec`` of a
     compile-only one); with ``unloaded_as`` (the program's name) only its bytes are kept, deserialized when first
-    run (``Precompiled.unload``); with ``keep=False`` only its bytes, never to run in this process (another
-    platform's)."""
+    run (``Precompiled.unload``), as they are for a compile-only CPU's (a ``target.cpu`` baseline: the code runs
+    here once this CPU's client loads it); with ``keep=False`` only its bytes, never to run in this process
+    (another platform's)."""
     t0 = time.perf_counter()
     compiled = xla_executable.compile_shapes(exported, shapes, options, donate, device)
     seconds = time.perf_counter() - t0
@@ -312,10 +317,14 @@ def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]],
         built_for = target_of(blob) if platform == "cpu" else None
         if built_for is not None:
             depends.update(target_cpu=built_for["cpu"], isa=built_for["isa"])
+        if xla_executable.compile_only(device):  # the build host's CPU says nothing of a baseline's code
+            del depends["cpu_model"], depends["cpu_features"]
     entry = dataclasses.replace(entry, platform=platform, profile=dict(profile or {}), depends_on=depends,
                                 compiler_options=dict(options))
     if not keep:
         return Precompiled(tuple(target), blob, entry, None, seconds=seconds)
+    if unloaded_as is None and xla_executable.compile_only(device):
+        unloaded_as = exported.fun_name
     if unloaded_as is None:
         return Precompiled(tuple(target), blob, entry, compiled, seconds=seconds)
     del compiled

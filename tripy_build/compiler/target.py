@@ -1,60 +1,70 @@
-"""The machines a build's executables are for: ``target.cpu`` as a ceiling on XLA's instruction set, and the
-device each platform is compiled on (``compile_plan``; ``target.gpu``'s GPUs are described in ``gpu``).
+"""The machines a build's executables are for: ``target.cpu``'s CPUs, and the device each platform is compiled on
+(``compile_plan``; ``target.gpu``'s GPUs are described in ``gpu``).
 
-XLA reads ``--xla_cpu_max_isa`` from ``XLA_FLAGS`` once, when its CPU backend starts, so the setting
-is applied to the environment before jax starts, or refused when the backend has started already.
+``target.cpu=host`` compiles for this machine's CPU, every feature it has. Any other value names a baseline: an
+LLVM CPU and the exact feature list its code may use (x86-64's psABI levels; ``portable`` is x86-64-v3 on x86
+and NEON on arm64), compiled for on a compile-only device (``jaxlib_api.cpu_compile_device``), so what is
+recorded and what a loader checks is the baseline's list whatever CPU built it. XLA's ``--xla_cpu_max_isa``
+is no substitute: it only takes the host's features above a level away, which leaves an AMD host's own
+(``sse4a``, ``clzero``) and those of its level (``sha``, ``vaes``) in the code an Intel server would refuse.
 """
 
 from __future__ import annotations
 
-import os
+import functools
 import platform
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .. import jaxlib_api
 from ..errors import ConfigError, SpecError
 from ..runtime.xla import local_platform
 from .gpu import HOST, compile_device, names as gpu_names, spec as gpu_spec
 
 
-# ``target.cpu`` values: a ceiling on the instruction set XLA may use (``--xla_cpu_max_isa``).
-CPU_TARGETS = {"x86_64": ("SSE4_2", "AVX", "AVX2", "AVX512", "AVX512_VNNI", "AVX512_BF16", "AMX"),
-               "aarch64": ("NEON", "SVE", "SVE2")}
+_X86_V2 = "64bit cmov cx8 fxsr mmx sse sse2 cx16 crc32 popcnt sahf sse3 ssse3 sse4.1 sse4.2"
+_X86_V3 = f"{_X86_V2} avx avx2 bmi bmi2 f16c fma lzcnt movbe xsave"
+_X86_V4 = f"{_X86_V3} avx512f avx512bw avx512cd avx512dq avx512vl"
+# ``target.cpu`` names -> (LLVM's CPU, the features its code may use), per machine: x86-64's levels as the
+# x86-64 psABI defines them (v3: every x86 server CPU since 2013, Intel Haswell and AMD Zen 1 on).
+CPU_BASELINES = {
+    "x86_64": {"x86-64-v2": ("x86-64-v2", _X86_V2), "x86-64-v3": ("x86-64-v3", _X86_V3),
+               "x86-64-v4": ("x86-64-v4", _X86_V4)},
+    "aarch64": {"armv8-a": ("generic", "fp-armv8 neon")},
+}
+PORTABLE = {"x86_64": "x86-64-v3", "aarch64": "armv8-a"}
 
 
-PORTABLE = {"x86_64": "AVX2", "aarch64": "NEON"}  # x86-64-v3: every x86 server CPU since 2013 has it
+def machine() -> str:
+    return platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
 
 
-def max_isa(target: str) -> str | None:
-    """The ``--xla_cpu_max_isa`` value for a ``target.cpu`` setting (None: compile for this host)."""
+def cpu_names() -> list[str]:
+    """The ``target.cpu`` values this machine can build for."""
+    return ["host", "portable", *CPU_BASELINES.get(machine(), {})]
+
+
+def cpu_baseline(target: str) -> tuple[str, list[str]] | None:
+    """The LLVM CPU and features ``target.cpu=target`` compiles for (None: this host's CPU)."""
     if target == "host":
         return None
-    machine = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
-    if target == "portable":
-        return PORTABLE.get(machine)
-    allowed = CPU_TARGETS.get(machine, ())
-    if target.upper() not in allowed:
-        raise ConfigError(f"target.cpu: {target!r} is not an instruction-set ceiling XLA knows on {machine}; use host, "
-                          f"portable or one of {', '.join(allowed) or '(none on this machine)'}.")
-    return target.upper()
+    here = machine()
+    name = PORTABLE.get(here) if target == "portable" else target
+    if name not in CPU_BASELINES.get(here, {}):
+        raise ConfigError(f"target.cpu: {target!r} is not a CPU baseline for {here}; use one of "
+                          f"{', '.join(cpu_names())}.")
+    cpu, features = CPU_BASELINES[here][name]
+    return cpu, sorted(features.split())
 
 
-def apply_cpu_target(target: str, backend_started: bool) -> None:
-    """Put ``--xla_cpu_max_isa`` for ``target`` in ``XLA_FLAGS``: XLA reads it when its CPU backend starts."""
-    isa = max_isa(target)
-    if isa is None:
-        return
-    flag = f"--xla_cpu_max_isa={isa}"
-    current = os.environ.get("XLA_FLAGS", "")
-    if flag in current.split():
-        return
-    if backend_started or "--xla_cpu_max_isa" in current:
-        raise ConfigError(
-            f"target.cpu={target} compiles with {flag}, which XLA reads once, when its CPU backend starts, and this "
-            f"process started it with XLA_FLAGS={current!r}. Build in a fresh process (a sweep: "
-            "hydra/launcher=submitit_local runs each job in one), or start this one with XLA_FLAGS set."
-        )
-    os.environ["XLA_FLAGS"] = f"{current} {flag}".strip()
+@functools.lru_cache(maxsize=None)
+def cpu_device(target: str) -> Any:
+    """The compile-only device ``target.cpu=target`` compiles on (None for ``host``: this CPU's device)."""
+    baseline = cpu_baseline(target)
+    if baseline is None:
+        return None
+    cpu, features = baseline
+    return jaxlib_api.cpu_compile_device(cpu, ",".join(f"+{f}" for f in features))
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class CompilePlan:
     devices: dict[str, Any]  # every build platform -> the jax device its executables are compiled for
     deviceless: dict[str, Any]  # the platforms compiled for a GPU that is not here -> its ``gpu.GpuSpec``
     run: str  # the platform whose executables this process runs: the padding proof, the precision measure, calls
+    cpu: str = "host"  # ``target.cpu``: where not ``host``, the CPU executables are compiled on a compile-only device
 
     @property
     def twin(self) -> bool:
@@ -72,11 +83,12 @@ class CompilePlan:
         return self.run not in self.devices
 
 
-def compile_plan(platforms: Sequence[str], gpu_target: str = HOST) -> CompilePlan:
+def compile_plan(platforms: Sequence[str], gpu_target: str = HOST, cpu_target: str = "host") -> CompilePlan:
     """Which device each of ``platforms`` is compiled on: ``cuda`` on this machine's GPU where it has one and
-    ``gpu_target`` is ``host`` or names that GPU, else for the GPU ``gpu_target`` describes (deviceless). What
-    runs here is this machine's default platform where the build has it, else another the build has here,
-    else the CPU (a twin)."""
+    ``gpu_target`` is ``host`` or names that GPU, else for the GPU ``gpu_target`` describes (deviceless); ``cpu``
+    on this machine's CPU, or for the baseline ``cpu_target`` names (its executables run here once loaded from
+    their bytes). What runs here is this machine's default platform where the build has it, else another the
+    build has here, else the CPU (a twin)."""
     import jax
 
     here = local_platform()
@@ -84,7 +96,7 @@ def compile_plan(platforms: Sequence[str], gpu_target: str = HOST) -> CompilePla
     deviceless: dict[str, Any] = {}
     for p in platforms:
         if p != "cuda":
-            devices[p] = jax.devices(p)[0]
+            devices[p] = (p == "cpu" and cpu_device(cpu_target)) or jax.devices(p)[0]
             continue
         described = gpu_spec(gpu_target)
         local = jax.devices("cuda")[0] if here == "cuda" else None
@@ -98,4 +110,4 @@ def compile_plan(platforms: Sequence[str], gpu_target: str = HOST) -> CompilePla
             devices[p], deviceless[p] = compile_device(described), described
     runnable = [p for p in platforms if p not in deviceless]
     run = here if here in runnable else (runnable[0] if runnable else "cpu")
-    return CompilePlan(devices, deviceless, run)
+    return CompilePlan(devices, deviceless, run, cpu_target)

@@ -26,6 +26,12 @@ def local_platform() -> str:
     return jax.export.default_export_platform()
 
 
+def compile_only(device: Any) -> bool:
+    """Whether ``device`` compiles for a machine that is not this one (``jax.experimental.topologies``, or a
+    ``target.cpu`` baseline): its executables are bytes to load, here or elsewhere."""
+    return device is not None and device not in jax.devices(device.platform)
+
+
 def _backend(platform_name: str):
     return jax.devices(platform_name)[0].client
 
