@@ -69,6 +69,14 @@ def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL) -> No
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
 
+def sum_tolerance(expected, terms: int) -> float:
+    """The absolute tolerance of a float32 result that sums ``terms`` products (over every contraction on its
+    path): the worst-case rounding bound ``terms * eps * scale``, with the scale the largest magnitude expected.
+    Two correct compilations (another CPU's vector width, another summation order) differ within it; one CPU's
+    rounding is no bound (an AMD host differed by 2.6e-7 of the scale where an Intel one gave equal bits)."""
+    return float(terms * np.finfo(np.float32).eps * np.abs(np.asarray(expected, np.float64)).max())
+
+
 def info_summary(value):
     """A plain-data description of an InputInfo (or a container of them), for comparisons."""
     if isinstance(value, tb.InputInfo):
