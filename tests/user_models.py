@@ -62,3 +62,13 @@ class NNXAttention(nnx.Module):
     def __call__(self, x, attention_mask):
         keep = attention_mask.astype(bool)
         return self.norm(x + self.attn(x, mask=nnx.make_attention_mask(keep, keep)))
+
+
+class NNXEmbed(nnx.Module):
+    """Token ids -> their rows of a table: an id past the table gives NaN in XLA's gather (no error)."""
+
+    def __init__(self, vocab: int, width: int, *, rngs: nnx.Rngs):
+        self.embed = nnx.Embed(vocab, width, rngs=rngs)
+
+    def __call__(self, ids):
+        return self.embed(ids)

@@ -30,6 +30,7 @@ from tripy_build.cli import config  # noqa: E402
 from tripy_build.build.pipeline import build  # noqa: E402
 from tripy_build.errors import CallError, ConfigError  # noqa: E402
 from tripy_build.build.model import framework_of, load  # noqa: E402
+from conftest import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -325,3 +326,46 @@ def test_a_library_module_with_an_attention_mask_pads_seq_through_it(tmp_path):
     with pytest.raises(CallError, match=r"attention_mask.*\[0, 2\)"):
         exe(np.zeros((1, 3, 8), np.float32), np.full((1, 3), 2, np.int32))
 
+
+
+def test_integer_inputs_without_declared_values_are_warned_of_and_declared_ones_checked(tmp_path):
+    """An nnx.Embed(500) called with id 600 returns NaN: the build names the undeclared integer input and the key
+    that declares it; declared (model.input_values), a call with 600 is refused by both loaders, naming it."""
+    from tripy_build import runtime
+
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "embed.yaml").write_text(
+        "_target_: tests.user_models.NNXEmbed\nname: embed\nvocab: 500\nwidth: 4\ninputs:\n  ids: [batch, 3]\n"
+        "input_dtypes:\n  ids: int32\npadding:\n  batch: rows\n")
+    model = ["--config-dir", str(tmp_path / "conf"), "model=embed", "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
+             f"artifacts_dir={tmp_path / 'arts'}"]
+    env = {"PYTHONPATH": str(REPO)}
+    silent = run_cli(*model, cwd=tmp_path, env=env)
+    assert silent.returncode == 0, silent.stderr[-3000:]
+    said = silent.stdout + silent.stderr  # Hydra logs to stdout
+    assert "integer input(s) 'ids' of embed have no declared values" in said and "model.input_values.ids=[lo,hi]" in said
+    ids = np.array([[1, 600, 2]], np.int32)
+    assert np.isnan(np.asarray(tb.load(next((tmp_path / "arts").glob("*/*")))(ids))).any()  # what the warning is for
+
+    declared = run_cli(*model, "+model.input_values.ids=[0,500]", cwd=tmp_path, env=env)
+    assert declared.returncode == 0, declared.stderr[-3000:]
+    assert "no declared values" not in declared.stdout + declared.stderr
+    path = next(p for p in (tmp_path / "arts").glob("*/*") if "values" in (p / "manifest.json").read_text())
+    for loader in (tb.load, runtime.load):
+        exe = loader(path)
+        assert np.isfinite(np.asarray(exe(np.array([[1, 499, 2]], np.int32)))).all()
+        with pytest.raises(CallError, match=r"'ids'.*\[0, 500\)") as e:
+            exe(ids)
+        assert "600" in str(e.value)
+
+
+def test_compile_warns_of_integer_inputs_without_values(caplog):
+    """The Python API names the InputInfo argument to declare them with."""
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    with caplog.at_level("WARNING", logger="tripy_build.compiler.pipeline"):
+        tb.compile(lambda t, i: t[i], args=[table, tb.InputInfo((3,), "int32")])
+    assert "integer input(s) 'i' have no declared values" in caplog.text and "values=(lo, hi)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tripy_build.compiler.pipeline"):
+        tb.compile(lambda t, i: t[i], args=[table, tb.InputInfo((3,), "int32", values=(0, 6))])
+    assert "no declared values" not in caplog.text

@@ -19,7 +19,7 @@ from ..artifact.layout import MANIFEST, is_artifact
 from ..artifact.lock import touch
 from ..artifact.read import read_index, read_manifest, verify_files
 from ..artifact.write import remove_stale_temporaries
-from ..core.spec import DimSize
+from ..core.spec import DimSize, undeclared_values
 from ..errors import ArtifactError
 from . import model as model_io
 from .init_cache import initial_params
@@ -47,6 +47,14 @@ def build(request: BuildRequest) -> BuildResult:
         model = model_io.load(request.model, request.shapes)
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)
+    undeclared = undeclared_values(list(infos.items()))
+    if undeclared:
+        log.warning("integer input(s) %s of %s have no declared values: an id outside what the model indexes (past "
+                    "an embedding table's rows) gives NaN or another row's values without a word. Declare them, "
+                    "`input_values: {%s}` in the model's config or %s on the command line (hi exclusive; token "
+                    "ids: [0,vocab_size]), and every call is checked against them.",
+                    ", ".join(map(repr, undeclared)), model_name, ", ".join(f"{n}: [lo, hi]" for n in undeclared),
+                    " ".join(f"+model.input_values.{n}=[lo,hi]" for n in undeclared))
 
     if request.params_checkpoint is None:
         identity: dict[str, Any] = {"init": "random", "seed": request.params_seed}
@@ -140,7 +148,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
                                            request.max_profiles, request.generate["max_length"])
         exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
                             precision=request.precision, max_error=request.max_error, backend=request.compiler,
-                            keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu)
+                            keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu, warn_values=False)
         exe.metadata["generate"] = spec.to_metadata()
     else:
         exe = build_executable(
@@ -149,6 +157,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
             log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
             max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error,
             backend=request.compiler, keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu,
+            warn_values=False,
         )
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,

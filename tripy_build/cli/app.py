@@ -51,7 +51,7 @@ if not OmegaConf.has_resolver("tripy_build.in_sweep"):
 
 def _check_added_keys(cfg: DictConfig) -> None:
     """Hydra lets ``+key=value`` through a schema; refuse keys the schema does not have."""
-    from .config_errors import DIM_DICTS, closest
+    from .config_errors import DIM_DICTS, INPUT_DICTS, closest
 
     for override in HydraConfig.get().overrides.task:
         if override.startswith("+"):
@@ -60,6 +60,8 @@ def _check_added_keys(cfg: DictConfig) -> None:
                 continue  # a config group choice, checked by Hydra itself
             if key.startswith(tuple(d + "." for d in DIM_DICTS)):
                 continue  # a new dim in a dict keyed by dim names, checked against the model's dims
+            if key in INPUT_DICTS or key.startswith(tuple(d + "." for d in INPUT_DICTS)):
+                continue  # keyed by the model's input names, checked against its inputs by the build
             where, _, name = key.rpartition(".")
             node = OmegaConf.select(cfg, where) if where else cfg
             siblings = [str(k) for k in node.keys() if k not in ("hydra", name)] if OmegaConf.is_dict(node) else []

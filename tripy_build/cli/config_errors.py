@@ -19,6 +19,9 @@ from ..errors import ConfigError
 # Dicts keyed by dim names: a name that is not there yet is added with ``+`` (and checked against the
 # model's dims when the build starts).
 DIM_DICTS = ("shapes.dims", "shapes.buckets", "model.padding")
+# A model's dicts keyed by its input names (or call arguments), and those dicts themselves: a user's model config
+# may add them with ``+`` (the build checks every name against the model's inputs and its call).
+INPUT_DICTS = ("model.inputs", "model.input_dtypes", "model.input_values", "model.call")
 
 
 def closest(word: str, candidates: Iterable[str]) -> str | None:

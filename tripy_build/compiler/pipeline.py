@@ -13,6 +13,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import itertools
+import logging
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,7 +26,7 @@ from ..core import profiles as profiles_lib
 from ..core.dispatch import Dispatcher, output_axes
 from ..core.entry import Entry, check_entries
 from ..core.signature import Parameter
-from ..core.spec import collect_named_dims, count_leaves
+from ..core.spec import collect_named_dims, count_leaves, undeclared_values
 from ..errors import SpecError
 from ..host import host_features, target_of, usable_cores
 from ..runtime import xla as xla_executable
@@ -39,6 +40,8 @@ from .optimization import DEFAULT_LEVEL, check_level, compiler_options
 from .proofs import prove_padding
 from .target import compile_plan
 from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
+
+log_compile = logging.getLogger(__name__)
 
 
 def compile(func: Callable | Mapping[str, Entry], optimization_level: int = DEFAULT_LEVEL, *, args: Sequence[Any] = (),  # noqa: A001
@@ -113,14 +116,15 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
                      max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES, precision: str | None = None,
                      max_error: float | None = None, backend: str = "xla", donate: Sequence[str] = (),
                      prep_name: str | None = None, keep_loaded: bool = True, gpu: str = HOST,
-                     cpu: str = "host") -> Executable:
+                     cpu: str = "host", warn_values: bool = True) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``;
     ``donate``: the runtime inputs whose buffers each call gives to the outputs (``Entry.donate``);
     ``keep_loaded=False``: each profile is kept as its bytes once compiled, loaded only while the build runs it
     (a build that saves the executable: BERT-base's 50 profiles held ~570 MB loaded); ``gpu``: the GPU ``cuda``
     executables are for (``target.gpu``: ``host``, or a name in ``compiler/gpu.py``, compiled for without it);
     ``cpu``: the CPU ``cpu`` executables are for (``target.cpu``: ``host``, ``portable`` or a baseline in
-    ``compiler/target.py``).
+    ``compiler/target.py``); ``warn_values``: warn of integer inputs without declared values (a build from a
+    config warns in its own words, naming the config key).
 
     Every platform of ``platforms`` gets its executables (``target.compile_plan``). Those of the platform that
     runs here are the ones the padding proof and the precision measure run; those of the others (a GPU that is
@@ -148,6 +152,14 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     arguments = bind_arguments(func, args, kwargs or {})
     leaves, sizes = runtime_leaves(arguments), size_leaves(arguments)
     collect_named_dims(leaves)
+    undeclared = undeclared_values(leaves)
+    if warn_values and undeclared:
+        log_compile.warning(
+            "%s: integer input(s) %s have no declared values: an id outside what the model indexes (past an "
+            "embedding table's rows) gives NaN or another row's values without a word. Declare the values each may "
+            "hold, InputInfo(shape, dtype, values=(lo, hi)) with hi exclusive (token ids: (0, vocab_size)), and "
+            "every call is checked against them.", name or getattr(func, "__name__", "compile"),
+            ", ".join(repr(p) for p in undeclared))
     reference = flat_function(func, arguments)  # float32: the error of a reduced precision is measured against it
     if reduced:
         arguments = [a if a.traced else dataclasses.replace(a, value=precision_lib.cast_constant(a.value, reduced))
@@ -271,10 +283,10 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
                   platforms: Sequence[str] = ("cpu",), name: str | None = None,
                   log: Callable[[str, float], None] | None = None, precision: str | None = None,
                   max_error: float | None = None, backend: str = "xla", keep_loaded: bool = True,
-                  gpu: str = HOST, cpu: str = "host") -> Executable:
+                  gpu: str = HOST, cpu: str = "host", warn_values: bool = True) -> Executable:
     """Compile each entry (``compile`` of a dict of ``Entry``); the first entry's executable, with all in
-    ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``); ``keep_loaded``, ``gpu`` and
-    ``cpu``: as for ``build_executable``."""
+    ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``); ``keep_loaded``, ``gpu``, ``cpu``
+    and ``warn_values``: as for ``build_executable``."""
     entries = check_entries(entries)
     log = log or (lambda stage, seconds: None)
     exes: dict[str, Executable] = {}
@@ -285,7 +297,7 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
             platforms=platforms, name=f"{name}_{key}" if name else key, log=log, buckets=e.buckets,
             padding=e.padding, max_profiles=e.max_profiles, precision=precision, max_error=max_error,
             backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep", keep_loaded=keep_loaded, gpu=gpu,
-            cpu=cpu)
+            cpu=cpu, warn_values=warn_values)
     compiled = [exe for exe in exes.values() if isinstance(exe, Executable)]
     for i, exe in enumerate(compiled):
         exe.entries = exes

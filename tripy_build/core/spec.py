@@ -204,6 +204,12 @@ def _check_values(values: Any, dtype: np.dtype) -> tuple[int, int] | None:
     return int(values[0]), int(values[1])
 
 
+def undeclared_values(infos: Sequence[tuple[str, "InputInfo"]]) -> list[str]:
+    """The integer inputs of ``infos`` whose values are not declared (``InputInfo.values``): ids a call is not
+    checked against, where one past a table gives NaN or another row without a word."""
+    return [name for name, info in infos if info.dtype.kind in "iu" and info.values is None]
+
+
 def collect_named_dims(infos: Sequence[tuple[str, InputInfo]]) -> dict[str, NamedDimension]:
     """Every named dim across inputs; a name bound to two different ranges is an error."""
     seen: dict[str, tuple[NamedDimension, str]] = {}
