@@ -7,6 +7,7 @@ calls that must be refused."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -213,17 +214,32 @@ def test_a_bad_checkpoint_is_one_line_naming_the_tensor_and_nothing_is_written(c
 
 def test_weights_saved_prepared_rebuild_from_their_checkpoint_and_raw_ones_keep_every_tensor(tmp_path_factory, tmp_path):
     """weights=prepared (the default) stores BERT's prepared matrices in place of the raw tensors: a rebuild
-    needs the checkpoint (verify --rebuild --checkpoint), and says so without it; weights=raw keeps them."""
+    reads the checkpoint the artifact records (its path and files' digests, in the index) while it is there and
+    unchanged, else the one given (verify --rebuild --checkpoint), and says so without it; weights=raw keeps them."""
     _, model, path = _built("bert", tmp_path_factory)
     hf = path.parents[2] / "hf"
     m = json.loads((path / "manifest.json").read_text())
     assert all(c.get("at_rest") for c in m["prep"]["chunks"])
     assert sum(not w["file"] for w in m["weights"]) > 0
+    assert str(hf.resolve()) not in (path / "manifest.json").read_text()  # the manifest's bytes do not depend on it
+    assert json.loads((path / "index.json").read_text())["checkpoint"]["path"] == str(hf.resolve())
     r = run_cli("verify", "--rebuild", str(path), cwd=tmp_path, timeout=600)
-    assert r.returncode == 1 and "verify --rebuild --checkpoint DIR" in r.stdout, r.stdout[-3000:]
-    r = run_cli("verify", "--rebuild", "--checkpoint", str(hf), str(path), cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:]
     assert "PASS  rebuild: bytes weights/prepared_0.npy  identical" in r.stdout
+    assert "PASS  rebuild: bytes manifest.json  identical" in r.stdout
+    assert "PASS  rebuild: params by value" in r.stdout
+
+    moved = tmp_path / "hf2"  # a checkpoint changed since the build: not read, and the fix named
+    shutil.copytree(hf, moved)
+    assert build("bert", moved, tmp_path / "arts2").returncode == 0
+    copy = next((tmp_path / "arts2" / "bert").iterdir())
+    with open(moved / "config.json", "a") as f:
+        f.write("\n")
+    r = run_cli("verify", "--rebuild", str(copy), cwd=tmp_path, timeout=600)
+    assert r.returncode == 1 and "verify --rebuild --checkpoint DIR" in r.stdout, r.stdout[-3000:]
+    assert f"the checkpoint this artifact was built from, {moved.resolve()}, has changed since (config.json)" in r.stderr
+    r = run_cli("verify", "--rebuild", "--checkpoint", str(hf), str(copy), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:]
     assert "PASS  rebuild: params by value" in r.stdout
     raw = build("bert", hf, tmp_path / "raw", "weights=raw")
     assert raw.returncode == 0, raw.stderr[-3000:]

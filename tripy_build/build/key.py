@@ -10,13 +10,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+from ..artifact.digest import ALGORITHM
 from ..artifact.manifest import Manifest
 from ..core.spec import NamedDimension
 from ..errors import ArtifactError
 from .request import BuildRequest
+
+log = logging.getLogger(__name__)
 
 KEY_LENGTH = 16  # hex digits of the build key used in directory names
 
@@ -103,10 +107,43 @@ def request_from_record(manifest: Manifest, artifact_path: Path, artifacts_dir: 
     config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
     config.setdefault("compiler", "xla")
     config.setdefault("weights", "raw")  # recorded before artifacts stored weights prepared
-    if checkpoint is None:
-        checkpoint = None if identity.get("init") == "random" else str(artifact_path)  # its weights
+    checkpoint_key = None
+    if checkpoint is None and identity.get("init") != "random":
+        checkpoint, checkpoint_key = recorded_checkpoint(manifest, artifact_path)
     return BuildRequest(**config, params_seed=identity.get("seed", 0), params_checkpoint=checkpoint,
-                        artifacts_dir=str(artifacts_dir), force=True)
+                        params_checkpoint_key=checkpoint_key, artifacts_dir=str(artifacts_dir), force=True)
+
+
+def checkpoint_record(request: BuildRequest) -> dict[str, Any]:
+    """Where a build's checkpoint was and what it held (each file's digest), for the artifact's index: a rebuild
+    (``verify --rebuild``, ``tripy-build rebuild``) reads it from there while it is there and unchanged. Not in the
+    manifest: two builds from the same checkpoint at two paths are the same bytes."""
+    if request.params_checkpoint is None:
+        return {}
+    from ..artifact.digest import list_files
+
+    root = Path(request.params_checkpoint).resolve()
+    return {"checkpoint": {"path": str(root), "key": request.params_checkpoint_key,
+                           "files": {rel: e[ALGORITHM] for rel, e in list_files(root).items()}}}
+
+
+def recorded_checkpoint(manifest: Manifest, artifact_path: Path) -> tuple[str, str | None]:
+    """The params a rebuild reads: the checkpoint the artifact was built from where it is still there with the
+    recorded files, else the artifact's own weights (which ``weights=prepared`` does not hold raw: that build
+    then says which checkpoint to give)."""
+    from ..artifact.digest import list_files
+    from ..artifact.read import read_index
+
+    recorded = read_index(artifact_path, manifest, "checkpoint")
+    path = recorded.get("path")
+    if isinstance(path, str) and Path(path).is_dir() and isinstance(recorded.get("files"), dict):
+        here = {rel: e[ALGORITHM] for rel, e in list_files(Path(path)).items()}
+        if here == recorded["files"]:
+            return path, recorded.get("key")
+        changed = sorted(set(here.items()) ^ set(recorded["files"].items()))
+        log.warning("the checkpoint this artifact was built from, %s, has changed since (%s): rebuilding from the "
+                    "artifact's own weights", path, changed[0][0])
+    return str(artifact_path), None
 
 
 def iree_options() -> dict[str, Any]:

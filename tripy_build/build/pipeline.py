@@ -23,7 +23,7 @@ from ..core.spec import DimSize, undeclared_values
 from ..errors import ArtifactError
 from . import model as model_io
 from .init_cache import initial_params
-from .key import KEY_LENGTH, build_key, key_parts
+from .key import KEY_LENGTH, build_key, checkpoint_record, key_parts
 from .report import BuildResult, result_from_manifest, warn_first_use_compiles
 from .request import BuildRequest
 
@@ -168,7 +168,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
         e.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
     stage("self-test reference", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    path = save(exe, target, replace=replace, weights=request.weights)
+    path = save(exe, target, replace=replace, weights=request.weights, index_extra=checkpoint_record(request))
     stage("write", time.perf_counter() - t0)
     manifest = read_manifest(path)
     warn_first_use_compiles(manifest, read_index(path, manifest, "compile_seconds"))

@@ -22,8 +22,8 @@ def rebuild(path: str | Path, artifacts_dir: str | Path | None = None, checkpoin
     Args:
         path: a built artifact (``python -m tripy_build``; one saved from the Python API records no config).
         artifacts_dir: where the new one goes; default: the folder its own model folder is in (``artifacts``).
-        checkpoint: the params to build from where the artifact does not hold them raw (``weights=prepared``
-            from a checkpoint); default: its seed, or its own weights.
+        checkpoint: the params to build from; default: its seed, or the checkpoint it records it was built from
+            while that is there unchanged, else its own weights (which ``weights=prepared`` does not hold raw).
         gpu: ``target.gpu`` for its cuda executables; default: ``host`` on a machine with a GPU (this GPU),
             else the recorded one.
 
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tripy-build rebuild", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="an artifact directory")
     parser.add_argument("--artifacts-dir", help="where the rebuilt artifact goes (default: the one PATH is in)")
-    parser.add_argument("--checkpoint", help="the params to rebuild from, where the artifact does not hold them raw")
+    parser.add_argument("--checkpoint", help="the params to rebuild from; default: the checkpoint the artifact "
+                                             "records, while it is there unchanged")
     parser.add_argument("--gpu", help="target.gpu for cuda executables (default: host where this machine has a GPU, "
                                       "else the recorded one)")
     args = parser.parse_args(argv)

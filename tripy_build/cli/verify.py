@@ -190,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true", help="rebuild from the recorded config and compare")
     parser.add_argument("--portable-only", action="store_true",
                         help="never run the shipped executables: compile from the exported program and self-test those")
-    parser.add_argument("--checkpoint", help="with --rebuild: the params to rebuild from (the checkpoint the artifact "
-                                             "was built from), where the artifact does not hold them raw")
+    parser.add_argument("--checkpoint", help="with --rebuild: the params to rebuild from; default: the checkpoint the "
+                                             "artifact records it was built from, while it is there unchanged, else the "
+                                             "artifact's own weights (weights=prepared does not hold them raw)")
     args = parser.parse_args(argv)
     if args.checkpoint and not args.rebuild:
         parser.error("--checkpoint is read by --rebuild only; add --rebuild")

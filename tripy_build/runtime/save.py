@@ -163,9 +163,12 @@ def _share(m: Manifest, files: dict[str, Any], stored: dict[str, str], preps: li
     return m
 
 
-def save(exe: Any, path: str | os.PathLike, replace: bool = True, weights: str = "prepared") -> Path:
+def save(exe: Any, path: str | os.PathLike, replace: bool = True, weights: str = "prepared",
+         index_extra: dict[str, Any] | None = None) -> Path:
     """Write ``exe`` (with its other entries, if any) as an artifact; an existing artifact at ``path`` is
-    replaced (or kept: ``replace=False``). ``weights``: ``"prepared"`` or ``"raw"`` (the module's docstring)."""
+    replaced (or kept: ``replace=False``). ``weights``: ``"prepared"`` or ``"raw"`` (the module's docstring);
+    ``index_extra``: tables for the sidecar index (what this build's machine says, outside the byte-reproducible
+    manifest: where its checkpoint was)."""
     entries = exe.entries or {"": exe}
     files: dict[str, Any] = {}
     seconds: dict[str, float] = {}
@@ -181,4 +184,4 @@ def save(exe: Any, path: str | os.PathLike, replace: bool = True, weights: str =
     if exe.entries:
         main = dataclasses.replace(main, entry=main_name, entries=tuple(others))
     seconds = {rel: t for rel, t in seconds.items() if rel in files}  # not those an entry shares
-    return write(path, main, files, replace=replace, index_extra={"compile_seconds": seconds})
+    return write(path, main, files, replace=replace, index_extra={**(index_extra or {}), "compile_seconds": seconds})
