@@ -233,6 +233,8 @@ def test_weights_saved_prepared_rebuild_from_their_checkpoint_and_raw_ones_keep_
     shutil.copytree(hf, moved)
     assert build("bert", moved, tmp_path / "arts2").returncode == 0
     copy = next((tmp_path / "arts2" / "bert").iterdir())
+    params = json.loads((copy / "manifest.json").read_text())["metadata"]["params"]["sha256"]
+    assert f"ckpt=hf2@{params[:8]}" in run_cli("list", str(tmp_path / "arts2"), cwd=tmp_path).stdout
     with open(moved / "config.json", "a") as f:
         f.write("\n")
     r = run_cli("verify", "--rebuild", str(copy), cwd=tmp_path, timeout=600)

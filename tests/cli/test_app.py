@@ -561,6 +561,27 @@ def test_list_and_show_describe_what_was_built(tmp_path):
     assert shown.returncode == 0 and "inputs" in shown.stdout and "float32[8, 16]" in shown.stdout
     assert run_cli("list", str(tmp_path / "nowhere"), cwd=tmp_path).returncode == 2
 
+    newest = run_cli("list", "--latest", str(arts), "model=geglu", cwd=tmp_path)  # for ART=$(...) in scripts
+    assert newest.returncode == 0 and newest.stdout.strip() == str(path), newest.stderr
+    assert run_cli("list", "--latest", str(arts), "model=mlp", "precision=bfloat16", cwd=tmp_path).stdout.strip() \
+        == str(next(p.parent for p in (arts / "mlp").glob("*/manifest.json") if "bfloat16" in p.read_text()))
+    none = run_cli("list", "--latest", str(arts), "model=geglu", "shapes=dynamic", cwd=tmp_path)
+    assert none.returncode == 2 and none.stdout == ""
+    assert "no artifact under" in none.stderr and "built with model=geglu shapes=dynamic" in none.stderr
+    bad = run_cli("list", str(arts), "modle=geglu", cwd=tmp_path)
+    assert bad.returncode == 2 and "modle=... is not a setting an artifact records" in bad.stderr
+
+
+def test_list_fits_the_terminal_and_names_each_checkpoint():
+    """Rows are cut to the terminal's width in the inputs column; a checkpoint is named by its folder and params."""
+    from tripy_build.cli.listing import fit
+
+    cells = [["bert", "input_ids int32[batch=[1..8, opt 1], seq=[1..128, opt 64]]; " * 4, "cpu O3 float32 "
+              "ckpt=sst2@3f2a9c1d", "28", "1.2 MB", "2026-11-27 06:23", "0123456789abcdef"]]
+    lines = fit(cells, 120)
+    assert max(map(len, lines)) <= 120 and "…" in lines[2] and "ckpt=sst2@3f2a9c1d" in lines[2]
+    assert fit(cells, 1000) == fit(cells, 2000) and "…" not in "".join(fit(cells, 1000))
+
 
 def test_ctrl_c_stops_a_build_with_one_line_and_leaves_nothing(tmp_path):
     import signal

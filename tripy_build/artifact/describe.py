@@ -199,6 +199,16 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
 LIST_COLUMNS = ("model", "inputs", "options", "profiles", "size", "date", "key")
 
 
+def checkpoint_text(path: Path, m: Manifest) -> str:
+    """A checkpoint as ``list`` names it: its folder's name (from the artifact's index) and its params' digest, so
+    that two builds from two checkpoints are told apart: ``ckpt=bert-sst2@3f2a9c1d``."""
+    from .read import read_index
+
+    recorded = read_index(path, m, "checkpoint").get("path")
+    digest = str((m.metadata.get("params") or {}).get("sha256") or "")[:8]
+    return f"ckpt={Path(recorded).name if isinstance(recorded, str) else ''}@{digest}"
+
+
 def list_row(path: Path) -> dict[str, str]:
     """``list``'s row for one artifact: model, inputs, options, profiles, size, date and key (or, for one whose
     manifest or index cannot be read, why)."""
@@ -219,7 +229,7 @@ def list_row(path: Path) -> dict[str, str]:
     if config.get("target_gpu", "host") != "host":
         options.append(f"gpu={config['target_gpu']}")
     if (m.key_parts.get("params") or {}).get("init") == "checkpoint":
-        options.append("checkpoint")
+        options.append(checkpoint_text(path, m))
     if m.entry:
         options.append(f"entries={','.join(m.entry_names)}")
     return {"model": m.model, "inputs": "; ".join(f"{p} {spec_text(info)}" for p, info in m.leaves),
