@@ -45,6 +45,9 @@ def gpt2(tmp_path_factory):
     model.generation_config.pad_token_id = 0
     r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
     assert r.returncode == 0, r.stderr[-2000:]
+    said = r.stdout + r.stderr  # the driver calls bucket-sized chunks only: no first-use compile to warn of
+    assert "compile on first use" not in said and "not every in-range shape" not in said
+    assert "dim decode: seq [1..8]: not padded, buckets 1 8; generation runs these sizes only" in said
     return model, next((root / "arts" / "gpt2").iterdir())
 
 

@@ -53,8 +53,10 @@ def table(headers: Sequence[str] | None, rows: Sequence[Sequence[Any]], indent: 
     return [*head, *map(line, cells)]
 
 
-def dim_lines(m: Manifest) -> list[str]:
-    """One line per dynamic dim: its range, how it is served, and which sizes compile on first use."""
+def dim_lines(m: Manifest, generation: bool = False) -> list[str]:
+    """One line per dynamic dim: its range, how it is served, and which sizes compile on first use; for an entry
+    of a ``task=generate`` artifact (``generation``), which its driver calls in bucket-sized chunks only
+    (``runtime/generate``), that it needs no other."""
     strategies = {"padded": "padded ({})", "buckets": "not padded", "compile": "not padded, opt only",
                   "dynamic": "dynamic"}
     lines = []
@@ -62,7 +64,8 @@ def dim_lines(m: Manifest) -> list[str]:
         strategy = m.strategy(d)
         lines.append(f"{d.name or d.symbol} [{d.bounds[0]}..{d.bounds[2]}]: {strategies[strategy].format(d.padding)}"
                      + (f", buckets {' '.join(map(str, d.buckets))}" if d.buckets and strategy != "dynamic" else "")
-                     + (f"; {gap} compile on first use" if (gap := first_use_compiles(d, strategy)) else ""))
+                     + ("" if not (gap := first_use_compiles(d, strategy)) else
+                        "; generation runs these sizes only" if generation else f"; {gap} compile on first use"))
     return lines
 
 

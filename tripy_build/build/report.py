@@ -52,7 +52,10 @@ class BuildResult:
 
 def warn_first_use_compiles(manifest: Manifest, seconds: dict[str, float]) -> None:
     """One warning for a build whose artifact compiles some in-range shapes on first use: which sizes of
-    which dims, what such a compile costs (the profiles' mean compile time), and the fix."""
+    which dims, what such a compile costs (the profiles' mean compile time), and the fix. None for a
+    ``task=generate`` artifact: its driver calls the entries in bucket-sized chunks only."""
+    if manifest.metadata.get("generate"):
+        return
     gaps = [(f"{name}: {d.name or d.symbol}" if name else d.name or d.symbol, text) for name, m in manifest.all_entries()
             for d in m.dims if (text := first_use_compiles(d, m.strategy(d)))]
     if not gaps:
@@ -75,7 +78,8 @@ def result_from_manifest(path: Path, key: str, model_name: str, cache_hit: bool,
     return BuildResult(
         Path(path).absolute(), key, model_name, cache_hit, timings,
         inputs={f"{name}.{p}" if name else p: spec_text(info) for name, m in entries for p, info in m.leaves},
-        dims=[f"{name}: {line}" if name else line for name, m in entries for line in dim_lines(m)],
+        dims=[f"{name}: {line}" if name else line for name, m in entries
+              for line in dim_lines(m, generation=bool(manifest.metadata.get("generate")))],
         profiles="; ".join(f"{name}: {line}" if name else line for name, m in entries
                            if (line := profiles_line(m, index, seconds))),
         precision=precision_line(manifest), files=file_sizes(manifest, index), sources=sources,
