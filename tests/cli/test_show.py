@@ -51,3 +51,22 @@ def test_inspect_refuses_what_is_not_an_artifact(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(tmp_path)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "is not a tripy_build artifact" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_inspect_names_outputs_as_python_and_the_server_do(tmp_path):
+    """A function returning a dict: inspect's outputs are its keys (the names a call's dict and /infer use)."""
+    import numpy as np
+
+    import tripy_build as tb
+    from tripy_build import runtime
+
+    w = np.ones((4, 3), np.float32)
+    exe = tb.compile(lambda x: {"last_hidden_state": x @ w, "pooler_output": (x @ w).sum(-1)},
+                     args=[tb.InputInfo(((1, 2, 4), 4), "float32")])
+    path = exe.save(tmp_path / "art")
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outputs = proc.stdout.split("\noutputs\n")[1].split("\n\n")[0].splitlines()[2:]
+    names = [line.split()[0] for line in outputs]
+    assert names == runtime.load(path).output_names == ["last_hidden_state", "pooler_output"]

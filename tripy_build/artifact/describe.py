@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.profiles import first_use_compiles
-from ..core.spec import InputInfo
+from ..core.spec import InputInfo, output_names
 from ..errors import ConfigError, TripyBuildError
 from .layout import disk_size
 from .manifest import Manifest
@@ -175,7 +175,8 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
     if m.sizes:
         passed = ", ".join(f"{path} = the true size of {size.name!r}" for path, size in m.sizes)
         out += [f"  passed to the function, not part of the signature: {passed}"]
-    out += ["", f"{title}outputs"] + table(["output", "spec"], [[i, spec_text(o)] for i, o in enumerate(m.outputs)])
+    names = output_names(m.output_structure, len(m.outputs))  # as Python's dict and the server name them
+    out += ["", f"{title}outputs"] + table(["output", "spec"], [[n, spec_text(o)] for n, o in zip(names, m.outputs)])
     if m.dims:
         out += ["", f"{title}dims"] + table(["dim", "range", "opt", "strategy", "padding", "buckets",
                                              "compiled on first use"], [

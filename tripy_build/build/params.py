@@ -55,7 +55,8 @@ def restore(directory: str | os.PathLike, like: Any, what: str = "params.checkpo
     """
     path = Path(directory).absolute()
     if not path.exists():
-        raise error(f"{what}: {str(path)!r} does not exist; pass a directory written by "
+        raise error(f"{what}: {str(path)!r} does not exist; pass a directory written by Hugging Face's "
+                    "save_pretrained (config.json + model.safetensors), by "
                     "orbax.checkpoint.StandardCheckpointer().save(path, params), or a built artifact.")
     if (path / "manifest.json").is_file():
         if key:

@@ -64,8 +64,9 @@ class PrecisionConfig:
 @dataclass
 class ParamsConfig:
     seed: int = key(0, "random init from this seed, unless checkpoint is set")
-    checkpoint: Optional[str] = key(None, "an orbax StandardCheckpointer directory of the model's params "
-                                          "(checked leaf by leaf) or a built artifact")
+    checkpoint: Optional[str] = key(None, "the model's params: a Hugging Face save_pretrained directory "
+                                          "(config.json + model.safetensors: bert, gpt2, vit, resnet50), an orbax "
+                                          "StandardCheckpointer directory (checked leaf by leaf) or a built artifact")
     checkpoint_key: Optional[str] = key(None, "where the params are in a checkpoint that saved more: model for "
                                               "{model: ..., optimizer: ...}, 0 for nnx.state((model, optimizer)); "
                                               "a dotted path")
@@ -298,7 +299,7 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
     for name in ("batch", "seq"):
         if name not in dims:
             raise ConfigError(f"shapes.dims.{name}: task=generate needs a {name} dim (batch: rows per call; seq: "
-                              "prompt chunk lengths); add it, e.g. shapes.dims.{name}=[1,8,8].")
+                              f"prompt chunk lengths); add it, e.g. shapes.dims.{name}=[1,8,8].")
     seq = dims["seq"]
     lo, hi = (seq, seq) if isinstance(seq, int) else (seq.min, seq.max)
     if lo != 1:

@@ -225,7 +225,8 @@ def profiles(dims: Sequence[DimPlan], max_profiles: int = DEFAULT_MAX_PROFILES) 
         per = ", ".join(f"{d.label}: {len(c)}" for d, c in zip(dims, choices) if len(c) > 1)
         raise SpecError(
             f"{total} shape profiles exceed the budget of {max_profiles} executables (buckets per dim: {per}; "
-            "profiles are their product, plus opt). Raise the budget (max_profiles), give a dim fewer "
-            "buckets (an explicit list such as [1, 8, 64]), or set a dim's buckets to 'none'."
+            "profiles are their product, plus opt). Raise the budget (shapes.max_profiles=N in a build's config, "
+            "compile(max_profiles=N) in Python), give a dim fewer buckets (an explicit list: "
+            "shapes.buckets.<dim>=[1,8,64], compile(buckets={dim: [1, 8, 64]})), or set a dim's buckets to 'none'."
         )
     return list(dict.fromkeys([opt, *itertools.product(*choices)]))
