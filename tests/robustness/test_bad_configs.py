@@ -69,7 +69,9 @@ CASES = [
     ("buckets for a static dim", ["shapes=static", "shapes.dims.batch=4", "+shapes.buckets.batch=pow2"],
      "shapes.buckets.batch", False),
     ("profile budget zero", ["shapes.max_profiles=0"], "shapes.max_profiles", False),
-    ("over the profile budget", ["model=transformer", "shapes.max_profiles=10"], "exceed the budget of 10 executables (buckets per dim: 'batch': 7, 'seq': 9; profiles are their product, plus opt). Raise the budget (shapes.max_profiles=N", False),
+    ("over the profile budget", ["model=transformer", "shapes.max_profiles=10"],
+     "exceed the budget of 10 executables (buckets per dim: 'batch': 7, 'seq': 9; profiles are their product, plus "
+     "opt). Raise the budget (shapes.max_profiles=N", False),
     ("unknown padding kind", ["model.padding.batch=columns"], "model.padding.batch", False),
     ("padding for a dim the model lacks", ["+model.padding.seq=mask"], "model.padding", False),
     ("padding not a mapping", ["model.padding=rows"], "model.padding", False),
@@ -90,7 +92,8 @@ CASES = [
      "badmodels.py", True),
     ("init raises", [*BAD, "model=InitRaises"], "cannot download the pretrained", True),
     # --- params
-    ("missing checkpoint", ["params.checkpoint={tmp}/nothing"], "does not exist; pass a directory written by Hugging Face's save_pretrained", False),
+    ("missing checkpoint", ["params.checkpoint={tmp}/nothing"],
+     "does not exist; pass a directory written by Hugging Face's save_pretrained", False),
     ("checkpoint of another model", ["params.checkpoint={tmp}/ckpt_other"], "has no leaf params['proj']", False),
     ("checkpoint of another width", ["params.checkpoint={tmp}/ckpt_wide"], "but the model needs shape", False),
     ("truncated checkpoint", ["params.checkpoint={tmp}/ckpt_truncated"], "params.checkpoint", False),
