@@ -447,3 +447,69 @@ def test_the_command_serves_http_and_grpc_with_one_batcher_and_drains_both(artif
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_errors_are_written_for_a_client_over_http_and_grpc(tmp_path):
+    """A refused request's message names the input, the dim, the range and what was given, the declaration as a
+    client reads it: no Python repr (``InputInfo(``, ``NamedDimension(``) reaches a client over either protocol."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from tripy_build.serve.http import Server
+
+    batch, seq = tb.NamedDimension("batch", 1, 4, 16), tb.NamedDimension("seq", 1, 64, 128)
+    exe = tb.compile(lambda x, ids: (x.sum(axis=1), ids * 2),
+                     args=(tb.InputInfo((batch, seq), "float32"), tb.InputInfo((batch,), "int32", values=(0, 10))),
+                     padding={"batch": "rows"}, buckets={"batch": [4, 16], "seq": [64, 128]})
+    exe.save(tmp_path / "m")
+    x, ids = np.zeros((1, 512), np.float32), np.array([3], np.int32)
+    x_spec = "[batch=[1..16, opt 4], seq=[1..128, opt 64]]"
+    cases = {  # (x, ids, x's datatype) -> what the message must say
+        "dim out of range": ((x, ids, "FP32"), ["input 'x' dim 1 (NamedDimension 'seq') is 512, but it must be in range "
+                                                "[1, 128] (opt 64); the input's shape is [1, 512], declared as "
+                                                f"float32{x_spec}."]),
+        "wrong rank": ((x[0], ids, "FP32"), [f"input 'x': shape [512] has 1 dims, but the input has 2 (declared as "
+                                             f"FP32{x_spec})."]),
+        "wrong datatype": ((x[:, :8].astype(np.float64), ids, "FP64"),
+                           [f"input 'x': datatype 'FP64' given, but it is FP32 (declared as FP32{x_spec}); send it as "
+                            "FP32."]),
+        "value out of range": ((x[:, :8], np.array([12], np.int32), "FP32"),
+                               ["input 'ids' holds 12, but its values must lie in [0, 10) (min 12, max 12); declared as "
+                                "int32[batch=[1..16, opt 4]] in [0, 10)."]),
+        "missing input": ((x[:, :8], None, "FP32"), [f"needs input(s) 'ids', which the request lacks (its inputs: 'x' "
+                                                     f"FP32{x_spec}; 'ids' INT32[batch=[1..16, opt 4]] in [0, 10))."]),
+    }
+
+    def http_body(xv, idv, dt):
+        inputs = [{"name": "x", "shape": list(xv.shape), "datatype": dt, "data": xv.ravel().tolist()}]
+        if idv is not None:
+            inputs.append({"name": "ids", "shape": list(idv.shape), "datatype": "INT32", "data": idv.tolist()})
+        return json.dumps({"inputs": inputs}).encode()
+
+    def grpc_inputs(xv, idv, dt):
+        out = [triton.InferInput("x", list(xv.shape), dt)]
+        out[0].set_data_from_numpy(xv)
+        if idv is not None:
+            out.append(triton.InferInput("ids", list(idv.shape), "INT32"))
+            out[1].set_data_from_numpy(idv)
+        return out
+
+    with Server([tmp_path / "m"], port=0, grpc_port=0).start() as server:
+        name = next(iter(server.endpoints))
+        client = triton.InferenceServerClient(server.grpc.address)
+        try:
+            for case, (args, fragments) in cases.items():
+                req = urllib.request.Request(f"{server.url}/v2/models/{name}/infer", data=http_body(*args),
+                                             headers={"Content-Type": "application/json"})
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(req, timeout=30)
+                http_message = json.loads(refused.value.read())["error"]
+                code, grpc_message = status(lambda args=args: client.infer(name, grpc_inputs(*args)))
+                assert refused.value.code == 400 and code == "INVALID_ARGUMENT", (case, http_message, grpc_message)
+                for message in (http_message, grpc_message):
+                    assert "InputInfo(" not in message and "NamedDimension(" not in message, (case, message)
+                    for fragment in fragments:
+                        assert fragment in message, (case, message)
+        finally:
+            client.close()

@@ -3,7 +3,9 @@
 ``Executable`` (jax arrays) and ``runtime.Runtime`` (numpy, no jax) share them: a call's arguments
 are matched to the runtime parameters by position and keyword, flattened through each parameter's
 structure, and every leaf is checked for type, rank, dtype (no silent casts), each dim against its
-range, and named dims for one size across inputs. Errors name the input, the dim and the range.
+range, and named dims for one size across inputs. Errors name the input, the dim and the range, and say a
+declaration as ``declared`` writes it (every dim's name and range), never as a Python repr: a server's clients
+read them too.
 """
 
 from __future__ import annotations
@@ -65,13 +67,31 @@ def bind_call(fname: str, visible: Sequence[Parameter], args: Sequence[Any], kwa
     return values
 
 
+def declared(info: InputInfo, dtype: str | None = None) -> str:
+    """An input's declaration as a person (or a server's client) reads it, as ``inspect`` writes it
+    (``artifact/describe.spec_text``): ``float32[batch=[1..16, opt 4], 4] in [0, 96)``, each dim fixed or its
+    range and the size profiles are tuned for, named where it is a ``NamedDimension``, then the values' range
+    where one is declared. ``dtype``: the type's name to show (a server's ``FP32``)."""
+    dims = []
+    for i, (lo, opt, hi) in enumerate(zip(*info.shape_bounds)):
+        name = info.dimension_names.get(i)
+        dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
+    values = f" in [{info.values[0]}, {info.values[1]})" if info.values is not None else ""
+    return f"{dtype or info.dtype.name}[{', '.join(dims)}]{values}"
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return f"[{', '.join(str(int(n)) for n in shape)}]"
+
+
 def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
     """The shape of one flat input, after checking it against its spec."""
     if not isinstance(value, array_types()):
-        raise CallError(f"input '{path}' must be an array (numpy or jax) of {info!r}, got {type(value).__name__}.")
+        raise CallError(f"input '{path}' must be an array (numpy or jax) of {declared(info)}, got {type(value).__name__}.")
     shape = tuple(value.shape)
     if len(shape) != info.rank:
-        raise CallError(f"input '{path}' has rank {len(shape)} (shape {shape}) but expected rank {info.rank}: {info!r}.")
+        raise CallError(f"input '{path}' has rank {len(shape)} (shape {_shape(shape)}) but expected rank {info.rank}: "
+                        f"{declared(info)}.")
     if value.dtype != info.dtype:
         raise CallError(
             f"input '{path}' has dtype {np.dtype(value.dtype).name} but expected {info.dtype.name}; "
@@ -81,10 +101,11 @@ def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
         if not lo <= size <= hi:
             name = info.dimension_names.get(d)
             label = f" (NamedDimension {name!r})" if name else ""
-            expected = f"fixed at {lo}" if lo == hi else f"in range [{lo}, {hi}]"
+            opt = info.shape_bounds.opt[d]
+            expected = f"fixed at {lo}" if lo == hi else f"in range [{lo}, {hi}] (opt {opt})"
             raise CallError(
                 f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
-                f"the input's shape is {shape}, declared as {info!r}."
+                f"the input's shape is {_shape(shape)}, declared as {declared(info)}."
             )
     if info.values is not None:
         check_values(value, path, info)
@@ -101,7 +122,7 @@ def check_values(value: Any, path: str, info: InputInfo) -> None:
         bad = low if low < lo else high
         raise CallError(
             f"input '{path}' holds {bad}, but its values must lie in [{lo}, {hi}) (min {low}, max {high}); "
-            f"declared as {info!r}. An index outside its table would be clamped silently."
+            f"declared as {declared(info)}. An index outside its table would be clamped silently."
         )
 
 

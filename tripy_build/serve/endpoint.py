@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..core.signature import declared
 from ..errors import CallError
 from . import batching
 from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data
@@ -110,7 +111,7 @@ class Endpoint:
         missing = [p for (p, _), v in zip(self.args, leaves) if v is None]
         if missing:
             raise CallError(f"{self.name} needs input(s) {', '.join(repr(m) for m in missing)}, which the request lacks "
-                            f"(expected: {', '.join(f'{p}: {i!r}' for p, i in self.args)}).")
+                            f"(its inputs: {'; '.join(f'{p!r} {declared(i, datatype(i.dtype))}' for p, i in self.args)}).")
         return leaves
 
     @staticmethod
@@ -123,10 +124,10 @@ class Endpoint:
             raise CallError(f"input {name!r}: \"shape\" must be a list of non-negative integers, got {_quote(shape)}.")
         if len(shape) != rank:
             raise CallError(f"input {name!r}: shape {_quote(shape)} has {len(shape)} dims, but the input has {rank} "
-                            f"({info!r}).")
+                            f"(declared as {declared(info, want)}).")
         if item.get("datatype") != want:
             raise CallError(f"input {name!r}: datatype {_quote(item.get('datatype'))} given, but it is {want} "
-                            f"({info!r}); send it as {want}.")
+                            f"(declared as {declared(info, want)}); send it as {want}.")
         count = math.prod(shape)  # Python's integers: a dim of 10**30 must not wrap around as numpy's would
         size = _parameters(item, f"input {name!r}").get("binary_data_size")
         if size is not None:

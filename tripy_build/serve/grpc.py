@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ..core.signature import declared
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
 from .codec import datatype, metadata_shape, quote as _quote
@@ -105,11 +106,11 @@ def _tensor(item: Any, info: Any, raw: bytes | None) -> np.ndarray:
         raise CallError(f"input {name!r}: shape {_quote(shape)} has a negative size; sizes must be non-negative.")
     if item.datatype != want:
         why = " (strings: a tripy_build model takes numeric tensors only)" if item.datatype == "BYTES" else ""
-        raise CallError(f"input {name!r}: datatype {_quote(item.datatype)} given{why}, but it is {want} ({info!r}); "
-                        f"send it as {want}.")
+        raise CallError(f"input {name!r}: datatype {_quote(item.datatype)} given{why}, but it is {want} "
+                        f"(declared as {declared(info, want)}); send it as {want}.")
     if len(shape) != rank:
         raise CallError(f"input {name!r}: shape {_quote(shape)} has {len(shape)} dims, but the input has {rank} "
-                        f"({info!r}).")
+                        f"(declared as {declared(info, want)}).")
     if "shared_memory_region" in item.parameters:
         raise CallError(f"input {name!r}: shared memory (Triton's extension) is not served here; send the tensor "
                         "in the request.")
