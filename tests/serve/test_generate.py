@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,20 @@ def test_requests_reaching_an_idle_server_together_prefill_as_one_batch(gpt2, re
     assert tokens == [reference(p, 4) for p in prompts]
     assert [c for c in calls if c[0] == "decode" and c[1] > 1] == [("decode", 8)]
     assert [seq for entry, seq in calls if entry == "prefill"] == [1, 2, 4]  # the rows' 1, 2 and 4 tokens left
+
+
+def test_generate_requests_count_in_the_metrics_refused_ones_too(server):
+    def count(outcome):
+        with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        line = f'tripy_build_requests_total{{model="gpt2",outcome="{outcome}"}} '
+        return float(next(ln for ln in text.splitlines() if ln.startswith(line)).rsplit(" ", 1)[1])
+
+    before = {o: count(o) for o in ("success", "failure", "refused")}
+    assert post(server, "/v2/models/gpt2/generate", {"input_ids": [5, 17], "max_new_tokens": 3})[0] == 200
+    assert post(server, "/v2/models/gpt2/generate_stream", {"input_ids": [5, 17], "max_new_tokens": 3})[0] == 200
+    assert post(server, "/v2/models/gpt2/generate", {"input_ids": [5, 96]})[0] == 400
+    assert post(server, "/v2/models/gpt2/generate_stream", {"input_ids": [1], "max_new_tokens": 40})[0] == 400
+    assert post(server, "/v2/models/gpt2/generate", b"{not json")[0] == 400
+    assert count("success") == before["success"] + 2
+    assert count("refused") == before["refused"] + 3 and count("failure") == before["failure"]

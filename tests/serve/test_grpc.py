@@ -513,3 +513,38 @@ def test_errors_are_written_for_a_client_over_http_and_grpc(tmp_path):
                         assert fragment in message, (case, message)
         finally:
             client.close()
+
+
+def test_refused_rpcs_are_counted_in_the_metrics_beside_http(artifact, direct, tmp_path):
+    """A ModelInfer refused before its batcher (INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED) counts in
+    tripy_build_requests as refused, in the same /metrics as HTTP's; an unknown model's as "(unknown)"."""
+    import urllib.request
+
+    from tripy_build.serve.http import Server
+
+    (tmp_path / "token").write_text("s3cret\n")
+    auth = {"authorization": "Bearer s3cret"}
+    x, t = sample(np.random.default_rng(13), 2)
+    with Server([artifact], port=0, grpc_port=0, token_file=tmp_path / "token").start() as server:
+        client = triton.InferenceServerClient(server.grpc.address)
+        try:
+            refused = [lambda: client.infer("two_heads", inputs(*sample(np.random.default_rng(1), 17)), headers=auth),
+                       lambda: client.infer("two_heads", inputs(x.astype(np.float64), t, x_type="FP64"), headers=auth),
+                       lambda: client.infer("two_heads", inputs(x, t)[:1], headers=auth),
+                       lambda: client.infer("two_heads", inputs(x, t), model_version="v9", headers=auth),
+                       lambda: client.infer("two_heads", inputs(x, t))]  # no token
+            codes = [status(call)[0] for call in refused]
+            assert codes == ["INVALID_ARGUMENT"] * 3 + ["NOT_FOUND", "UNAUTHENTICATED"], codes
+            assert status(lambda: client.infer("nope", inputs(x, t), headers=auth))[0] == "NOT_FOUND"
+            result = client.infer("two_heads", inputs(x, t), headers=auth)
+            assert_matches([result.as_numpy("output0"), result.as_numpy("output1")], direct.call_flat(x, t))
+        finally:
+            client.close()
+        request = urllib.request.Request(f"{server.url}/metrics", headers={"Authorization": "Bearer s3cret"})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            text = r.read().decode()
+    metrics = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert float(metrics['tripy_build_requests_total{model="two_heads",outcome="refused"}']) == len(refused)
+    assert float(metrics['tripy_build_requests_total{model="(unknown)",outcome="refused"}']) == 1
+    assert float(metrics['tripy_build_requests_total{model="two_heads",outcome="success"}']) == 1
+    assert float(metrics['tripy_build_requests_total{model="two_heads",outcome="failure"}']) == 0

@@ -437,6 +437,34 @@ def test_metrics_count_what_stats_count(server, direct):
     assert 'tripy_build_queued_requests{model="model"}' in metrics
 
 
+def test_refused_requests_are_counted_by_model_and_outcome(server, direct):
+    """Every answer that refuses an inference request counts in tripy_build_requests as refused, the model's
+    (an unknown model's as "(unknown)"), whichever layer answered it: the protocol (408), the routes (404, 405),
+    the body's reader (413, 415) or the decoder (400); an error on another route counts in no model's."""
+    def count(outcome, model="model"):
+        return _metrics(server).get(f'tripy_build_requests_total{{model="{model}",outcome="{outcome}"}}', 0.0)
+
+    before = {o: count(o) for o in ("success", "failure", "refused")}
+    unknown = count("refused", "(unknown)")
+    too_many_rows = with_input(0, shape=[9, 4], data=[0.0] * 36)
+    refusals = [(raw("POST", INFER, b"{not json"), 400), (raw("POST", INFER, too_many_rows), 400),
+                (raw("POST", "/v2/models/model/versions/nope/infer", GOOD), 404), (raw("GET", INFER), 405),
+                (raw("POST", INFER, b"", {"Content-Length": str(1 << 30)}), 413),
+                (raw("POST", INFER, GOOD, {"Content-Type": "text/plain"}), 415),
+                (raw("POST", INFER, GOOD)[:-10], 408)]  # its body never ends: answered at the read timeout
+    for data, status in refusals:
+        assert exchange(server, data)[0] == status, data[:80]
+    assert exchange(server, raw("POST", "/v2/models/nope/infer", GOOD))[0] == 404
+    assert exchange(server, raw("GET", "/v2/models/nope"))[0] == 404  # not an inference route
+    assert exchange(server, raw("POST", "/v2/nothing/infer", GOOD))[0] == 404  # nor this
+    check_good(server, direct)
+    assert count("refused") == before["refused"] + len(refusals)
+    assert count("refused", "(unknown)") == unknown + 1
+    assert count("success") == before["success"] + 1 and count("failure") == before["failure"]
+    stats = json.loads(exchange(server, raw("GET", "/v2/models/model/stats"))[2])["model_stats"][0]
+    assert count("success") == stats["inference_stats"]["success"]["count"]  # refused ones are not the model's
+
+
 def test_sigterm_drains_the_requests_in_flight(artifact, tmp_path):
     """A request waiting out a 1.5 s batching delay when SIGTERM arrives is still answered; then exit 0."""
     proc, lines = start_serve([str(artifact), "--port", "0", "--max-delay-ms", "1500"], tmp_path)

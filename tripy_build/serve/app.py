@@ -54,6 +54,8 @@ class App:
             return
         try:
             await self._handle(scope, receive, send)
+        except _Gone:
+            pass  # no one to answer (the protocol may have: a 408 after the read timeout)
         except Refused as e:
             await self._error(send, scope, e.status, str(e), e.headers)
         except TripyBuildError as e:
@@ -139,7 +141,7 @@ class App:
     async def _send(self, send: Send, status: int, body: bytes, headers: Any, scope: Scope) -> None:
         if status >= 400:
             headers = [_JSON, *headers]
-        self.metrics.response(status)
+        self.metrics.response(status, scope)
         await send({"type": "http.response.start", "status": status,
                     "headers": [*headers, (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
@@ -160,7 +162,9 @@ class App:
         except orjson.JSONDecodeError as e:
             raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
         leaves, wanted = ep.prepare(request, memoryview(body)[split:])
-        outs = await asyncio.wrap_future(ep.batcher.submit(leaves))
+        future = ep.batcher.submit(leaves)
+        scope["queued"] = True  # counted by the batcher from here on, success or failure
+        outs = await asyncio.wrap_future(future)
         response, blobs = ep.respond(request, wanted, outs)
         head = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
         if blobs:
@@ -185,23 +189,29 @@ class App:
         seq = ep.generator.submit(ids, on_token=lambda t: loop.call_soon_threadsafe(events.put_nowait, t),
                                   on_done=lambda e: loop.call_soon_threadsafe(events.put_nowait, e or StopIteration()),
                                   **options)
+        scope["queued"] = True  # its outcome is counted when it ends
         head = {"model_name": ep.name, "model_version": ep.version, **({"id": request["id"]} if "id" in request else {})}
         watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, seq))
+        ok = False
         try:
-            await self._answer_generate(send, scope, events, head, stream)
+            ok = await self._answer_generate(send, scope, events, head, stream)
         finally:
             watcher.cancel()
+            self.metrics.outcome(ep.name, "success" if ok else "failure")
 
     async def _answer_generate(self, send: Send, scope: Scope, events: asyncio.Queue, head: dict[str, Any],
-                               stream: bool) -> None:
+                               stream: bool) -> bool:
+        """The answer to a generate request, as its tokens come; whether the generation ended well (an error
+        is raised, or sent as a stream's last event)."""
         if not stream:
             tokens = []
             while not isinstance(event := await events.get(), BaseException):
                 tokens.append(event)
             if not isinstance(event, StopIteration):
                 raise event
-            return await self._send(send, 200, orjson.dumps({**head, "output_ids": tokens}), [_JSON], scope)
-        self.metrics.response(200)
+            await self._send(send, 200, orjson.dumps({**head, "output_ids": tokens}), [_JSON], scope)
+            return True
+        self.metrics.response(200, scope)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
         index = 0
@@ -213,6 +223,7 @@ class App:
             error = orjson.dumps({"error": str(event)})
             await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return isinstance(event, StopIteration)
 
     async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str) -> bytes:
         """The request body, refused (413) once it passes ``cap`` bytes, gzip undone; counted against
@@ -243,7 +254,7 @@ class App:
             while more:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    raise Refused(400, "the client closed the connection before the body arrived.")
+                    raise _Gone()
                 chunk, more = message.get("body", b""), message.get("more_body", False)
                 if inflate is not None:
                     try:
@@ -262,6 +273,10 @@ class App:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         finally:
             self.buffered -= reserve
+
+
+class _Gone(Exception):
+    """The client went away (or the protocol answered it) before its body arrived: nothing to answer."""
 
 
 async def _cancel_on_disconnect(receive: Receive, seq: Any) -> None:

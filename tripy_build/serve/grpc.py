@@ -81,9 +81,12 @@ def _protocol() -> Any:
 def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     """An RPC handler that checks the caller's token (but for the health probes) and whose errors become a
     status: ``_Status`` as it says, a tripy_build error (a request the model cannot take) ``INVALID_ARGUMENT``,
-    anything else ``INTERNAL``; the server goes on."""
+    anything else ``INTERNAL``; the server goes on. A ModelInfer that ends so before its batcher took it counts
+    in the metrics as refused (failure where ``INTERNAL``); once taken, the batcher counts it."""
     @functools.wraps(method)
     def handler(self: "_Servicer", request: Any, context: Any) -> Any:
+        queued = self.queued
+        queued.flag = False
         try:
             if method.__name__ not in OPEN_RPCS:
                 self.authorize(context)
@@ -94,6 +97,8 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
             code, message = "INVALID_ARGUMENT", str(e)
         except Exception as e:  # noqa: BLE001 - the client gets the reason; the server goes on
             code, message = "INTERNAL", f"{type(e).__name__}: {e}"
+        if method.__name__ == "ModelInfer" and not queued.flag:
+            self.server.metrics.outcome(request.model_name, "failure" if code == "INTERNAL" else "refused")
         context.abort(getattr(self.p.grpc.StatusCode, code), message)  # raises: the RPC ends with this status
     return handler
 
@@ -178,6 +183,7 @@ class _Servicer:
 
     def __init__(self, server: "GrpcServer"):
         self.server, self.p = server, server._p
+        self.queued = threading.local()  # .flag: whether this thread's ModelInfer reached its batcher
 
     def authorize(self, context: Any) -> None:
         """UNAUTHENTICATED unless the call carries ``authorization: Bearer <token>`` metadata, where the server has
@@ -241,8 +247,13 @@ class _Servicer:
         leaves = _decode(ep, request)
         wanted = _wanted(ep, request)
         try:
-            outs = ep.batcher.submit(leaves).result()
+            future = ep.batcher.submit(leaves)
         except CallError as e:  # the server is stopping: the batcher takes no more requests
+            raise _Status("UNAVAILABLE", str(e)) from None
+        self.queued.flag = True  # counted by the batcher from here on, success or failure
+        try:
+            outs = future.result()
+        except CallError as e:  # the server stopped before the request ran
             raise _Status("UNAVAILABLE", str(e)) from None
         ep.last_inference_ms = int(time.time() * 1000)
         response = self.p.pb.ModelInferResponse(model_name=ep.name, model_version=ep.version, id=request.id)
@@ -300,6 +311,8 @@ class GrpcServer:
         max_workers: RPCs handled at once (more wait for a thread); an inference holds its thread while it
             waits for its batch.
         max_message_bytes: the largest request (and response) accepted, in bytes.
+        metrics: the ``Metrics`` that count the requests refused before their batcher (an HTTP ``Server``'s
+            ``metrics``, so that ``/metrics`` counts both protocols); default: a registry of its own (``metrics``).
         token_file: a file holding a bearer token that every RPC but ServerLive and ServerReady must carry as
             ``authorization: Bearer <token>`` metadata (UNAUTHENTICATED otherwise); the HTTP server's
             ``--token-file`` is the same file. Without it, anyone who reaches the port may call.
@@ -321,7 +334,7 @@ class GrpcServer:
 
     def __init__(self, endpoints: dict[str, "Endpoint"], host: str = "127.0.0.1", port: int = 8001,
                  max_workers: int = 8, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 token_file: str | Path | None = None):
+                 token_file: str | Path | None = None, metrics: Any = None):
         if not endpoints:
             raise ConfigError("GrpcServer: give at least one endpoint to serve.")
         if not (isinstance(max_workers, int) and max_workers >= 1):
@@ -333,6 +346,11 @@ class GrpcServer:
         self._p = _protocol()
         grpc = self._p.grpc
         self.endpoints = endpoints
+        if metrics is None:
+            from .metrics import Metrics
+
+            metrics = Metrics(endpoints)
+        self.metrics = metrics
         self.host = host
         self._stopping = False
         self._started = False

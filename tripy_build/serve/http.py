@@ -100,11 +100,12 @@ class Server:
                     raise ConfigError(f"{path} and {self.endpoints[ep.name].path} are both named {ep.name!r}; "
                                       "serve one artifact per model name.")
                 self.endpoints[ep.name] = ep
+            self.metrics = Metrics(self.endpoints)
             if grpc_port is not None:
                 from .grpc import GrpcServer
 
                 self.grpc = GrpcServer(self.endpoints, host, grpc_port, max_message_bytes=self.limits.max_body_bytes,
-                                       token_file=token_file)
+                                       token_file=token_file, metrics=self.metrics)
             try:
                 self._socket = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
                                                     backlog=2048, reuse_port=False)
@@ -114,7 +115,6 @@ class Server:
         except BaseException:
             self._close_endpoints()
             raise
-        self.metrics = Metrics(self.endpoints)
         app = App(self.endpoints, self.limits, access, self.metrics)
         logging.getLogger("uvicorn.error").setLevel(logging.ERROR)  # a line per refused client would flood the log
         config = uvicorn.Config(app, http=LimitedProtocol.for_limits(self.limits, self.metrics.response), ws="none",

@@ -43,11 +43,14 @@ class LimitedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under ``limits`` (a class attribute: ``for_limits`` makes the class)."""
 
     limits: Limits
-    on_refused: Any = None  # called with the status of every answer made here (the server's metrics)
+    # called with the status of every answer made here, and {"path": ...} where a request's head was read (the
+    # server's metrics: ``Metrics.response``)
+    on_answer: Any = None
 
     @classmethod
-    def for_limits(cls, limits: Limits, on_refused: Any = None) -> type["LimitedProtocol"]:
-        return type("LimitedProtocol", (cls,), {"limits": limits, "on_refused": staticmethod(on_refused or (lambda s: None))})
+    def for_limits(cls, limits: Limits, on_answer: Any = None) -> type["LimitedProtocol"]:
+        return type("LimitedProtocol", (cls,), {"limits": limits,
+                                                "on_answer": staticmethod(on_answer or (lambda status, scope: None))})
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -56,6 +59,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # bytes received while a request's head is incomplete; -1 while it is not being read
         self._header_bytes = 0  # the current request's headers, as parsed
         self._refusal: _Refuse | None = None
+        self._path: str | None = None  # the current request's path, once its head is read
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -90,6 +94,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
+        self._path = None
         self._disarm()
         self._read = self.loop.call_later(
             self.limits.read_timeout, self._answer, 408,
@@ -111,6 +116,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_bytes = -1
         super().on_headers_complete()
+        self._path = self.scope.get("path")
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -126,7 +132,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def _answer(self, status: int, message: str, extra: bytes = b"") -> None:
         """Answer ``status`` with a JSON error unless a response has begun, and close the connection."""
         self._disarm()
-        self.on_refused(status)
+        self.on_answer(status, {"path": self._path} if self._path else None)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             started = cycle.response_started
