@@ -322,21 +322,101 @@ def test_a_slow_client_gets_408_and_idle_ones_are_closed(server, direct):
     check_good(server, direct)
 
 
-def test_connections_past_the_cap_get_503_and_cost_no_thread(artifact, direct):
+def test_at_the_bound_a_new_connection_takes_the_place_of_the_longest_idle(artifact, direct):
+    """8 connections idle at a bound of 8: a request on a new one is served, and the connection idle the longest
+    is closed to make room (the others stay open); a connection that has used its keep-alive goes to the back."""
+    limits = Limits(max_connections=8, idle_timeout=30)
+    with Server([artifact], port=0, limits=limits).start() as s:
+        assert s.wait_ready(30)
+        held = [socket.create_connection(("127.0.0.1", port(s))) for _ in range(8)]
+        time.sleep(0.2)
+        # the first-opened connection makes a request and stays open: now idle the shortest
+        held[0].sendall(raw("GET", "/v2/health/live").replace(b"Host: HOST", f"Host: 127.0.0.1:{port(s)}".encode()))
+        held[0].settimeout(10)
+        assert held[0].recv(4096).startswith(b"HTTP/1.1 200")
+        check_good(s, direct)  # a 9th connection: held[1], idle the longest, makes room
+        held[1].settimeout(10)
+        assert held[1].recv(10) == b""
+        for c in [held[0], *held[2:]]:
+            c.settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                c.recv(10)  # still open, nothing sent
+        metrics = _metrics(s)  # another new connection: held[2] makes room for it
+        assert metrics["tripy_build_http_idle_closed_total"] == 1 and metrics["tripy_build_http_max_connections"] == 8
+        assert metrics["tripy_build_http_connections"] == 8
+        for c in held:
+            c.close()
+
+
+def test_connections_past_the_bound_get_503_where_none_is_idle_and_cost_no_thread(artifact, direct):
+    """8 connections each with a request arriving (its head unfinished) at a bound of 8: none is idle, so a new
+    one is answered 503 (retry); once they go, requests are served."""
     limits = Limits(max_connections=8, idle_timeout=30)
     with Server([artifact], port=0, limits=limits).start() as s:
         assert s.wait_ready(30)
         threads = threading.active_count()
         held = [socket.create_connection(("127.0.0.1", port(s))) for _ in range(8)]
+        for c in held:
+            c.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the head never ends
         time.sleep(0.2)
         status, headers, body = exchange(s, raw("GET", "/v2/health/ready"))
         assert status == 503 and headers["retry-after"] == "1"
-        assert "maximum of 8 connections" in json.loads(body)["error"]
+        assert "maximum of 8 connections, each with a request in flight" in json.loads(body)["error"]
         assert threading.active_count() == threads
         for c in held:
             c.close()
         time.sleep(0.2)
         check_good(s, direct)
+
+
+def test_two_thousand_idle_connections_keep_no_request_out(artifact, direct, tmp_path):
+    """The issue's acceptance check: with 2,000 idle connections open (each within its 15 s idle timeout), a real
+    inference request is answered 200 within 1 s. The server starts with a soft file limit of 1,024 (a common
+    default), raises it to its hard limit and sets its connection bound by it: no connection is closed."""
+    import resource
+    from types import SimpleNamespace
+
+    n = 2000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = n + 1024  # this process's sockets, and its own files
+    assert hard == resource.RLIM_INFINITY or hard >= need, (
+        f"this test holds {n} connections in this process and the server's: the hard file limit ({hard}) must "
+        f"allow {need}; raise it (ulimit -Hn as root, or LimitNOFILE in the service)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, soft, hard), hard))  # the server inherits 1,024
+    try:
+        proc, lines = start_serve([str(artifact), "--port", "0"], tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need) if soft != resource.RLIM_INFINITY else soft, hard))
+    held = []
+    try:
+        server = SimpleNamespace(url=lines[-1].split()[2])
+        host, p = "127.0.0.1", port(server)
+        held = [socket.create_connection((host, p)) for _ in range(n)]
+        deadline = time.monotonic() + 10
+        while (metrics := _metrics(server))["tripy_build_http_connections"] < n + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the server has taken every one (the scrape's own connection is the +1)
+        assert metrics["tripy_build_http_connections"] == n + 1, metrics
+        assert metrics["tripy_build_http_max_connections"] > n > 1024  # the soft limit was raised
+        started = time.monotonic()
+        conn = http.client.HTTPConnection(host, p, timeout=10)
+        conn.request("POST", INFER, GOOD, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        answer = json.loads(r.read())
+        took = time.monotonic() - started
+        conn.close()
+        assert r.status == 200 and answer["outputs"][1]["data"] == (T * 2).tolist(), answer
+        assert took < 1.0, f"the request took {took:.3f} s beside {n} idle connections"
+        print(f"\n{n} idle connections held; an inference request answered in {took * 1e3:.1f} ms")
+        assert _metrics(server)["tripy_build_http_idle_closed_total"] == 0
+        for s in held[:10]:  # still open
+            s.settimeout(0.1)
+            with pytest.raises(socket.timeout):
+                s.recv(10)
+    finally:
+        for s in held:
+            s.close()
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_a_huge_declared_body_is_refused_before_it_is_read(server, direct):
@@ -491,3 +571,21 @@ def test_limits_that_cannot_work_are_refused():
         Limits(max_body_bytes=1024, max_json_bytes=2048)
     with pytest.raises(ConfigError, match="read-timeout: must be a positive number, got -1"):
         Limits(read_timeout=-1)
+    with pytest.raises(ConfigError, match=r"max-connections 2147483648 is more than this process can open: its file "
+                                          r"limit \(RLIMIT_NOFILE\) is \d+, \d+ files are open and 256 are kept .*give at "
+                                          r"most \d+, leave it out"):
+        Limits(max_connections=1 << 31).resolved()
+
+
+def test_the_default_connection_bound_is_what_the_file_limit_and_memory_allow():
+    import resource
+
+    from tripy_build.serve import limits
+
+    bound = Limits().resolved().max_connections
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert soft == hard or hard == resource.RLIM_INFINITY  # raised to the hard limit
+    by_memory = limits.memory_bytes() // limits.MEMORY_SHARE // limits.CONNECTION_BYTES
+    by_files = soft - limits.open_files() - limits.FILE_HEADROOM
+    assert abs(bound - min(by_files, by_memory)) <= 2, (bound, by_files, by_memory)  # a file may open between
+    assert Limits(max_connections=100).resolved().max_connections == 100

@@ -31,11 +31,30 @@ LIMIT_HELP = {
     "max_json_bytes": "largest all-JSON request; JSON costs ~5x its size once parsed",
     "max_buffered_bytes": "request bodies held at once over all connections",
     "max_header_bytes": "request line and headers",
-    "max_connections": "open connections; one more gets 503",
+    "max_connections": "open connections; past it a new one takes the place of the one idle the longest (closed), "
+                       "and gets 503 only where none is idle",
     "read_timeout": "seconds for a request to arrive, head and body",
     "idle_timeout": "seconds a connection may wait with no request",
     "drain_timeout": "seconds a stopping server waits for requests in flight",
 }
+
+
+def _count(text: str) -> int | None:
+    """``--max-connections``: a count, or ``auto`` (None: set by the file limit and the memory)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of connections (e.g. 10000, or auto)") from None
+
+
+def _auto_connections() -> str:
+    """The connection bound a server started now would set itself (``Limits.resolved``), for ``--help``."""
+    try:
+        return str(Limits().resolved().max_connections)
+    except TripyBuildError:
+        return "none: the file limit leaves no room"
 
 
 def _shown(n: int) -> str:
@@ -66,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     limits = parser.add_argument_group("limits")
     for field, what in LIMIT_HELP.items():
         default, size = getattr(defaults, field), field.endswith("_bytes")
+        if field == "max_connections":
+            auto = _auto_connections()
+            limits.add_argument("--max-connections", type=_count, default=None, help=f"{what} (default {auto} here: "
+                                "as many as the file limit (RLIMIT_NOFILE, raised to its hard limit) and the memory "
+                                "allow; 'auto' says so too)")
+            continue
         limits.add_argument("--" + field.replace("_", "-"), type=_size if size else type(default), default=default,
                             help=f"{what} (default {_shown(default) if size else f'{default:g}'})")
     access = parser.add_argument_group("access")

@@ -64,7 +64,8 @@ class Server:
             output has; ``"none"``: no batching).
         max_batch: most rows in one call (default: the largest precompiled size of the dim).
         max_delay_ms: longest a request waits for others to join its batch.
-        limits: bytes, connections and timeouts a client may use (``Limits``).
+        limits: bytes, connections and timeouts a client may use (``Limits``); a ``max_connections`` of None (the
+            default) is set by the file limit, which is raised to its hard limit, and the memory (``Limits.resolved``).
         allowed_hosts: the ``Host`` names answered (``["*"]``: any); default: loopback names when ``host`` is
             loopback, else any.
         allowed_origins: web page origins whose requests are answered (default none: a request carrying an
@@ -106,6 +107,7 @@ class Server:
 
                 self.grpc = GrpcServer(self.endpoints, host, grpc_port, max_message_bytes=self.limits.max_body_bytes,
                                        token_file=token_file, metrics=self.metrics)
+            self.limits = self.limits.resolved()  # once the artifacts' files are open: they count against the limit
             try:
                 self._socket = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
                                                     backlog=2048, reuse_port=False)
@@ -117,11 +119,14 @@ class Server:
             raise
         app = App(self.endpoints, self.limits, access, self.metrics)
         logging.getLogger("uvicorn.error").setLevel(logging.ERROR)  # a line per refused client would flood the log
-        config = uvicorn.Config(app, http=LimitedProtocol.for_limits(self.limits, self.metrics.response), ws="none",
+        protocol = LimitedProtocol.for_limits(self.limits, self.metrics.response, self.metrics.closed_idle)
+        config = uvicorn.Config(app, http=protocol, ws="none",
                                 lifespan="off", log_config=None, access_log=False, server_header=False,
                                 timeout_keep_alive=int(max(1, round(self.limits.idle_timeout))),
                                 timeout_graceful_shutdown=int(max(1, round(self.limits.drain_timeout))))
         self._uvicorn = _Uvicorn(config)
+        self.metrics.connections = lambda: len(self._uvicorn.server_state.connections) - len(protocol.making_room)
+        self.metrics.max_connections = self.limits.max_connections
         self._thread: threading.Thread | None = None
 
     @property

@@ -3,9 +3,14 @@
 httptools (Node's llhttp) does the framing and refuses what smuggles requests: two different
 ``Content-Length`` headers, ``Content-Length`` beside ``Transfer-Encoding``, a length that is not digits.
 uvicorn times out a keep-alive connection between requests; this adds what it leaves open: a connection
-cap (one more is answered 503 and closed), a deadline for a new connection's first byte, a deadline
-for a whole request to arrive (a slow client gets 408), bounds on the request line and headers (414,
-431), and JSON bodies for the errors answered here instead of uvicorn's plain text.
+bound, a deadline for a new connection's first byte, a deadline for a whole request to arrive (a slow
+client gets 408), bounds on the request line and headers (414, 431), and JSON bodies for the errors
+answered here instead of uvicorn's plain text.
+
+At the connection bound a new connection takes the place of the one idle the longest (no request in
+flight, no bytes of one received, nothing left to send), which is closed, as an idle timeout would: 1,000
+idle connections (each within its idle timeout) cannot keep a real request out. Only where every
+connection is busy is the new one answered 503 and closed.
 """
 
 from __future__ import annotations
@@ -46,11 +51,20 @@ class LimitedProtocol(HttpToolsProtocol):
     # called with the status of every answer made here, and {"path": ...} where a request's head was read (the
     # server's metrics: ``Metrics.response``)
     on_answer: Any = None
+    on_idle_closed: Any = None  # called when an idle connection is closed to make room (the server's metrics)
+    # One server's connections with nothing in flight, the one idle the longest first (a dict as an ordered set),
+    # and those closed to make room whose close has not completed (they count no more).
+    idle: dict["LimitedProtocol", None]
+    making_room: set["LimitedProtocol"]
 
     @classmethod
-    def for_limits(cls, limits: Limits, on_answer: Any = None) -> type["LimitedProtocol"]:
-        return type("LimitedProtocol", (cls,), {"limits": limits,
-                                                "on_answer": staticmethod(on_answer or (lambda status, scope: None))})
+    def for_limits(cls, limits: Limits, on_answer: Any = None, on_idle_closed: Any = None) -> type["LimitedProtocol"]:
+        """The protocol class of one server (``limits.max_connections`` set: ``Limits.resolved``)."""
+        if limits.max_connections is None:
+            raise ValueError("LimitedProtocol needs a max_connections: give Limits.resolved()")
+        return type("LimitedProtocol", (cls,), {
+            "limits": limits, "on_answer": staticmethod(on_answer or (lambda status, scope: None)),
+            "on_idle_closed": staticmethod(on_idle_closed or (lambda: None)), "idle": {}, "making_room": set()})
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -60,19 +74,38 @@ class LimitedProtocol(HttpToolsProtocol):
         self._header_bytes = 0  # the current request's headers, as parsed
         self._refusal: _Refuse | None = None
         self._path: str | None = None  # the current request's path, once its head is read
+        self._in_message = False  # a request has begun to arrive and has not ended
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.limits.max_connections:
-            return self._answer(503, f"the server holds its maximum of {self.limits.max_connections} connections; "
-                                     "try again shortly.", b"retry-after: 1\r\n")
+        if len(self.connections) - len(self.making_room) > self.limits.max_connections and not self._make_room():
+            return self._answer(503, f"the server holds its maximum of {self.limits.max_connections} connections, "
+                                     "each with a request in flight; try again shortly.", b"retry-after: 1\r\n")
+        self.idle[self] = None
         self._idle = self.loop.call_later(self.limits.idle_timeout, self.transport.close)
 
+    def _make_room(self) -> bool:
+        """Close the connection idle the longest (nothing in flight, nothing left to send); whether there was one."""
+        for conn in self.idle:
+            if not conn.transport.is_closing() and not conn.transport.get_write_buffer_size():
+                break
+        else:
+            return False
+        del self.idle[conn]
+        self.making_room.add(conn)
+        conn._disarm()
+        conn.transport.close()
+        self.on_idle_closed()
+        return True
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.idle.pop(self, None)
+        self.making_room.discard(self)
         self._disarm()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self.idle.pop(self, None)  # busy: a request is arriving
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
@@ -92,6 +125,7 @@ class LimitedProtocol(HttpToolsProtocol):
             self._answer(431, f"the request line and headers exceed {self.limits.max_header_bytes} bytes.")
 
     def on_message_begin(self) -> None:
+        self._in_message = True
         super().on_message_begin()
         self._header_bytes = 0
         self._path = None
@@ -119,12 +153,17 @@ class LimitedProtocol(HttpToolsProtocol):
         self._path = self.scope.get("path")
 
     def on_message_complete(self) -> None:
+        self._in_message = False
         self._disarm()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         self._head_bytes = 0
         super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline and not self._in_message:
+            self.idle.pop(self, None)
+            self.idle[self] = None  # idle again, the newest of the idle: kept the longest
+
 
     def send_400_response(self, msg: str) -> None:
         self._answer(400, msg)
