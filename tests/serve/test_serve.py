@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -160,6 +162,101 @@ def test_the_server_answers_at_once_and_is_ready_once_its_profiles_are_warmed(ar
         assert server.wait_ready(timeout=30) is True
         assert get(f"{server.url}/v2/health/ready") == (200, {"ready": True})
         assert get(f"{server.url}/v2/models/two_heads/ready") == (200, {"name": "two_heads", "ready": True})
+
+
+def test_wait_ready_opens_the_ports_only_once_every_model_is_warmed(artifact, direct, warm_up_held):
+    """``wait_ready``: while the warm-up is held back the HTTP port refuses connections and no gRPC server exists;
+    once it is done the ports open, and their first answers say ready."""
+    import threading
+
+    import tritonclient.grpc as triton
+
+    server = Server([artifact], port=0, grpc_port=0, wait_ready=True)
+    starting = threading.Thread(target=server.start)  # start() returns once the ports answer
+    starting.start()
+    try:
+        starting.join(0.5)
+        assert starting.is_alive() and not server.serving.is_set() and server.grpc is None
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=5)
+        warm_up_held.set()
+        starting.join(30)
+        assert not starting.is_alive() and server.serving.is_set()
+        assert get(f"{server.url}/v2/health/ready") == (200, {"ready": True})
+        client = triton.InferenceServerClient(server.grpc.address)
+        assert client.is_server_ready() and client.is_model_ready("two_heads")
+        client.close()
+        x, t = sample(np.random.default_rng(10), 2)
+        status, body, _ = post(infer_url(server), *request(x, t))
+        assert status == 200
+        np.testing.assert_allclose(outputs(body)[0], direct.call_flat(x, t)[0], rtol=1e-6, atol=1e-6)
+    finally:
+        server.close()
+
+
+def test_a_server_waiting_to_be_ready_stops_on_close_without_opening_its_port(artifact, warm_up_held):
+    import threading
+
+    server = Server([artifact], port=0, wait_ready=True)
+    address = ("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+    refused = []
+
+    def start():
+        with pytest.raises(ConfigError, match="did not start") as e:
+            server.start()
+        refused.append(e.value)
+    starting = threading.Thread(target=start)
+    starting.start()
+    starting.join(0.3)
+    server.close()
+    starting.join(10)
+    assert not starting.is_alive() and not server.serving.is_set() and refused
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(address, timeout=5)
+    assert server.endpoints["two_heads"].batcher._closed
+
+
+def test_the_command_with_wait_ready_prints_serving_once_ready_and_is_never_seen_not_ready(artifact, tmp_path):
+    """``tripy-build serve --wait-ready``: a script polling GET /v2/health/ready from the start sees connections
+    refused, then 200, never 400; 'serving on' and 'ready:' come together once the models are warmed."""
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    seen, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            try:
+                seen.append(get(f"http://127.0.0.1:{free}/v2/health/ready")[0])
+            except urllib.error.URLError:
+                seen.append("refused")
+                stop.wait(0.02)
+    poller = threading.Thread(target=poll)
+    poller.start()
+    proc, lines = start_serve([str(artifact), "--port", str(free), "--wait-ready"], tmp_path)
+    try:
+        ready = proc.stdout.readline()
+        assert any(line.startswith("warming every model's profiles up; the ports open once they are") for line in lines)
+        assert lines[-1].startswith(f"serving on http://127.0.0.1:{free} ") and "every model is ready" in lines[-1]
+        assert ready.startswith("ready: every model's profiles warmed"), (lines, ready)
+        deadline = time.monotonic() + 10
+        while 200 not in seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stop.set()
+        poller.join(10)
+        assert seen[0] == "refused" and 200 in seen and set(seen) == {"refused", 200}, seen
+        assert seen.index(200) > max(i for i, v in enumerate(seen) if v == "refused")  # refused, then ready only
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop.set()
+        proc.kill()
+    help_text = subprocess.run([sys.executable, "-m", "tripy_build", "serve", "--help"], capture_output=True, text=True,
+                               cwd=tmp_path).stdout
+    assert "--wait-ready" in help_text and "open the ports only once every model's profiles are warmed" in " ".join(
+        help_text.split())
 
 
 def test_bad_requests_get_a_400_that_names_the_problem_and_do_not_fail_the_others(artifact, direct):

@@ -1,7 +1,11 @@
-"""``tripy-build serve PATH... [--host] [--port] [--grpc-port] [--batch-dim] [--max-batch] [--max-delay-ms] [limits] [access]``.
+"""``tripy-build serve PATH... [--host] [--port] [--grpc-port] [--batch-dim] [--max-batch] [--max-delay-ms]
+[--wait-ready] [--expose-entries] [limits] [access]``.
 
+The port opens at once and the models' profiles warm up in the background: ``/v2/health/ready`` answers 400
+until they have, and a line ``ready: ...`` is printed then. With ``--wait-ready`` the ports open only once every
+model is warmed: ``serving on URL`` and ``ready: ...`` are printed together, and the port's first answer is ready.
 SIGTERM drains (stop accepting, finish the requests in flight, at most ``--drain-timeout``) and exits 0,
-Ctrl-C exits 130 the same way; a bad path or option exits 2 with one line.
+Ctrl-C exits 130 the same way (both also while ``--wait-ready`` waits); a bad path or option exits 2 with one line.
 """
 
 from __future__ import annotations
@@ -82,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-delay-ms", type=float, default=0.0,
                         help="longest a request waits for others to join its batch (default 0: a batch is what "
                         "queued while the last call ran)")
+    parser.add_argument("--wait-ready", action="store_true",
+                        help="open the ports only once every model's profiles are warmed, then print 'serving on URL' "
+                        "and 'ready: ...': a script that polls the port (or waits for that line) never sees the server "
+                        "not ready. Without it the port opens at once and the profiles warm up in the background, "
+                        "GET /v2/health/ready answering 400 until they have (its 'ready: ...' line comes then)")
     limits = parser.add_argument_group("limits")
     for field, what in LIMIT_HELP.items():
         default, size = getattr(defaults, field), field.endswith("_bytes")
@@ -109,21 +118,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                         limits=Limits(**{f: getattr(args, f) for f in LIMIT_HELP}),
                         allowed_hosts=args.allowed_hosts.split(",") if args.allowed_hosts is not None else None,
                         allowed_origins=args.allowed_origins.split(","), token_file=args.token_file,
-                        grpc_port=args.grpc_port)
+                        grpc_port=args.grpc_port, wait_ready=args.wait_ready)
     except TripyBuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for ep in server.endpoints.values():
         print(f"{ep.name} ({ep.path}): POST {server.url}/v2/models/{ep.name}/infer; {ep.batching}", flush=True)
-    if server.grpc is not None:
-        print(f"gRPC (KServe v2, inference.GRPCInferenceService) on {server.grpc.address}", flush=True)
-    print(f"serving on {server.url} (Ctrl-C stops; SIGTERM drains); the profiles warm up in the background, "
-          f"GET /v2/health/ready answers 200 once they have", flush=True)
+
+    def serving() -> None:
+        if server.grpc is not None:
+            print(f"gRPC (KServe v2, inference.GRPCInferenceService) on {server.grpc.address}", flush=True)
+        if args.wait_ready:
+            print(f"serving on {server.url} (Ctrl-C stops; SIGTERM drains); every model is ready", flush=True)
+        else:
+            print(f"serving on {server.url} (Ctrl-C stops; SIGTERM drains); the profiles warm up in the background, "
+                  f"GET /v2/health/ready answers 200 once they have", flush=True)
 
     def announce() -> None:
+        if args.wait_ready:
+            server.serving.wait()
+            serving()
         if server.wait_ready():
             print(f"ready: every model's profiles warmed, {time.monotonic() - started:.1f} s after starting", flush=True)
 
+    if args.wait_ready:
+        print("warming every model's profiles up; the ports open once they are (--wait-ready)", flush=True)
+    else:
+        serving()
     threading.Thread(target=announce, name="tripy_build-ready", daemon=True).start()
     stopped_by = server.serve_forever()
     if stopped_by == "SIGINT":

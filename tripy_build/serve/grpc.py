@@ -287,6 +287,22 @@ class _Servicer:
         return st.ModelStatisticsResponse(model_stats=stats)
 
 
+def check_free(host: str, port: int) -> None:
+    """Refuse (``ConfigError``) an address that cannot be listened on for gRPC, before the server is made (as grpc
+    binds: with SO_REUSEADDR, so that a port whose last connections are in TIME_WAIT is free)."""
+    if not port:
+        return
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host.strip("[]"), port))
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {host}:{port} for gRPC: {e.strerror or e}; choose another port (0 picks "
+                          "a free one) or host.") from None
+
+
 def _bind_error(host: str, port: int) -> str:
     """Why an address cannot be listened on, as the OS says it (grpc's own error says only that it failed)."""
     import socket

@@ -9,17 +9,20 @@ header, which costs no parsing.
 
 The HTTP layer is uvicorn with httptools on one asyncio loop (``protocol.py``: the connection and its
 limits; ``app.py``: routes and bodies), so an idle or slow connection costs a socket, not a thread.
-Every artifact is loaded with the jax-free runtime, every profile warmed before the port opens, and each
-request is checked on its own against the declared ranges before it joins a batch (``batching.py``),
-whose thread runs the model while the loop goes on serving.
+Every artifact is loaded with the jax-free runtime; its profiles warm up in the background once the port is
+open, ``/v2/health/ready`` answering 400 until they have (with ``wait_ready`` the ports open only once they
+have). Each request is checked on its own against the declared ranges before it joins a batch
+(``batching.py``), whose thread runs the model while the loop goes on serving.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -39,6 +42,13 @@ from .protocol import LimitedProtocol
 class _Uvicorn(uvicorn.Server):
     """uvicorn's server, whose signals (in the main thread) stop it gracefully and are then remembered,
     not raised again: ``tripy-build serve`` exits 0 after SIGTERM's drain, 130 after Ctrl-C."""
+
+    serving: threading.Event  # set once the port is open
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.serving.set()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -74,6 +84,10 @@ class Server:
             gRPC too).
         grpc_port: also serve KServe v2 over gRPC on this port (0 picks a free one; see ``grpc``), with the
             same batchers; None: HTTP only. Needs the ``grpc`` extra.
+        wait_ready: open the ports (HTTP's, gRPC's) only once every model's profiles are warmed: a client that
+            polls the port never sees the server not ready. The HTTP port is bound at once (a port in use is
+            refused here) but not listened on, so a connection is refused until then; the gRPC server is made
+            then (its port checked free here). ``serving`` is set once the ports answer.
 
     Example::
 
@@ -86,13 +100,18 @@ class Server:
                  batch_dim: str = "auto", max_batch: int | None = None, max_delay_ms: float = 0.0,
                  limits: Limits | None = None, allowed_hosts: Sequence[str] | None = None,
                  allowed_origins: Sequence[str] = (), token_file: str | Path | None = None,
-                 grpc_port: int | None = None):
+                 grpc_port: int | None = None, wait_ready: bool = False):
         if not paths:
             raise ConfigError("serve: give at least one artifact directory (e.g. artifacts/geglu/<key>).")
         self.limits = limits or Limits()
         access = Access.for_server(host, allowed_hosts, allowed_origins, token_file)
         self.endpoints: dict[str, Endpoint] = {}
-        self.grpc: Any = None  # the GrpcServer beside HTTP, if grpc_port is given
+        self.grpc: Any = None  # the GrpcServer beside HTTP, if grpc_port is given (with wait_ready: once ready)
+        self._grpc_later: Any = None  # with wait_ready: how to make it
+        self._wait_ready = wait_ready
+        self._stop_waiting = threading.Event()
+        self._stopped_by: str | None = None  # the signal that stopped the wait for readiness
+        self.serving = threading.Event()  # set once the ports answer
         try:
             for path in paths:
                 ep = Endpoint.load(path, batch_dim=batch_dim, max_batch=max_batch, max_delay_ms=max_delay_ms)
@@ -103,17 +122,19 @@ class Server:
                 self.endpoints[ep.name] = ep
             self.metrics = Metrics(self.endpoints)
             if grpc_port is not None:
-                from .grpc import GrpcServer
+                from .grpc import GrpcServer, check_free
 
-                self.grpc = GrpcServer(self.endpoints, host, grpc_port, max_message_bytes=self.limits.max_body_bytes,
-                                       token_file=token_file, metrics=self.metrics)
+                make = functools.partial(GrpcServer, self.endpoints, host, grpc_port,
+                                         max_message_bytes=self.limits.max_body_bytes, token_file=token_file,
+                                         metrics=self.metrics)
+                if wait_ready:
+                    check_free(host, grpc_port)
+                    self._grpc_later = make
+                else:
+                    self.grpc = make()
             self.limits = self.limits.resolved()  # once the artifacts' files are open: they count against the limit
-            try:
-                self._socket = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
-                                                    backlog=2048, reuse_port=False)
-            except OSError as e:
-                raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}; choose another --port "
-                                  "(0 picks a free one).") from None
+            self._socket = _bind(host, port, listen=not wait_ready)
+            self._address = self._socket.getsockname()
         except BaseException:
             self._close_endpoints()
             raise
@@ -125,35 +146,62 @@ class Server:
                                 timeout_keep_alive=int(max(1, round(self.limits.idle_timeout))),
                                 timeout_graceful_shutdown=int(max(1, round(self.limits.drain_timeout))))
         self._uvicorn = _Uvicorn(config)
+        self._uvicorn.serving = self.serving
         self.metrics.connections = lambda: len(self._uvicorn.server_state.connections) - len(protocol.making_room)
         self.metrics.max_connections = self.limits.max_connections
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self._socket.getsockname()[:2]
+        host, port = self._address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def serve_forever(self) -> str | None:
         """Serve until SIGTERM or SIGINT (in the main thread) or ``close``; then stop accepting, let the requests
         in flight finish (at most ``limits.drain_timeout``) and stop the batchers. The name of the signal that
-        stopped it, if one did."""
-        if self.grpc is not None:
-            self.grpc.start()
+        stopped it, if one did. With ``wait_ready`` the ports open once every model is warmed (a signal or
+        ``close`` meanwhile stops it without opening them)."""
         try:
+            if self._wait_ready and not self._until_ready():
+                self._socket.close()
+                return self._stopped_by
+            if self._grpc_later is not None:
+                self.grpc, self._grpc_later = self._grpc_later(), None
+            if self.grpc is not None:
+                self.grpc.start()
             self._uvicorn.run(sockets=[self._socket])
         finally:
             self._close_endpoints()
         captured = self._uvicorn._captured_signals
         return signal.Signals(captured[0]).name if captured else None
 
+    def _until_ready(self) -> bool:
+        """Wait until every model is warmed (True), or until SIGTERM or SIGINT (in the main thread) or ``close``
+        (False)."""
+        def stop(signum: int, frame: Any) -> None:
+            self._stopped_by = signal.Signals(signum).name
+            self._stop_waiting.set()
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+        try:
+            for ep in self.endpoints.values():
+                while not ep.ready(0.1):
+                    if self._stop_waiting.is_set():
+                        return False
+            return not self._stop_waiting.is_set()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
     def start(self) -> "Server":
-        """Serve on a background thread (tests, notebooks), returning once the port answers; ``close`` stops it."""
-        self._thread = threading.Thread(target=self.serve_forever, name="tripy_build-http", daemon=True)
-        self._thread.start()
-        while not self._uvicorn.started and self._thread.is_alive():
-            threading.Event().wait(0.01)
-        if not self._uvicorn.started:
+        """Serve on a background thread (tests, notebooks), returning once the port answers (with ``wait_ready``,
+        once every model is warmed); ``close`` stops it."""
+        self._thread = thread = threading.Thread(target=self.serve_forever, name="tripy_build-http", daemon=True)
+        thread.start()
+        while not self.serving.wait(0.01) and thread.is_alive():
+            pass
+        if not self.serving.is_set():
             raise ConfigError(f"the server on {self.url} did not start; its log says why.")
         return self
 
@@ -166,6 +214,7 @@ class Server:
 
     def close(self) -> None:
         """Stop accepting, let the requests in flight finish, then stop the batchers."""
+        self._stop_waiting.set()
         if self._thread is not None:
             self._uvicorn.should_exit = True
             self._thread.join(timeout=self.limits.drain_timeout + 10)
@@ -186,3 +235,19 @@ class Server:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _bind(host: str, port: int, listen: bool) -> socket.socket:
+    """The HTTP server's socket, bound (and listened on where ``listen``; else uvicorn listens when it starts)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if hasattr(socket, "SO_REUSEADDR") and sys.platform != "win32":  # as socket.create_server does
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        if listen:
+            sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}; choose another --port "
+                          "(0 picks a free one).") from None
+    return sock
