@@ -216,6 +216,26 @@ def test_a_server_waiting_to_be_ready_stops_on_close_without_opening_its_port(ar
     assert server.endpoints["two_heads"].batcher._closed
 
 
+def test_sigterm_while_waiting_to_be_ready_stops_the_server_without_opening_its_port(artifact, warm_up_held):
+    """serve_forever in the main thread (as the command runs it), the warm-up held back: SIGTERM ends the wait,
+    the port never opens, the endpoints are closed, and the signal is named."""
+    import threading
+
+    server = Server([artifact], port=0, wait_ready=True)
+    address = ("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+    before = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        assert server.serve_forever() == "SIGTERM"
+    finally:
+        timer.cancel()
+    assert not server.serving.is_set() and server.endpoints["two_heads"].batcher._closed
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(address, timeout=5)
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler it set is gone
+
+
 def test_the_command_with_wait_ready_prints_serving_once_ready_and_is_never_seen_not_ready(artifact, tmp_path):
     """``tripy-build serve --wait-ready``: a script polling GET /v2/health/ready from the start sees connections
     refused, then 200, never 400; 'serving on' and 'ready:' come together once the models are warmed."""
