@@ -173,3 +173,97 @@ def test_generate_requests_count_in_the_metrics_refused_ones_too(server):
     assert post(server, "/v2/models/gpt2/generate", b"{not json")[0] == 400
     assert count("success") == before["success"] + 2
     assert count("refused") == before["refused"] + 3 and count("failure") == before["failure"]
+
+
+def test_a_generate_artifact_is_announced_by_its_generate_routes_and_keeps_its_entries_off_infer(gpt2, tmp_path):
+    """``tripy-build serve`` on a task=generate artifact names /generate and /generate_stream; /infer and the
+    metadata show none of the entries' internal inputs (cache, cache_index, row)."""
+    from serve.serving import start_serve
+
+    proc, lines = start_serve([str(gpt2), "--port", "0"], tmp_path)
+    try:
+        url = lines[-1].split()[2]
+        model_line = next(line for line in lines if line.startswith("gpt2 "))
+        assert f"POST {url}/v2/models/gpt2/generate and {url}/v2/models/gpt2/generate_stream" in model_line, lines
+        assert "/infer" not in model_line and "--expose-entries" not in model_line, model_line
+        with urllib.request.urlopen(f"{url}/v2/models/gpt2", timeout=30) as r:
+            meta = json.loads(r.read())
+        assert [i["name"] for i in meta["inputs"]] == ["input_ids"] and [o["name"] for o in meta["outputs"]] == ["output_ids"]
+        assert meta["inputs"][0]["ranges"] == [{"name": "prompt", "min": 1, "max": 31}]
+        assert meta["generate"]["routes"] == ["POST /v2/models/gpt2/generate", "POST /v2/models/gpt2/generate_stream"]
+        assert meta["generate"]["max_length"] == 32 and meta["generate"]["vocab_size"] == 96
+        text = json.dumps(meta)
+        assert not any(f"\"{word}\"" in text for word in ("cache", "cache_index", "row", "prefill", "decode")), text
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", "/v2/models/gpt2/infer", body=json.dumps({"inputs": []}),
+                     headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        error = json.loads(response.read())["error"]
+        conn.close()
+        assert response.status == 404 and "model 'gpt2' generates tokens: POST /v2/models/gpt2/generate" in error, error
+        assert "--expose-entries" in error
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", "/v2/models/gpt2/generate", body=json.dumps({"input_ids": [5, 6], "max_new_tokens": 2}),
+                     headers={"content-type": "application/json"})
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    help_text = " ".join(subprocess.run([sys.executable, "-m", "tripy_build", "serve", "--help"], capture_output=True,
+                                        text=True, cwd=tmp_path).stdout.split())
+    assert "--expose-entries" in help_text and "also served on /infer" in help_text
+
+
+def test_the_first_entry_is_served_on_infer_over_http_and_grpc_only_when_exposed(gpt2):
+    import grpc
+    import numpy as np
+    import tritonclient.grpc as triton
+    from tritonclient.utils import InferenceServerException
+
+    from tripy_build import runtime
+
+    with Server([gpt2], port=0, grpc_port=0).start() as srv:
+        client = triton.InferenceServerClient(srv.grpc.address)
+        meta = client.get_model_metadata("gpt2", as_json=True)
+        assert [i["name"] for i in meta["inputs"]] == ["input_ids"] and [o["name"] for o in meta["outputs"]] == ["output_ids"]
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("gpt2", [triton.InferInput("input_ids", [1, 1], "INT32").set_data_from_numpy(
+                np.zeros((1, 1), np.int32))])
+        assert refused.value.status() == str(grpc.StatusCode.UNIMPLEMENTED), refused.value
+        assert "generates tokens: POST /v2/models/gpt2/generate" in refused.value.message()
+        client.close()
+    direct = runtime.load(gpt2)
+    with Server([gpt2], port=0, grpc_port=0, expose_entries=True).start() as srv:
+        ep = srv.endpoints["gpt2"]
+        assert "its 'prefill' entry on POST" in ep.routes(srv.url) and "(--expose-entries)" in ep.routes(srv.url)
+        status, data = _get(srv, "/v2/models/gpt2")
+        meta = json.loads(data)
+        names = [i["name"] for i in meta["inputs"]]
+        assert names == ["input_ids", "position_ids", "attention_mask", "cache", "cache_index", "row"], names
+        assert meta["entry"] == "prefill" and meta["generate"]["entries"] == ["prefill", "decode"]
+        # a real prefill call: every input at its smallest shape, zeros (in every declared range)
+        leaves = [np.zeros([r if isinstance(r, int) else r["min"] for r in i["ranges"]],
+                           {"INT32": np.int32, "FP32": np.float32}[i["datatype"]]) for i in meta["inputs"]]
+        body = {"inputs": [{"name": n, "shape": list(x.shape), "datatype": i["datatype"], "data": x.ravel().tolist()}
+                           for n, x, i in zip(names, leaves, meta["inputs"])]}
+        status, data = post(srv, "/v2/models/gpt2/infer", body)
+        assert status == 200, data
+        got = {o["name"]: np.asarray(o["data"], np.float32).reshape(o["shape"]) for o in json.loads(data)["outputs"]}
+        want = direct.call_flat(*leaves)
+        for name, w in zip(direct.output_names, want):
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+        client = triton.InferenceServerClient(srv.grpc.address)
+        assert [i.name for i in client.get_model_metadata("gpt2").inputs] == names
+        client.close()
+
+
+def _get(server, path: str) -> tuple[int, bytes]:
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, data

@@ -91,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "and 'ready: ...': a script that polls the port (or waits for that line) never sees the server "
                         "not ready. Without it the port opens at once and the profiles warm up in the background, "
                         "GET /v2/health/ready answering 400 until they have (its 'ready: ...' line comes then)")
+    parser.add_argument("--expose-entries", action="store_true",
+                        help="an artifact built with task=generate is served by POST /v2/models/NAME/generate and "
+                        "generate_stream; with this its first entry (prefill: the cache and positions among its inputs) "
+                        "is also served on /infer (and gRPC's ModelInfer) and described in the model's metadata, for "
+                        "debugging. Without it those refuse, naming /generate")
     limits = parser.add_argument_group("limits")
     for field, what in LIMIT_HELP.items():
         default, size = getattr(defaults, field), field.endswith("_bytes")
@@ -118,12 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         limits=Limits(**{f: getattr(args, f) for f in LIMIT_HELP}),
                         allowed_hosts=args.allowed_hosts.split(",") if args.allowed_hosts is not None else None,
                         allowed_origins=args.allowed_origins.split(","), token_file=args.token_file,
-                        grpc_port=args.grpc_port, wait_ready=args.wait_ready)
+                        grpc_port=args.grpc_port, wait_ready=args.wait_ready, expose_entries=args.expose_entries)
     except TripyBuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for ep in server.endpoints.values():
-        print(f"{ep.name} ({ep.path}): POST {server.url}/v2/models/{ep.name}/infer; {ep.batching}", flush=True)
+        print(f"{ep.name} ({ep.path}): {ep.routes(server.url)}", flush=True)
 
     def serving() -> None:
         if server.grpc is not None:

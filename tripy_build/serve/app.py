@@ -7,7 +7,8 @@ Routes (``GET`` also answers ``HEAD``; another method on a route is 405 with ``A
 - ``POST /v2/models/NAME[/versions/V]/infer``: an inference (JSON, or JSON then binary tensor data);
 - ``POST /v2/models/NAME/generate`` and ``.../generate_stream`` (an artifact built with ``task=generate``):
   Triton's generate extension with token ids, the second as server-sent events, one per token; requests
-  share decode steps (``generation.py``);
+  share decode steps (``generation.py``). Such an artifact's entries are not on ``/infer`` (404 naming
+  ``/generate``) unless the server exposes them (``expose_entries``);
 - ``GET /metrics``: Prometheus' text format (``metrics.py``).
 
 A request body is read only once its route, its access (``access.py``) and its declared size are
@@ -113,6 +114,8 @@ class App:
             return await self._get(scope, send, lambda: {"model_stats": [ep.statistics()]})
         if rest == ["infer"]:
             self._method(scope["method"], b"POST")
+            if not ep.infer_served:
+                raise Refused(404, ep.not_served())
             return await self._infer(ep, scope, receive, send)
         if rest in (["generate"], ["generate_stream"]):
             self._method(scope["method"], b"POST")

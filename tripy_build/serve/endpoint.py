@@ -1,4 +1,9 @@
-"""One artifact served: its v2 metadata, requests decoded and checked, batched, answered, its statistics."""
+"""One artifact served: its v2 metadata, requests decoded and checked, batched, answered, its statistics.
+
+An artifact built with ``task=generate`` is served by ``/generate`` and ``/generate_stream`` (token ids in and out);
+its entries (``prefill``, ``decode``: a step each, with the cache and the positions among their inputs) are
+``/generate``'s internals, kept off ``/infer`` and out of the metadata unless ``expose_entries`` asks for them.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +24,11 @@ class Endpoint:
     """One artifact served under its name: its metadata, requests decoded, batched and answered."""
 
     def __init__(self, model: Any, version: str, path: Path | None = None, batch_dim: str = "auto",
-                 max_batch: int | None = None, max_delay_ms: float = 0.0):
+                 max_batch: int | None = None, max_delay_ms: float = 0.0, expose_entries: bool = False):
         """``model``: what ``runtime.Runtime`` offers (``__name__``, ``flat_args``, ``output_infos``,
-        ``output_names``, ``dims``, ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact."""
+        ``output_names``, ``dims``, ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact.
+        ``expose_entries``: serve a ``task=generate`` artifact's first entry on ``/infer`` too, and describe its
+        inputs and outputs in the metadata (they are ``/generate``'s internals: its cache, its positions)."""
         self.runtime, self.path, self.version = model, path, version
         self.name = getattr(model, "model_name", model.__name__)
         self.args = model.flat_args
@@ -37,6 +44,20 @@ class Endpoint:
 
             steps = model.generation_steps()
             self.generator = Generator(steps, steps.spec(), self.name)
+        # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
+        self.infer_served = self.generator is None or expose_entries
+
+    def routes(self, url: str) -> str:
+        """What a client calls on this model, for the server's startup lines."""
+        base = f"{url}/v2/models/{self.name}"
+        if self.generator is None:
+            return f"POST {base}/infer; {self.batching}"
+        g = self.generator
+        text = (f"POST {base}/generate and {base}/generate_stream (token ids in and out; requests share decode "
+                f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})")
+        if self.infer_served:
+            text += f"; its {g.spec.prefill!r} entry on POST {base}/infer (--expose-entries), {self.batching}"
+        return text
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> "Endpoint":
@@ -59,12 +80,43 @@ class Endpoint:
         def tensor(name: str, info: Any) -> dict[str, Any]:
             return {"name": name, "datatype": datatype(info.dtype), "shape": metadata_shape(info), "ranges": ranges(info)}
 
-        return {"name": self.name, "versions": [self.version], "platform": "tripy_build",
-                "inputs": [tensor(p, info) for p, info in self.args],
-                "outputs": [tensor(n, info) for n, info in zip(self.output_names, self.outputs)],
-                "batching": ({"dim": self.plan.dim, "max_batch": self.plan.max_batch,
-                              "max_delay_ms": self.plan.max_delay_s * 1e3} if self.plan else None),
-                "batching_note": self.batching}
+        head = {"name": self.name, "versions": [self.version], "platform": "tripy_build"}
+        if not self.infer_served:
+            g = self.generator
+            inputs, outputs = self.generate_tensors()
+            inputs[0]["ranges"] = [{"name": "prompt", "min": 1, "max": g.spec.max_length - 1}]
+            return {**head, "inputs": inputs, "outputs": outputs, "generate": self._generate_info(), "batching": None,
+                    "batching_note": f"generate requests share decode steps, up to {g.buckets[-1]} a step"}
+        out = {**head, "inputs": [tensor(p, info) for p, info in self.args],
+               "outputs": [tensor(n, info) for n, info in zip(self.output_names, self.outputs)],
+               "batching": ({"dim": self.plan.dim, "max_batch": self.plan.max_batch,
+                             "max_delay_ms": self.plan.max_delay_s * 1e3} if self.plan else None),
+               "batching_note": self.batching}
+        if self.generator is not None:  # its entry exposed (expose_entries)
+            out.update(entry=self.generator.spec.prefill, generate=self._generate_info())
+        return out
+
+    def generate_tensors(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """A generate artifact's inputs and outputs as its clients send and get them (``/generate``'s body)."""
+        return ([{"name": "input_ids", "datatype": "INT32", "shape": [-1]}],
+                [{"name": "output_ids", "datatype": "INT32", "shape": [-1]}])
+
+    def _generate_info(self) -> dict[str, Any]:
+        from .generation import OPTIONS
+
+        spec = self.generator.spec
+        base = f"/v2/models/{self.name}"
+        info = {"routes": [f"POST {base}/generate", f"POST {base}/generate_stream"], "max_length": spec.max_length,
+                "vocab_size": spec.vocab_size, "options": list(OPTIONS)}
+        return {**info, "entries": [spec.prefill, spec.decode]} if self.infer_served else info
+
+    def not_served(self) -> str:
+        """Why ``/infer`` refuses a generate artifact (``infer_served`` is False), and what to call instead."""
+        spec = self.generator.spec
+        return (f"model {self.name!r} generates tokens: POST /v2/models/{self.name}/generate (or generate_stream) with "
+                f'{{"input_ids": [464, 2068], "max_new_tokens": 20}} (HTTP); its {spec.prefill!r} and {spec.decode!r} '
+                "entries, which take the cache and positions generation keeps, are not served on /infer (start the "
+                "server with --expose-entries to call its first entry there).")
 
     def decode(self, request: Any, binary: memoryview) -> list[np.ndarray]:
         """A request's flat inputs, in the model's order, each checked against its declaration."""

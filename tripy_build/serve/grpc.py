@@ -7,8 +7,9 @@ HTTP metadata gives it), ModelInfer, and Triton's ModelStatistics. ModelInfer ta
 clients send), and answers with ``raw_output_contents`` (what they read), the requested outputs only if the
 request names some. Every request is checked on its own against the declared ranges before it joins a batch
 (the endpoint's batcher, shared with the HTTP server), so a bad one gets ``INVALID_ARGUMENT`` naming the input,
-the dim and the range, and never fails another; an unknown model or version is ``NOT_FOUND``; anything else
-that goes wrong is ``INTERNAL``, and the server goes on.
+the dim and the range, and never fails another; an unknown model or version is ``NOT_FOUND``; a ``task=generate``
+artifact, which generates over HTTP only (``/generate``), is ``UNIMPLEMENTED`` unless the server exposes its
+entries; anything else that goes wrong is ``INTERNAL``, and the server goes on.
 
 The messages and the servicer stubs are the protocol's generated code as NVIDIA's ``tritonclient`` ships it
 (the ``grpc`` extra: ``pip install 'tripy_build[grpc]'``, which brings grpcio and protobuf), imported only when a
@@ -235,6 +236,11 @@ class _Servicer:
     def ModelMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
         ep = self._endpoint(request.name, request.version)
         tensor = self.p.pb.ModelMetadataResponse.TensorMetadata
+        if not ep.infer_served:  # a generate artifact: what /generate takes and gives, not its entries' internals
+            inputs, outputs = ep.generate_tensors()
+            return self.p.pb.ModelMetadataResponse(name=ep.name, versions=[ep.version], platform="tripy_build",
+                                                   inputs=[tensor(**t) for t in inputs],
+                                                   outputs=[tensor(**t) for t in outputs])
         return self.p.pb.ModelMetadataResponse(
             name=ep.name, versions=[ep.version], platform="tripy_build",
             inputs=[tensor(name=p, datatype=datatype(info.dtype), shape=metadata_shape(info)) for p, info in ep.args],
@@ -244,6 +250,8 @@ class _Servicer:
     @_rpc
     def ModelInfer(self, request: Any, context: Any) -> Any:  # noqa: N802
         ep = self._endpoint(request.model_name, request.model_version)
+        if not ep.infer_served:
+            raise _Status("UNIMPLEMENTED", ep.not_served())
         leaves = _decode(ep, request)
         wanted = _wanted(ep, request)
         try:

@@ -88,6 +88,10 @@ class Server:
             polls the port never sees the server not ready. The HTTP port is bound at once (a port in use is
             refused here) but not listened on, so a connection is refused until then; the gRPC server is made
             then (its port checked free here). ``serving`` is set once the ports answer.
+        expose_entries: a ``task=generate`` artifact is served by ``/generate`` and ``/generate_stream``; with this
+            its first entry (``prefill``: cache and positions among its inputs) is also on ``/infer`` (and gRPC's
+            ModelInfer) and described in its metadata, for debugging. Without it, those answer 404
+            (``UNIMPLEMENTED``) naming ``/generate``.
 
     Example::
 
@@ -100,7 +104,7 @@ class Server:
                  batch_dim: str = "auto", max_batch: int | None = None, max_delay_ms: float = 0.0,
                  limits: Limits | None = None, allowed_hosts: Sequence[str] | None = None,
                  allowed_origins: Sequence[str] = (), token_file: str | Path | None = None,
-                 grpc_port: int | None = None, wait_ready: bool = False):
+                 grpc_port: int | None = None, wait_ready: bool = False, expose_entries: bool = False):
         if not paths:
             raise ConfigError("serve: give at least one artifact directory (e.g. artifacts/geglu/<key>).")
         self.limits = limits or Limits()
@@ -114,7 +118,8 @@ class Server:
         self.serving = threading.Event()  # set once the ports answer
         try:
             for path in paths:
-                ep = Endpoint.load(path, batch_dim=batch_dim, max_batch=max_batch, max_delay_ms=max_delay_ms)
+                ep = Endpoint.load(path, batch_dim=batch_dim, max_batch=max_batch, max_delay_ms=max_delay_ms,
+                                   expose_entries=expose_entries)
                 if ep.name in self.endpoints:
                     ep.close()
                     raise ConfigError(f"{path} and {self.endpoints[ep.name].path} are both named {ep.name!r}; "

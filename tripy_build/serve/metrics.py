@@ -27,7 +27,7 @@ REQUESTS_HELP = ("Inference requests (POST .../infer, .../generate, .../generate
                  "error before reaching the model: a request the model cannot take (400), an unknown model or version "
                  "(404; an unknown model counts as model=\"(unknown)\"), a method not allowed (405), a body too large "
                  "(413) or of a type not accepted (415), a request too slow (408), unauthorized (401, 403, 421), the "
-                 "server busy (503); over gRPC INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE)")
+                 "server busy (503); over gRPC INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, UNIMPLEMENTED, UNAVAILABLE)")
 
 
 def inference_model(path: str) -> str | None:
