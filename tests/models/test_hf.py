@@ -191,12 +191,31 @@ def test_gpt2_bare_model_and_resnet_classifier_checkpoints(tmp_path):
     hf = save_hf(transformers.GPT2Model, transformers.GPT2Config(**GPT2_CFG), tmp_path / "g")
     model, params = load_pretrained(GPT2, tmp_path / "g")
     np.testing.assert_array_equal(np.asarray(params["wte"]), hf.wte.weight.detach().numpy())
-    hf = save_hf(transformers.ResNetForImageClassification, transformers.ResNetConfig(**RESNET_CFG), tmp_path / "r")
+    labels = {0: "cat", 1: "dog", 2: "fox"}
+    hf = save_hf(transformers.ResNetForImageClassification, transformers.ResNetConfig(**RESNET_CFG, id2label=labels),
+                 tmp_path / "r")
     model, params = load_pretrained(ResNet, tmp_path / "r", {"image_size": IMAGE})
+    assert model.task == "image_classification" and model.output_labels() == {"logits": ["cat", "dog", "fox"]}
     x = np.random.default_rng(2).standard_normal((2, 3, IMAGE, IMAGE)).astype(np.float32)
-    want = run_hf("resnet", hf.resnet, (x,))
+    with torch.no_grad():
+        want = hf(pixel_values=torch.tensor(x)).logits.numpy()
     got = jax.jit(model.apply)(params, x)
-    assert scale_error(got["last_hidden_state"], want["last_hidden_state"]) < SCALE_TOL
+    assert list(got) == ["logits"] and scale_error(got["logits"], want) < SCALE_TOL
+    encoder, params = load_pretrained(ResNet, tmp_path / "r", {"image_size": IMAGE, "head": "none"})
+    got = jax.jit(encoder.apply)(params, x)  # the encoder alone: its classifier skipped, said in the log
+    assert scale_error(got["last_hidden_state"], run_hf("resnet", hf.resnet, (x,))["last_hidden_state"]) < SCALE_TOL
+
+
+def test_vit_image_classifier_matches_hugging_face(tmp_path):
+    """``ViTForImageClassification``: its ViT has no pooler, its classifier reads the first token's state."""
+    hf = save_hf(transformers.ViTForImageClassification, transformers.ViTConfig(**VIT_CFG, num_labels=5), tmp_path)
+    model, params = load_pretrained(ViT, tmp_path)
+    assert model.task == "image_classification" and model.num_labels == 5
+    assert "pooler" not in params and model.output_labels()["logits"][4] == "LABEL_4"
+    x = np.random.default_rng(3).standard_normal((2, 3, IMAGE, IMAGE)).astype(np.float32)
+    with torch.no_grad():
+        want = hf(pixel_values=torch.tensor(x)).logits.numpy()
+    assert scale_error(jax.jit(model.apply)(params, x)["logits"], want) < SCALE_TOL
 
 
 def test_sharded_checkpoint_reads_like_one_file(ckpt, tmp_path):
@@ -368,9 +387,11 @@ def test_other_architecture_and_contradicting_sizes(ckpt, tmp_path):
 
 
 def test_checkpoint_without_a_pooler_says_so(tmp_path):
-    """``ViTForImageClassification`` (like ``BertForMaskedLM``) saves its model without the pooler."""
-    save_hf(transformers.ViTForImageClassification, transformers.ViTConfig(**VIT_CFG), tmp_path)
-    one_line_error(lambda: load_pretrained(ViT, tmp_path), "missing tensor vit.pooler.dense.", "no pooler")
+    """``BertForMaskedLM`` (like ``ViTForImageClassification``) saves its model without the pooler: the bare
+    encoder (head none), which has one, cannot be read from it."""
+    save_hf(transformers.BertForMaskedLM, transformers.BertConfig(**BERT_CFG), tmp_path)
+    one_line_error(lambda: load_pretrained(Bert, tmp_path, {"head": "none"}), "missing tensor bert.pooler.dense.",
+                   "no pooler")
 
 
 # --- the dataclasses ------------------------------------------------------------------------------
@@ -384,8 +405,8 @@ def test_fields_are_config_keys_with_the_default_sizes(cls):
     hf_default = HF_CONFIGS[cls]()
     model = cls()
     for f in dataclasses.fields(cls):
-        if cls is ResNet and f.name == "image_size":
-            continue  # not a ResNetConfig key
+        if (cls is ResNet and f.name == "image_size") or f.name in ("head", "labels"):
+            continue  # not ResNetConfig keys: the head comes from architectures, the labels from id2label
         want = getattr(hf_default, f.name)
         if cls is ViT and f.name == "pooler_output_size":
             assert model.pooler_size == want

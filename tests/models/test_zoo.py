@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
-from tripy_build.models import GPT2, MLP, MODELS, Bert, ConvNet, GEGLU, ResNet, TransformerBlock, ViT, input_infos
+from tripy_build.models import (
+    GPT2, MLP, MODELS, Bert, ConvNet, DistilBert, GEGLU, ResNet, Roberta, TransformerBlock, ViT, XLMRoberta, input_infos,
+)
 
 KEY = jax.random.PRNGKey(0)
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -96,7 +98,8 @@ def boundary_sizes(exe):
 
 def test_registry():
     assert MODELS == {"geglu": GEGLU, "mlp": MLP, "transformer": TransformerBlock, "convnet": ConvNet,
-                      "bert": Bert, "gpt2": GPT2, "vit": ViT, "resnet50": ResNet}
+                      "bert": Bert, "roberta": Roberta, "xlm-roberta": XLMRoberta, "distilbert": DistilBert,
+                      "gpt2": GPT2, "vit": ViT, "resnet50": ResNet}
     for key, cls in MODELS.items():
         assert cls.name == key
         model = cls()  # every hyperparameter has a default

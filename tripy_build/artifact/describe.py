@@ -176,7 +176,9 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
         passed = ", ".join(f"{path} = the true size of {size.name!r}" for path, size in m.sizes)
         out += [f"  passed to the function, not part of the signature: {passed}"]
     names = output_names(m.output_structure, len(m.outputs))  # as Python's dict and the server name them
-    out += ["", f"{title}outputs"] + table(["output", "spec"], [[n, spec_text(o)] for n, o in zip(names, m.outputs)])
+    labels = m.metadata.get("labels") or {}
+    out += ["", f"{title}outputs"] + table(["output", "spec", "labels"], [
+        [n, spec_text(o), label_text(labels.get(n))] for n, o in zip(names, m.outputs)])
     if m.dims:
         out += ["", f"{title}dims"] + table(["dim", "range", "opt", "strategy", "padding", "buckets",
                                              "compiled on first use"], [
@@ -201,6 +203,14 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
 
 
 LIST_COLUMNS = ("model", "inputs", "options", "profiles", "size", "date", "key")
+
+
+def label_text(labels: Any, most: int = 8) -> str:
+    """A classifier output's class names, in id order (``0 neg, 1 pos``), the first ``most`` of them."""
+    if not isinstance(labels, list) or not labels:
+        return ""
+    shown = ", ".join(f"{i} {name}" for i, name in enumerate(labels[:most]))
+    return shown + (f", ... ({len(labels)} classes)" if len(labels) > most else "")
 
 
 def checkpoint_text(path: Path, m: Manifest) -> str:

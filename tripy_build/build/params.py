@@ -221,6 +221,12 @@ def load_pretrained(model_cfg: dict[str, Any], directory: str | os.PathLike) -> 
     from .adapters import _import
 
     cls = _import(model_cfg["_target_"], "model._target_")
+    if cls is hf.Pretrained:  # model=hf: the zoo model config.json names
+        try:
+            cls = MODELS[hf.model_name(directory)]
+        except hf.CheckpointError as e:
+            raise ConfigError(f"params.checkpoint: {e}") from None
+        model_cfg = {k: v for k, v in model_cfg.items() if k not in ("_target_", "name")}
     if cls not in MODELS.values() or getattr(cls, "name", None) not in hf.NAMES:
         raise ConfigError(
             f"params.checkpoint: {str(directory)!r} is a Hugging Face save_pretrained directory, but model "

@@ -41,7 +41,10 @@ def build(request: BuildRequest) -> BuildResult:
     if pretrained:
         # a Hugging Face save_pretrained directory: the model's settings come from its config.json
         model, params = params_io.load_pretrained(request.model, request.params_checkpoint)
-        request = dataclasses.replace(request, model={**request.model, **model_io.settings(model)})
+        built = {"_target_": f"{type(model).__module__}.{type(model).__qualname__}", "name": type(model).name}
+        named = request.model if request.model["_target_"] == built["_target_"] else built  # model=hf: the one built
+        request = dataclasses.replace(request, model={**request.model, **model_io.settings(model),
+                                                      "_target_": named["_target_"], "name": named["name"]})
         timings["read checkpoint"] = time.perf_counter() - t0
     else:
         model = model_io.load(request.model, request.shapes)
@@ -159,6 +162,9 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
             backend=request.compiler, keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu,
             warn_values=False,
         )
+    labels = model.output_labels() if hasattr(model, "output_labels") else {}
+    if labels:
+        exe.metadata["labels"] = labels  # a classifier's class names per output (config.json's id2label)
     exe.metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
         params={"sha256": params_io.digest(params), **{k: v for k, v in parts["params"].items() if k != "sha256"}},

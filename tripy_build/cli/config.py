@@ -138,7 +138,8 @@ def model_schema(model_cls: type) -> type:
     for f in dataclasses.fields(model_cls):
         default = f.default if f.default is not dataclasses.MISSING else MISSING
         if isinstance(default, tuple):
-            fields.append((f.name, list[int], field(default_factory=lambda d=default: list(d))))
+            item = type(default[0]) if default else Any
+            fields.append((f.name, list[item], field(default_factory=lambda d=default: list(d))))
         else:
             kind = hints.get(f.name, Any)
             fields.append((f.name, kind if kind in (int, float, str, bool) else Any, field(default=default)))
@@ -201,9 +202,10 @@ def validate(cfg: DictConfig) -> BuildRequest:
     for key, value in plain["model"].items():
         if key == "padding":
             continue
+        least = 0 if key.endswith("_id") or key == "type_vocab_size" else 1  # ids, and DistilBERT's no token types
         for v in value if isinstance(value, list) else [value]:
-            if isinstance(v, int) and not isinstance(v, bool) and v < 1:
-                raise ConfigError(f"model.{key}: model dimensions must be at least 1, got {value}.")
+            if isinstance(v, int) and not isinstance(v, bool) and v < least:
+                raise ConfigError(f"model.{key}: must be at least {least}, got {value}.")
     padding = plain["model"].get("padding") or {}
     if not isinstance(padding, dict):
         raise ConfigError(f"model.padding: must map dim names to 'rows', 'mask' or 'none', got {padding!r}.")

@@ -105,7 +105,10 @@ def text() -> str:
         settings = [(k.split(".", 1)[1], d) for k, _, d, _ in keys(config.model_schema(cls), "model.")
                     if k not in ("model._target_", "model.name", "model.padding")]
         lines.append(f"  {name}: " + ", ".join(f"{k}={d}" for k, d in settings))
+    lines += ["", "Hugging Face checkpoints (model=hf params.checkpoint=DIR: the architecture its config.json names):"]
+    lines += table(None, architecture_rows(), indent="  ")
     lines += [
+        "",
         "  your own model: model._target_ may name a Flax NNX, Flax Linen or Equinox module class, or a function",
         "    with model.init; its config declares model.inputs ({x: [batch, 64]}, passed to the call by name),",
         "    optionally model.input_dtypes, model.call (constant call arguments: {train: false}) and (Equinox)",
@@ -115,6 +118,19 @@ def text() -> str:
         "--hydra-help, --multirun (-m).",
     ]
     return "\n".join(lines)
+
+
+def architecture_rows() -> list[tuple[str, str, str]]:
+    """One row per zoo model that reads Hugging Face checkpoints: its architectures, its heads, its tasks."""
+    from ..models.hf import NAMES
+
+    rows = []
+    for name, arch in NAMES.items():
+        classes = ", ".join(arch.classes + suffix for suffix, _ in arch.suffixes)
+        heads = ", ".join(dict.fromkeys(head for _, head in arch.suffixes))
+        rows.append((f"model={name}", classes, f"heads: {heads}; task: forward" + (", generate" if name == "gpt2"
+                                                                                   else "")))
+    return rows
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .bert import Bert
+from .bert import Bert, DistilBert, Roberta, XLMRoberta
 from .convnet import ConvNet
 from .geglu import GEGLU
 from .gpt2 import GPT2
@@ -41,6 +41,9 @@ MODELS: dict[str, type] = {
     "transformer": TransformerBlock,
     "convnet": ConvNet,
     "bert": Bert,
+    "roberta": Roberta,
+    "xlm-roberta": XLMRoberta,
+    "distilbert": DistilBert,
     "gpt2": GPT2,
     "vit": ViT,
     "resnet50": ResNet,
@@ -70,4 +73,5 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "GPT2", "ViT", "ResNet", "input_infos"]
+__all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
+           "GPT2", "ViT", "ResNet", "input_infos"]

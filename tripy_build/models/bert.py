@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from . import heads
 from ._layers import (
     Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, normal_init, positions,
 )
@@ -58,7 +59,7 @@ def _ln(dim: int) -> Params:
 
 
 @dataclass(frozen=True)
-class Bert:
+class Bert(heads.Headed):
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -68,8 +69,12 @@ class Bert:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
+    head: str = "auto"  # heads.HEADS; auto: the checkpoint's (config.json's architectures), none without one
+    num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
+    labels: tuple = ()  # the classes' names, in id order (config.json's id2label; default LABEL_0, LABEL_1, ...)
 
     name: ClassVar[str] = "bert"
+    style: ClassVar[heads.Style] = heads.STYLES["bert"]
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
 
     def __post_init__(self) -> None:
@@ -79,6 +84,11 @@ class Bert:
                 f"num_attention_heads ({self.num_attention_heads})."
             )
         activation(self.hidden_act, "hidden_act")
+        self.check_head()
+
+    def position_ids(self, input_ids: jax.Array, table: jax.Array) -> jax.Array:
+        """The position rows, ``[seq, d]`` (or ``[b, seq, d]``): ``0..seq-1`` (RoBERTa counts from its pad id)."""
+        return positions(table, input_ids.shape[1])
 
     def init(self, key: jax.Array) -> Params:
         d, ff = self.hidden_size, self.intermediate_size
@@ -91,44 +101,100 @@ class Bert:
                 "attn_out": _linear(ko, d, d), "attn_ln": _ln(d),
                 "intermediate": _linear(ki, d, ff), "output": _linear(kd, ff, d), "output_ln": _ln(d),
             })
-        return {
-            "embeddings": {
-                "word": normal_init(k_word, (self.vocab_size, d)),
-                "position": normal_init(k_pos, (self.max_position_embeddings, d)),
-                "token_type": normal_init(k_type, (self.type_vocab_size, d)),
-                "ln": _ln(d),
-            },
-            "layers": layers,
-            "pooler": _linear(k_pool, d, d),
-        }
+        embeddings = {"word": normal_init(k_word, (self.vocab_size, d)),
+                      "position": normal_init(k_pos, (self.max_position_embeddings, d)), "ln": _ln(d)}
+        if self.type_vocab_size:
+            embeddings["token_type"] = normal_init(k_type, (self.type_vocab_size, d))
+        params = {"embeddings": embeddings, "layers": layers}
+        if heads.has_pooler(self.task, self.style):
+            params["pooler"] = _linear(k_pool, d, d)
+        if self.task != "none":
+            params["head"] = heads.init(jax.random.fold_in(key, 1), self.task, self.style, d, self.num_labels,
+                                        self.vocab_size, _linear, _ln)
+        return params
 
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array,
-              token_type_ids: jax.Array) -> dict[str, jax.Array]:
+              token_type_ids: jax.Array | None = None) -> dict[str, jax.Array]:
         act = activation(self.hidden_act, "hidden_act")
         eps = self.layer_norm_eps
-        heads = self.num_attention_heads
-        scale = 1.0 / math.sqrt(self.hidden_size // heads)
+        n_heads = self.num_attention_heads
+        scale = 1.0 / math.sqrt(self.hidden_size // n_heads)
         emb = params["embeddings"]
-        h = (embed(emb["word"], input_ids) + embed(emb["token_type"], token_type_ids)
-             + positions(emb["position"], input_ids.shape[1]))
+        h = embed(emb["word"], input_ids) + self.position_ids(input_ids, emb["position"])
+        if "token_type" in emb:
+            h = h + embed(emb["token_type"], token_type_ids)
         h = layer_norm(emb["ln"], h, eps)
         bias = mask_bias(attention_mask != 0, h.dtype)[:, None, None, :]  # [b, 1, 1, s] over the keys
         for p in params["layers"]:
             w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
-            ctx = attend(jnp.matmul(h, w_qkv) + b_qkv, heads, bias)
+            ctx = attend(jnp.matmul(h, w_qkv) + b_qkv, n_heads, bias)
             a = layer_norm(p["attn_ln"], h + linear(p["attn_out"], ctx), eps)
             ff = linear(p["output"], act(linear(p["intermediate"], a)))
             h = layer_norm(p["output_ln"], a + ff, eps)
-        pooled = jnp.tanh(linear(params["pooler"], h[:, 0]))
-        return {"last_hidden_state": h, "pooler_output": pooled}
+        pooled = jnp.tanh(linear(params["pooler"], h[:, 0])) if "pooler" in params else None
+        return heads.apply(params.get("head", {}), self.task, self.style, h, pooled, emb["word"], self.hidden_act,
+                           eps)
+
+    def _names(self) -> tuple[str, ...]:
+        return ("input_ids", "attention_mask", "token_type_ids")[:3 if self.type_vocab_size else 2]
 
     def inputs(self) -> dict[str, list]:
-        return {n: ["batch", "seq"] for n in ("input_ids", "attention_mask", "token_type_ids")}
+        return {n: ["batch", "seq"] for n in self._names()}
 
     def input_dtypes(self) -> dict[str, str]:
-        return {n: "int32" for n in ("input_ids", "attention_mask", "token_type_ids")}
+        return {n: "int32" for n in self._names()}
 
     def input_values(self) -> dict[str, tuple[int, int]]:
         """The values each integer input may hold, ``[lo, hi)``: a call outside is refused."""
-        return {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2),
-                "token_type_ids": (0, self.type_vocab_size)}
+        values = {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2),
+                  "token_type_ids": (0, self.type_vocab_size)}
+        return {n: values[n] for n in self._names()}
+
+    def max_positions(self) -> int:
+        """The longest sequence the position table holds: a build's ``seq`` beyond it is refused."""
+        return self.max_position_embeddings
+
+
+@dataclass(frozen=True)
+class Roberta(Bert):
+    """RoBERTa (``RobertaModel`` and its heads): BERT's encoder with positions counted from the pad id
+    (``pad_token_id + 1`` for the first token: Hugging Face's ``create_position_ids_from_input_ids``), one token
+    type, and its own heads (``heads.STYLES``). ``max_position_embeddings`` holds ``pad_token_id + 1`` rows
+    before the first position: roberta-base's 514 serve 512 tokens."""
+
+    vocab_size: int = 50265
+    max_position_embeddings: int = 514
+    type_vocab_size: int = 1
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int = 1
+
+    name: ClassVar[str] = "roberta"
+    style: ClassVar[heads.Style] = heads.STYLES["roberta"]
+
+    def position_ids(self, input_ids: jax.Array, table: jax.Array) -> jax.Array:
+        real = (input_ids != self.pad_token_id).astype(jnp.int32)
+        return embed(table, jnp.cumsum(real, axis=1) * real + self.pad_token_id)  # a pad token: the pad row
+
+    def max_positions(self) -> int:
+        return self.max_position_embeddings - self.pad_token_id - 1
+
+
+@dataclass(frozen=True)
+class XLMRoberta(Roberta):
+    """XLM-RoBERTa: RoBERTa's architecture (``model_type`` ``xlm-roberta``), a 250k vocabulary."""
+
+    vocab_size: int = 250002
+    name: ClassVar[str] = "xlm-roberta"
+
+
+@dataclass(frozen=True)
+class DistilBert(Bert):
+    """DistilBERT (``DistilBertModel`` and its heads): BERT's post-LN encoder without token types or pooler,
+    6 layers. Its ``config.json`` names (``dim``, ``n_layers``, ``n_heads``, ``hidden_dim``, ``activation``) are
+    read as BERT's (``models/hf.py``)."""
+
+    num_hidden_layers: int = 6
+    type_vocab_size: int = 0
+
+    name: ClassVar[str] = "distilbert"
+    style: ClassVar[heads.Style] = heads.STYLES["distilbert"]

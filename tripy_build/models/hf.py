@@ -22,10 +22,12 @@ Checked, each failure one line naming the tensor (or key), what was expected and
 - a setting the caller gives that the checkpoint also has must be equal (``hidden_size=512``
   against 768 fails);
 - every zoo parameter has exactly one tensor, of its shape and of dtype F32;
-- no tensor under the model's prefix is left over, except known buffers (``Architecture.ignored``: position-id
-  buffers, BatchNorm's ``num_batches_tracked``, old GPT-2's ``attn.bias``/``attn.masked_bias``);
-  outside the prefix, a head model's heads (``cls.*``, ``classifier.*``, the tied ``lm_head.weight``)
-  are not part of the zoo model and are skipped.
+- every tensor is read or refused, naming it: none under the model's prefix is left over, except known buffers
+  (``Architecture.ignored``: position-id buffers, BatchNorm's ``num_batches_tracked``, old GPT-2's
+  ``attn.bias``/``attn.masked_bias``) and decoders tied to the word embeddings (``Architecture.tied``); outside
+  it, the head ``config.json``'s ``architectures`` names is built and read (``BertForSequenceClassification``:
+  ``classifier.*``, ``models/heads.py``), and another head's tensors are refused, or, for the encoder built
+  alone (``head=none``), skipped with one log line naming them.
 
 Errors are ``CheckpointError``, a ``tripy_build.errors.ConfigError`` (and a ``ValueError``).
 """
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -44,6 +47,9 @@ import jax
 import jax.numpy as jnp
 
 from ..errors import ConfigError
+from .heads import CLASSIFIERS
+
+log = logging.getLogger(__name__)
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -79,35 +85,107 @@ class Architecture:
     ignored: tuple[str, ...] = ()         # regexes of known non-parameter tensors under the prefix
     unsupported: tuple[tuple[str, Any], ...] = ()  # (config key, the only value the zoo model implements)
     hints: tuple[tuple[str, str], ...] = ()        # (key prefix, why such a tensor may be missing)
+    heads: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # (head, its (checkpoint key, zoo path)s)
+    head_tensors: str = ""                # regex of every head's tensors (outside the prefix), pre-training's too
+    tied: tuple[str, ...] = ()            # regexes of tensors tied to another (a decoder = the word embeddings)
+    renames: tuple[tuple[str, str], ...] = ()  # (config.json key, the zoo model's field) where the names differ
+    classes: str = ""                     # Hugging Face's class-name stem: BertForSequenceClassification -> Bert
+    suffixes: tuple[tuple[str, str], ...] = ()  # (class-name suffix, the head it has): ForMaskedLM -> masked_lm
+
+    def head_names(self, head: str) -> tuple[tuple[str, str], ...]:
+        """The (checkpoint key, zoo path) pairs of ``head``: keys absolute (outside the model's prefix)."""
+        return dict(self.heads).get(head, ())
 
 
 _NO_POOLER = (("pooler.", "the checkpoint has no pooler: head models such as BertForMaskedLM and "
                "ViTForImageClassification save the model without one; this zoo model outputs pooler_output"),)
 
 
+_BERT_BODY = (
+    ("embeddings.word_embeddings.weight", "embeddings.word"),
+    ("embeddings.position_embeddings.weight", "embeddings.position"),
+    ("embeddings.token_type_embeddings.weight", "embeddings.token_type"),
+    *_ln("embeddings.LayerNorm", "embeddings.ln"),
+    *_linear("encoder.layer.{i}.attention.self.query", "layers.{i}.query"),
+    *_linear("encoder.layer.{i}.attention.self.key", "layers.{i}.key"),
+    *_linear("encoder.layer.{i}.attention.self.value", "layers.{i}.value"),
+    *_linear("encoder.layer.{i}.attention.output.dense", "layers.{i}.attn_out"),
+    *_ln("encoder.layer.{i}.attention.output.LayerNorm", "layers.{i}.attn_ln"),
+    *_linear("encoder.layer.{i}.intermediate.dense", "layers.{i}.intermediate"),
+    *_linear("encoder.layer.{i}.output.dense", "layers.{i}.output"),
+    *_ln("encoder.layer.{i}.output.LayerNorm", "layers.{i}.output_ln"),
+    *_linear("pooler.dense", "pooler"),
+)
+_DISTILBERT_BODY = (
+    ("embeddings.word_embeddings.weight", "embeddings.word"),
+    ("embeddings.position_embeddings.weight", "embeddings.position"),
+    *_ln("embeddings.LayerNorm", "embeddings.ln"),
+    *_linear("transformer.layer.{i}.attention.q_lin", "layers.{i}.query"),
+    *_linear("transformer.layer.{i}.attention.k_lin", "layers.{i}.key"),
+    *_linear("transformer.layer.{i}.attention.v_lin", "layers.{i}.value"),
+    *_linear("transformer.layer.{i}.attention.out_lin", "layers.{i}.attn_out"),
+    *_ln("transformer.layer.{i}.sa_layer_norm", "layers.{i}.attn_ln"),
+    *_linear("transformer.layer.{i}.ffn.lin1", "layers.{i}.intermediate"),
+    *_linear("transformer.layer.{i}.ffn.lin2", "layers.{i}.output"),
+    *_ln("transformer.layer.{i}.output_layer_norm", "layers.{i}.output_ln"),
+)
+
+
+def _encoder_heads(classifier: tuple[tuple[str, str], ...], mlm_dense: str, mlm_ln: str, mlm_bias: str
+                   ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """A BERT-like family's heads: the sequence classifier's own names, a token classifier and a QA head named
+    alike by every family, and a masked-LM head (dense, LayerNorm, bias; its decoder tied to the embeddings)."""
+    return (("sequence_classification", classifier),
+            ("token_classification", tuple(_linear("classifier", "head.out"))),
+            ("question_answering", tuple(_linear("qa_outputs", "head.out"))),
+            ("masked_lm", (*_linear(mlm_dense, "head.dense"), *_ln(mlm_ln, "head.ln"), (mlm_bias, "head.bias"))))
+
+
+_ENCODER_SUFFIXES = (("Model", "none"), ("ForSequenceClassification", "sequence_classification"),
+                     ("ForTokenClassification", "token_classification"),
+                     ("ForQuestionAnswering", "question_answering"), ("ForMaskedLM", "masked_lm"))
+_IMAGE_SUFFIXES = (("Model", "none"), ("ForImageClassification", "image_classification"))
+
+_ROBERTA = dict(
+    prefixes=("", "roberta."), names=_BERT_BODY,
+    ignored=(r"embeddings\.position_ids", r"embeddings\.token_type_ids"),
+    unsupported=(("is_decoder", False), ("add_cross_attention", False), ("position_embedding_type", "absolute"),
+                 ("tie_word_embeddings", True)),
+    heads=_encoder_heads((*_linear("classifier.dense", "head.dense"), *_linear("classifier.out_proj", "head.out")),
+                         "lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+    head_tensors=r"(classifier|qa_outputs|lm_head)\..*", tied=(r"lm_head\.decoder\.(weight|bias)",),
+    suffixes=_ENCODER_SUFFIXES,
+)
+
 NAMES: dict[str, Architecture] = {
     "bert": Architecture(
         model_type="bert",
         prefixes=("", "bert."),
-        names=tuple(
-            [("embeddings.word_embeddings.weight", "embeddings.word"),
-             ("embeddings.position_embeddings.weight", "embeddings.position"),
-             ("embeddings.token_type_embeddings.weight", "embeddings.token_type"),
-             *_ln("embeddings.LayerNorm", "embeddings.ln"),
-             *_linear("encoder.layer.{i}.attention.self.query", "layers.{i}.query"),
-             *_linear("encoder.layer.{i}.attention.self.key", "layers.{i}.key"),
-             *_linear("encoder.layer.{i}.attention.self.value", "layers.{i}.value"),
-             *_linear("encoder.layer.{i}.attention.output.dense", "layers.{i}.attn_out"),
-             *_ln("encoder.layer.{i}.attention.output.LayerNorm", "layers.{i}.attn_ln"),
-             *_linear("encoder.layer.{i}.intermediate.dense", "layers.{i}.intermediate"),
-             *_linear("encoder.layer.{i}.output.dense", "layers.{i}.output"),
-             *_ln("encoder.layer.{i}.output.LayerNorm", "layers.{i}.output_ln"),
-             *_linear("pooler.dense", "pooler")]
-        ),
+        names=_BERT_BODY,
         ignored=(r"embeddings\.position_ids", r"embeddings\.token_type_ids"),
         unsupported=(("is_decoder", False), ("add_cross_attention", False),
-                     ("position_embedding_type", "absolute")),
+                     ("position_embedding_type", "absolute"), ("tie_word_embeddings", True)),
         hints=_NO_POOLER,
+        heads=_encoder_heads(tuple(_linear("classifier", "head.out")), "cls.predictions.transform.dense",
+                             "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
+        head_tensors=r"(classifier|qa_outputs|cls)\..*", tied=(r"cls\.predictions\.decoder\.(weight|bias)",),
+        classes="Bert", suffixes=(*_ENCODER_SUFFIXES, ("ForPreTraining", "none")),
+    ),
+    "roberta": Architecture(model_type="roberta", classes="Roberta", **_ROBERTA),
+    "xlm-roberta": Architecture(model_type="xlm-roberta", classes="XLMRoberta", **_ROBERTA),
+    "distilbert": Architecture(
+        model_type="distilbert",
+        prefixes=("", "distilbert."),
+        names=_DISTILBERT_BODY,
+        ignored=(r"embeddings\.position_ids",),
+        unsupported=(("sinusoidal_pos_embds", False), ("tie_word_embeddings", True)),
+        heads=_encoder_heads((*_linear("pre_classifier", "head.dense"), *_linear("classifier", "head.out")),
+                             "vocab_transform", "vocab_layer_norm", "vocab_projector.bias"),
+        head_tensors=r"(pre_classifier|classifier|qa_outputs|vocab_transform|vocab_layer_norm|vocab_projector)\..*",
+        tied=(r"vocab_projector\.weight",),
+        renames=(("dim", "hidden_size"), ("n_layers", "num_hidden_layers"), ("n_heads", "num_attention_heads"),
+                 ("hidden_dim", "intermediate_size"), ("activation", "hidden_act")),
+        classes="DistilBert", suffixes=_ENCODER_SUFFIXES,
     ),
     "gpt2": Architecture(
         model_type="gpt2",
@@ -123,6 +201,8 @@ NAMES: dict[str, Architecture] = {
              *_ln("ln_f", "ln_f")]
         ),
         ignored=(r"h\.\d+\.attn\.(bias|masked_bias)",),
+        tied=(r"lm_head\.weight",),  # older checkpoints save the LM head, tied to wte
+        classes="GPT2", suffixes=(("LMHeadModel", "none"), ("Model", "none")),  # logits through the tied wte
         # The logits use wte: an untied lm_head.weight would be silently ignored.
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),
@@ -146,6 +226,8 @@ NAMES: dict[str, Architecture] = {
         ),
         ignored=(r"embeddings\.mask_token",),  # ViTForMaskedImageModeling's; unused without bool_masked_pos
         hints=_NO_POOLER,
+        heads=(("image_classification", tuple(_linear("classifier", "head.out"))),),
+        head_tensors=r"classifier\..*", classes="ViT", suffixes=_IMAGE_SUFFIXES,
     ),
     "resnet50": Architecture(
         model_type="resnet",
@@ -156,6 +238,8 @@ NAMES: dict[str, Architecture] = {
              *_conv_bn("encoder.stages.{s}.layers.{l}.shortcut", "stages.{s}.{l}.shortcut")]
         ),
         ignored=(r".*\.num_batches_tracked",),
+        heads=(("image_classification", tuple(_linear("classifier.1", "head.out"))),),  # Sequential(Flatten, Linear)
+        head_tensors=r"classifier\..*", classes="ResNet", suffixes=_IMAGE_SUFFIXES,
     ),
 }
 
@@ -203,12 +287,14 @@ def _path_str(path: tuple) -> str:
 
 
 def checkpoint_names(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """``{checkpoint key (without prefix): (zoo path, shape)}`` for every leaf of ``model``'s param tree.
+    """``{checkpoint key (without prefix): (zoo path, shape)}`` for every leaf of ``model``'s param tree; a head's
+    keys, which sit outside the model's prefix (``classifier.weight`` beside ``bert.*``), start with ``/``.
 
     Every leaf must match exactly one zoo template of the table (a gap in the table is a bug here).
     """
     arch = architecture(type(model))
     rules = [(_template_regex(zoo), hf) for hf, zoo in arch.names]
+    rules += [(_template_regex(zoo), "/" + hf) for hf, zoo in arch.head_names(getattr(model, "task", "none"))]
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(shapes):
@@ -257,8 +343,73 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
             raise CheckpointError(
                 f"{path}: {key}={value!r}, but {model_class.__name__} implements only {key}={only!r}."
             )
+    config = {dict(arch.renames).get(k, k): v for k, v in config.items()}
     fields = {f.name for f in dataclasses.fields(model_class)}
-    return {k: v for k, v in config.items() if k in fields}
+    settings = {k: v for k, v in config.items() if k in fields and k not in ("head", "num_labels", "labels")}
+    if "head" in fields:
+        settings["head"] = head_of(config, arch, path)
+        id2label = config.get("id2label") or {}
+        if settings["head"] in CLASSIFIERS:
+            try:
+                labels = [str(id2label[k]) for k in sorted(id2label, key=int)]
+            except (TypeError, ValueError):
+                raise CheckpointError(f"{path}: id2label={id2label!r} is not a map of class ids to names.") from None
+            settings["num_labels"] = len(labels) or 2  # Hugging Face's default: two classes, LABEL_0 and LABEL_1
+            settings["labels"] = tuple(labels)
+    return settings
+
+
+class Pretrained:
+    """``model=hf``: the zoo model that ``params.checkpoint``'s ``config.json`` names (``model_name``), built with
+    its head. Not a model of its own: a build without a checkpoint has no architecture to build."""
+
+    name = "hf"
+
+    def __init__(self, **settings: Any) -> None:
+        raise ConfigError("model=hf builds the architecture a Hugging Face checkpoint's config.json names: give "
+                          "params.checkpoint=DIR (a save_pretrained directory), or name a zoo model (model=bert).")
+
+
+def architectures() -> dict[str, tuple[str, str]]:
+    """Hugging Face's architecture class names that a zoo model builds -> (zoo model, head): each family's stem and
+    suffixes (``BertForSequenceClassification``; BERT's pre-training model as the bare encoder; GPT-2's LM head,
+    which the zoo's GPT-2 always applies, tied to its embeddings)."""
+    return {arch.classes + suffix: (name, head) for name, arch in NAMES.items() for suffix, head in arch.suffixes}
+
+
+def head_of(config: Mapping[str, Any], arch: Architecture, path: Path) -> str:
+    """The head ``config.json``'s ``architectures`` names (``none`` where it names none)."""
+    named = (config.get("architectures") or [None])[0]
+    if named is None:
+        return "none"
+    found = architectures().get(named)
+    if found is None or found[0] != next(n for n, a in NAMES.items() if a is arch):
+        ours = sorted(k for k, (zoo, _) in architectures().items() if NAMES[zoo] is arch)
+        raise CheckpointError(f"{path}: architectures names {named}, which this zoo model does not build; it builds "
+                              f"{', '.join(ours)}.")
+    return found[1]
+
+
+def model_name(checkpoint_dir: str | os.PathLike) -> str:
+    """The zoo model that builds the checkpoint's architecture (``model=hf``): from ``config.json``'s
+    ``architectures``, else its ``model_type``."""
+    path = Path(checkpoint_dir) / CONFIG
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: model=hf reads the architecture from a save_pretrained directory's "
+                              f"{CONFIG}, and it is not readable: {str(e).splitlines()[0]}") from None
+    named = (config.get("architectures") or [None])[0] if isinstance(config, dict) else None
+    table = architectures()
+    if named in table:
+        return table[named][0]
+    by_type = [n for n, a in NAMES.items() if isinstance(config, dict) and a.model_type == config.get("model_type")]
+    if named is None and by_type:
+        return by_type[0]
+    raise CheckpointError(
+        f"{path}: {named or config.get('model_type')!r} is not an architecture the zoo builds; it builds "
+        f"{', '.join(sorted(table))}. For another model, write it in JAX and name it with model._target_ "
+        "(README: 'Your own model').")
 
 
 def model_from_config(model_class: type, checkpoint_dir: str | os.PathLike,
@@ -271,6 +422,8 @@ def model_from_config(model_class: type, checkpoint_dir: str | os.PathLike,
             raise CheckpointError(
                 f"{model_class.__name__} has no setting {key!r} (settings: {', '.join(sorted(fields))})."
             )
+        if key == "head" and value == "none":
+            continue  # the encoder alone from a head model's checkpoint: the head's tensors are skipped, said once
         if key in settings and normalized(settings[key]) != normalized(value):
             raise CheckpointError(
                 f"{key}={value!r} was given, but the checkpoint {Path(checkpoint_dir) / CONFIG} says "
@@ -304,7 +457,8 @@ def _weight_files(checkpoint_dir: Path) -> list[Path]:
 
 
 def _describe(model: Any) -> str:
-    return type(model).__name__
+    task = getattr(model, "task", "none")
+    return type(model).__name__ + (f" (head {task})" if task != "none" else "")
 
 
 def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
@@ -321,8 +475,14 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     arch = architecture(type(model))
     checkpoint_dir = Path(checkpoint_dir)
     files = _weight_files(checkpoint_dir)
-    expected = checkpoint_names(model)
+    names = checkpoint_names(model)
+    expected = {k: v for k, v in names.items() if not k.startswith("/")}
+    absolute = {k[1:]: v for k, v in names.items() if k.startswith("/")}  # the head's, outside the prefix
     ignored = [re.compile(rx + r"\Z") for rx in arch.ignored]
+    tied = [re.compile(rx + r"\Z") for rx in arch.tied]
+    other_heads = re.compile(arch.head_tensors + r"\Z") if arch.head_tensors else None
+    task = getattr(model, "task", "none")
+    skipped: list[str] = []
 
     def opened(path: Path):
         try:
@@ -341,17 +501,25 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     for path in files:
         with opened(path) as f:
             for key in f.keys():
-                if not key.startswith(prefix):
-                    continue  # a head model's heads (cls.*, classifier.*, lm_head.weight): not the model's
-                rel = _modern(key[len(prefix):])
-                if rel not in expected:
-                    if any(rx.match(rel) for rx in ignored):
-                        continue
+                full = _modern(key)
+                rel = full[len(prefix):] if full.startswith(prefix) else None
+                if full in absolute:
+                    zoo, shape = absolute[full]
+                elif rel is not None and rel in expected:
+                    zoo, shape = expected[rel]
+                elif rel is not None and any(rx.match(rel) for rx in ignored) or any(rx.match(full) for rx in tied):
+                    continue  # a buffer, or a decoder tied to the word embeddings
+                elif task == "none" and other_heads is not None and other_heads.match(full):
+                    skipped.append(key)  # a head (or pre-training's) beside the encoder built alone: said once below
+                    continue
+                else:
+                    what = (f"{_describe(model)} with head={task} does not read it" if other_heads is not None
+                            and other_heads.match(full) else f"{_describe(model)} with these settings has no "
+                            "parameter of that name (a checkpoint of another configuration?)")
                     raise CheckpointError(
-                        f"unexpected tensor {key} in {path}: {_describe(model)} with these settings has no "
-                        f"parameter of that name (a checkpoint of another configuration?)."
-                    )
-                zoo, shape = expected[rel]
+                        f"unexpected tensor {key} in {path}: {what}. Every tensor of a checkpoint is read or "
+                        "refused, so that no head is dropped without a word: model=hf builds the architecture "
+                        f"{CONFIG} names, with its head.")
                 handle = f.get_slice(key)
                 found_shape, found_dtype = tuple(handle.get_shape()), handle.get_dtype()
                 if found_shape != shape:
@@ -364,19 +532,23 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                     )
                 if zoo in loaded:
                     raise CheckpointError(
-                        f"tensor {key} in {path} is a second tensor for {prefix}{rel} (for {zoo}): "
+                        f"tensor {key} in {path} is a second tensor for {full} (for {zoo}): "
                         f"a checkpoint has either LayerNorm.gamma/beta or LayerNorm.weight/bias, not both."
                     )
                 with opened(path) as one:  # its own mapping: see the docstring
                     loaded[zoo] = jnp.asarray(one.get_tensor(key))
-    missing = [k for k, (zoo, _) in expected.items() if zoo not in loaded]
+    if skipped:
+        log.info("%s: %d tensor(s) of a head not built (head=none: the encoder alone) skipped: %s", checkpoint_dir,
+                 len(skipped), ", ".join(sorted(skipped)[:6]) + (" ..." if len(skipped) > 6 else ""))
+    wanted = {prefix + k: v for k, v in expected.items()} | absolute
+    missing = [k for k, (zoo, _) in wanted.items() if zoo not in loaded]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         where = files[0] if len(files) == 1 else checkpoint_dir
-        hint = next((f"; {text}" for start, text in arch.hints if missing[0].startswith(start)), "")
+        hint = next((f"; {text}" for start, text in arch.hints if missing[0][len(prefix):].startswith(start)), "")
         raise CheckpointError(
-            f"missing tensor {prefix}{missing[0]} in {where}{more}: {_describe(model)} needs it, "
-            f"shape {list(expected[missing[0]][1])} (for {expected[missing[0]][0]}){hint}."
+            f"missing tensor {missing[0]} in {where}{more}: {_describe(model)} needs it, "
+            f"shape {list(wanted[missing[0]][1])} (for {wanted[missing[0]][0]}){hint}."
         )
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)

@@ -46,7 +46,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from ._layers import Params, activation
+from . import heads
+from ._layers import Params, activation, linear
 
 BN_EPS = 1e-5
 LAYER_TYPES = ("basic", "bottleneck")
@@ -81,7 +82,7 @@ def _max_pool(x: jax.Array) -> jax.Array:
 
 
 @dataclass(frozen=True)
-class ResNet:
+class ResNet(heads.Headed):
     num_channels: int = 3
     embedding_size: int = 64
     hidden_sizes: tuple[int, ...] = (256, 512, 1024, 2048)
@@ -91,7 +92,11 @@ class ResNet:
     downsample_in_first_stage: bool = False
     downsample_in_bottleneck: bool = False
     image_size: int = 224
+    head: str = "auto"  # none | image_classification (ResNetForImageClassification); auto: the checkpoint's
+    num_labels: int = 2  # the classes of image_classification (config.json: id2label's size)
+    labels: tuple = ()  # their names, in id order (config.json's id2label)
 
+    HEADS: ClassVar[tuple[str, ...]] = heads.IMAGE_HEADS
     name: ClassVar[str] = "resnet50"
     padding: ClassVar[dict[str, Any]] = {"batch": "rows"}
 
@@ -105,6 +110,7 @@ class ResNet:
         if self.layer_type not in LAYER_TYPES:
             raise ValueError(f"layer_type={self.layer_type!r} is not supported; supported: {', '.join(LAYER_TYPES)}.")
         activation(self.hidden_act, "hidden_act")
+        self.check_head()
 
     def blocks(self) -> list[list[tuple[int, int, int]]]:
         """``(in, out, stride)`` of every layer, per stage, as ``ResNetEncoder`` builds them."""
@@ -136,7 +142,12 @@ class ResNet:
                     layer["shortcut"] = _conv_init(ks[3], c_in, c_out, 1)
                 layers.append(layer)
             stages.append(layers)
-        return {"embedder": _conv_init(k_stem, self.num_channels, self.embedding_size, 7), "stages": stages}
+        params = {"embedder": _conv_init(k_stem, self.num_channels, self.embedding_size, 7), "stages": stages}
+        if self.task == "image_classification":
+            d = self.hidden_sizes[-1]
+            params["head"] = {"out": {"weight": jnp.zeros((self.num_labels, d), jnp.float32),
+                                      "bias": jnp.zeros((self.num_labels,), jnp.float32)}}
+        return params
 
     def apply(self, params: Params, pixel_values: jax.Array) -> dict[str, jax.Array]:
         act = activation(self.hidden_act, "hidden_act")
@@ -153,6 +164,8 @@ class ResNet:
                         h = jax.nn.relu(h)
                 x = act(h + shortcut)
         pooled = jnp.mean(x, axis=(1, 2))
+        if self.task == "image_classification":
+            return {"logits": linear(params["head"]["out"], pooled)}
         return {"last_hidden_state": jnp.transpose(x, (0, 3, 1, 2)), "pooler_output": pooled[:, :, None, None]}
 
     def inputs(self) -> dict[str, list]:

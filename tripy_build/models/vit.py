@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from . import heads
 from ._layers import Params, activation, attend, fused_qkv, layer_norm, linear, normal_init
 
 
@@ -63,7 +64,7 @@ def _ln(dim: int) -> Params:
 
 
 @dataclass(frozen=True)
-class ViT:
+class ViT(heads.Headed):
     image_size: int | tuple[int, int] = 224
     patch_size: int | tuple[int, int] = 16
     num_channels: int = 3
@@ -76,7 +77,11 @@ class ViT:
     qkv_bias: bool = True
     pooler_output_size: int | None = None
     pooler_act: str = "tanh"
+    head: str = "auto"  # none | image_classification (ViTForImageClassification); auto: the checkpoint's
+    num_labels: int = 2  # the classes of image_classification (config.json: id2label's size)
+    labels: tuple = ()  # their names, in id order (config.json's id2label)
 
+    HEADS: ClassVar[tuple[str, ...]] = heads.IMAGE_HEADS
     name: ClassVar[str] = "vit"
     padding: ClassVar[dict[str, Any]] = {"batch": "rows"}
 
@@ -96,6 +101,7 @@ class ViT:
             raise ValueError(f"image_size {self.image_size} is smaller than patch_size {self.patch_size}.")
         activation(self.hidden_act, "hidden_act")
         activation(self.pooler_act, "pooler_act")
+        self.check_head()
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -129,7 +135,9 @@ class ViT:
             },
             "layers": layers,
             "ln": _ln(d),
-            "pooler": _linear(k_pool, d, self.pooler_size),
+            # ViTForImageClassification builds its ViTModel without a pooler: the classifier reads h[:, 0]
+            **({"head": {"out": _linear(k_pool, d, self.num_labels)}} if self.task == "image_classification"
+               else {"pooler": _linear(k_pool, d, self.pooler_size)}),
         }
 
     def apply(self, params: Params, pixel_values: jax.Array) -> dict[str, jax.Array]:
@@ -155,6 +163,8 @@ class ViT:
             h = h + linear(p["attn_out"], attend(qkv, heads))
             h = h + linear(p["output"], act(linear(p["intermediate"], layer_norm(p["ln_after"], h, eps))))
         h = layer_norm(params["ln"], h, eps)
+        if self.task == "image_classification":
+            return {"logits": linear(params["head"]["out"], h[:, 0])}
         return {"last_hidden_state": h, "pooler_output": pool_act(linear(params["pooler"], h[:, 0]))}
 
     def inputs(self) -> dict[str, list]:

@@ -1,0 +1,162 @@
+"""Task heads and the BERT-like families (BERT, RoBERTa, XLM-RoBERTa, DistilBERT) from Hugging Face checkpoints.
+
+Every family and head (the bare model, sequence and token classification, question answering, masked LM) as a
+tiny ``save_pretrained`` checkpoint: read by ``models/hf.py`` (the architecture from ``config.json``) and run
+eagerly, its outputs, named as Hugging Face names them, against the PyTorch model's within 1e-4 of the output's
+scale. One artifact per head built through the command line with ``model=hf`` and called through both loaders at an
+unpadded and a padded shape; the class names (id2label) in the manifest and ``inspect``. A checkpoint whose head
+the model does not build is refused naming the tensor; the encoder alone (``model.head=none``) skips them, said once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+import transformers  # noqa: E402
+
+import tripy_build as tb  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.models import MODELS, hf  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+SCALE_TOL = 1e-4
+VOCAB = 60
+ENCODER = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+FAMILIES = {  # zoo name -> (HF class stem, config class, config)
+    "bert": ("Bert", transformers.BertConfig, dict(ENCODER, max_position_embeddings=32)),
+    "roberta": ("Roberta", transformers.RobertaConfig, dict(ENCODER, max_position_embeddings=34, type_vocab_size=1)),
+    "xlm-roberta": ("XLMRoberta", transformers.XLMRobertaConfig,
+                    dict(ENCODER, max_position_embeddings=34, type_vocab_size=1)),
+    "distilbert": ("DistilBert", transformers.DistilBertConfig,
+                   dict(dim=16, n_layers=2, n_heads=2, hidden_dim=32, max_position_embeddings=32)),
+}
+HEADS = {"Model": "none", "ForSequenceClassification": "sequence_classification",
+         "ForTokenClassification": "token_classification", "ForQuestionAnswering": "question_answering",
+         "ForMaskedLM": "masked_lm"}
+LABELS = {0: "negative", 1: "neutral", 2: "positive"}
+
+
+def save(tmp_path_factory, family: str, suffix: str):
+    """The PyTorch model and its save_pretrained directory (three named classes for a classifier)."""
+    stem, config_class, settings = FAMILIES[family]
+    labels = {"id2label": LABELS} if "Classification" in suffix else {}
+    torch.manual_seed(0)
+    model = getattr(transformers, stem + suffix)(config_class(vocab_size=VOCAB, **settings, **labels)).eval()
+    path = tmp_path_factory.mktemp(f"{family}-{suffix}")
+    model.save_pretrained(path)
+    return model, path
+
+
+def inputs(batch: int, seq: int, real: list[int], seed: int = 0) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(seed).integers(3, VOCAB, (batch, seq)).astype(np.int32)
+    mask = (np.arange(seq)[None, :] < np.asarray(real)[:, None]).astype(np.int32)
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def compare(ours: dict, theirs, mask: np.ndarray) -> None:
+    """Each output against PyTorch's within SCALE_TOL of its scale, at the real positions."""
+    assert set(ours) == {k for k in ("last_hidden_state", "pooler_output", "logits", "start_logits", "end_logits")
+                         if getattr(theirs, k, None) is not None}
+    for name, got in ours.items():
+        got, want = np.asarray(got), getattr(theirs, name).numpy()
+        assert got.shape == want.shape, name
+        if got.ndim >= 2 and got.shape[1] == mask.shape[1]:  # per position: only the real ones
+            got, want = got[mask.astype(bool)], want[mask.astype(bool)]
+        assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max(), name
+
+
+def torch_run(model, x: dict) -> object:
+    with torch.no_grad():
+        return model(**{k: torch.tensor(v, dtype=torch.long) for k, v in x.items()})
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("suffix", list(HEADS))
+def test_every_family_and_head_matches_pytorch(family, suffix, tmp_path_factory):
+    model, path = save(tmp_path_factory, family, suffix)
+    assert hf.model_name(path) == family
+    zoo, params = hf.load_pretrained(MODELS[family], path)
+    assert zoo.task == HEADS[suffix]
+    x = inputs(2, 7, [7, 4])
+    feed = [x["input_ids"], x["attention_mask"]] + ([np.zeros_like(x["input_ids"])] if zoo.type_vocab_size else [])
+    compare(zoo.apply(params, *feed), torch_run(model, x), x["attention_mask"])
+    want = {"sequence_classification": ["negative", "neutral", "positive"],
+            "token_classification": ["negative", "neutral", "positive"]}.get(HEADS[suffix])
+    assert zoo.output_labels() == ({"logits": want} if want else {})
+
+
+BUILT = {"bert": "ForSequenceClassification", "roberta": "ForMaskedLM", "xlm-roberta": "ForTokenClassification",
+         "distilbert": "ForQuestionAnswering"}
+
+
+@pytest.mark.parametrize("family", list(BUILT))
+def test_model_hf_builds_the_checkpoints_architecture_with_its_head(family, tmp_path_factory, tmp_path):
+    """model=hf reads config.json's architectures: the artifact (under the zoo model's name) has the head's
+    outputs, Hugging Face's names; both loaders match PyTorch at an unpadded and a padded (batch, seq)."""
+    model, path = save(tmp_path_factory, family, BUILT[family])
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / family).iterdir())
+    manifest = json.loads((art / "manifest.json").read_text())
+    config = manifest["metadata"]["build_key_parts"]["config"]["model"]
+    assert config["head"] == HEADS[BUILT[family]] and config["name"] == family
+    for loader in (tb.load, runtime.load):
+        exe = loader(art)
+        for batch, seq, real in [(2, 8, [8, 8]), (2, 11, [11, 6]), (1, 5, [3])]:  # 11 and 5 run padded
+            x = inputs(batch, seq, real, seed=seq)
+            if family != "distilbert":
+                x["token_type_ids"] = np.zeros_like(x["input_ids"])
+            ours = exe(**x)
+            assert sorted(ours) == (["end_logits", "start_logits"] if family == "distilbert" else ["logits"])
+            compare({k: np.asarray(v) for k, v in ours.items()}, torch_run(model, x), x["attention_mask"])
+    if family == "xlm-roberta":
+        assert manifest["metadata"]["labels"] == {"logits": ["negative", "neutral", "positive"]}
+        shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(art)], capture_output=True,
+                               text=True, timeout=300).stdout
+        assert "0 negative, 1 neutral, 2 positive" in shown
+
+
+def test_a_head_the_model_does_not_build_is_refused_and_the_encoder_alone_skips_it_once(tmp_path_factory, tmp_path):
+    """A classifier's tensors are never dropped without a word: model=bert with head=masked_lm refuses the
+    checkpoint naming both heads; head=none builds the encoder and names what it skipped."""
+    _, path = save(tmp_path_factory, "bert", "ForSequenceClassification")
+    other = run_cli("model=bert", f"params.checkpoint={path}", "model.head=masked_lm", "shapes.dims.batch=[1,1,2]",
+                    "shapes.dims.seq=[1,8,8]", f"artifacts_dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert other.returncode == 2 and "head='masked_lm' was given, but the checkpoint" in other.stderr
+    assert "says head='sequence_classification'" in other.stderr
+    alone = run_cli("model=bert", f"params.checkpoint={path}", "model.head=none", "shapes.dims.batch=[1,1,2]",
+                    "shapes.dims.seq=[1,8,8]", f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert "2 tensor(s) of a head not built (head=none: the encoder alone) skipped: classifier.bias, " \
+           "classifier.weight" in alone.stdout + alone.stderr
+    exe = runtime.load(next((tmp_path / "b" / "bert").iterdir()))
+    assert exe.output_names == ["last_hidden_state", "pooler_output"]
+
+
+def test_an_unknown_tensor_or_architecture_is_one_line(tmp_path_factory, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    _, path = save(tmp_path_factory, "roberta", "ForTokenClassification")
+    tensors = load_file(str(path / "model.safetensors"))
+    save_file({**tensors, "classifier_extra.weight": np.zeros((2, 2), np.float32)}, str(path / "model.safetensors"))
+    proc = run_cli("model=hf", f"params.checkpoint={path}", f"artifacts_dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "unexpected tensor classifier_extra.weight" in proc.stderr and "no head is dropped" in proc.stderr
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "architectures": ["RobertaForMultipleChoice"]}))
+    proc = run_cli("model=hf", f"params.checkpoint={path}", f"artifacts_dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert proc.returncode == 2 and "'RobertaForMultipleChoice' is not an architecture the zoo builds" in proc.stderr
+    assert "RobertaForSequenceClassification" in proc.stderr and "model._target_" in proc.stderr
+    assert not (tmp_path / "a").exists()

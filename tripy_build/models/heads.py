@@ -1,0 +1,123 @@
+"""Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
+XLM-RoBERTa, DistilBERT), with its output names.
+
+A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
+where the family has one, ``pooler_output``), ``sequence_classification`` (``logits [batch, num_labels]``, from
+the first token), ``token_classification`` (``logits [batch, seq, num_labels]``), ``question_answering``
+(``start_logits``, ``end_logits [batch, seq]``) and ``masked_lm`` (``logits [batch, seq, vocab_size]``: a dense
+layer, the activation, a LayerNorm, then the word embeddings transposed, tied as Hugging Face ties them, and a
+bias). The families differ only in how a sequence classifier reads the first token (``STYLES``): BERT through
+its pooler (``tanh(dense(h[:, 0]))``), RoBERTa through a dense layer and tanh of its own, DistilBERT through
+a dense layer and ReLU; and in which of them keep the pooler at all.
+
+Params of a head: ``{"dense": Linear, "ln": LayerNorm, "bias": [vocab]}`` as the head needs, and ``"out"``: the
+Linear that gives the logits (for ``masked_lm`` the word embeddings play it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._layers import Params, activation, layer_norm, linear
+
+HEADS = ("none", "sequence_classification", "token_classification", "question_answering", "masked_lm")
+IMAGE_HEADS = ("none", "image_classification")
+CLASSIFIERS = ("sequence_classification", "token_classification", "image_classification")
+SUFFIXES = {"Model": "none", "ForSequenceClassification": "sequence_classification",
+            "ForTokenClassification": "token_classification", "ForQuestionAnswering": "question_answering",
+            "ForMaskedLM": "masked_lm"}
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a family builds its heads."""
+
+    classifier: str  # how a sequence classifier reads the first token: pooler | dense_tanh | dense_relu
+    pooler: bool  # whether the bare model (head none) has a pooler
+    mlm_act: str | None = None  # the masked-LM head's activation where it is not the model's own
+
+
+STYLES = {"bert": Style("pooler", True), "roberta": Style("dense_tanh", True, "gelu"),
+          "distilbert": Style("dense_relu", False)}
+
+
+class Headed:
+    """What a zoo model with heads shares (its dataclass has ``head``, ``num_labels`` and ``labels`` fields, and
+    ``HEADS``): the head it applies (``task``), its class names (``output_labels``), their checks."""
+
+    HEADS: tuple[str, ...] = HEADS
+
+    def check_head(self) -> None:
+        if self.head != "auto" and self.head not in self.HEADS:
+            raise ValueError(f"head={self.head!r} is not a head of {type(self).__name__}; one of auto, "
+                             f"{', '.join(self.HEADS)}.")
+        object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
+        if self.labels and len(self.labels) != self.num_labels:
+            raise ValueError(f"labels names {len(self.labels)} classes, num_labels={self.num_labels}: give one name "
+                             "per class, or no labels.")
+
+    @property
+    def task(self) -> str:
+        """The head this model applies: ``head``, with ``auto`` (no checkpoint to say) as ``none``."""
+        return "none" if self.head == "auto" else self.head
+
+    def output_labels(self) -> dict[str, list[str]]:
+        """A classifier's class names per output (id2label): what ``inspect``, the manifest and the server show."""
+        if self.task not in CLASSIFIERS:
+            return {}
+        return {"logits": list(self.labels or (f"LABEL_{i}" for i in range(self.num_labels)))}
+
+
+def has_pooler(head: str, style: Style) -> bool:
+    """Whether the encoder keeps its pooler under ``head``: Hugging Face's heads other than BERT's sequence
+    classifier build the model with ``add_pooling_layer=False``, and so save no pooler."""
+    return (head == "none" and style.pooler) or (head == "sequence_classification" and style.classifier == "pooler")
+
+
+def outputs(head: str, style: Style) -> tuple[str, ...]:
+    if head == "none":
+        return ("last_hidden_state", "pooler_output") if style.pooler else ("last_hidden_state",)
+    return ("start_logits", "end_logits") if head == "question_answering" else ("logits",)
+
+
+def init(key: jax.Array, head: str, style: Style, d: int, num_labels: int, vocab: int,
+         linear_init: Any, ln_init: Any) -> Params:
+    """A head's params (none for ``none``); ``linear_init(key, din, dout)`` and ``ln_init(d)``: the family's."""
+    k_dense, k_out = jax.random.split(key)
+    if head == "none":
+        return {}
+    if head == "masked_lm":
+        return {"dense": linear_init(k_dense, d, d), "ln": ln_init(d), "bias": jnp.zeros((vocab,), jnp.float32)}
+    if head == "question_answering":
+        return {"out": linear_init(k_out, d, 2)}
+    out = {"out": linear_init(k_out, d, num_labels)}
+    if head == "sequence_classification" and style.classifier != "pooler":
+        out["dense"] = linear_init(k_dense, d, d)
+    return out
+
+
+def apply(params: Params, head: str, style: Style, h: jax.Array, pooled: jax.Array | None, word: jax.Array,
+          act: str, eps: float) -> dict[str, jax.Array]:
+    """The head's outputs from hidden states ``h: [b, s, d]`` (``pooled``: the pooler's output, where the
+    encoder kept it; ``word``: the word embeddings, which the masked-LM head's decoder is tied to)."""
+    if head == "none":
+        return {"last_hidden_state": h, **({"pooler_output": pooled} if pooled is not None else {})}
+    if head == "sequence_classification":
+        if style.classifier == "pooler":
+            first = pooled
+        else:
+            squash = jnp.tanh if style.classifier == "dense_tanh" else jax.nn.relu
+            first = squash(linear(params["dense"], h[:, 0]))
+        return {"logits": linear(params["out"], first)}
+    if head == "token_classification":
+        return {"logits": linear(params["out"], h)}
+    if head == "question_answering":
+        both = linear(params["out"], h)
+        return {"start_logits": both[..., 0], "end_logits": both[..., 1]}
+    t = activation(style.mlm_act or act, "hidden_act")(linear(params["dense"], h))
+    t = layer_norm(params["ln"], t, eps)
+    return {"logits": jnp.matmul(t, word.T) + params["bias"]}
