@@ -22,6 +22,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ..errors import ConfigError
 from .limits import Limits
 
 MAX_URL_BYTES = 8 << 10  # a longer request target is answered 414
@@ -61,7 +62,8 @@ class LimitedProtocol(HttpToolsProtocol):
     def for_limits(cls, limits: Limits, on_answer: Any = None, on_idle_closed: Any = None) -> type["LimitedProtocol"]:
         """The protocol class of one server (``limits.max_connections`` set: ``Limits.resolved``)."""
         if limits.max_connections is None:
-            raise ValueError("LimitedProtocol needs a max_connections: give Limits.resolved()")
+            raise ConfigError("LimitedProtocol.for_limits: limits.max_connections is None; give Limits(...).resolved(), "
+                              "which sets it.")
         return type("LimitedProtocol", (cls,), {
             "limits": limits, "on_answer": staticmethod(on_answer or (lambda status, scope: None)),
             "on_idle_closed": staticmethod(on_idle_closed or (lambda: None)), "idle": {}, "making_room": set()})
