@@ -236,6 +236,21 @@ def test_sigterm_while_waiting_to_be_ready_stops_the_server_without_opening_its_
     assert signal.getsignal(signal.SIGTERM) == before  # the handler it set is gone
 
 
+def test_a_port_taken_while_waiting_to_be_ready_is_refused_in_one_line(artifact):
+    """With wait_ready the HTTP port is bound at once but listened on only once ready: a process that listens on
+    it meanwhile (SO_REUSEADDR lets it bind) makes serve_forever refuse, naming the port."""
+    server = Server([artifact], port=0, wait_ready=True)
+    p = int(server.url.rsplit(":", 1)[1])
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(("127.0.0.1", p))
+        other.listen()
+        with pytest.raises(ConfigError, match=rf"cannot listen on 127.0.0.1:{p}: Address already in use; choose another "
+                                              r"--port \(0 picks a free one\)"):
+            server.serve_forever()
+    assert not server.serving.is_set() and server.endpoints["two_heads"].batcher._closed
+
+
 def test_the_command_with_wait_ready_prints_serving_once_ready_and_is_never_seen_not_ready(artifact, tmp_path):
     """``tripy-build serve --wait-ready``: a script polling GET /v2/health/ready from the start sees connections
     refused, then 200, never 400; 'serving on' and 'ready:' come together once the models are warmed."""

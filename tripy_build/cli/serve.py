@@ -151,7 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         serving()
     threading.Thread(target=announce, name="tripy_build-ready", daemon=True).start()
-    stopped_by = server.serve_forever()
+    try:
+        stopped_by = server.serve_forever()
+    except TripyBuildError as e:  # with --wait-ready, the ports are taken once the models are warmed
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if stopped_by == "SIGINT":
         print("\ninterrupted: stopped serving.", file=sys.stderr, flush=True)
         return 130

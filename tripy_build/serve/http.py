@@ -167,11 +167,11 @@ class Server:
         stopped it, if one did. With ``wait_ready`` the ports open once every model is warmed (a signal or
         ``close`` meanwhile stops it without opening them)."""
         try:
-            if self._wait_ready and not self._until_ready():
-                self._socket.close()
-                return self._stopped_by
-            if self._grpc_later is not None:
-                self.grpc, self._grpc_later = self._grpc_later(), None
+            if self._wait_ready:
+                if not self._until_ready():
+                    self._socket.close()
+                    return self._stopped_by
+                self._open()
             if self.grpc is not None:
                 self.grpc.start()
             self._uvicorn.run(sockets=[self._socket])
@@ -179,6 +179,22 @@ class Server:
             self._close_endpoints()
         captured = self._uvicorn._captured_signals
         return signal.Signals(captured[0]).name if captured else None
+
+    def _open(self) -> None:
+        """With ``wait_ready``, once ready: make the gRPC server and listen on the HTTP port, here rather than in
+        uvicorn so that a port another process took meanwhile is refused in one line (``ConfigError``)."""
+        try:
+            if self._grpc_later is not None:
+                self.grpc, self._grpc_later = self._grpc_later(), None
+            try:
+                self._socket.listen(2048)
+            except OSError as e:
+                host, port = self._address[:2]
+                raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}; choose another --port (0 picks a "
+                                  "free one).") from None
+        except BaseException:
+            self._socket.close()
+            raise
 
     def _until_ready(self) -> bool:
         """Wait until every model is warmed (True), or until SIGTERM or SIGINT (in the main thread) or ``close``

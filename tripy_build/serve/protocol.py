@@ -166,7 +166,6 @@ class LimitedProtocol(HttpToolsProtocol):
             self.idle.pop(self, None)
             self.idle[self] = None  # idle again, the newest of the idle: kept the longest
 
-
     def send_400_response(self, msg: str) -> None:
         self._answer(400, msg)
 
