@@ -160,3 +160,41 @@ def test_an_unknown_tensor_or_architecture_is_one_line(tmp_path_factory, tmp_pat
     assert proc.returncode == 2 and "'RobertaForMultipleChoice' is not an architecture the zoo builds" in proc.stderr
     assert "RobertaForSequenceClassification" in proc.stderr and "model._target_" in proc.stderr
     assert not (tmp_path / "a").exists()
+
+
+def test_positions_and_max_length_beyond_the_table_are_refused_and_defaults_derived(tmp_path):
+    """A seq longer than the position table (or a generate.max_length) is one line naming both numbers; left at
+    its default, it is derived from the checkpoint instead (said in the log), so the build fits its table."""
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(vocab_size=VOCAB, max_position_embeddings=32, **ENCODER)
+                           ).save_pretrained(tmp_path / "bert")
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2,
+                                                         n_positions=64)).save_pretrained(tmp_path / "gpt2")
+    arts = f"artifacts_dir={tmp_path / 'arts'}"
+    refused = run_cli("model=hf", f"params.checkpoint={tmp_path / 'bert'}", "shapes.dims.seq=[1,8,64]", arts,
+                      cwd=tmp_path)
+    assert refused.returncode == 2 and "shapes.dims.seq=[1,8,64]: Bert's position table holds 32 positions " \
+                                      "(max_position_embeddings=32); set it to at most 32." in refused.stderr
+    random = run_cli("model=bert", "model.max_position_embeddings=32", "model.num_hidden_layers=1",
+                     "shapes.dims.seq=[1,8,33]", arts, cwd=tmp_path)
+    assert random.returncode == 2 and "holds 32 positions" in random.stderr
+    long = run_cli("model=gpt2", "task=generate", f"params.checkpoint={tmp_path / 'gpt2'}", "generate.max_length=100",
+                   arts, cwd=tmp_path)
+    assert long.returncode == 2 and "generate.max_length=100: GPT2's position table holds 64 positions " \
+                                    "(n_positions=64); set it to at most 64." in long.stderr
+    assert not (tmp_path / "arts").exists()
+
+    derived = run_cli("model=hf", f"params.checkpoint={tmp_path / 'bert'}", "shapes.dims.batch=[1,1,1]", arts,
+                      cwd=tmp_path, timeout=600)
+    said = derived.stdout + derived.stderr
+    assert derived.returncode == 0, said[-3000:]
+    assert "shapes.dims.seq: [1,128,512] -> [1,32,32] (the default, derived: Bert's position table" in said
+    assert "dim seq [1..32]" in said
+    generate = run_cli("model=gpt2", "task=generate", f"params.checkpoint={tmp_path / 'gpt2'}",
+                       "shapes.dims.batch=[1,1,1]", arts, cwd=tmp_path, timeout=600)
+    said = generate.stdout + generate.stderr
+    assert generate.returncode == 0, said[-3000:]
+    assert "generate.max_length: 256 -> 64 (the default, derived" in said
+    assert "shapes.dims.seq: [1,128,128] -> [1,63,63] (the default, derived: a prompt chunk of 128 tokens" in said
+    art = next((tmp_path / "arts" / "gpt2").iterdir())
+    assert json.loads((art / "manifest.json").read_text())["metadata"]["generate"]["max_length"] == 64

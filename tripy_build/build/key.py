@@ -81,7 +81,8 @@ def gpu_identity(request: BuildRequest) -> dict[str, Any]:
     return {"gpu": gpu, "cuda_plugin": plugin_version()}
 
 
-_NOT_IN_KEY = ("artifacts_dir", "force", "params_checkpoint", "params_checkpoint_key", "params_seed", "cache_max_bytes",
+_NOT_IN_KEY = ("derivable", "artifacts_dir", "force", "params_checkpoint", "params_checkpoint_key", "params_seed",
+               "cache_max_bytes",
                "cache_max_age_days", "cache_remote", "shared_init_dir")  # locations; params go by identity
 
 

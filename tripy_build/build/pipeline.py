@@ -19,8 +19,8 @@ from ..artifact.layout import MANIFEST, is_artifact
 from ..artifact.lock import touch
 from ..artifact.read import read_index, read_manifest, verify_files
 from ..artifact.write import remove_stale_temporaries
-from ..core.spec import DimSize, undeclared_values
-from ..errors import ArtifactError
+from ..core.spec import DimSize, NamedDimension, undeclared_values
+from ..errors import ArtifactError, ConfigError
 from . import model as model_io
 from .init_cache import initial_params
 from .key import KEY_LENGTH, build_key, checkpoint_record, key_parts
@@ -48,6 +48,7 @@ def build(request: BuildRequest) -> BuildResult:
         timings["read checkpoint"] = time.perf_counter() - t0
     else:
         model = model_io.load(request.model, request.shapes)
+    request = within_limits(request, model)
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)
     undeclared = undeclared_values(list(infos.items()))
@@ -121,6 +122,44 @@ def build(request: BuildRequest) -> BuildResult:
             collected.memo_entries = prune()
             log.info("cache budget: %s", collected.summary().splitlines()[0])
     return result
+
+
+def within_limits(request: BuildRequest, model: Any) -> BuildRequest:
+    """``request`` checked against the model's limits (``max_positions``: its position table): a ``seq`` longer,
+    or a ``generate.max_length`` longer, is refused in one line naming both numbers; one left at its default
+    (``request.derivable``) is derived from the limit instead, and said: a prompt chunk then stays below
+    ``max_length``."""
+    limit = model.max_positions() if hasattr(model, "max_positions") else None
+    table = next((f"{k}={getattr(model, k)}" for k in ("max_position_embeddings", "n_positions") if hasattr(model, k)),
+                 "")
+    what = f"{type(model).__name__}'s position table holds {limit} positions ({table})"
+    seq = request.shapes.get("seq")
+    shapes, generate = dict(request.shapes), dict(request.generate) if request.generate else None
+
+    def derive(key: str, old: Any, top: int, new: Any, why: str) -> None:
+        if key not in request.derivable:
+            raise ConfigError(f"{key}={old}: {why}; set it to at most {top}"
+                              + (" (or raise generate.max_length)" if key == "shapes.dims.seq" and generate else "")
+                              + ".")
+        log.info("%s: %s -> %s (the default, derived: %s)", key, old, new, why)
+
+    if generate is not None and limit is not None and generate["max_length"] > limit:
+        derive("generate.max_length", generate["max_length"], limit, limit, what)
+        generate["max_length"] = limit
+    top = limit if generate is None else generate["max_length"] - 1
+    if isinstance(seq, (int, NamedDimension)) and top is not None:
+        hi = seq if isinstance(seq, int) else seq.max
+        if hi > top:
+            why = what if generate is None else (f"a prompt chunk of {hi} tokens leaves no room for a new token in "
+                                                  f"generate.max_length={generate['max_length']}")
+            shapes["seq"] = top if isinstance(seq, int) else NamedDimension("seq", min(seq.min, top),
+                                                                             min(seq.opt, top), top)
+            derive("shapes.dims.seq", _dim_text(seq), top, _dim_text(shapes["seq"]), why)
+    return dataclasses.replace(request, shapes=shapes, generate=generate)
+
+
+def _dim_text(dim: Any) -> str:
+    return str(dim) if isinstance(dim, int) else f"[{dim.min},{dim.opt},{dim.max}]"
 
 
 def _build(request, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:

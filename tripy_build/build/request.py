@@ -39,3 +39,9 @@ class BuildRequest:
     weights: str = "prepared"  # how the artifact stores the weights prep reads: prepared | raw (runtime/save.py)
     # the GPU cuda executables are for: host (this machine's), or a GPU described in compiler/gpu.py (deviceless)
     target_gpu: str = "host"
+    # the settings the user left at their defaults (of ``DERIVABLE``), which the build derives from the model's
+    # limits where they would contradict them (a checkpoint's position table, generate.max_length)
+    derivable: tuple[str, ...] = ()
+
+
+DERIVABLE = ("shapes.dims.seq", "generate.max_length")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -278,6 +279,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
         model=plain["model"], shapes=dims, shapes_name=plain["shapes"]["name"], buckets=buckets,
         max_profiles=plain["shapes"]["max_profiles"], platforms=list(dict.fromkeys(platforms)), compiler=compiler,
         target_cpu=plain["target"]["cpu"], target_gpu=plain["target"]["gpu"], optimization_level=level,
+        derivable=derivable(plain),
         precision=plain["precision"]["dtype"], max_error=plain["precision"]["max_error"],
         params_seed=plain["params"]["seed"],
         params_checkpoint=plain["params"]["checkpoint"], params_checkpoint_key=plain["params"]["checkpoint_key"],
@@ -307,13 +309,24 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
     if lo != 1:
         raise ConfigError(f"shapes.dims.seq: task=generate runs a prompt in chunks of the seq buckets, which must "
                           f"include 1 (any length is then a sum of them); its min is {lo}; set it to [1, ..., ...].")
-    if hi >= max_length:
+    if hi >= max_length and "shapes.dims.seq" not in derivable(plain):  # a default seq is derived at build
         raise ConfigError(f"shapes.dims.seq: a prompt chunk of up to {hi} tokens leaves no room for a new token in "
                           f"generate.max_length={max_length}; lower seq's max below {max_length} or raise max_length.")
     if not isinstance(seq, int) and 1 not in resolve_buckets(buckets.get("seq", "pow2"), seq.bounds, "shapes.buckets.seq"):
         raise ConfigError("shapes.buckets.seq: task=generate needs 1 among the seq buckets (prompts run in chunks of "
                           "them); use pow2, or a list with 1.")
     return {"max_length": max_length}
+
+
+def derivable(plain: dict[str, Any]) -> tuple[str, ...]:
+    """The settings of ``request.DERIVABLE`` the command line leaves at their defaults: the build derives them
+    from the model where they would contradict it (none where there is no command line: the Python API)."""
+    from ..build.request import DERIVABLE
+
+    if not HydraConfig.initialized():
+        return ()
+    given = {o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task}
+    return tuple(k for k in DERIVABLE if not any(k == g or k.startswith(g + ".") for g in given))
 
 
 def _zoo_class(target: str) -> type | None:

@@ -129,6 +129,10 @@ class GPT2:
         h = layer_norm(params["ln_f"], h, eps)
         return {"logits": _tied_logits(h, params["wte"])}
 
+    def max_positions(self) -> int:
+        """The longest sequence (prompt and new tokens) the position table holds."""
+        return self.n_positions
+
     # --- generation: a key/value cache extended in place -------------------------------------------
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
         """``[n_layer, 2 (keys, values), batch, n_head, max_length, head_dim]``."""
