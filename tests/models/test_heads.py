@@ -198,3 +198,39 @@ def test_positions_and_max_length_beyond_the_table_are_refused_and_defaults_deri
     assert "shapes.dims.seq: [1,128,128] -> [1,63,63] (the default, derived: a prompt chunk of 128 tokens" in said
     art = next((tmp_path / "arts" / "gpt2").iterdir())
     assert json.loads((art / "manifest.json").read_text())["metadata"]["generate"]["max_length"] == 64
+
+
+def test_inputs_as_tokenizers_give_them(tmp_path_factory, tmp_path):
+    """int64 ids (a tokenizer's return_tensors="np") are taken where they fit int32 and refused where not, never
+    wrapped; token_type_ids and attention_mask may be left out (Hugging Face's zeros and ones), by both loaders
+    and over HTTP (INT64 for an INT32 input, an input left out)."""
+    import urllib.request
+
+    from tripy_build.serve.http import Server
+
+    model, path = save(tmp_path_factory, "bert", "ForSequenceClassification")
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,8]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "bert").iterdir())
+    ids = np.random.default_rng(5).integers(3, VOCAB, (2, 6))  # int64
+    want = torch_run(model, {"input_ids": ids}).logits.numpy()
+    for loader in (tb.load, runtime.load):
+        exe = loader(art)
+        for x in ({"input_ids": ids}, {"input_ids": ids, "attention_mask": np.ones_like(ids)},
+                  {"input_ids": ids.astype(np.int32), "token_type_ids": np.zeros((2, 6), np.int32)}):
+            got = np.asarray(exe(**x)["logits"])
+            assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()
+        with pytest.raises(tb.TripyBuildError, match=r"input 'input_ids' is int64 and holds 4294967296, which int32"):
+            exe(input_ids=np.full((1, 3), 2**32))
+        with pytest.raises(tb.TripyBuildError, match=r"missing input\(s\) 'input_ids'"):
+            exe(attention_mask=np.ones((1, 3), np.int32))
+    body = {"inputs": [{"name": "input_ids", "shape": list(ids.shape), "datatype": "INT64",
+                        "data": ids.ravel().tolist()}]}
+    with Server([art], port=0).start() as server:
+        req = urllib.request.Request(f"{server.url}/v2/models/bert/infer", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            out = json.loads(r.read())["outputs"][0]
+    got = np.asarray(out["data"], np.float32).reshape(out["shape"])
+    assert out["name"] == "logits" and np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()

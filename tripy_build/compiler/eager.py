@@ -48,7 +48,7 @@ class EagerFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import jax.numpy as jnp
 
-        values = bind_call(self.__name__, self._parameters, args, kwargs, lambda n: repr(self.input_infos[n]))
+        values = bind_call(self.__name__, self._parameters, args, kwargs, self.input_infos.__getitem__)
         leaves: list[Any] = []
         for p in self._parameters:
             flatten_like(p.template, values[p.name], p.name, leaves)

@@ -39,8 +39,9 @@ def array_types() -> tuple[type, ...]:
 
 
 def bind_call(fname: str, visible: Sequence[Parameter], args: Sequence[Any], kwargs: dict[str, Any],
-              describe: Any) -> dict[str, Any]:
-    """Match a call's arguments to the visible parameters; ``describe(name)`` says what one expects."""
+              spec: Callable[[str], Any]) -> dict[str, Any]:
+    """Match a call's arguments to the visible parameters, the inputs left out that have a default filled;
+    ``spec(name)``: what one expects (an ``InputInfo``, or a structure of them)."""
     names = [p.name for p in visible]
     positional = [p for p in visible if p.kind != "KEYWORD_ONLY"]
     if len(args) > len(positional):
@@ -58,13 +59,40 @@ def bind_call(fname: str, visible: Sequence[Parameter], args: Sequence[Any], kwa
         if key in values:
             raise CallError(f"{fname}() got multiple values for input {key!r}.")
         values[key] = value
-    missing = [n for n in names if n not in values]
+    filled = defaults({p.name: spec(p.name) for p in visible if p.name not in values}, visible, values, spec)
+    missing = [n for n in names if n not in values and n not in filled]
+    values.update(filled)
     if missing:
         raise CallError(
             f"{fname}() is missing input(s) {', '.join(repr(m) for m in missing)}; "
-            f"expected: {', '.join(f'{n}: {describe(n)}' for n in missing)}."
+            f"expected: {', '.join(f'{n}: {_spec_text(spec(n))}' for n in missing)}."
         )
     return values
+
+
+def defaults(left_out: dict[str, Any], visible: Sequence[Parameter], given: dict[str, Any],
+             spec: Callable[[str], Any]) -> dict[str, Any]:
+    """The inputs a call leaves out (``left_out``: name -> spec) that have a ``default`` (``InputInfo.default``),
+    filled: each dim's size from a given input with the same named dim (or the dim's fixed size). One whose size
+    nothing given says stays out (and is missing)."""
+    wanted = {n: info for n, info in left_out.items() if isinstance(info, InputInfo) and info.default is not None}
+    if not wanted:
+        return {}
+    sizes: dict[str, int] = {}
+    for p in visible:
+        value = given.get(p.name)
+        info = spec(p.name) if value is not None else None
+        if isinstance(info, InputInfo) and hasattr(value, "shape"):
+            for i, name in info.dimension_names.items():
+                if i < len(value.shape):
+                    sizes.setdefault(name, int(value.shape[i]))
+    out = {}
+    for name, info in wanted.items():
+        shape = [sizes.get(info.dimension_names.get(i)) if lo != hi else lo
+                 for i, (lo, hi) in enumerate(zip(info.shape_bounds.min, info.shape_bounds.max))]
+        if all(n is not None for n in shape):
+            out[name] = np.full(shape, info.default, info.dtype)
+    return out
 
 
 def declared(info: InputInfo, dtype: str | None = None) -> str:
@@ -78,6 +106,10 @@ def declared(info: InputInfo, dtype: str | None = None) -> str:
         dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
     values = f" in [{info.values[0]}, {info.values[1]})" if info.values is not None else ""
     return f"{dtype or info.dtype.name}[{', '.join(dims)}]{values}"
+
+
+def _spec_text(spec: Any) -> str:
+    return declared(spec) if isinstance(spec, InputInfo) else repr(spec)
 
 
 def _shape(shape: Sequence[int]) -> str:
@@ -110,6 +142,21 @@ def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
     if info.values is not None:
         check_values(value, path, info)
     return shape
+
+
+def narrowed(value: Any, path: str, info: InputInfo) -> Any:
+    """An int64 numpy array given for an int32 input (what tokenizers return: ``return_tensors="np"``), as int32
+    where every value fits, checked, never wrapped; anything else as it is (``check_leaf`` judges it)."""
+    if not (isinstance(value, np.ndarray) and value.dtype == np.int64 and info.dtype == np.int32):
+        return value
+    if value.size:
+        low, high = int(value.min()), int(value.max())
+        limits = np.iinfo(np.int32)
+        if low < limits.min or high > limits.max:
+            bad = low if low < limits.min else high
+            raise CallError(f"input '{path}' is int64 and holds {bad}, which int32 (its declared dtype, "
+                            f"{declared(info)}) cannot hold; an int64 input is taken only where its values fit.")
+    return value.astype(np.int32)
 
 
 def check_values(value: Any, path: str, info: InputInfo) -> None:
@@ -166,7 +213,10 @@ def named_uses(leaves: Sequence[tuple[str, InputInfo]]) -> dict[str, list[tuple[
 
 def check_leaves(values: Sequence[Any], leaves: Sequence[tuple[str, InputInfo]],
                  uses: dict[str, list[tuple[int, int]]]) -> tuple[tuple[int, ...], ...]:
-    """Validate flat inputs against their specs; the tuple of their shapes."""
+    """Validate flat inputs against their specs; the tuple of their shapes. In a list of ``values``, an int64
+    array for an int32 input is replaced by its int32 copy (``narrowed``), its values checked to fit."""
+    if isinstance(values, list):
+        values[:] = [narrowed(v, path, info) for v, (path, info) in zip(values, leaves)]
     shapes = tuple(check_leaf(v, path, info) for v, (path, info) in zip(values, leaves))
     for name, where in uses.items():
         if len({shapes[li][d] for li, d in where}) > 1:

@@ -99,12 +99,15 @@ class InputInfo:
 
     ``shape`` entries: an int, a ``(min, opt, max)`` triple, or a ``NamedDimension``. ``values``: ``(lo, hi)``,
     every element must lie in ``[lo, hi)`` (token ids in ``[0, vocab)``): a call is checked against it,
-    because an out-of-range index into a table is clamped silently by XLA's gather.
+    because an out-of-range index into a table is clamped silently by XLA's gather. ``default``: the value that
+    fills the input where a call leaves it out (Hugging Face's ``token_type_ids`` are zeros, its
+    ``attention_mask`` ones); its shape then comes from the named dims the other inputs give. None: required.
     """
 
-    __slots__ = ("shape_bounds", "dtype", "dimension_names", "values")
+    __slots__ = ("shape_bounds", "dtype", "dimension_names", "values", "default")
 
-    def __init__(self, shape: Sequence[Any], dtype: Any, values: Sequence[int] | None = None):
+    def __init__(self, shape: Sequence[Any], dtype: Any, values: Sequence[int] | None = None,
+                 default: int | float | None = None):
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise SpecError(
                 f"InputInfo shape must be a sequence of dims, got {shape!r}; e.g. ((1, 8, 64), 512)."
@@ -131,6 +134,11 @@ class InputInfo:
         self.dtype = to_dtype(dtype)
         self.dimension_names: dict[int, str] = names
         self.values = _check_values(values, self.dtype)
+        if default is not None and (isinstance(default, bool) or not isinstance(default, (int, float)) or (
+                self.values is not None and not self.values[0] <= default < self.values[1])):
+            raise SpecError(f"InputInfo default={default!r}: the value a left-out input is filled with must be a "
+                            f"number{' within its values ' + str(list(self.values)) if self.values else ''}.")
+        self.default = default
         collect_named_dims([("this InputInfo", self)])
 
     @property
@@ -159,6 +167,8 @@ class InputInfo:
         }
         if self.values is not None:
             out["values"] = list(self.values)
+        if self.default is not None:
+            out["default"] = self.default
         return out
 
     @classmethod
@@ -169,7 +179,7 @@ class InputInfo:
                 NamedDimension(names[i], lo, opt, hi) if names[i] is not None else (lo, opt, hi)
                 for i, (lo, opt, hi) in enumerate(zip(data["min"], data["opt"], data["max"]))
             ]
-            return cls(dims, data["dtype"], data.get("values"))
+            return cls(dims, data["dtype"], data.get("values"), data.get("default"))
         except (KeyError, IndexError, TypeError) as e:
             raise SpecError(f"malformed tensor spec {dict(data)!r}: {e!r}") from None
 
@@ -177,12 +187,14 @@ class InputInfo:
         return isinstance(other, InputInfo) and self.to_json() == other.to_json()
 
     def __hash__(self) -> int:
-        return hash((self.shape_bounds, self.dtype, tuple(sorted(self.dimension_names.items())), self.values))
+        return hash((self.shape_bounds, self.dtype, tuple(sorted(self.dimension_names.items())), self.values,
+                     self.default))
 
     def __repr__(self) -> str:
         dims = ", ".join(repr(d) if not isinstance(d, tuple) else str(d) for d in self.dims())
         values = f", values=[{self.values[0]}, {self.values[1]})" if self.values is not None else ""
-        return f"InputInfo(shape=({dims}{',' if self.rank == 1 else ''}), dtype={self.dtype.name}{values})"
+        default = f", default={self.default}" if self.default is not None else ""
+        return f"InputInfo(shape=({dims}{',' if self.rank == 1 else ''}), dtype={self.dtype.name}{values}{default})"
 
 
 def _check_values(values: Any, dtype: np.dtype) -> tuple[int, int] | None:

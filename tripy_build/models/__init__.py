@@ -11,6 +11,8 @@ Every model class has:
 - ``input_dtypes() -> {input name: dtype name}``;
 - optionally ``input_values() -> {input name: (lo, hi)}``: the values an integer input may hold (token ids
   in ``[0, vocab)``), checked on every call;
+- optionally ``input_defaults() -> {input name: value}``: what fills an input a call leaves out (Hugging Face's
+  ``token_type_ids`` zeros, ``attention_mask`` ones);
 - ``padding``: ``{dim name: "rows" | "mask" | {"mask_input": INPUT}}``, which dims may be padded up to
   a shape bucket (``rows``: independent slices; ``mask``: ``apply`` masks beyond ``lengths[dim]``;
   ``mask_input``: ``apply`` ignores positions where that input is 0). The build proves each
@@ -62,13 +64,15 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
         named[name] = value if isinstance(value, NamedDimension) else NamedDimension(name, *value)
     shapes, dtypes = model.inputs(), model.input_dtypes()
     values = model.input_values() if hasattr(model, "input_values") else {}
+    fills = model.input_defaults() if hasattr(model, "input_defaults") else {}
     missing = sorted({d for shape in shapes.values() for d in shape if isinstance(d, str)} - set(named))
     if missing:
         raise ValueError(
             f"{type(model).__name__} needs a (min, opt, max) range for dim(s) {', '.join(map(repr, missing))}."
         )
     return {
-        inp: InputInfo([named[d] if isinstance(d, str) else d for d in shape], dtypes[inp], values.get(inp))
+        inp: InputInfo([named[d] if isinstance(d, str) else d for d in shape], dtypes[inp], values.get(inp),
+                       fills.get(inp))
         for inp, shape in shapes.items()
     }
 

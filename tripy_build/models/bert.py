@@ -150,6 +150,10 @@ class Bert(heads.Headed):
                   "token_type_ids": (0, self.type_vocab_size)}
         return {n: values[n] for n in self._names()}
 
+    def input_defaults(self) -> dict[str, int]:
+        """What a call may leave out, as Hugging Face fills it: ``attention_mask`` ones, ``token_type_ids`` zeros."""
+        return {n: v for n, v in (("attention_mask", 1), ("token_type_ids", 0)) if n in self._names()}
+
     def max_positions(self) -> int:
         """The longest sequence the position table holds: a build's ``seq`` beyond it is refused."""
         return self.max_position_embeddings

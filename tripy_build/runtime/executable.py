@@ -449,7 +449,7 @@ class Executable(MultiEntry):
         return [p.name for p in self._visible]
 
     def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return bind_call(self._name, self._visible, args, kwargs, lambda n: repr(self.input_infos[n]))
+        return bind_call(self._name, self._visible, args, kwargs, self.input_infos.__getitem__)
 
     def check_leaves(self, leaves: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
         """Validate flat inputs against the specs; the tuple of their shapes."""

@@ -341,7 +341,7 @@ class Runtime(MultiEntry):
                 fast = None
             if fast is not None:
                 return fast(args)
-        values = bind_call(self.__name__, self._visible, args, kwargs, lambda n: repr(self.input_infos[n]))
+        values = bind_call(self.__name__, self._visible, args, kwargs, self.input_infos.__getitem__)
         leaves: list[Any] = []
         for p in self._manifest.parameters:
             leaves.extend(self._bound[p.name] if p.name in self._bound else _flat(p.template, values[p.name], p.name))

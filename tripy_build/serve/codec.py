@@ -22,6 +22,15 @@ def datatype(dtype: Any) -> str:
     return _BY_DTYPE.get(name, name.upper())
 
 
+def wire_dtype(given: Any, info: Any) -> np.dtype:
+    """The dtype a request's tensor is read as: the input's own, or int64 where INT64 is sent for an INT32 input
+    (token ids as tokenizers give them), narrowed to int32 after reading where every value fits
+    (``core.signature.narrowed``)."""
+    if given == "INT64" and info.dtype == np.int32:
+        return np.dtype(np.int64)
+    return info.dtype
+
+
 def metadata_shape(info: Any) -> list[int]:
     """An input's shape as v2 metadata gives it: ``-1`` for an axis whose size varies."""
     return [lo if lo == hi else -1 for lo, hi in zip(info.shape_bounds.min, info.shape_bounds.max)]

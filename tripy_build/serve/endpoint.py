@@ -14,10 +14,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..core.signature import declared
+from ..core.signature import Parameter, declared, defaults, narrowed
 from ..errors import CallError
 from . import batching
-from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data
+from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data, wire_dtype
 
 
 class Endpoint:
@@ -148,7 +148,8 @@ class Endpoint:
 
     def in_order(self, named: Iterable[tuple[str, Callable[[Any], np.ndarray]]]) -> list[np.ndarray]:
         """A request's inputs in the model's flat order, from (name, its reader) pairs in the request's order: a
-        reader makes the array from the input's ``InputInfo``. An unknown, repeated or missing name is refused.
+        reader makes the array from the input's ``InputInfo``. An unknown or repeated name is refused, a missing one
+        too unless its ``InputInfo`` has a default (``token_type_ids``: zeros, sized by the inputs given).
         Every protocol's decoding goes through here; the values are checked against the ranges after it."""
         expected = {p: (i, info) for i, (p, info) in enumerate(self.args)}
         leaves: list[Any] = [None] * len(self.args)
@@ -160,6 +161,11 @@ class Endpoint:
             if leaves[index] is not None:
                 raise CallError(f"input {name!r} is given twice; give it once.")
             leaves[index] = read(info)
+        specs = dict(self.args)
+        given = {p: v for (p, _), v in zip(self.args, leaves) if v is not None}
+        filled = defaults({p: specs[p] for p in specs if p not in given},
+                          [Parameter(p, "POSITIONAL_OR_KEYWORD", 0) for p in specs], given, specs.__getitem__)
+        leaves = [filled.get(p) if v is None else v for (p, _), v in zip(self.args, leaves)]  # HF's defaults
         missing = [p for (p, _), v in zip(self.args, leaves) if v is None]
         if missing:
             raise CallError(f"{self.name} needs input(s) {', '.join(repr(m) for m in missing)}, which the request lacks "
@@ -168,7 +174,8 @@ class Endpoint:
 
     @staticmethod
     def _tensor(item: dict[str, Any], info: Any, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
-        name, want = item["name"], datatype(info.dtype)
+        dtype = wire_dtype(item.get("datatype"), info)
+        name, want = item["name"], datatype(dtype)
         shape = item.get("shape")
         rank = len(info.shape_bounds.max)
         if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
@@ -179,22 +186,23 @@ class Endpoint:
                             f"(declared as {declared(info, want)}).")
         if item.get("datatype") != want:
             raise CallError(f"input {name!r}: datatype {_quote(item.get('datatype'))} given, but it is {want} "
-                            f"(declared as {declared(info, want)}); send it as {want}.")
+                            f"(declared as {declared(info, want)}); send it as {want}"
+                            + (" (or INT64, whose values are then checked to fit)." if want == "INT32" else "."))
         count = math.prod(shape)  # Python's integers: a dim of 10**30 must not wrap around as numpy's would
         size = _parameters(item, f"input {name!r}").get("binary_data_size")
         if size is not None:
-            need = count * info.dtype.itemsize
+            need = count * dtype.itemsize
             if isinstance(size, bool) or size != need or offset + need > len(binary):
                 raise CallError(f"input {name!r}: shape {shape} of {want} is {need} bytes, but binary_data_size is "
                                 f"{_quote(size)} with {len(binary) - offset} bytes left in the request.")
-            array = np.frombuffer(binary[offset:offset + need], dtype=info.dtype).reshape(shape)
-            return array, offset + need
+            array = np.frombuffer(binary[offset:offset + need], dtype=dtype).reshape(shape)
+            return narrowed(array, name, info), offset + need
         if "data" not in item:
             raise CallError(f'input {name!r}: has neither "data" nor a "binary_data_size" parameter.')
-        array = from_json_data(name, item["data"], info.dtype)
+        array = from_json_data(name, item["data"], dtype)
         if array.size != count:
             raise CallError(f"input {name!r}: shape {shape} holds {count} values, but \"data\" has {array.size}.")
-        return array.reshape(shape), offset
+        return narrowed(array.reshape(shape), name, info), offset
 
     def prepare(self, request: Any, binary: memoryview) -> tuple[list[np.ndarray], list[tuple[str, bool]]]:
         """A request checked: its flat inputs, and (output name, as binary) for each output it wants."""

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..core.signature import declared
+from ..core.signature import declared, narrowed
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
-from .codec import datatype, metadata_shape, quote as _quote
+from .codec import datatype, metadata_shape, quote as _quote, wire_dtype
 
 if TYPE_CHECKING:
     from .endpoint import Endpoint
@@ -106,14 +106,16 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _tensor(item: Any, info: Any, raw: bytes | None) -> np.ndarray:
     """One input of a ModelInferRequest as an array, from its typed contents or its raw bytes."""
-    name, want = item.name, datatype(info.dtype)
+    dtype = wire_dtype(item.datatype, info)
+    name, want = item.name, datatype(dtype)
     shape, rank = list(item.shape), len(info.shape_bounds.max)
     if any(n < 0 for n in shape):
         raise CallError(f"input {name!r}: shape {_quote(shape)} has a negative size; sizes must be non-negative.")
     if item.datatype != want:
         why = " (strings: a tripy_build model takes numeric tensors only)" if item.datatype == "BYTES" else ""
         raise CallError(f"input {name!r}: datatype {_quote(item.datatype)} given{why}, but it is {want} "
-                        f"(declared as {declared(info, want)}); send it as {want}.")
+                        f"(declared as {declared(info, want)}); send it as {want}"
+                        + (" (or INT64, whose values are then checked to fit)." if want == "INT32" else "."))
     if len(shape) != rank:
         raise CallError(f"input {name!r}: shape {_quote(shape)} has {len(shape)} dims, but the input has {rank} "
                         f"(declared as {declared(info, want)}).")
@@ -126,11 +128,11 @@ def _tensor(item: Any, info: Any, raw: bytes | None) -> np.ndarray:
         if filled:
             raise CallError(f"input {name!r}: has both contents.{filled[0]} and raw_input_contents; give every input's "
                             "values one way, raw_input_contents or typed contents.")
-        need = count * info.dtype.itemsize
+        need = count * dtype.itemsize
         if len(raw) != need:
             raise CallError(f"input {name!r}: shape {shape} of {want} is {need} bytes, but its raw_input_contents "
                             f"has {len(raw)}.")
-        return np.frombuffer(raw, dtype=info.dtype).reshape(shape)
+        return narrowed(np.frombuffer(raw, dtype=dtype).reshape(shape), name, info)
     field = _CONTENTS.get(want)
     if field is None:
         raise CallError(f"input {name!r}: {want} has no typed contents field in the protocol; send it in "
@@ -146,10 +148,10 @@ def _tensor(item: Any, info: Any, raw: bytes | None) -> np.ndarray:
                             "raw_input_contents.")
         raise CallError(f"input {name!r}: shape {shape} holds {count} values, but contents.{field} has {len(values)}.")
     try:
-        array = np.array(values, dtype=info.dtype)
+        array = np.array(values, dtype=dtype)
     except (OverflowError, ValueError) as e:
         raise CallError(f"input {name!r}: contents.{field} has a value that is no {want} ({e}).") from None
-    return array.reshape(shape)
+    return narrowed(array.reshape(shape), name, info)
 
 
 def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
