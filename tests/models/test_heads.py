@@ -234,3 +234,42 @@ def test_inputs_as_tokenizers_give_them(tmp_path_factory, tmp_path):
             out = json.loads(r.read())["outputs"][0]
     got = np.asarray(out["data"], np.float32).reshape(out["shape"])
     assert out["name"] == "logits" and np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()
+
+
+def test_a_classifier_answers_with_its_labels_over_http_and_grpc(tmp_path_factory, tmp_path):
+    """The server's metadata names the classes (id2label); an output's "classification": k (Triton's
+    classification extension) answers with the top k as "score:index:label", over HTTP and through
+    tritonclient's gRPC client (class_count), the same classes as the logits' argmax."""
+    import urllib.request
+
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tripy_build.serve.http import Server
+
+    model, path = save(tmp_path_factory, "distilbert", "ForSequenceClassification")
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,8]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "distilbert").iterdir())
+    ids = np.random.default_rng(6).integers(3, VOCAB, (2, 5)).astype(np.int32)
+    logits = torch_run(model, {"input_ids": ids}).logits.numpy()
+    names = ["negative", "neutral", "positive"]
+    want = [[f"{names[i]}" for i in np.argsort(-row)[:2]] for row in logits]
+    body = {"inputs": [{"name": "input_ids", "shape": [2, 5], "datatype": "INT32", "data": ids.ravel().tolist()}],
+            "outputs": [{"name": "logits", "parameters": {"classification": 2}}]}
+    with Server([art], port=0, grpc_port=0).start() as server:
+        with urllib.request.urlopen(f"{server.url}/v2/models/distilbert", timeout=60) as r:
+            assert json.loads(r.read())["labels"] == {"logits": names}
+        req = urllib.request.Request(f"{server.url}/v2/models/distilbert/infer", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            out = json.loads(r.read())["outputs"][0]
+        assert out["datatype"] == "BYTES" and out["shape"] == [2, 2]
+        got = np.asarray(out["data"]).reshape(2, 2)
+        assert [[s.split(":")[2] for s in row] for row in got] == want
+        assert abs(float(got[0][0].split(":")[0]) - logits[0].max()) <= 1e-4 * np.abs(logits).max()
+        client = grpcclient.InferenceServerClient(server.grpc.address)
+        x = grpcclient.InferInput("input_ids", [2, 5], "INT32")
+        x.set_data_from_numpy(ids)
+        result = client.infer("distilbert", [x], outputs=[grpcclient.InferRequestedOutput("logits", class_count=2)])
+        top = result.as_numpy("logits")
+        assert [[s.decode().split(":")[2] for s in row] for row in top] == want

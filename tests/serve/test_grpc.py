@@ -245,8 +245,9 @@ def test_bad_requests_get_a_status_that_names_the_problem_and_do_not_fail_the_ot
         "missing input": (triton_call(inputs=inputs(x, t)[:1]), "INVALID_ARGUMENT", "two_heads needs input(s) 't'"),
         "unknown output": (triton_call(inputs=inputs(x, t), outputs=[triton.InferRequestedOutput("logits")]),
                            "INVALID_ARGUMENT", "output 'logits': two_heads has no such output; it has output0, output1"),
-        "classification": (triton_call(inputs=inputs(x, t), outputs=[triton.InferRequestedOutput("output0", 2)]),
-                           "INVALID_ARGUMENT", "parameter 'classification' (Triton's classification extension)"),
+        "classification": (triton_call(inputs=inputs(x, t), outputs=[triton.InferRequestedOutput("output0", 1000)]),
+                           "INVALID_ARGUMENT", 'output \'output0\': parameter "classification" is the number of top '
+                           "classes to return, an integer in [1, "),
         "unknown model": (triton_call(model="nope", inputs=inputs(x, t)), "NOT_FOUND", "model 'nope' is not served here."),
         "wrong version": (triton_call(inputs=inputs(x, t), model_version="v9"), "NOT_FOUND",
                           "model 'two_heads' has version"),

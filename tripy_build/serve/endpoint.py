@@ -46,6 +46,7 @@ class Endpoint:
             self.generator = Generator(steps, steps.spec(), self.name)
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
+        self.labels = _labels(path)  # a classifier's class names per output (config.json's id2label)
 
     def routes(self, url: str) -> str:
         """What a client calls on this model, for the server's startup lines."""
@@ -92,6 +93,8 @@ class Endpoint:
                "batching": ({"dim": self.plan.dim, "max_batch": self.plan.max_batch,
                              "max_delay_ms": self.plan.max_delay_s * 1e3} if self.plan else None),
                "batching_note": self.batching}
+        if self.labels:  # a classifier's class names, by output; an output's "classification": k answers with them
+            out["labels"] = self.labels
         if self.generator is not None:  # its entry exposed (expose_entries)
             out.update(entry=self.generator.spec.prefill, generate=self._generate_info())
         return out
@@ -220,8 +223,13 @@ class Endpoint:
         if "id" in request:
             response["id"] = request["id"]
         blobs = []
-        for name, as_binary in wanted:
+        for name, as_binary, k in wanted:
             out = np.ascontiguousarray(outs[self.output_names.index(name)])
+            if k:
+                top = classify(out, k, self.labels.get(name))
+                response["outputs"].append({"name": name, "datatype": "BYTES", "shape": list(top.shape),
+                                            "data": top.ravel().tolist()})
+                continue
             entry: dict[str, Any] = {"name": name, "datatype": datatype(out.dtype), "shape": list(out.shape)}
             if as_binary:
                 blob = out.tobytes()
@@ -237,14 +245,16 @@ class Endpoint:
         leaves, wanted = self.prepare(request, binary)
         return self.respond(request, wanted, self.batcher.submit(leaves).result())
 
-    def _wanted(self, request: dict[str, Any]) -> list[tuple[str, bool]]:
-        """(output name, as binary) for each output to return: the requested ones, else all."""
+    def _wanted(self, request: dict[str, Any]) -> list[tuple[str, bool, int]]:
+        """(output name, as binary, top classes) for each output to return: the requested ones, else all; top
+        classes (Triton's classification extension: the output's ``classification`` parameter): 0 for the tensor
+        itself."""
         default = _parameters(request, "the request").get("binary_data_output", False)
         if not isinstance(default, bool):
             raise CallError(f'parameter "binary_data_output" must be true or false, got {_quote(default)}.')
         asked = request.get("outputs")
         if asked is None:
-            return [(n, default) for n in self.output_names]
+            return [(n, default, 0) for n in self.output_names]
         if not isinstance(asked, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked):
             raise CallError(f'"outputs" must be a list of objects with a string "name", got {_quote(asked)}.')
         wanted = []
@@ -252,11 +262,19 @@ class Endpoint:
             if o["name"] not in self.output_names:
                 raise CallError(f"output {_quote(o['name'])}: {self.name} has no such output; it has "
                                 f"{', '.join(self.output_names)}.")
-            as_binary = _parameters(o, f"output {o['name']!r}").get("binary_data", default)
+            params = _parameters(o, f"output {o['name']!r}")
+            as_binary = params.get("binary_data", default)
             if not isinstance(as_binary, bool):
                 raise CallError(f'output {o["name"]!r}: parameter "binary_data" must be true or false, '
                                 f"got {_quote(as_binary)}.")
-            wanted.append((o["name"], as_binary))
+            k = 0
+            if "classification" in params:
+                info = self.outputs[self.output_names.index(o["name"])]
+                k = classification_count(params["classification"], o["name"], self.labels, info.shape_bounds.max[-1])
+                if as_binary:
+                    raise CallError(f"output {o['name']!r}: classification results are strings, sent as JSON; "
+                                    'remove "binary_data" for it.')
+            wanted.append((o["name"], as_binary, k))
         return wanted
 
     def statistics(self) -> dict[str, Any]:
@@ -275,6 +293,35 @@ class Endpoint:
         self.batcher.close()
         if self.generator is not None:
             self.generator.close()
+
+
+def _labels(path: Path | None) -> dict[str, list[str]]:
+    """The class names the manifest records per output (``metadata.labels``), {} where none."""
+    if path is None:
+        return {}
+    from ..artifact.read import read_manifest
+
+    labels = read_manifest(Path(path)).metadata.get("labels") or {}
+    return {k: [str(x) for x in v] for k, v in labels.items() if isinstance(v, list)} if isinstance(labels, dict) else {}
+
+
+def classification_count(value: Any, name: str, labels: dict[str, list[str]], classes: int) -> int:
+    """Triton's classification extension: an output's ``classification`` parameter, the top-k classes to answer
+    with, checked (an integer from 1 to the output's last dim)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= classes:
+        raise CallError(f"output {name!r}: parameter \"classification\" is the number of top classes to return, "
+                        f"an integer in [1, {classes}], got {_quote(value)}.")
+    return value
+
+
+def classify(out: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:
+    """Triton's classification extension: the top ``k`` classes along the last axis as ``"score:index:label"``
+    strings (``"score:index"`` without labels), highest first: an output ``[..., classes]`` -> ``[..., k]``."""
+    top = np.argsort(-out, axis=-1, kind="stable")[..., :k]
+    scores = np.take_along_axis(out, top, axis=-1)
+    text = [f"{float(v):g}:{int(i)}" + (f":{labels[int(i)]}" if labels else "")
+            for v, i in zip(scores.ravel(), top.ravel())]
+    return np.asarray(text, dtype=object).reshape(top.shape)
 
 
 def _parameters(entry: dict[str, Any], what: str) -> dict[str, Any]:

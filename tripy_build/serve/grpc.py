@@ -34,6 +34,7 @@ from ..core.signature import declared, narrowed
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
 from .codec import datatype, metadata_shape, quote as _quote, wire_dtype
+from .endpoint import classification_count, classify
 
 if TYPE_CHECKING:
     from .endpoint import Endpoint
@@ -166,19 +167,26 @@ def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
     return leaves
 
 
-def _wanted(ep: "Endpoint", request: Any) -> list[str]:
-    """The outputs to return: the requested ones, else all."""
+def _wanted(ep: "Endpoint", request: Any) -> list[tuple[str, int]]:
+    """(output, top classes) to return: the requested ones, else all; top classes: an output's ``classification``
+    parameter (Triton's classification extension; 0 for the tensor itself)."""
     if not request.outputs:
-        return list(ep.output_names)
+        return [(n, 0) for n in ep.output_names]
+    wanted = []
     for o in request.outputs:
         if o.name not in ep.output_names:
             raise CallError(f"output {_quote(o.name)}: {ep.name} has no such output; it has {', '.join(ep.output_names)}.")
-        for key in o.parameters:
-            if key == "classification" or key.startswith("shared_memory"):
-                raise CallError(f"output {o.name!r}: parameter {key!r} (Triton's "
-                                f"{'classification' if key == 'classification' else 'shared memory'} extension) is "
-                                "not served here; ask for the tensor itself.")
-    return [o.name for o in request.outputs]
+        k = 0
+        for key, value in o.parameters.items():
+            if key.startswith("shared_memory"):
+                raise CallError(f"output {o.name!r}: parameter {key!r} (Triton's shared memory extension) is not "
+                                "served here; ask for the tensor itself.")
+            if key == "classification":
+                info = ep.outputs[ep.output_names.index(o.name)]
+                given = getattr(value, value.WhichOneof("parameter_choice")) if value.WhichOneof("parameter_choice") else None
+                k = classification_count(given, o.name, ep.labels, info.shape_bounds.max[-1])
+        wanted.append((o.name, k))
+    return wanted
 
 
 class _Servicer:
@@ -267,8 +275,14 @@ class _Servicer:
             raise _Status("UNAVAILABLE", str(e)) from None
         ep.last_inference_ms = int(time.time() * 1000)
         response = self.p.pb.ModelInferResponse(model_name=ep.name, model_version=ep.version, id=request.id)
-        for name in wanted:
+        for name, k in wanted:
             out = np.ascontiguousarray(outs[ep.output_names.index(name)])
+            if k:  # strings, each its 4-byte little-endian length and its UTF-8 (Triton's BYTES)
+                top = classify(out, k, ep.labels.get(name))
+                response.outputs.add(name=name, datatype="BYTES", shape=top.shape)
+                response.raw_output_contents.append(b"".join(len(b).to_bytes(4, "little") + b for b in
+                                                             (str(t).encode() for t in top.ravel())))
+                continue
             response.outputs.add(name=name, datatype=datatype(out.dtype), shape=out.shape)
             response.raw_output_contents.append(out.tobytes())
         return response
