@@ -122,14 +122,17 @@ def text() -> str:
 
 def architecture_rows() -> list[tuple[str, str, str]]:
     """One row per zoo model that reads Hugging Face checkpoints: its architectures, its heads, its tasks."""
+    from ..models import MODELS
     from ..models.hf import NAMES
 
     rows = []
     for name, arch in NAMES.items():
         classes = ", ".join(arch.classes + suffix for suffix, _ in arch.suffixes)
         heads = ", ".join(dict.fromkeys(head for _, head in arch.suffixes))
-        rows.append((f"model={name}", classes, f"heads: {heads}; task: forward" + (", generate" if name == "gpt2"
-                                                                                   else "")))
+        if callable(getattr(MODELS[name], "extend", None)):  # a causal LM: its logits, and token generation
+            rows.append((f"model={name}", classes, "causal LM (logits); task: forward, generate"))
+        else:
+            rows.append((f"model={name}", classes, f"heads: {heads}; task: forward"))
     return rows
 
 

@@ -206,6 +206,30 @@ NAMES: dict[str, Architecture] = {
         # The logits use wte: an untied lm_head.weight would be silently ignored.
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),
+    **{name: Architecture(
+        model_type=name,
+        prefixes=("model.",),
+        names=(
+            ("embed_tokens.weight", "embed"),
+            ("layers.{i}.input_layernorm.weight", "layers.{i}.input_norm"),
+            *_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"),
+            *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
+            *_linear("layers.{i}.self_attn.v_proj", "layers.{i}.v"),
+            *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o"),
+            ("layers.{i}.self_attn.q_norm.weight", "layers.{i}.q_norm"),
+            ("layers.{i}.self_attn.k_norm.weight", "layers.{i}.k_norm"),
+            ("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),
+            *_linear("layers.{i}.mlp.gate_proj", "layers.{i}.gate"),
+            *_linear("layers.{i}.mlp.up_proj", "layers.{i}.up"),
+            *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down"),
+            ("norm.weight", "norm"),
+        ),
+        ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
+        heads=(("none", (("lm_head.weight", "lm_head"),)),),  # the LM head, unless tied to the embeddings
+        tied=(r"lm_head\.weight",),
+        unsupported=(("use_sliding_window", False),) if name.startswith("qwen") else (),
+        classes=classes, suffixes=(("ForCausalLM", "none"),),
+    ) for name, classes in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"))},
     "vit": Architecture(
         model_type="vit",
         prefixes=("", "vit."),

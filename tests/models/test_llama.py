@@ -1,0 +1,119 @@
+"""The Llama family (Llama 2 and 3 with ``rope_type: llama3``, Qwen2, Qwen3, Mistral) from Hugging Face checkpoints.
+
+Tiny ``save_pretrained`` checkpoints of each (grouped-query attention: 4 query heads over 2 key/value heads): the
+logits of ``models/llama.py`` against the PyTorch model's within 1e-4 of their scale at the real positions of
+right-padded rows, tied and untied embeddings; then built through the command line with ``model=hf task=generate``,
+whose greedy ids equal a plain argmax loop over the PyTorch model's logits (no logits processors) for prompts of
+several lengths, with both loaders; a ``task=forward`` build's logits through both loaders at a padded shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+import jax  # noqa: E402
+import transformers  # noqa: E402
+
+import tripy_build as tb  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.models import MODELS, hf  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+SCALE_TOL = 1e-4
+VOCAB = 64
+SIZES = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128)
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32}
+FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra settings)
+    "llama": ("llama", transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+    "llama3": ("llama", transformers.LlamaConfig, transformers.LlamaForCausalLM, {"rope_scaling": LLAMA3_ROPE}),
+    "llama-tied": ("llama", transformers.LlamaConfig, transformers.LlamaForCausalLM, {"tie_word_embeddings": True}),
+    "qwen2": ("qwen2", transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {}),
+    "qwen3": ("qwen3", transformers.Qwen3Config, transformers.Qwen3ForCausalLM, {"head_dim": 16}),
+    "mistral": ("mistral", transformers.MistralConfig, transformers.MistralForCausalLM, {"sliding_window": 64}),
+}
+PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    out = {}
+    for case, (_, config, causal, extra) in FAMILIES.items():
+        torch.manual_seed(0)
+        model = causal(config(**SIZES, **extra)).eval()
+        path = tmp_path_factory.mktemp(case)
+        model.save_pretrained(path)
+        out[case] = (model, path)
+    return out
+
+
+@pytest.mark.parametrize("case", list(FAMILIES))
+def test_logits_match_pytorch(case, checkpoints):
+    model, path = checkpoints[case]
+    name = FAMILIES[case][0]
+    assert hf.model_name(path) == name
+    zoo, params = hf.load_pretrained(MODELS[name], path)
+    assert ("lm_head" in params) == (case != "llama-tied")
+    ids = np.random.default_rng(0).integers(0, VOCAB, (2, 9)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 6:] = 0
+    got = np.asarray(jax.jit(zoo.apply)(params, ids, mask)["logits"])
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor(ids, dtype=torch.long),
+                     attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
+    real = mask.astype(bool)
+    assert np.abs(got[real] - want[real]).max() <= SCALE_TOL * np.abs(want[real]).max()
+
+
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    """A plain argmax loop over the PyTorch model's logits: no cache, no logits processors."""
+    ids = list(prompt)
+    for _ in range(n):
+        with torch.no_grad():
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3"])
+def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
+    model, path = checkpoints[case]
+    proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",
+                   "shapes.dims.seq=[1,4,8]", "generate.max_length=32", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / FAMILIES[case][0]).iterdir())
+    want = [greedy(model, p, 10) for p in PROMPTS]
+    for loader in (tb.load, runtime.load):
+        got = loader(art).generate(PROMPTS, max_new_tokens=10)
+        assert [list(map(int, g)) for g in got] == want, loader
+
+
+def test_a_forward_build_serves_logits_and_mistral_keeps_to_its_window(checkpoints, tmp_path):
+    """task=forward: logits through both loaders at an unpadded and a padded shape; Mistral's sliding window (64)
+    bounds the sequence a build may declare."""
+    model, path = checkpoints["mistral"]
+    arts = f"artifacts_dir={tmp_path / 'arts'}"
+    over = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.seq=[1,8,100]", arts, cwd=tmp_path)
+    assert over.returncode == 2 and "Mistral's position table holds 64 positions" in over.stderr
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
+                   arts, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "mistral").iterdir())
+    for loader in (tb.load, runtime.load):
+        exe = loader(art)
+        for seq, real in [(8, [8, 8]), (11, [11, 7])]:  # 11 runs padded to 16
+            ids = np.random.default_rng(seq).integers(0, VOCAB, (2, seq))  # int64, as a tokenizer gives them
+            mask = (np.arange(seq)[None, :] < np.asarray(real)[:, None]).astype(np.int32)
+            got = np.asarray(exe(input_ids=ids, attention_mask=mask)["logits"])
+            with torch.no_grad():
+                want = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask, dtype=torch.long)).logits
+            sel = mask.astype(bool)
+            assert np.abs(got[sel] - want.numpy()[sel]).max() <= SCALE_TOL * np.abs(want.numpy()[sel]).max()

@@ -1,0 +1,298 @@
+"""The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
+``MistralForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions, grouped-query attention,
+a SwiGLU MLP, logits through ``lm_head`` (or the embeddings, tied).
+
+Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
+dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
+biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), Mistral's sliding
+window (a sequence longer than it is refused at build, ``max_positions``), Llama 3's ``rope_type: llama3``
+frequencies. ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
+``rope_theta`` and ``rope_scaling`` are read into it.
+
+Inputs (int32 ``[batch, seq]``): ``input_ids``, ``attention_mask`` (optional: ones). Output: ``{"logits":
+[batch, seq, vocab_size]}``; positions ``0..seq-1``, so padding goes on the right (``seq`` is padded through the
+mask, as GPT-2's). ``task=generate`` drives ``extend`` as it drives GPT-2's (``build/generate.py``): the cache holds
+each layer's keys (after the rotation) and values per key/value head, ``[layers, 2, batch, kv_heads, max_length,
+head_dim]``.
+
+    h = embed[ids]
+    per layer: h = h + O(Attention(rope(Q(RMS1(h))), rope(K(RMS1(h))), V(RMS1(h))))
+               h = h + Down(silu(Gate(RMS2(h))) * Up(RMS2(h)))
+    logits = RMS_f(h) @ lm_head.T
+
+Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
+
+    {"embed": [vocab, d], "layers": [{"input_norm": [d], "q": {"weight": [h*hd, d], ("bias")}, "k", "v":
+     {"weight": [kv*hd, d], ...}, "o": {"weight": [d, h*hd]}, ("q_norm", "k_norm": [hd]), "post_norm": [d],
+     "gate", "up": {"weight": [ff, d]}, "down": {"weight": [d, ff]}}, ...], "norm": [d], ("lm_head": [vocab, d])}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..core.spec import InputInfo
+from ._layers import Params, activation, attend_cache, cache_windows, embed, mask_bias, normal_init
+
+ROPE_TYPES = ("default", "llama3")
+
+
+def rms_norm(weight: jax.Array, x: jax.Array, eps: float) -> jax.Array:
+    """Hugging Face's RMSNorm: ``x / sqrt(mean(x^2) + eps) * weight`` over the last axis."""
+    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * weight
+
+
+def _rotate_half(x: jax.Array) -> jax.Array:
+    half = x.shape[-1] // 2
+    return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+@dataclass(frozen=True)
+class Llama:
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None  # None: as many as the query heads (no grouping)
+    head_dim: int | None = None  # None: hidden_size / num_attention_heads
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 2048
+    rms_norm_eps: float = 1e-6
+    rope_parameters: Any = None  # {"rope_type": "default" | "llama3", "rope_theta", and llama3's factors}
+    rope_theta: float | None = None  # older checkpoints' keys, read into rope_parameters
+    rope_scaling: Any = None
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    sliding_window: int | None = None  # Mistral: attention sees at most this many positions back
+    use_sliding_window: bool = True  # Qwen2/3 configs carry a window they do not use (false)
+
+    name: ClassVar[str] = "llama"
+    qk_norm: ClassVar[bool] = False
+    padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
+
+    def __post_init__(self) -> None:
+        rope = dict(self.rope_parameters or self.rope_scaling or {})
+        if self.rope_scaling and "type" in self.rope_scaling and "rope_type" not in rope:
+            rope["rope_type"] = self.rope_scaling["type"]
+        rope.setdefault("rope_type", "default")
+        rope.setdefault("rope_theta", self.rope_theta if self.rope_theta is not None else 10000.0)
+        if rope["rope_type"] not in ROPE_TYPES:
+            raise ValueError(f"rope_type={rope['rope_type']!r} is not supported; supported: {', '.join(ROPE_TYPES)}.")
+        object.__setattr__(self, "rope_parameters", tuple(sorted(rope.items())))  # hashable, as every zoo model
+        object.__setattr__(self, "rope_scaling", None)
+        object.__setattr__(self, "rope_theta", None)
+        if self.heads % self.kv_heads:
+            raise ValueError(f"num_attention_heads ({self.heads}) must be a multiple of num_key_value_heads "
+                             f"({self.kv_heads}).")
+        if self.head_dim is None and self.hidden_size % self.heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.heads}) "
+                             "where head_dim is not given.")
+        activation(self.hidden_act, "hidden_act")
+
+    @property
+    def heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.hidden_size // self.heads
+
+    def init(self, key: jax.Array) -> Params:
+        d, ff, hd = self.hidden_size, self.intermediate_size, self.hd
+
+        def lin(k: jax.Array, din: int, dout: int, bias: bool) -> Params:
+            return {"weight": normal_init(k, (dout, din)), **({"bias": jnp.zeros((dout,), jnp.float32)} if bias else {})}
+        k_embed, k_head, *k_layers = jax.random.split(key, 2 + self.num_hidden_layers)
+        layers = []
+        for k in k_layers:
+            kq, kk, kv, ko, kg, ku, kd = jax.random.split(k, 7)
+            layer = {"input_norm": jnp.ones((d,), jnp.float32), "post_norm": jnp.ones((d,), jnp.float32),
+                     "q": lin(kq, d, self.heads * hd, self.attention_bias),
+                     "k": lin(kk, d, self.kv_heads * hd, self.attention_bias),
+                     "v": lin(kv, d, self.kv_heads * hd, self.attention_bias),
+                     "o": lin(ko, self.heads * hd, d, False),
+                     "gate": lin(kg, d, ff, self.mlp_bias), "up": lin(ku, d, ff, self.mlp_bias),
+                     "down": lin(kd, ff, d, self.mlp_bias)}
+            if self.qk_norm:
+                layer.update(q_norm=jnp.ones((hd,), jnp.float32), k_norm=jnp.ones((hd,), jnp.float32))
+            layers.append(layer)
+        params = {"embed": normal_init(k_embed, (self.vocab_size, d)), "layers": layers,
+                  "norm": jnp.ones((d,), jnp.float32)}
+        if not self.tie_word_embeddings:
+            params["lm_head"] = normal_init(k_head, (self.vocab_size, d))
+        return params
+
+    # --- pieces ------------------------------------------------------------------------------------
+    def inv_freq(self) -> np.ndarray:
+        """The rotary frequencies, ``[head_dim / 2]`` (a constant of the program): Llama 3's scaled where asked."""
+        rope = dict(self.rope_parameters)
+        hd = self.hd
+        inv = 1.0 / (rope["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        if rope["rope_type"] == "llama3":
+            factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+            old = rope["original_max_position_embeddings"]
+            wavelen = 2 * math.pi / inv
+            scaled = np.where(wavelen > old / low, inv / factor, inv)
+            smooth = (old / wavelen - low) / (high - low)
+            medium = (wavelen >= old / high) & (wavelen <= old / low)
+            inv = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+        return inv.astype(np.float32)
+
+    def _rope(self, x: jax.Array, position_ids: jax.Array) -> jax.Array:
+        """``x: [n, s, heads, hd]`` rotated by each token's position (``position_ids: [n, s]`` or ``[s]``)."""
+        freqs = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(self.inv_freq())
+        angles = jnp.concatenate([freqs, freqs], axis=-1)
+        cos, sin = jnp.cos(angles), jnp.sin(angles)
+        if position_ids.ndim == 1:
+            cos, sin = cos[None], sin[None]
+        return x * cos[:, :, None, :] + _rotate_half(x) * sin[:, :, None, :]
+
+    def _qkv(self, p: Params, x: jax.Array, position_ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Queries ``[n, s, heads, hd]`` (rotated and scaled), keys ``[n, s, kv, hd]`` (rotated) and values."""
+        n, s, _ = x.shape
+        hd = self.hd
+
+        def proj(lin: Params, heads: int) -> jax.Array:
+            y = jnp.matmul(x, lin["weight"].T) + (lin["bias"] if "bias" in lin else 0.0)
+            return y.reshape(n, s, heads, hd)
+        q, k, v = proj(p["q"], self.heads), proj(p["k"], self.kv_heads), proj(p["v"], self.kv_heads)
+        if self.qk_norm:
+            q, k = rms_norm(p["q_norm"], q, self.rms_norm_eps), rms_norm(p["k_norm"], k, self.rms_norm_eps)
+        return self._rope(q, position_ids) / math.sqrt(hd), self._rope(k, position_ids), v
+
+    def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
+        act = activation(self.hidden_act, "hidden_act")
+        x = rms_norm(p["post_norm"], h, self.rms_norm_eps)
+
+        def lin(q: Params, y: jax.Array) -> jax.Array:
+            return jnp.matmul(y, q["weight"].T) + (q["bias"] if "bias" in q else 0.0)
+        return h + lin(p["down"], act(lin(p["gate"], x)) * lin(p["up"], x))
+
+    def _logits(self, params: Params, h: jax.Array) -> jax.Array:
+        head = params["lm_head"] if "lm_head" in params else params["embed"]
+        return jnp.einsum("...d,vd->...v", rms_norm(params["norm"], h, self.rms_norm_eps), head)
+
+    def _groups(self, kv: jax.Array, axis: int) -> jax.Array:
+        """Each key/value head repeated for the query heads of its group."""
+        return jnp.repeat(kv, self.heads // self.kv_heads, axis=axis)
+
+    # --- the forward pass --------------------------------------------------------------------------
+    def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+        b, s = input_ids.shape
+        h = embed(params["embed"], input_ids)
+        pos = jnp.arange(s)
+        keep = (pos[:, None] >= pos[None, :])[None, None] & (attention_mask != 0)[:, None, None, :]
+        bias = mask_bias(keep, h.dtype)
+        for p in params["layers"]:
+            q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), pos)
+            k, v = self._groups(k, 2), self._groups(v, 2)
+            probs = jax.nn.softmax(jnp.einsum("bqnh,bknh->bnqk", q, k) + bias, axis=-1)
+            ctx = jnp.einsum("bnqk,bknh->bqnh", probs, v).reshape(b, s, self.heads * self.hd)
+            h = self._mlp(p, h + jnp.matmul(ctx, p["o"]["weight"].T))
+        return {"logits": self._logits(params, h)}
+
+    def inputs(self) -> dict[str, list]:
+        return {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
+
+    def input_dtypes(self) -> dict[str, str]:
+        return {"input_ids": "int32", "attention_mask": "int32"}
+
+    def input_values(self) -> dict[str, tuple[int, int]]:
+        return {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2)}
+
+    def input_defaults(self) -> dict[str, int]:
+        return {"attention_mask": 1}
+
+    def max_positions(self) -> int:
+        """The longest sequence served: the position range trained (``max_position_embeddings``), and a sliding
+        window where one applies (attention over a window is not implemented: a longer sequence is refused)."""
+        window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
+        return min(self.max_position_embeddings, window or self.max_position_embeddings)
+
+    # --- generation: a key/value cache extended in place (build/generate.py) --------------------------
+    def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
+        """``[layers, 2 (keys, values), batch, kv_heads, max_length, head_dim]``: keys stored rotated."""
+        return (self.num_hidden_layers, 2, batch, self.kv_heads, max_length, self.hd)
+
+    def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool) -> dict[str, InputInfo]:
+        """As GPT-2's (``models/gpt2.py``): new tokens for every row, or for the one ``row`` names."""
+        n = 1 if one_row else batch
+        inputs = {"input_ids": InputInfo((n, seq), "int32", (0, self.vocab_size)),
+                  "position_ids": InputInfo((n, seq), "int32", (0, self.max_positions())),
+                  "attention_mask": InputInfo((batch, max_length), "int32", (0, 2)),
+                  "cache": InputInfo(self.cache_shape(batch, max_length), "float32"),
+                  "cache_index": InputInfo((n,), "int32", (0, max_length))}
+        if one_row:
+            inputs["row"] = InputInfo((1,), "int32", (0, getattr(batch, "max", batch)))
+        return inputs
+
+    def extend(self, params: Params, input_ids: jax.Array, position_ids: jax.Array, attention_mask: jax.Array,
+               cache: jax.Array, cache_index: jax.Array, row: jax.Array | None = None) -> dict[str, jax.Array]:
+        """``s`` new tokens per row against the cache, their keys and values written into it, the logits of each
+        row's last new token: GPT-2's ``extend`` (its docstring says how prefill and decode use it), with rotary
+        positions and key/value heads shared by groups of query heads."""
+        n, s = input_ids.shape
+        max_length = attention_mask.shape[1]
+        if row is None:
+            rows, mask = jnp.arange(n), attention_mask
+        else:
+            rows, mask = row, jax.lax.dynamic_slice_in_dim(attention_mask, row[0], 1, axis=0)
+        h = embed(params["embed"], input_ids)
+        query_at = cache_index[:, None] + jnp.arange(s)[None, :]
+        keep = (jnp.arange(max_length)[None, None, :] <= query_at[:, :, None])[:, None] & (mask != 0)[:, None, None, :]
+        bias = mask_bias(keep, h.dtype)
+        windows = cache_windows(max_length) if row is None else [max_length]
+        for i, p in enumerate(params["layers"]):
+            q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), position_ids)
+            for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
+                cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(new)
+
+            def read(kind: int, size: int, cache=cache, i=i) -> jax.Array:  # [n, heads, size, hd]
+                part = cache[i, kind, :, :, :size]
+                part = part if row is None else jax.lax.dynamic_slice_in_dim(part, row[0], 1, axis=0)
+                return self._groups(part, 1)
+            ctx = attend_cache(q, read, bias, query_at, windows).reshape(n, s, self.heads * self.hd)
+            h = self._mlp(p, h + jnp.matmul(ctx, p["o"]["weight"].T))
+        return {"logits": self._logits(params, h[:, -1]), "cache": cache}
+
+
+@dataclass(frozen=True)
+class Qwen2(Llama):
+    """Qwen2 / Qwen2.5: Llama with biases on the query, key and value projections."""
+
+    vocab_size: int = 151936
+    attention_bias: bool = True
+    use_sliding_window: bool = False
+    name: ClassVar[str] = "qwen2"
+
+
+@dataclass(frozen=True)
+class Qwen3(Llama):
+    """Qwen3: Llama with an RMSNorm of each head's queries and keys (before the rotation)."""
+
+    vocab_size: int = 151936
+    head_dim: int | None = 128
+    use_sliding_window: bool = False
+    name: ClassVar[str] = "qwen3"
+    qk_norm: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Mistral(Llama):
+    """Mistral: Llama with a sliding window (4096), within which every sequence is kept (``max_positions``)."""
+
+    max_position_embeddings: int = 32768
+    sliding_window: int | None = 4096
+    name: ClassVar[str] = "mistral"
