@@ -273,3 +273,23 @@ def test_a_classifier_answers_with_its_labels_over_http_and_grpc(tmp_path_factor
         result = client.infer("distilbert", [x], outputs=[grpcclient.InferRequestedOutput("logits", class_count=2)])
         top = result.as_numpy("logits")
         assert [[s.decode().split(":")[2] for s in row] for row in top] == want
+
+
+def test_sentence_embeddings_mean_pool_over_the_mask(tmp_path_factory, tmp_path):
+    """model.pooling=mean model.normalize=true: sentence-transformers' mean pooling over the real tokens, scaled to
+    unit length, from the PyTorch model's states; padding (to a bucket, or the caller's) never counts."""
+    model, path = save(tmp_path_factory, "roberta", "Model")
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=mean", "model.normalize=true",
+                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    x = inputs(2, 11, [11, 4], seed=3)
+    states = torch_run(model, x).last_hidden_state.numpy()
+    mask = x["attention_mask"][..., None]
+    want = (states * mask).sum(1) / mask.sum(1)
+    want /= np.linalg.norm(want, axis=-1, keepdims=True)
+    for loader in (tb.load, runtime.load):
+        got = np.asarray(loader(next((tmp_path / "arts" / "roberta").iterdir()))(**x)["sentence_embedding"])
+        assert got.shape == (2, 16) and np.abs(got - want).max() <= SCALE_TOL
+    bad = run_cli("model=bert", "model.pooling=max", f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
+    assert bad.returncode == 2 and "pooling='max' is not a pooling; one of none, mean, cls" in bad.stderr

@@ -226,7 +226,13 @@ def load_pretrained(model_cfg: dict[str, Any], directory: str | os.PathLike) -> 
             cls = MODELS[hf.model_name(directory)]
         except hf.CheckpointError as e:
             raise ConfigError(f"params.checkpoint: {e}") from None
-        model_cfg = {k: v for k, v in model_cfg.items() if k not in ("_target_", "name")}
+        fields = {f.name: f.default for f in dataclasses.fields(cls)}
+        set_here = [k for k, v in model_cfg.items() if k not in ("_target_", "name", "padding") and k not in fields
+                    and v != hf.Pretrained.SETTINGS.get(k)]
+        if set_here:
+            raise ConfigError(f"model.{set_here[0]}={model_cfg[set_here[0]]}: {str(directory)!r} is a {cls.name} "
+                              f"checkpoint, which has no setting {set_here[0]!r}; remove it.")
+        model_cfg = {k: v for k, v in model_cfg.items() if k in fields or k == "padding"}
     if cls not in MODELS.values() or getattr(cls, "name", None) not in hf.NAMES:
         raise ConfigError(
             f"params.checkpoint: {str(directory)!r} is a Hugging Face save_pretrained directory, but model "

@@ -72,6 +72,8 @@ class Bert(heads.Headed):
     head: str = "auto"  # heads.HEADS; auto: the checkpoint's (config.json's architectures), none without one
     num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
     labels: tuple = ()  # the classes' names, in id order (config.json's id2label; default LABEL_0, LABEL_1, ...)
+    pooling: str = "none"  # none | mean | cls: a sentence_embedding output (the encoder alone), as sentence-transformers
+    normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)
 
     name: ClassVar[str] = "bert"
     style: ClassVar[heads.Style] = heads.STYLES["bert"]
@@ -85,6 +87,14 @@ class Bert(heads.Headed):
             )
         activation(self.hidden_act, "hidden_act")
         self.check_head()
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling={self.pooling!r} is not a pooling; one of {', '.join(POOLINGS)}.")
+        if self.pooling != "none" and self.task != "none":
+            raise ValueError(f"pooling={self.pooling} makes a sentence embedding of the encoder's states, and head="
+                             f"{self.task} replaces them with its own outputs: pool with head=none.")
+        if self.normalize and self.pooling == "none":
+            raise ValueError("normalize=true scales the sentence embedding, which pooling=none does not make: set "
+                             "pooling=mean (or cls).")
 
     def position_ids(self, input_ids: jax.Array, table: jax.Array) -> jax.Array:
         """The position rows, ``[seq, d]`` (or ``[b, seq, d]``): ``0..seq-1`` (RoBERTa counts from its pad id)."""
@@ -132,8 +142,10 @@ class Bert(heads.Headed):
             ff = linear(p["output"], act(linear(p["intermediate"], a)))
             h = layer_norm(p["output_ln"], a + ff, eps)
         pooled = jnp.tanh(linear(params["pooler"], h[:, 0])) if "pooler" in params else None
-        return heads.apply(params.get("head", {}), self.task, self.style, h, pooled, emb["word"], self.hidden_act,
-                           eps)
+        out = heads.apply(params.get("head", {}), self.task, self.style, h, pooled, emb["word"], self.hidden_act, eps)
+        if self.pooling != "none":
+            out["sentence_embedding"] = sentence_embedding(h, attention_mask, self.pooling, self.normalize)
+        return out
 
     def _names(self) -> tuple[str, ...]:
         return ("input_ids", "attention_mask", "token_type_ids")[:3 if self.type_vocab_size else 2]
@@ -157,6 +169,23 @@ class Bert(heads.Headed):
     def max_positions(self) -> int:
         """The longest sequence the position table holds: a build's ``seq`` beyond it is refused."""
         return self.max_position_embeddings
+
+
+POOLINGS = ("none", "mean", "cls")
+
+
+def sentence_embedding(h: jax.Array, attention_mask: jax.Array, pooling: str, normalize: bool) -> jax.Array:
+    """``[batch, d]``: the mean of the states at the real tokens (``attention_mask`` 1: padding never counts), or
+    the first token's; scaled to unit length with ``normalize`` (sentence-transformers' ``Pooling`` and
+    ``Normalize``, for the embedding models built on these encoders)."""
+    if pooling == "cls":
+        emb = h[:, 0]
+    else:
+        keep = (attention_mask != 0).astype(h.dtype)[..., None]
+        emb = jnp.sum(h * keep, axis=1) / jnp.maximum(jnp.sum(keep, axis=1), 1e-9)
+    if normalize:
+        emb = emb / jnp.maximum(jnp.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
+    return emb
 
 
 @dataclass(frozen=True)

@@ -388,6 +388,7 @@ class Pretrained:
     its head. Not a model of its own: a build without a checkpoint has no architecture to build."""
 
     name = "hf"
+    SETTINGS = {"head": "auto", "pooling": "none", "normalize": False}  # conf/model/hf.yaml's: none set by the user
 
     def __init__(self, **settings: Any) -> None:
         raise ConfigError("model=hf builds the architecture a Hugging Face checkpoint's config.json names: give "
