@@ -1,4 +1,5 @@
-"""GPT-2 small generating tokens: tripy_build (both loaders, and its server) next to Hugging Face on PyTorch.
+"""GPT-2 small (or, ``--model qwen2``, a Llama-family model of Qwen2.5-0.5B's shape) generating tokens: tripy_build
+(both loaders, and its server) next to Hugging Face on PyTorch and ONNX Runtime.
 
 The model is ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small: 12 layers, 768 wide, vocab 50257) from
 ``torch.manual_seed(0)``, written once with ``save_pretrained``; every contender starts from that
@@ -64,22 +65,42 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def hf_dir(work: Path, quick: bool) -> Path:
+# --model: (transformers config class, causal LM class, its settings, quick settings, the tripy_build model option).
+# qwen2: Qwen2.5-0.5B's shape (24 layers, 896 wide, 14 query heads over 2 key/value heads, vocab 151936, tied
+# embeddings), its rotary base left at the default (an older transformers, optimum's, would not read 5's
+# rope_parameters: every contender runs the same positions).
+GENERATORS = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {}, {"n_layer": 2, "n_embd": 64, "n_head": 4}, "model=gpt2"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
+              {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+               "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+               "tie_word_embeddings": True},
+              {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True}, "model=hf"),
+}
+
+
+def hf_dir(work: Path, quick: bool, model: str = "gpt2") -> Path:
     import torch
     import transformers
 
-    out = work / ("gpt2-quick" if quick else "gpt2")
+    config_class, causal, real, small, _ = GENERATORS[model]
+    out = work / (f"{model}-quick" if quick else model)
     if not (out / "model.safetensors").exists():
         torch.manual_seed(0)
-        config = transformers.GPT2Config(**({"n_layer": 2, "n_embd": 64, "n_head": 4} if quick else {}))
-        transformers.GPT2LMHeadModel(config).eval().save_pretrained(out)
+        config = getattr(transformers, config_class)(**(small if quick else real))
+        getattr(transformers, causal)(config).eval().save_pretrained(out)
     return out
 
 
-def build(ckpt: Path, work: Path, quick: bool) -> tuple[Path, float]:
+def vocab(ckpt: Path) -> int:
+    return int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
+
+
+def build(ckpt: Path, work: Path, quick: bool, model: str = "gpt2") -> tuple[Path, float]:
     arts = work / "arts"
     t0 = time.perf_counter()
-    args = [sys.executable, "-m", "tripy_build", "model=gpt2", "task=generate", f"params.checkpoint={ckpt}",
+    args = [sys.executable, "-m", "tripy_build", GENERATORS[model][4], "task=generate", f"params.checkpoint={ckpt}",
             f"artifacts_dir={arts}", "force=true"]
     if quick:
         args += ["generate.max_length=64", "shapes.dims.seq=[1,32,32]"]
@@ -100,7 +121,7 @@ class Torch:
 
         torch.set_num_threads(len(os.sched_getaffinity(0)))
         self.torch = torch
-        self.model = transformers.GPT2LMHeadModel.from_pretrained(ckpt).eval()
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(ckpt).eval()
         self.model.generation_config.eos_token_id = None
         self.model.generation_config.pad_token_id = 0
 
@@ -179,7 +200,8 @@ def cache_fill(art: Path) -> list[tuple[int, float]]:
     return out
 
 
-def serving(art: Path, prompt: int, new: int, rounds: int, clients: int = 8) -> list[tuple[float, float]]:
+def serving(art: Path, prompt: int, new: int, rounds: int, vocab_size: int,
+            clients: int = 8) -> list[tuple[float, float]]:
     """Total new tokens per second through /generate with one client, then ``clients`` at once, per round."""
     from tripy_build.serve.http import Server
 
@@ -189,12 +211,14 @@ def serving(art: Path, prompt: int, new: int, rounds: int, clients: int = 8) -> 
         name = next(iter(srv.endpoints))
 
         def one(i: int) -> int:
-            ids = rng.integers(0, 50000, prompt).tolist() if i >= 0 else [1]
+            ids = rng.integers(0, vocab_size, prompt).tolist() if i >= 0 else [1]
             conn = http.client.HTTPConnection(host, int(port), timeout=600)
             conn.request("POST", f"/v2/models/{name}/generate", json.dumps({"input_ids": ids, "max_new_tokens": new}),
                          {"content-type": "application/json"})
             body = json.loads(conn.getresponse().read())
             conn.close()
+            if "output_ids" not in body:
+                raise SystemExit(f"/generate answered {body}")
             return len(body["output_ids"])
         one(0)  # warm
         out = []
@@ -221,7 +245,7 @@ CONTENDERS = {"torch": lambda ckpt, art: Torch(ckpt), "tripy_build": lambda ckpt
 def worker(args: argparse.Namespace) -> None:
     """One contender at one batch in this process: its ids, then the timed TTFT and full generation, as JSON."""
     contender = CONTENDERS[args.worker](Path(args.ckpt), Path(args.art))
-    ids = np.random.default_rng(args.batch).integers(0, 50257, (args.batch, args.prompt)).astype(np.int32)
+    ids = np.random.default_rng(args.batch).integers(0, vocab(Path(args.ckpt)), (args.batch, args.prompt)).astype(np.int32)
     out = contender.generate(ids, args.new)  # untimed: the first call's costs, and the ids compared
     ttft = timed(contender.generate, ids, 1)
     total = timed(contender.generate, ids, args.new)
@@ -243,6 +267,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="/tmp/tripy_build-bench-generate")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--model", choices=list(GENERATORS), default="gpt2",
+                    help="gpt2 (GPT-2 small) or qwen2 (Qwen2.5-0.5B's shape, the Llama family), random weights")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
@@ -262,8 +288,8 @@ def main() -> None:
         args.prompt, args.new, args.rounds = 20, 16, 1
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    ckpt = hf_dir(work, args.quick)
-    art, build_s = build(ckpt, work, args.quick)
+    ckpt = hf_dir(work, args.quick, args.model)
+    art, build_s = build(ckpt, work, args.quick, args.model)
     log(f"built {art} in {build_s:.1f} s")
     names = ["torch", "tripy_build", "tripy_build.runtime"]
     notes = [] if args.ort else ["ort: not run (--ort PYTHON: ONNX Runtime through optimum's ORTModelForCausalLM, "
@@ -291,7 +317,8 @@ def main() -> None:
             ids = np.array(ok[0]["ids"])
             same = int((ids == ref).all(axis=1).sum()) if ref is not None else 0
             rows.append((batch, name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9), f"{same}/{batch}"))
-    print(f"\nGPT-2 {'quick' if args.quick else 'small'}: prompt {args.prompt}, {args.new} new tokens, greedy; "
+    title = {"gpt2": "GPT-2 small", "qwen2": "Qwen2.5-0.5B's shape (Qwen2ForCausalLM)"}[args.model]
+    print(f"\n{title}{' (quick)' if args.quick else ''}: prompt {args.prompt}, {args.new} new tokens, greedy; "
           f"{len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
     print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")
     by = {(b, n): (t, d) for b, n, t, d, _ in rows}
@@ -303,7 +330,7 @@ def main() -> None:
     (fa, a), (fb, b) = cache_fill(art)
     print(f"\ndecode step (runtime, batch 1) with {fa} cache positions filled: {a:.2f} ms; with {fb}: {b:.2f} ms "
           f"(ratio {b / a:.2f})")
-    served = serving(art, args.prompt, args.new, args.rounds)
+    served = serving(art, args.prompt, args.new, args.rounds, vocab(ckpt))
     single, many = (statistics.median(x[k] for x in served) for k in (0, 1))
     print(f"serving /generate: 1 client {single:.1f} tok/s, 8 concurrent clients {many:.1f} tok/s in total "
           f"({many / single:.2f}x; medians of {len(served)} rounds, each: "

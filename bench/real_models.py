@@ -1,11 +1,12 @@
 """Real models: tripy_build next to Hugging Face transformers on PyTorch and ONNX Runtime.
 
-Four models at their real size (``--quick``: 2 layers, hidden 64), each a Hugging Face model built
+Five models at their real size (``--quick``: 2 layers, hidden 64), each a Hugging Face model built
 from its default config with ``torch.manual_seed(0)``, put in eval mode and written once with
 ``save_pretrained`` (``config.json`` + ``model.safetensors``); every contender starts from that
 directory, so all run the same random weights:
 
 - ``bert``      ``BertModel(BertConfig())``          input_ids, attention_mask, token_type_ids -> last_hidden_state, pooler_output
+- ``bert-classifier`` ``BertForSequenceClassification(BertConfig())`` the same inputs -> logits (``model=hf``)
 - ``gpt2``      ``GPT2LMHeadModel(GPT2Config())``    input_ids, attention_mask -> logits (``use_cache=False``)
 - ``vit``       ``ViTModel(ViTConfig())``            pixel_values [batch, 3, 224, 224] -> last_hidden_state, pooler_output
 - ``resnet50``  ``ResNetModel(ResNetConfig())``      pixel_values [batch, 3, 224, 224] -> last_hidden_state, pooler_output
@@ -102,6 +103,11 @@ MODELS = {
     "bert": {"kind": "text", "hf": "BertModel", "config": "BertConfig", "inputs": TEXT,
              "outputs": ("last_hidden_state", "pooler_output"), "ort_type": "bert",
              "quick": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}},
+    # a fine-tuned BERT-base classifier as deployed: model=hf builds its head (two classes)
+    "bert-classifier": {"kind": "text", "hf": "BertForSequenceClassification", "config": "BertConfig", "inputs": TEXT,
+                        "outputs": ("logits",), "ort_type": "bert", "tb_model": "hf",
+                        "quick": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                  "intermediate_size": 128}},
     "gpt2": {"kind": "text", "hf": "GPT2LMHeadModel", "config": "GPT2Config", "inputs": TEXT[:2],
              "outputs": ("logits",), "ort_type": "gpt2", "call": {"use_cache": False},
              "quick": {"n_layer": 2, "n_embd": 64, "n_head": 2}},
@@ -627,7 +633,7 @@ def p90(xs):
 
 def tb_argv(m: str, checkpoint: Path, artifacts: Path, args) -> list[str]:
     """The build command, run from the repository root."""
-    return [sys.executable, "-m", "tripy_build", f"model={m}", f"params.checkpoint={checkpoint}",
+    return [sys.executable, "-m", "tripy_build", f"model={MODELS[m].get('tb_model', m)}", f"params.checkpoint={checkpoint}",
             f"artifacts_dir={artifacts}", *TB_OVERRIDES[MODELS[m]["kind"]][args.size], *args.tb_override]
 
 
