@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.entry import Entry
+from ..core.profiles import DEFAULT_BUCKETS
 from ..core.spec import NamedDimension
 from ..errors import ConfigError
 from ..runtime.generate import Spec
@@ -37,12 +38,12 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
         # decode pads its batch by rows (each row is its own sequence); prefill's batch is the cache's, and its
         # ``row`` input must name a real row, which a padded call's proof (random row indices) cannot keep to
         rows = not one_row and isinstance(batch, NamedDimension)
-        policy = {"batch": buckets.get("batch", "pow2"), "seq": seq_buckets}
+        policy = {"batch": buckets.get("batch", DEFAULT_BUCKETS), "seq": seq_buckets}
         return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if rows else None,
                      buckets={d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size))
-    return {PREFILL: entry(True, buckets.get("seq", "pow2")), DECODE: entry(False, wide_chunks(seq))}, spec
+    return {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}, spec
 
 
 def wide_chunks(seq: Any) -> list[int]:

@@ -27,7 +27,7 @@ from ..artifact.write import temporary_prefix
 from ..errors import ArtifactError, ConfigError
 from ..host import hostname
 
-log = logging.getLogger("tripy_build.remote")
+log = logging.getLogger(__name__)
 
 
 class Store:

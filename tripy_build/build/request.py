@@ -27,7 +27,7 @@ class BuildRequest:
     params_checkpoint: str | None
     artifacts_dir: str
     force: bool
-    cache_max_bytes: int | None = None  # after building, keep artifacts_dir within this (gc.py)
+    cache_max_bytes: int | None = None  # after building, keep artifacts_dir within this (artifact/store.collect)
     cache_max_age_days: float | None = None
     cache_remote: str | None = None  # an fsspec URL shared by builders (remote.py)
     # a directory where builds in several processes share a model's random init (``init_cache``);

@@ -23,7 +23,7 @@ from ..build.request import BuildRequest
 from ..compiler.gpu import GPUS, HOST as GPU_HOST, spec as gpu_spec
 from ..compiler.optimization import DEFAULT_LEVEL, check_level
 from ..errors import ConfigError, SpecError
-from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, MaskInput, resolve_buckets
+from ..core.profiles import DEFAULT_BUCKETS, DEFAULT_MAX_PROFILES, PADDING_KINDS, MaskInput, resolve_buckets
 from ..core.spec import NamedDimension
 
 
@@ -312,7 +312,8 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
     if hi >= max_length and "shapes.dims.seq" not in derivable(plain):  # a default seq is derived at build
         raise ConfigError(f"shapes.dims.seq: a prompt chunk of up to {hi} tokens leaves no room for a new token in "
                           f"generate.max_length={max_length}; lower seq's max below {max_length} or raise max_length.")
-    if not isinstance(seq, int) and 1 not in resolve_buckets(buckets.get("seq", "pow2"), seq.bounds, "shapes.buckets.seq"):
+    if not isinstance(seq, int) and 1 not in resolve_buckets(buckets.get("seq", DEFAULT_BUCKETS), seq.bounds,
+                                                             "shapes.buckets.seq"):
         raise ConfigError("shapes.buckets.seq: task=generate needs 1 among the seq buckets (prompts run in chunks of "
                           "them); use pow2, or a list with 1.")
     return {"max_length": max_length}

@@ -85,11 +85,6 @@ class MaskInput:
         return f"mask input {self.input}"
 
 
-def padding_kind(padding: Any) -> str | None:
-    """``rows``, ``mask``, ``mask_input`` or None: what kind of padding a dim's declaration is."""
-    return "mask_input" if isinstance(padding, MaskInput) else padding
-
-
 @dataclass(frozen=True)
 class DimPlan:
     """How one dynamic dim of the program is served."""

@@ -65,9 +65,6 @@ class ShapeBounds(NamedTuple):
     opt: tuple[int, ...]
     max: tuple[int, ...]
 
-    def is_static(self, dim: int) -> bool:
-        return self.min[dim] == self.max[dim]
-
 
 def to_dtype(dtype: Any) -> np.dtype:
     """A numpy dtype from a string, numpy or jax dtype (``jnp.float32``, ``"bfloat16"``...)."""
@@ -289,10 +286,6 @@ def leaf_kind(value: Any) -> type | None:
         return type(value)
     children = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
     return next((k for k in map(leaf_kind, children) if k is not None), None)
-
-
-def contains_input_info(value: Any) -> bool:
-    return leaf_kind(value) is not None
 
 
 def structure_of(value: Any, path: str) -> tuple[Any, list[tuple[str, Any]]]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..host import cache_home
 
-log = logging.getLogger("tripy_build.compile_cache")
+log = logging.getLogger(__name__)
 
 ENV_DIR = "TRIPY_BUILD_CACHE_DIR"
 ENV_MAX_BYTES = "TRIPY_BUILD_CACHE_MAX_BYTES"

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import CallError
 from ..runtime.generate import Sampler, Session, Spec, check_prompt
 
-log = logging.getLogger("tripy_build.serve")
+log = logging.getLogger(__name__)
 JOIN_WINDOW_S = 0.003
 
 
