@@ -25,10 +25,10 @@ ALLOWED = {
     "artifact": {"leaf", "core"},
     "runtime": {"leaf", "core", "artifact"},
     "compiler": {"leaf", "core", "artifact", "runtime"},
-    "build": {"leaf", "core", "artifact", "runtime", "compiler", "models"},
+    "builder": {"leaf", "core", "artifact", "runtime", "compiler", "models"},
     "serve": {"leaf", "core", "artifact", "runtime"},
-    "cli": {"leaf", "core", "artifact", "runtime", "compiler", "build", "models", "serve", "conf"},
-    "face": {"leaf", "core", "artifact", "runtime", "compiler", "build", "models", "serve", "cli"},
+    "cli": {"leaf", "core", "artifact", "runtime", "compiler", "builder", "models", "serve", "conf"},
+    "face": {"leaf", "core", "artifact", "runtime", "compiler", "builder", "models", "serve", "cli"},
 }
 
 
@@ -122,7 +122,7 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
     assert "artifact" not in ALLOWED["core"] and "compiler" not in ALLOWED["runtime"]
 
 
-LOAD_PATH_FORBIDDEN = ("tripy_build.compiler", "tripy_build.build", "tripy_build.cli", "tripy_build.serve",
+LOAD_PATH_FORBIDDEN = ("tripy_build.compiler", "tripy_build.builder", "tripy_build.cli", "tripy_build.serve",
                        "hydra", "omegaconf", "orbax", "argparse")
 
 
@@ -156,11 +156,11 @@ def test_the_build_key_covers_the_code_a_build_runs_and_not_the_server_or_cli(tm
     key; an edit to the CLI, the server or the zoo changes none (a model's source is a key part of its own)."""
     import shutil
 
-    from tripy_build.build import key
+    from tripy_build.builder import key
 
     copy = tmp_path / "tripy_build"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(key, "__file__", str(copy / "build" / "key.py"))
+    monkeypatch.setattr(key, "__file__", str(copy / "builder" / "key.py"))
     before = key.package_digest()
     for edited in ("cli/app.py", "serve/http.py", "cli/config.py", "models/geglu.py", "conf/config.yaml"):
         with open(copy / edited, "a") as f:
@@ -170,3 +170,18 @@ def test_the_build_key_covers_the_code_a_build_runs_and_not_the_server_or_cli(tm
         (copy / edited).write_text((copy / edited).read_text() + "\n# an edit\n")
         assert key.package_digest() != before, edited
         before = key.package_digest()
+
+
+def test_ruff_reads_every_python_file_of_the_package_and_the_tests():
+    """No folder of ours is one that a tool skips by its name (a subpackage called build/ was never linted)."""
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "ruff", "check", "--show-files", "."], cwd=PACKAGE.parent,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    read = {Path(line.strip()).resolve() for line in listed.stdout.splitlines() if line.strip().endswith(".py")}
+    ours = [p.resolve() for root in ("tripy_build", "tests") for p in (PACKAGE.parent / root).rglob("*.py")
+            if "__pycache__" not in p.parts]
+    skipped = sorted({str(p.parent.relative_to(PACKAGE.parent)) for p in ours if p not in read})
+    assert not skipped, f"ruff skips these folders: {skipped}"

@@ -194,7 +194,7 @@ def next_job(pending: Sequence[int], jobs: Sequence[_Job], mine: set[str], other
     """The job a free worker takes next: the largest pending (``pending`` is largest first), and among
     the equally large, one of a model this worker has built, else one of a model no other worker has.
 
-    A worker keeps the inits it made (``tripy_build.build.init_cache``), and the others read them from
+    A worker keeps the inits it made (``tripy_build.builder.init_cache``), and the others read them from
     the sweep's shared init directory (~50 ms instead of 0.4-0.9 s for a zoo model); workers that start
     on different models do not make the same init at once. In the 16-job sweep of
     bench/sweep_launchers.py (two models) the two workers made four inits before, one per model now.

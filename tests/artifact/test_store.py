@@ -17,7 +17,7 @@ import tripy_build as tb
 from tripy_build.artifact.layout import disk_size
 from tripy_build.artifact import lock, store
 from tripy_build.artifact.describe import parse_size
-from tripy_build.build import memo
+from tripy_build.builder import memo
 
 
 def _artifacts(root: Path, n: int) -> list[Path]:
@@ -97,7 +97,7 @@ def test_command_and_config_budget(tmp_path):
 def test_memo_entries_of_removed_artifacts_are_dropped(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     paths = _artifacts(tmp_path / "arts", 1)
-    from tripy_build.build.memo import memo_dir
+    from tripy_build.builder.memo import memo_dir
 
     memo_dir().mkdir(parents=True)
     (memo_dir() / "a.json").write_text(json.dumps({"path": str(paths[0])}))

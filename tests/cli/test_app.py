@@ -18,8 +18,8 @@ import pytest
 import tripy_build as tb
 from tripy_build.cli import sweep
 from tripy_build.cli import config
-from tripy_build.build.pipeline import build
-from tripy_build.build.model import input_infos, load as instantiate_model, padding as model_padding
+from tripy_build.builder.pipeline import build
+from tripy_build.builder.model import input_infos, load as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
 from conftest import SMALL, SMALL_SHAPES, compose_cfg, default_sweep_dir, eager_reference, reproducible_files, run_cli
@@ -713,7 +713,7 @@ def test_tripy_local_builds_cpu_targets_on_reused_workers(tmp_path):
 def test_builds_in_one_process_share_the_models_init(tmp_path, monkeypatch):
     """Jobs differing only in how they compile take the init params the first one made: identical weights,
     one init call, read-only arrays; another seed or another width inits again."""
-    from tripy_build.build import init_cache as build_module
+    from tripy_build.builder import init_cache as build_module
     from tripy_build.models.geglu import GEGLU
 
     calls = []
@@ -740,7 +740,7 @@ def test_builds_in_other_processes_share_the_models_init_through_a_directory(tmp
     import dataclasses
     import logging
 
-    from tripy_build.build import init_cache as build_module
+    from tripy_build.builder import init_cache as build_module
 
     shared = tmp_path / "shared"
     common = ["model=geglu", "model.dim_in=16", "model.dim_out=32", "shapes=static", f"artifacts_dir={tmp_path}"]
@@ -748,7 +748,7 @@ def test_builds_in_other_processes_share_the_models_init_through_a_directory(tmp
     def build_fresh(*extra: str) -> Path:
         monkeypatch.setattr(build_module, "_INIT_MEMO", type(build_module._INIT_MEMO)())
         request = dataclasses.replace(config.validate(compose_cfg([*common, *extra])), shared_init_dir=str(shared))
-        with caplog.at_level(logging.INFO, logger="tripy_build.build"):
+        with caplog.at_level(logging.INFO, logger="tripy_build.builder"):
             caplog.clear()
             return Path(build(request).path)
 

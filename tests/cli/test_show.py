@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tripy_build.cli import config
-from tripy_build.build.pipeline import build
+from tripy_build.builder.pipeline import build
 
 from conftest import SMALL, SMALL_SHAPES, compose_cfg
 

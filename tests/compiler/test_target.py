@@ -20,7 +20,7 @@ import pytest
 import tripy_build as tb
 from tripy_build import runtime
 from tripy_build.cli import config
-from tripy_build.build.pipeline import build
+from tripy_build.builder.pipeline import build
 
 from conftest import SMALL, compose_cfg, eager_reference, run_cli
 

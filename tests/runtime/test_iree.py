@@ -23,7 +23,7 @@ import tripy_build as tb
 from tripy_build import runtime
 from tripy_build.cli import config
 from tripy_build.runtime import iree as iree_backend
-from tripy_build.build.pipeline import build
+from tripy_build.builder.pipeline import build
 from tripy_build.models import ConvNet, GEGLU, MLP, TransformerBlock, input_infos
 
 from conftest import SMALL, compose_cfg, eager_reference

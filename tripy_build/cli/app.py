@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ..build import memo
+from ..builder import memo
 from ..errors import ConfigError, TripyBuildError
 from . import config
 from .sweep import SHARED_INIT, remove_new_sweep_dir, write_result
@@ -76,7 +76,7 @@ def _check_added_keys(cfg: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Validate and build one config; the result as a JSON-able dict."""
-    from ..build.pipeline import build
+    from ..builder.pipeline import build
 
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every step of a save at INFO
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"

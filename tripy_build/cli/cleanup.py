@@ -1,7 +1,7 @@
 """``tripy-build gc [ARTIFACTS_DIR]``: keep the build cache and the memo within a size or age budget.
 
 Artifacts are removed least recently used first, never one a process is loading
-(``artifact/store.py``); memo entries whose artifact is gone are dropped (``build/memo.py``). The same
+(``artifact/store.py``); memo entries whose artifact is gone are dropped (``builder/memo.py``). The same
 budget applies after every build when the config sets ``cache.max_bytes`` or ``cache.max_age_days``.
 """
 
@@ -11,7 +11,7 @@ import argparse
 
 from ..artifact.describe import parse_size
 from ..artifact.store import collect
-from ..build.memo import prune
+from ..builder.memo import prune
 from ..errors import exit_status
 
 

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..build.request import BuildRequest
+from ..builder.request import BuildRequest
 from ..compiler.gpu import GPUS, HOST as GPU_HOST, spec as gpu_spec
 from ..compiler.optimization import DEFAULT_LEVEL, check_level
 from ..errors import ConfigError, SpecError
@@ -322,7 +322,7 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
 def derivable(plain: dict[str, Any]) -> tuple[str, ...]:
     """The settings of ``request.DERIVABLE`` the command line leaves at their defaults: the build derives them
     from the model where they would contradict it (none where there is no command line: the Python API)."""
-    from ..build.request import DERIVABLE
+    from ..builder.request import DERIVABLE
 
     if not HydraConfig.initialized():
         return ()

@@ -27,7 +27,7 @@ def _run() -> None:
 
         usage()
         return
-    from ..build.memo import answer
+    from ..builder.memo import answer
 
     if not answer(sys.argv[1:]):
         from .app import command

@@ -31,8 +31,8 @@ def rebuild(path: str | Path, artifacts_dir: str | Path | None = None, checkpoin
         The rebuilt artifact's directory.
     """
     from ..artifact.read import read_manifest
-    from ..build.key import request_from_record
-    from ..build.pipeline import build
+    from ..builder.key import request_from_record
+    from ..builder.pipeline import build
     from ..compiler.gpu import HOST
     from ..runtime.xla import local_platform
 

@@ -131,8 +131,8 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _rebuild(report: Report, root: Path, manifest: Manifest, checkpoint: str | None = None) -> None:
-    from ..build.key import request_from_record
-    from ..build.pipeline import build
+    from ..builder.key import request_from_record
+    from ..builder.pipeline import build
 
     tmp = Path(tempfile.mkdtemp(prefix="tripy_build-verify-"))
     try:

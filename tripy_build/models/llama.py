@@ -11,7 +11,7 @@ frequencies. ``rope_parameters`` is transformers 5's record of the rotary settin
 
 Inputs (int32 ``[batch, seq]``): ``input_ids``, ``attention_mask`` (optional: ones). Output: ``{"logits":
 [batch, seq, vocab_size]}``; positions ``0..seq-1``, so padding goes on the right (``seq`` is padded through the
-mask, as GPT-2's). ``task=generate`` drives ``extend`` as it drives GPT-2's (``build/generate.py``): the cache holds
+mask, as GPT-2's). ``task=generate`` drives ``extend`` as it drives GPT-2's (``builder/generate.py``): the cache holds
 each layer's keys (after the rotation) and values per key/value head, ``[layers, 2, batch, kv_heads, max_length,
 head_dim]``.
 
@@ -221,7 +221,7 @@ class Llama:
         window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
         return min(self.max_position_embeddings, window or self.max_position_embeddings)
 
-    # --- generation: a key/value cache extended in place (build/generate.py) --------------------------
+    # --- generation: a key/value cache extended in place (builder/generate.py) --------------------------
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
         """``[layers, 2 (keys, values), batch, kv_heads, max_length, head_dim]``: keys stored rotated."""
         return (self.num_hidden_layers, 2, batch, self.kv_heads, max_length, self.hd)

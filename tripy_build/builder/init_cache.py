@@ -21,7 +21,7 @@ from typing import Any
 from . import model as model_io
 from .request import BuildRequest
 
-log = logging.getLogger("tripy_build.build")
+log = logging.getLogger(__name__)
 
 _INIT_MEMO: OrderedDict[str, tuple[Any, int]] = OrderedDict()  # key -> (params, bytes)
 INIT_MEMO_MAX_BYTES = 256 << 20

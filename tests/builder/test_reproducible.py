@@ -402,7 +402,7 @@ def test_params_checkpoint_is_hashed_by_value(tmp_path):
     """Different params behind the same ``params.checkpoint`` path: a different key; the old ones back: a hit."""
     code = textwrap.dedent(f"""
         import jax
-        from tripy_build.build import params
+        from tripy_build.builder import params
         from tripy_build.models.geglu import GEGLU
         model = GEGLU(dim_in=16, dim_out=8)
         for seed in (1, 2):

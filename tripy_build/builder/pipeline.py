@@ -27,7 +27,7 @@ from .key import KEY_LENGTH, build_key, checkpoint_record, key_parts
 from .report import BuildResult, result_from_manifest, warn_first_use_compiles
 from .request import BuildRequest
 
-log = logging.getLogger("tripy_build.build")
+log = logging.getLogger(__name__)
 
 
 def build(request: BuildRequest) -> BuildResult:

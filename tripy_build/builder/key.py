@@ -26,7 +26,7 @@ KEY_LENGTH = 16  # hex digits of the build key used in directory names
 
 # The code that can change what a build produces: these subpackages (recursively) and modules of
 # tripy_build. Not the CLI, the server or the zoo (a model's own source is a key part of its own).
-BUILD_CODE = ("core", "artifact", "runtime", "compiler", "build", "host.py")
+BUILD_CODE = ("core", "artifact", "runtime", "compiler", "builder", "host.py")
 
 
 def package_digest() -> str:

@@ -175,7 +175,7 @@ def run_init(init: Any) -> Any:
     """Run the model's init; an exception from its code becomes our error naming its line."""
     try:
         return init()
-    except Exception as err:  # noqa: BLE001 - the model's own init failing is the user's to fix
+    except Exception as err:  # the model's own init failing is the user's to fix (re-raised, as ours)
         user = raised_in_user_code(err, "the model's init")
         if user is None:
             raise

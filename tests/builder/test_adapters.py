@@ -27,9 +27,9 @@ import orbax.checkpoint as ocp  # noqa: E402
 
 import tripy_build as tb  # noqa: E402
 from tripy_build.cli import config  # noqa: E402
-from tripy_build.build.pipeline import build  # noqa: E402
+from tripy_build.builder.pipeline import build  # noqa: E402
 from tripy_build.errors import CallError, ConfigError  # noqa: E402
-from tripy_build.build.model import framework_of, load  # noqa: E402
+from tripy_build.builder.model import framework_of, load  # noqa: E402
 from conftest import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -91,7 +91,7 @@ class LibraryModel:
 
     def call_target(self) -> Any:
         """What ``apply`` calls with the inputs: the module's ``__call__``, or the function."""
-        return getattr(self.target, "__call__", None) if inspect.isclass(self.target) else self.target
+        return self.target.__call__ if inspect.isclass(self.target) else self.target
 
     def call_name(self) -> str:
         return f"{self.target_path}.__call__" if inspect.isclass(self.target) else self.target_path

@@ -17,7 +17,7 @@ pytest.importorskip("fsspec", reason="cache.remote needs fsspec: pip install -e 
 
 from tripy_build.artifact.write import FOREIGN_STALE_SECONDS, remove_stale_temporaries
 from tripy_build.cli import config
-from tripy_build.build.pipeline import build
+from tripy_build.builder.pipeline import build
 from tripy_build.cli.verify import verify
 
 SMALL = ["model=mlp", "model.dim_in=8", "model.hidden=16", "model.dim_out=8", "model.layers=2",

@@ -11,7 +11,7 @@ from ..artifact.manifest import Manifest
 from ..artifact.read import read_index
 from ..core.profiles import first_use_compiles
 
-log = logging.getLogger("tripy_build.build")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,7 +46,8 @@ class BuildResult:
         lines += [f"  {line}" for line in self.undone]
         if self.timings:
             lines.append("  stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.timings.items()))
-        lines.append(f"  files ({human_size(self.size)}): " + ", ".join(f"{k} {human_size(v)}" for k, v in sorted(self.files.items())))
+        files = ", ".join(f"{k} {human_size(v)}" for k, v in sorted(self.files.items()))
+        lines.append(f"  files ({human_size(self.size)}): {files}")
         return "\n".join(lines)
 
 
