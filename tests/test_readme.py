@@ -1,10 +1,12 @@
-"""Every shell command in the README runs as written.
+"""Every shell command in the README and in the documentation pages runs as written.
 
-The ```bash blocks are run in order as one script (so ``ART=...`` carries on to the lines after it),
-in a scratch directory with this venv's ``bin`` first on ``PATH``. Only the lines that set up the venv
-this test already runs in are left out, by a pattern with its reason; a line that takes too long at the
-README's sizes runs with smaller ones (``SMALLER``: overrides appended, with the reason); any other
-line runs as written, so a new README command is tested by default.
+The README and each page of the documentation site (``docs/``, in ``mkdocs.yml``'s nav order) are run one by
+one: a page's ```bash blocks in order as one script (so ``ART=...`` carries on to the lines after it within
+the page, and to no other page: each sets what it uses), in a scratch directory of its own with this venv's
+``bin`` first on ``PATH``. Only the lines that set up the venv this test already runs in, or that hold a
+placeholder for the reader to fill in, are left out, by a pattern with its reason; a line that takes too long
+at the page's sizes runs with smaller ones (``SMALLER``: overrides appended, with the reason); any other line
+runs as written, so a new command is tested by default.
 """
 
 from __future__ import annotations
@@ -16,26 +18,67 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 
 SKIP = {
     r"^\$\(scripts/find-python\) -m venv ": "creates the venv: .ci/run runs the README's test command on a fresh checkout",
     r"^source \.venv/bin/activate": "this test already runs with the venv's bin first on PATH",
     r"^pip install ": "this venv has the extras installed",
+    r"<key>|\bverify PATH\b": "a placeholder the reader fills in with an artifact's path (docs/trust.md's signing and "
+                              "--portable-only lines)",
 }
 
-# pattern -> (arguments appended, why): the same command at a size the suite can afford
+# pattern -> (arguments appended, why): the same build command at a size the suite can afford (anchored: a
+# `tripy-build list model=...` line that names the same model is left as it is)
 SMALLER = {
-    r"model=transformer": ("model.d_model=16 model.heads=2 model.d_ff=32 shapes.dims.batch=[1,2,4]",
+    r"^python -m tripy_build model=transformer": ("model.d_model=16 model.heads=2 model.d_ff=32 shapes.dims.batch=[1,2,4]",
                            "49 profiles of a 256-wide block: ~40 s"),
     r"^python -m tripy_build -m ": ("model.dim_in=16 shapes.dims.batch=[1,2,4] artifacts_dir=sweep-artifacts",
                                     "8 builds at full width: ~40 s (kept apart: $ART is the newest full-size geglu)"),
-    r"model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32]",
+    r"^python -m tripy_build model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32]",
                                            "50 profiles of a tiny BERT up to (16, 512): ~20 s"),
-    r"model=gpt2 task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,16]",
+    r"^python -m tripy_build model=gpt2 task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,16]",
                                   "36 profiles of a tiny GPT-2 (prompt chunks up to 128, batch up to 8): ~40 s"),
     r"tripy_build bench ": ("--stream 20 --shapes 1 --cold-rounds 1 --budget 0.05", "200 calls, 8 shapes: ~30 s"),
 }
+
+# page -> paths its commands must have made in its scratch directory (any one of a tuple)
+MADE = {
+    "README.md": [("artifacts/transformer",), ("artifacts/bert",)],
+    "docs/configuration.md": [("artifacts/geglu",), ("gpu-artifacts/geglu",)],
+    "docs/builds.md": [("generated/program.mlir",)],  # inspect --dump wrote the StableHLO
+    "docs/own-model.md": [("artifacts/nnx_mlp", "artifacts/eqx_mlp")],
+    "docs/huggingface.md": [("artifacts/bert",)],
+    "docs/generation.md": [("artifacts/gpt2",)],
+}
+
+
+def pages() -> list[str]:
+    """The README, then every page of the site in its nav's order (paths relative to the repository)."""
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+
+    def walk(entry) -> list[str]:
+        if isinstance(entry, str):
+            return [entry]
+        if isinstance(entry, dict):
+            return [p for value in entry.values() for p in walk(value)]
+        return [p for item in entry for p in walk(item)]
+
+    return ["README.md"] + [f"docs/{p}" for p in walk(nav)]
+
+
+def commands(page: str) -> list[str]:
+    text = (REPO / page).read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def skipped(line: str) -> str | None:
+    """Why ``line`` is left out, or None."""
+    return next((why for pattern, why in SKIP.items() if re.search(pattern, line)), None)
 
 
 def smaller(line: str) -> str:
@@ -47,24 +90,45 @@ def smaller(line: str) -> str:
     return line
 
 
-def readme_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
-    return [line for block in blocks for line in block.splitlines() if line.strip()]
+def to_run(page: str) -> list[str]:
+    return [smaller(line) for line in commands(page) if not skipped(line)]
 
 
-def test_readme_shell_commands_run_as_written(tmp_path):
-    commands = readme_commands()
-    run, skipped = [], []
-    for line in commands:
-        reason = next((why for pattern, why in SKIP.items() if re.search(pattern, line)), None)
-        (skipped if reason else run).append(line if reason else smaller(line))
-    assert len(run) >= 10, run  # the README's commands did not all get skipped
+PAGES = [p for p in pages() if commands(p)]
+
+
+def test_rules_and_pages():
+    every = [line for page in pages() for line in commands(page)]
+    run = [line for line in every if not skipped(line)]
+    assert len(run) >= 30, run  # the commands did not all get skipped
     assert all(any(re.search(p, line) for line in run) for p in SMALLER), "a SMALLER pattern matches no command"
+    assert all(any(re.search(p, line) for line in every) for p in SKIP), "a SKIP pattern matches no command"
+    # every page of docs/ is on the site (mkdocs build --strict fails too; this says which); the README runs first
+    assert sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")) == sorted(pages()[1:])
+    assert set(MADE) <= set(PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_variables_are_set_within_the_page(page):
+    """A ``$NAME`` a page's commands use is set by an earlier command of the same page (not by another page,
+    nor by the environment the test happens to run in)."""
+    known = {"PATH", "HOME", "XDG_CACHE_HOME"}
+    for line in to_run(page):
+        used = set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", line))
+        assert used <= known, f"{page}: {line!r} uses {sorted(used - known)}, which no earlier line of the page sets"
+        known |= set(re.findall(r"(?:^|[;&|]\s*)([A-Z][A-Z0-9_]*)=", line))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_shell_commands_run_as_written(page, tmp_path):
+    run = to_run(page)
+    if not run:
+        pytest.skip(f"every command of {page} is left out: {sorted({skipped(line) for line in commands(page)})}")
     (tmp_path / "examples").symlink_to(REPO / "examples")
     script = "set -euo pipefail\n" + "\n".join(f"echo '>>> {i}'\n{line}" for i, line in enumerate(run))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": ""}
+    env = {k: v for k, v in os.environ.items() if not re.fullmatch(r"ART|GPT2|CLS|SERVER", k)}
+    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": ""}
     # its own process group, output to files: a command that leaves a process behind (a server not stopped) is
     # named, not waited on
     with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
@@ -79,11 +143,11 @@ def test_readme_shell_commands_run_as_written(tmp_path):
     done = re.findall(r">>> (\d+)", stdout)
     failed_at = run[int(done[-1])] if done else "(before the first command)"
     # a command that fails first: the script stops there, and may leave a process the next command would stop
-    assert proc.returncode == 0, f"README command failed: {failed_at}\n{stdout[-2000:]}\n{stderr[-3000:]}"
-    assert not left, f"README commands left processes running: {left}"
+    assert proc.returncode == 0, f"{page}: command failed: {failed_at}\n{stdout[-2000:]}\n{stderr[-3000:]}"
+    assert not left, f"{page}: commands left processes running: {left}"
     assert len(done) == len(run)
-    assert any((tmp_path / "artifacts" / m).is_dir() for m in ("geglu", "nnx_mlp", "eqx_mlp"))
-    assert (tmp_path / "generated" / "program.mlir").is_file()  # inspect --dump wrote the StableHLO
+    for paths in MADE.get(page, []):
+        assert any((tmp_path / p).exists() for p in paths), f"{page}: none of {paths} was made"
 
 
 def _group_alive(pgid: int) -> list[str]:
