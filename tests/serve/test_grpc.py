@@ -549,3 +549,39 @@ def test_refused_rpcs_are_counted_in_the_metrics_beside_http(artifact, direct, t
     assert float(metrics['tripy_build_requests_total{model="(unknown)",outcome="refused"}']) == 1
     assert float(metrics['tripy_build_requests_total{model="two_heads",outcome="success"}']) == 1
     assert float(metrics['tripy_build_requests_total{model="two_heads",outcome="failure"}']) == 0
+
+
+def test_one_request_checked_in_one_order_over_both_protocols(artifact):
+    """Both protocols translate an input into serve/request.InputTensor and check it once, in one order: a request
+    wrong in its datatype and its rank, or in its rank and its values, gets the same first error over each."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from tripy_build.serve.http import Server
+
+    cases = {  # name -> (x's datatype, x's shape, its values, the first error): each wrong in two ways
+        "datatype and rank": ("FP64", [2, 8], np.zeros(16, np.float64), "input 'x': datatype 'FP64' given, but it is FP32"),
+        "rank and count": ("FP32", [2, 4], np.zeros(3, np.float32), "input 'x': shape [2, 4] has 2 dims, but the input "
+                           "has 3"),
+    }
+    t = np.zeros(2, np.int32)
+    with Server([artifact], port=0, grpc_port=0).start() as server:
+        client = triton.InferenceServerClient(server.grpc.address)
+        for case, (dtype, shape, values, first) in cases.items():
+            body = {"inputs": [{"name": "x", "shape": shape, "datatype": dtype, "data": values.tolist()},
+                               {"name": "t", "shape": [2], "datatype": "INT32", "data": t.tolist()}]}
+            req = urllib.request.Request(f"{server.url}/v2/models/two_heads/infer", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=30)
+            http_message = json.loads(refused.value.read())["error"]
+            x = triton.InferInput("x", shape, dtype)
+            x._raw_content = values.tobytes()  # as sent, whatever its size: the server is what is tested
+            ti = triton.InferInput("t", [2], "INT32")
+            ti.set_data_from_numpy(t)
+            code, grpc_message = status(lambda x=x, ti=ti: client.infer("two_heads", [x, ti]))
+            assert refused.value.code == 400 and code == "INVALID_ARGUMENT", case
+            assert http_message == grpc_message, (case, http_message, grpc_message)
+            assert http_message.startswith(first), (case, http_message)
+        client.close()

@@ -7,17 +7,17 @@ its entries (``prefill``, ``decode``: a step each, with the cache and the positi
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..core.signature import Parameter, declared, defaults, narrowed
+from ..core.signature import Parameter, declared, defaults
 from ..errors import CallError
 from . import batching
-from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data, wire_dtype
+from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data
+from .request import InputTensor, check
 
 
 class Endpoint:
@@ -132,7 +132,9 @@ class Endpoint:
         def read(item: dict[str, Any]) -> Callable[[Any], np.ndarray]:
             def tensor(info: Any) -> np.ndarray:
                 nonlocal offset
-                array, offset = self._tensor(item, info, binary, offset)
+                typed, after = self._tensor(item, binary, offset)
+                array = check(typed, info)
+                offset = after()
                 return array
             return tensor
 
@@ -176,36 +178,29 @@ class Endpoint:
         return leaves
 
     @staticmethod
-    def _tensor(item: dict[str, Any], info: Any, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
-        dtype = wire_dtype(item.get("datatype"), info)
-        name, want = item["name"], datatype(dtype)
-        shape = item.get("shape")
-        rank = len(info.shape_bounds.max)
-        if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                                 for n in shape)):
-            raise CallError(f"input {name!r}: \"shape\" must be a list of non-negative integers, got {_quote(shape)}.")
-        if len(shape) != rank:
-            raise CallError(f"input {name!r}: shape {_quote(shape)} has {len(shape)} dims, but the input has {rank} "
-                            f"(declared as {declared(info, want)}).")
-        if item.get("datatype") != want:
-            raise CallError(f"input {name!r}: datatype {_quote(item.get('datatype'))} given, but it is {want} "
-                            f"(declared as {declared(info, want)}); send it as {want}"
-                            + (" (or INT64, whose values are then checked to fit)." if want == "INT32" else "."))
-        count = math.prod(shape)  # Python's integers: a dim of 10**30 must not wrap around as numpy's would
+    def _tensor(item: dict[str, Any], binary: memoryview, offset: int) -> tuple[InputTensor, Callable[[], int]]:
+        """One JSON input as the typed request's, and (once read) where the next input's binary data starts."""
+        name = item["name"]
         size = _parameters(item, f"input {name!r}").get("binary_data_size")
-        if size is not None:
-            need = count * dtype.itemsize
-            if isinstance(size, bool) or size != need or offset + need > len(binary):
-                raise CallError(f"input {name!r}: shape {shape} of {want} is {need} bytes, but binary_data_size is "
-                                f"{_quote(size)} with {len(binary) - offset} bytes left in the request.")
-            array = np.frombuffer(binary[offset:offset + need], dtype=dtype).reshape(shape)
-            return narrowed(array, name, info), offset + need
-        if "data" not in item:
-            raise CallError(f'input {name!r}: has neither "data" nor a "binary_data_size" parameter.')
-        array = from_json_data(name, item["data"], dtype)
-        if array.size != count:
-            raise CallError(f"input {name!r}: shape {shape} holds {count} values, but \"data\" has {array.size}.")
-        return narrowed(array.reshape(shape), name, info), offset
+        end = [offset]
+
+        def values(dtype: np.dtype, count: int, want: str) -> np.ndarray:
+            if size is not None:
+                need = count * dtype.itemsize
+                if isinstance(size, bool) or size != need or offset + need > len(binary):
+                    raise CallError(f"input {name!r}: shape {item.get('shape')} of {want} is {need} bytes, but "
+                                    f"binary_data_size is {_quote(size)} with {len(binary) - offset} bytes left in "
+                                    "the request.")
+                end[0] = offset + need
+                return np.frombuffer(binary[offset:offset + need], dtype=dtype)
+            if "data" not in item:
+                raise CallError(f'input {name!r}: has neither "data" nor a "binary_data_size" parameter.')
+            array = from_json_data(name, item["data"], dtype)
+            if array.size != count:
+                raise CallError(f"input {name!r}: shape {item.get('shape')} holds {count} values, but \"data\" has "
+                                f"{array.size}.")
+            return array.ravel()
+        return InputTensor(name, item.get("datatype"), item.get("shape"), values), lambda: end[0]
 
     def prepare(self, request: Any, binary: memoryview) -> tuple[list[np.ndarray], list[tuple[str, bool]]]:
         """A request checked: its flat inputs, and (output name, as binary) for each output it wants."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hmac
-import math
 import threading
 import time
 from concurrent import futures
@@ -30,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..core.signature import declared, narrowed
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
-from .codec import datatype, metadata_shape, quote as _quote, wire_dtype
+from .codec import datatype, metadata_shape, quote as _quote
 from .endpoint import classification_count, classify
+from .request import InputTensor, check
 
 if TYPE_CHECKING:
     from .endpoint import Endpoint
@@ -105,54 +104,45 @@ def _rpc(method: Callable[..., Any]) -> Callable[..., Any]:
     return handler
 
 
-def _tensor(item: Any, info: Any, raw: bytes | None) -> np.ndarray:
-    """One input of a ModelInferRequest as an array, from its typed contents or its raw bytes."""
-    dtype = wire_dtype(item.datatype, info)
-    name, want = item.name, datatype(dtype)
-    shape, rank = list(item.shape), len(info.shape_bounds.max)
-    if any(n < 0 for n in shape):
-        raise CallError(f"input {name!r}: shape {_quote(shape)} has a negative size; sizes must be non-negative.")
-    if item.datatype != want:
-        why = " (strings: a tripy_build model takes numeric tensors only)" if item.datatype == "BYTES" else ""
-        raise CallError(f"input {name!r}: datatype {_quote(item.datatype)} given{why}, but it is {want} "
-                        f"(declared as {declared(info, want)}); send it as {want}"
-                        + (" (or INT64, whose values are then checked to fit)." if want == "INT32" else "."))
-    if len(shape) != rank:
-        raise CallError(f"input {name!r}: shape {_quote(shape)} has {len(shape)} dims, but the input has {rank} "
-                        f"(declared as {declared(info, want)}).")
-    if "shared_memory_region" in item.parameters:
-        raise CallError(f"input {name!r}: shared memory (Triton's extension) is not served here; send the tensor "
-                        "in the request.")
-    count = math.prod(shape)  # Python's ints: a huge shape is refused below, never wrapped around
+def _tensor(item: Any, raw: bytes | None) -> InputTensor:
+    """One input of a ModelInferRequest as the typed request's: its values from typed contents or raw bytes."""
+    name = item.name
     filled = [field.name for field, _ in item.contents.ListFields()] if item.HasField("contents") else []
-    if raw is not None:
-        if filled:
-            raise CallError(f"input {name!r}: has both contents.{filled[0]} and raw_input_contents; give every input's "
-                            "values one way, raw_input_contents or typed contents.")
-        need = count * dtype.itemsize
-        if len(raw) != need:
-            raise CallError(f"input {name!r}: shape {shape} of {want} is {need} bytes, but its raw_input_contents "
-                            f"has {len(raw)}.")
-        return narrowed(np.frombuffer(raw, dtype=dtype).reshape(shape), name, info)
-    field = _CONTENTS.get(want)
-    if field is None:
-        raise CallError(f"input {name!r}: {want} has no typed contents field in the protocol; send it in "
-                        "raw_input_contents.")
-    wrong = [f for f in filled if f != field]
-    if wrong:
-        raise CallError(f"input {name!r}: {want} values go in contents.{field}, but the request fills "
-                        f"contents.{wrong[0]}.")
-    values = getattr(item.contents, field)
-    if len(values) != count:
-        if not values:
-            raise CallError(f"input {name!r}: has no values; give its {count} values in contents.{field} or in "
+
+    def values(dtype: np.dtype, count: int, want: str) -> np.ndarray:
+        shape = list(item.shape)
+        if raw is not None:
+            if filled:
+                raise CallError(f"input {name!r}: has both contents.{filled[0]} and raw_input_contents; give every "
+                                "input's values one way, raw_input_contents or typed contents.")
+            need = count * dtype.itemsize
+            if len(raw) != need:
+                raise CallError(f"input {name!r}: shape {shape} of {want} is {need} bytes, but its "
+                                f"raw_input_contents has {len(raw)}.")
+            return np.frombuffer(raw, dtype=dtype)
+        field = _CONTENTS.get(want)
+        if field is None:
+            raise CallError(f"input {name!r}: {want} has no typed contents field in the protocol; send it in "
                             "raw_input_contents.")
-        raise CallError(f"input {name!r}: shape {shape} holds {count} values, but contents.{field} has {len(values)}.")
-    try:
-        array = np.array(values, dtype=dtype)
-    except (OverflowError, ValueError) as e:
-        raise CallError(f"input {name!r}: contents.{field} has a value that is no {want} ({e}).") from None
-    return narrowed(array.reshape(shape), name, info)
+        wrong = [f for f in filled if f != field]
+        if wrong:
+            raise CallError(f"input {name!r}: {want} values go in contents.{field}, but the request fills "
+                            f"contents.{wrong[0]}.")
+        given = getattr(item.contents, field)
+        if len(given) != count:
+            if not given:
+                raise CallError(f"input {name!r}: has no values; give its {count} values in contents.{field} or in "
+                                "raw_input_contents.")
+            raise CallError(f"input {name!r}: shape {shape} holds {count} values, but contents.{field} has "
+                            f"{len(given)}.")
+        try:
+            return np.array(given, dtype=dtype)
+        except (OverflowError, ValueError) as e:
+            raise CallError(f"input {name!r}: contents.{field} has a value that is no {want} ({e}).") from None
+    shared = "shared_memory_region" in item.parameters
+    return InputTensor(name, item.datatype, [int(n) for n in item.shape], values,
+                       "shared memory (Triton's extension) is not served here; send the tensor in the request."
+                       if shared else None)
 
 
 def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
@@ -161,7 +151,7 @@ def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
     if raw and len(raw) != len(request.inputs):
         raise CallError(f"the request has {len(raw)} raw_input_contents for its {len(request.inputs)} inputs; give one "
                         "per input, in the inputs' order (or every input's typed contents instead).")
-    leaves = ep.in_order((item.name, functools.partial(_tensor, item, raw=raw[k] if raw else None))
+    leaves = ep.in_order((item.name, functools.partial(check, _tensor(item, raw[k] if raw else None)))
                          for k, item in enumerate(request.inputs))
     ep.runtime.check_flat(*leaves)
     return leaves
