@@ -112,7 +112,7 @@ def text() -> str:
         "  your own model: model._target_ may name a Flax NNX, Flax Linen or Equinox module class, or a function",
         "    with model.init; its config declares model.inputs ({x: [batch, 64]}, passed to the call by name),",
         "    optionally model.input_dtypes, model.call (constant call arguments: {train: false}) and (Equinox)",
-        "    model.vmap; other keys are constructor arguments. See examples/conf and the README.",
+        "    model.vmap; other keys are constructor arguments. See examples/conf and docs/own-model.md.",
         "",
         "Hydra's flags still work: --cfg job (the composed config), --config-dir DIR (your configs), "
         "--hydra-help, --multirun (-m).",

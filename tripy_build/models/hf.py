@@ -434,7 +434,7 @@ def model_name(checkpoint_dir: str | os.PathLike) -> str:
     raise CheckpointError(
         f"{path}: {named or config.get('model_type')!r} is not an architecture the zoo builds; it builds "
         f"{', '.join(sorted(table))}. For another model, write it in JAX and name it with model._target_ "
-        "(README: 'Your own model').")
+        "(docs/own-model.md).")
 
 
 def model_from_config(model_class: type, checkpoint_dir: str | os.PathLike,
