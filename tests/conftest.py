@@ -227,7 +227,7 @@ def compose_cfg(overrides: list[str]):
 
 def eager_reference(request, x_by_name):
     """The model a build request names, applied eagerly to its init at the request's seed."""
-    from tripy_build.builder.model import load as instantiate_model
+    from tripy_build.builder.model import instantiate as instantiate_model
 
     model = instantiate_model(request.model)
     params = model.init(jax.random.PRNGKey(request.params_seed))

@@ -16,7 +16,7 @@ import pytest
 import tripy_build as tb
 from tripy_build.artifact.layout import disk_size
 from tripy_build.artifact import lock, store
-from tripy_build.artifact.describe import parse_size
+from tripy_build.artifact.store import parse_size
 from tripy_build.builder import memo
 
 

@@ -29,7 +29,7 @@ import tripy_build as tb  # noqa: E402
 from tripy_build.cli import config  # noqa: E402
 from tripy_build.builder.pipeline import build  # noqa: E402
 from tripy_build.errors import CallError, ConfigError  # noqa: E402
-from tripy_build.builder.model import framework_of, load  # noqa: E402
+from tripy_build.builder.model import framework_of, instantiate  # noqa: E402
 from conftest import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,7 +223,7 @@ BAD = [
 @pytest.mark.parametrize("model_cfg,message", BAD, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD)])
 def test_bad_library_configs(model_cfg, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        load(model_cfg, {"batch": tb.NamedDimension("batch", 1, 2, 4)})
+        instantiate(model_cfg, {"batch": tb.NamedDimension("batch", 1, 2, 4)})
 
 
 XM = np.random.default_rng(2).integers(0, 2, (3, 12)).astype(np.float32)

@@ -19,7 +19,7 @@ import tripy_build as tb
 from tripy_build.cli import sweep
 from tripy_build.cli import config
 from tripy_build.builder.pipeline import build
-from tripy_build.builder.model import input_infos, load as instantiate_model, padding as model_padding
+from tripy_build.builder.model import input_infos, instantiate as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
 from conftest import SMALL, SMALL_SHAPES, compose_cfg, default_sweep_dir, eager_reference, reproducible_files, run_cli

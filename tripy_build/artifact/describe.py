@@ -4,14 +4,14 @@ the one line ``list`` gives it. Every command prints through these, so they agre
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.profiles import first_use_compiles
+from ..core.signature import declared
 from ..core.spec import InputInfo, output_names
-from ..errors import ConfigError, TripyBuildError
+from ..errors import TripyBuildError
 from .layout import disk_size
 from .manifest import Manifest
 
@@ -25,22 +25,9 @@ def human_size(n: float) -> str:
     return str(n)
 
 
-def parse_size(text: str, key: str = "cache.max_bytes") -> int:
-    """``500MB``, ``2G``, ``1.5GiB`` or bytes -> bytes (units of 1024); ``key`` names the setting in errors."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)(i?b)?\s*", str(text).lower())
-    if not m:
-        raise ConfigError(f"{key}: {text!r} is not a size; e.g. 500MB, 2G or 1073741824.")
-    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
-
-
 def spec_text(info: InputInfo) -> str:
-    """``float32[batch=[1..64, opt 8], 512]``: a tensor spec in one line."""
-    b, dims = info.shape_bounds, []
-    for axis, (lo, opt, hi) in enumerate(zip(b.min, b.opt, b.max)):
-        name = info.dimension_names.get(axis)
-        dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
-    values = f" in [{info.values[0]}, {info.values[1]})" if info.values is not None else ""
-    return f"{info.dtype.name}[{', '.join(dims)}]{values}"
+    """``float32[batch=[1..64, opt 8], 512]``: a tensor spec in one line, as a call's errors write it."""
+    return declared(info)
 
 
 def table(headers: Sequence[str] | None, rows: Sequence[Sequence[Any]], indent: str = "  ") -> list[str]:

@@ -100,7 +100,7 @@ def read_file(fpath: Path) -> bytes | memoryview:
     return view[:n].toreadonly()
 
 
-def check_entries(root: Path, listed: dict[str, Any], where: str,
+def check_digests(root: Path, listed: dict[str, Any], where: str,
                   names: Sequence[str]) -> dict[str, bytes | memoryview]:
     """Each listed file's size and digest against its entry in ``where``; the bytes of those in ``names``."""
     contents: dict[str, bytes | memoryview] = {}
@@ -178,8 +178,8 @@ def read_files(path: str | os.PathLike, names: Sequence[str], prefixes: Sequence
         picked.update({k: table[k] for k in names if k in table})
         return picked
 
-    contents = check_entries(root, wanted(listed), MANIFEST, names)
-    contents.update(check_entries(root, wanted(index), INDEX, names))
+    contents = check_digests(root, wanted(listed), MANIFEST, names)
+    contents.update(check_digests(root, wanted(index), INDEX, names))
     for rel in names:
         if rel not in contents:
             raise ArtifactError(f"{root / MANIFEST}: does not list {rel!r}, which this artifact needs.")

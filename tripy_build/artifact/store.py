@@ -10,12 +10,14 @@ killed builds are removed on the way (``write.remove_stale_temporaries``).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import ConfigError
 from .describe import human_size
 from .layout import MANIFEST, disk_size, is_artifact
 from .lock import removing
@@ -41,6 +43,15 @@ class Collected:
             lines.append(f"  dropped {self.memo_entries} memo {entries} of removed artifacts")
         return "\n".join(lines)
 
+
+
+def parse_size(text: str, key: str = "cache.max_bytes") -> int:
+    """A budget as people write it, ``500MB``, ``2G``, ``1.5GiB`` or bytes -> bytes (units of 1024, as
+    ``describe.human_size`` writes them); ``key`` names the setting in errors."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)(i?b)?\s*", str(text).lower())
+    if not m:
+        raise ConfigError(f"{key}: {text!r} is not a size; e.g. 500MB, 2G or 1073741824.")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
 
 def collect(root: str | os.PathLike, max_bytes: int | None = None, max_age_days: float | None = None,
             keep: Sequence[Path] = (), dry_run: bool = False) -> Collected:

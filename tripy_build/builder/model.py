@@ -44,7 +44,7 @@ def framework_of(target: Any) -> str:
     return "function" if callable(target) else "protocol"
 
 
-def load(model_cfg: dict[str, Any], dims: dict[str, Any] | None = None) -> Any:
+def instantiate(model_cfg: dict[str, Any], dims: dict[str, Any] | None = None) -> Any:
     """The model ``model_cfg`` describes, as an object with the zoo's protocol.
 
     Args:
@@ -57,7 +57,7 @@ def load(model_cfg: dict[str, Any], dims: dict[str, Any] | None = None) -> Any:
 
     Example::
 
-        model = load({"_target_": "flax.nnx.Linear", "in_features": 64, "out_features": 10,
+        model = instantiate({"_target_": "flax.nnx.Linear", "in_features": 64, "out_features": 10,
                       "inputs": {"x": ["batch", 64]}}, {"batch": NamedDimension("batch", 1, 8, 64)})
     """
     target_path = model_cfg["_target_"]

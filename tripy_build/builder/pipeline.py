@@ -47,7 +47,7 @@ def build(request: BuildRequest) -> BuildResult:
                                                       "_target_": named["_target_"], "name": named["name"]})
         timings["read checkpoint"] = time.perf_counter() - t0
     else:
-        model = model_io.load(request.model, request.shapes)
+        model = model_io.instantiate(request.model, request.shapes)
     request = within_limits(request, model)
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)

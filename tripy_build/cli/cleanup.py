@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..artifact.describe import parse_size
+from ..artifact.store import parse_size
 from ..artifact.store import collect
 from ..builder.memo import prune
 from ..errors import exit_status

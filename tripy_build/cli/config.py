@@ -31,7 +31,7 @@ PLATFORMS = ("cpu", "cuda")
 COMPILERS = ("iree",)  # backends that name a compiler other than XLA (for the CPU)
 
 
-def key(default: Any = MISSING, help: str = "", factory: Any = None) -> Any:  # noqa: A002
+def setting(default: Any = MISSING, help: str = "", factory: Any = None) -> Any:  # noqa: A002
     """A schema field with its one-line meaning (``--help`` prints it)."""
     if factory is not None:
         return field(default_factory=factory, metadata={"help": help})
@@ -40,12 +40,12 @@ def key(default: Any = MISSING, help: str = "", factory: Any = None) -> Any:  # 
 
 @dataclass
 class TargetConfig:
-    cpu: str = key("host", "host: this CPU, every feature it has; portable: a baseline every recent server has "
-                           "(x86-64-v3: AVX2, FMA, BMI2; NEON on arm64), whatever CPU builds it; or a level: "
-                           "x86-64-v2, x86-64-v3, x86-64-v4 (AVX-512)")
-    gpu: str = key("host", "with backend cuda: host (this machine's GPU, autotuned on it) or the GPU to compile for "
-                           "without it: " + ", ".join(GPUS) + " (needs jax's CUDA plugin: '.[cuda13]' or "
-                           "'.[cuda-deviceless]')")
+    cpu: str = setting("host", "host: this CPU, every feature it has; portable: a baseline every recent server has "
+                               "(x86-64-v3: AVX2, FMA, BMI2; NEON on arm64), whatever CPU builds it; or a level: "
+                               "x86-64-v2, x86-64-v3, x86-64-v4 (AVX-512)")
+    gpu: str = setting("host", "with backend cuda: host (this machine's GPU, autotuned on it) or the GPU to compile for "
+                               "without it: " + ", ".join(GPUS) + " (needs jax's CUDA plugin: '.[cuda13]' or "
+                               "'.[cuda-deviceless]')")
 
 
 class Precision(enum.Enum):
@@ -56,46 +56,46 @@ class Precision(enum.Enum):
 
 @dataclass
 class PrecisionConfig:
-    dtype: Precision = key(Precision.float32, "weights stored and compute done in this dtype; inputs and "
-                                              "outputs keep theirs")
-    max_error: Optional[float] = key(None, "the largest error against float32 allowed, relative to each "
-                                           "output's scale (null: no budget); over it the build fails")
+    dtype: Precision = setting(Precision.float32, "weights stored and compute done in this dtype; inputs and "
+                                                  "outputs keep theirs")
+    max_error: Optional[float] = setting(None, "the largest error against float32 allowed, relative to each "
+                                               "output's scale (null: no budget); over it the build fails")
 
 
 @dataclass
 class ParamsConfig:
-    seed: int = key(0, "random init from this seed, unless checkpoint is set")
-    checkpoint: Optional[str] = key(None, "the model's params: a Hugging Face save_pretrained directory "
-                                          "(config.json + model.safetensors: bert, gpt2, vit, resnet50), an orbax "
-                                          "StandardCheckpointer directory (checked leaf by leaf) or a built artifact")
-    checkpoint_key: Optional[str] = key(None, "where the params are in a checkpoint that saved more: model for "
-                                              "{model: ..., optimizer: ...}, 0 for nnx.state((model, optimizer)); "
-                                              "a dotted path")
+    seed: int = setting(0, "random init from this seed, unless checkpoint is set")
+    checkpoint: Optional[str] = setting(None, "the model's params: a Hugging Face save_pretrained directory "
+                                              "(config.json + model.safetensors: bert, gpt2, vit, resnet50), an orbax "
+                                              "StandardCheckpointer directory (checked leaf by leaf) or a built artifact")
+    checkpoint_key: Optional[str] = setting(None, "where the params are in a checkpoint that saved more: model for "
+                                                  "{model: ..., optimizer: ...}, 0 for nnx.state((model, optimizer)); "
+                                                  "a dotted path")
 
 
 @dataclass
 class ShapesConfig:
-    name: str = key(MISSING, "the shapes config's name, recorded in the manifest")
-    dims: dict[str, Any] = key(help="dim name -> size (static) or [min, opt, max] (dynamic)", factory=dict)
-    buckets: dict[str, Any] = key(help="dim name -> pow2 (default), pow2:N, none or a list of sizes: the sizes "
-                                       "precompiled along that dim", factory=dict)
-    max_profiles: int = key(DEFAULT_MAX_PROFILES, "the most executables one build may precompile (profiles are "
-                                                  "the product of the dims' buckets); more is refused")
+    name: str = setting(MISSING, "the shapes config's name, recorded in the manifest")
+    dims: dict[str, Any] = setting(help="dim name -> size (static) or [min, opt, max] (dynamic)", factory=dict)
+    buckets: dict[str, Any] = setting(help="dim name -> pow2 (default), pow2:N, none or a list of sizes: the sizes "
+                                           "precompiled along that dim", factory=dict)
+    max_profiles: int = setting(DEFAULT_MAX_PROFILES, "the most executables one build may precompile (profiles are "
+                                                      "the product of the dims' buckets); more is refused")
 
 
 @dataclass
 class CacheConfig:
-    max_bytes: Optional[str] = key(None, "after each build, remove the least recently used artifacts in artifacts_dir "
-                                         "beyond this size (500MB, 2G); never one being loaded")
-    max_age_days: Optional[float] = key(None, "after each build, remove artifacts not used for this many days")
-    remote: Optional[str] = key(None, "an fsspec URL shared by builders (file:///shared/cache, s3://bucket/x): "
-                                      "looked up before building (downloads verified), uploaded to after")
+    max_bytes: Optional[str] = setting(None, "after each build, remove the least recently used artifacts in artifacts_dir "
+                                             "beyond this size (500MB, 2G); never one being loaded")
+    max_age_days: Optional[float] = setting(None, "after each build, remove artifacts not used for this many days")
+    remote: Optional[str] = setting(None, "an fsspec URL shared by builders (file:///shared/cache, s3://bucket/x): "
+                                          "looked up before building (downloads verified), uploaded to after")
 
 
 @dataclass
 class GenerateConfig:
-    max_length: int = key(256, "task=generate: the key/value cache's positions; the longest prompt plus the new "
-                               "tokens must fit")
+    max_length: int = setting(256, "task=generate: the key/value cache's positions; the longest prompt plus the new "
+                                   "tokens must fit")
 
 
 TASKS = ("forward", "generate")
@@ -103,38 +103,38 @@ TASKS = ("forward", "generate")
 
 @dataclass
 class BuildConfig:
-    model: Any = key(MISSING, "the model: a config group option, or your own (see model.* below)")
-    shapes: ShapesConfig = key(help="input shapes", factory=ShapesConfig)
-    backend: Any = key("cpu", "cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable "
-                              "program for the rest); iree: the CPU program compiled by IREE (pip install -e '.[iree]')")
-    target: TargetConfig = key(help="the machine the executables are for", factory=TargetConfig)
-    optimization_level: int = key(DEFAULT_LEVEL, "0..5: 0..2 lower XLA's LLVM backend level (faster builds, slower code), "
-                                     "3 XLA's default; 4 and 5 equal 3 on the CPU")
-    precision: PrecisionConfig = key(help="compute precision", factory=PrecisionConfig)
-    params: ParamsConfig = key(help="where the weights come from", factory=ParamsConfig)
-    artifacts_dir: str = key("artifacts", "where artifacts go: <artifacts_dir>/<model name>/<build key>/")
-    force: bool = key(False, "rebuild even when the artifact for this build key exists and verifies")
-    cache: CacheConfig = key(help="a budget for artifacts_dir (also: tripy-build gc)", factory=CacheConfig)
-    task: str = key("forward", "forward: the model's apply as one entry; generate: prefill and decode entries over "
-                               "a key/value cache (models with extend: gpt2)")
-    generate: GenerateConfig = key(help="task=generate's settings", factory=GenerateConfig)
-    weights: str = key("prepared", "prepared: weights stored as the prep program makes them (transposed, fused, "
-                                   "BatchNorm folded), placed at load without running it, but not readable back raw "
-                                   "(Executable.weights, params.checkpoint=<artifact>); raw: stored as given")
-    bench: bool = key(False, "after building, measure the artifact in a fresh process (tripy_build bench): "
-                             "latency columns in a sweep's summary, the Pareto front marked")
+    model: Any = setting(MISSING, "the model: a config group option, or your own (see model.* below)")
+    shapes: ShapesConfig = setting(help="input shapes", factory=ShapesConfig)
+    backend: Any = setting("cpu", "cpu, cuda, or several: [cpu,cuda] (executables for the build host's, the portable "
+                                  "program for the rest); iree: the CPU program compiled by IREE (pip install -e '.[iree]')")
+    target: TargetConfig = setting(help="the machine the executables are for", factory=TargetConfig)
+    optimization_level: int = setting(DEFAULT_LEVEL, "0..5: 0..2 lower XLA's LLVM backend level (faster builds, slower code), "
+                                         "3 XLA's default; 4 and 5 equal 3 on the CPU")
+    precision: PrecisionConfig = setting(help="compute precision", factory=PrecisionConfig)
+    params: ParamsConfig = setting(help="where the weights come from", factory=ParamsConfig)
+    artifacts_dir: str = setting("artifacts", "where artifacts go: <artifacts_dir>/<model name>/<build key>/")
+    force: bool = setting(False, "rebuild even when the artifact for this build key exists and verifies")
+    cache: CacheConfig = setting(help="a budget for artifacts_dir (also: tripy-build gc)", factory=CacheConfig)
+    task: str = setting("forward", "forward: the model's apply as one entry; generate: prefill and decode entries over "
+                                   "a key/value cache (models with extend: gpt2)")
+    generate: GenerateConfig = setting(help="task=generate's settings", factory=GenerateConfig)
+    weights: str = setting("prepared", "prepared: weights stored as the prep program makes them (transposed, fused, "
+                                       "BatchNorm folded), placed at load without running it, but not readable back raw "
+                                       "(Executable.weights, params.checkpoint=<artifact>); raw: stored as given")
+    bench: bool = setting(False, "after building, measure the artifact in a fresh process (tripy_build bench): "
+                                 "latency columns in a sweep's summary, the Pareto front marked")
 
 
 @functools.lru_cache(maxsize=None)
 def model_schema(model_cls: type) -> type:
     """A schema for one zoo model: ``_target_``, ``name`` and the model dataclass's own fields."""
-    fields = [("_target_", str, key(f"{model_cls.__module__}.{model_cls.__qualname__}",
-                                    "the model: a class (zoo-style, Flax NNX, Linen, Equinox) or a function")),
-              ("name", str, key(model_cls.name, "the artifact folder's name: <artifacts_dir>/<name>/<key>")),
-              ("padding", dict[str, Any], key(help="dim name -> rows | mask | none | {mask_input: INPUT}: which "
-                                                   "dims may be padded up to a bucket (proven at build); the "
-                                                   "model's own by default",
-                                              factory=lambda: dict(getattr(model_cls, "padding", {}))))]
+    fields = [("_target_", str, setting(f"{model_cls.__module__}.{model_cls.__qualname__}",
+                                        "the model: a class (zoo-style, Flax NNX, Linen, Equinox) or a function")),
+              ("name", str, setting(model_cls.name, "the artifact folder's name: <artifacts_dir>/<name>/<key>")),
+              ("padding", dict[str, Any], setting(help="dim name -> rows | mask | none | {mask_input: INPUT}: which "
+                                                       "dims may be padded up to a bucket (proven at build); the "
+                                                       "model's own by default",
+                                                  factory=lambda: dict(getattr(model_cls, "padding", {}))))]
     hints = typing.get_type_hints(model_cls)
     for f in dataclasses.fields(model_cls):
         default = f.default if f.default is not dataclasses.MISSING else MISSING
@@ -263,7 +263,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if plain["weights"] not in WEIGHT_FORMS:
         raise ConfigError(f"weights: {plain['weights']!r} is not a way to store weights; use one of "
                           f"{', '.join(WEIGHT_FORMS)}.")
-    from ..artifact.describe import parse_size
+    from ..artifact.store import parse_size
     from ..compiler.target import cpu_baseline
 
     cpu_baseline(plain["target"]["cpu"])  # refuses a CPU not described for this machine

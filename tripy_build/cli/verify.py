@@ -23,7 +23,7 @@ from ..artifact.describe import human_size
 from ..artifact.digest import recorded
 from ..artifact.layout import reproducible_files
 from ..artifact.manifest import Manifest
-from ..artifact.read import check_entries, read_files, read_index, read_manifest, unlisted_files
+from ..artifact.read import check_digests, read_files, read_index, read_manifest, unlisted_files
 from ..errors import TripyBuildError
 
 
@@ -60,7 +60,7 @@ def _file_checks(report: Report, root: Path) -> Manifest | None:
     tables = [("manifest", listed)] + ([("index", index)] if index is not None else [])
     for where, table in tables:
         for rel, entry in sorted(table.items()):
-            ok = report.attempt(f"digest {rel}", lambda t={rel: entry}, w=where: check_entries(root, t, w, ()))
+            ok = report.attempt(f"digest {rel}", lambda t={rel: entry}, w=where: check_digests(root, t, w, ()))
             if ok is not None:
                 algorithm, digest = recorded(entry)
                 report.check(True, f"digest {rel}", f"{algorithm} {digest[:16]}... ({where})")
