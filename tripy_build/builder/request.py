@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.spec import NamedDimension
+from ..runtime.save import DEFAULT_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class BuildRequest:
     params_checkpoint_key: str | None = None  # the params' sub-tree in a checkpoint that saved more
     # task=generate: {"max_length": cache positions}; None: the model's forward pass, one entry
     generate: dict[str, Any] | None = None
-    weights: str = "prepared"  # how the artifact stores the weights prep reads: prepared | raw (runtime/save.py)
+    weights: str = DEFAULT_WEIGHTS  # how the artifact stores the weights prep reads: prepared | raw (runtime/save.py)
     # the GPU cuda executables are for: host (this machine's), or a GPU described in compiler/gpu.py (deviceless)
     target_gpu: str = "host"
     # the settings the user left at their defaults (of ``DERIVABLE``), which the build derives from the model's

@@ -20,6 +20,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..builder.request import BuildRequest
+from ..runtime.save import DEFAULT_WEIGHTS
 from ..compiler.gpu import GPUS, HOST as GPU_HOST, spec as gpu_spec
 from ..compiler.optimization import DEFAULT_LEVEL, check_level
 from ..errors import ConfigError, SpecError
@@ -118,7 +119,7 @@ class BuildConfig:
     task: str = setting("forward", "forward: the model's apply as one entry; generate: prefill and decode entries over "
                                    "a key/value cache (models with extend: gpt2)")
     generate: GenerateConfig = setting(help="task=generate's settings", factory=GenerateConfig)
-    weights: str = setting("prepared", "prepared: weights stored as the prep program makes them (transposed, fused, "
+    weights: str = setting(DEFAULT_WEIGHTS, "prepared: weights stored as the prep program makes them (transposed, fused, "
                                        "BatchNorm folded), placed at load without running it, but not readable back raw "
                                        "(Executable.weights, params.checkpoint=<artifact>); raw: stored as given")
     bench: bool = setting(False, "after building, measure the artifact in a fresh process (tripy_build bench): "

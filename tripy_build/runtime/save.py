@@ -42,6 +42,7 @@ from ..errors import SpecError
 from ..host import toolchain
 
 WEIGHT_FORMS = ("prepared", "raw")  # how ``save`` stores the weights prep reads (the module's docstring)
+DEFAULT_WEIGHTS = WEIGHT_FORMS[0]
 
 
 def at_rest(exe: Any, weights: str) -> set[int]:
@@ -58,7 +59,7 @@ def at_rest(exe: Any, weights: str) -> set[int]:
             and len({exe._weights[i].argument for i in chunk.weights}) == 1}
 
 
-def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "", weights: str = "prepared") -> Manifest:
+def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "", weights: str = DEFAULT_WEIGHTS) -> Manifest:
     """Everything the artifact's manifest says about ``exe`` (``artifact.write`` adds the file table); every
     file of it under ``prefix`` (an entry's folder)."""
     import jax
@@ -163,7 +164,7 @@ def _share(m: Manifest, files: dict[str, Any], stored: dict[str, str], preps: li
     return m
 
 
-def save(exe: Any, path: str | os.PathLike, replace: bool = True, weights: str = "prepared",
+def save(exe: Any, path: str | os.PathLike, replace: bool = True, weights: str = DEFAULT_WEIGHTS,
          index_extra: dict[str, Any] | None = None) -> Path:
     """Write ``exe`` (with its other entries, if any) as an artifact; an existing artifact at ``path`` is
     replaced (or kept: ``replace=False``). ``weights``: ``"prepared"`` or ``"raw"`` (the module's docstring);
