@@ -473,3 +473,57 @@ def test_the_warm_up_memory_budget_is_the_weights_size_and_counts_what_the_proce
     held = np.ones(MIN_BUDGET_BYTES // 4 + (16 << 20), np.float32)  # touched: resident
     assert budget.spent()
     del held
+
+
+# --- the latencies split plans use (warmup.calibrate) --------------------------------------------------------
+
+def test_split_latencies_come_only_from_rounds_no_call_came_into():
+    """``calibrate`` times every profile once per round, keeps a round only if no call started during it, and
+    gives each profile's lower quartile over the kept rounds; a profile over ``RUN_LIMIT_S`` is dropped. With
+    calls in flight throughout it gives nothing (then calls pad), rather than timings taken beside them (the
+    warm-up's own, beside ``tripy-build bench``'s stream, made GEGLU's 64 profile look 2x its cost)."""
+    from tripy_build.runtime import warmup
+
+    rounds: list[int] = []
+
+    def time_one(p):
+        if p == 1:
+            rounds.append(len(rounds))
+        if len(rounds) in (2, 4) and p == 8:  # a call arrives during the second and fourth rounds
+            with warmup.calls:
+                pass
+            return 1.0
+        return 30.0 if p == 16 else p * 1e-3 * (1 + len(rounds) / 100)
+
+    got = warmup.calibrate([1, 4, 8, 16], time_one, quiet=False)
+    assert len(rounds) == 7  # five kept, two dropped
+    kept = [r for r in range(1, 8) if r not in (2, 4)]
+    assert got == {p: p * 1e-3 * (1 + kept[1] / 100) for p in (1, 4, 8)}  # the second fastest of five; 16: too slow
+
+
+def test_no_split_latencies_while_calls_are_always_in_flight(call_in_flight):
+    """Without a quiet round (a call in flight throughout, as a server's under a steady stream) nothing is timed."""
+    from tripy_build.runtime import warmup
+
+    timed = []
+    assert warmup.calibrate([1, 4], lambda p: timed.append(p) or 1e-3, quiet=False) == {}
+    assert timed == []
+
+
+def test_both_loaders_split_a_rows_dim_by_their_latencies_and_agree(affine_artifact):
+    """A padded call along a rows dim runs as bucket-sized calls where the loader's latencies say so, with the
+    same result as padding; both loaders plan alike from the same latencies."""
+    path, params = affine_artifact
+    compute_bound = {(1,): 1e-3, (4,): 4e-3, (8,): 8e-3, (16,): 40e-3}  # 13 rows: 8 + 4 + 1 beats one call at 16
+    for loaded in (runtime.load(path, warmup="now"), tb.load(path, warmup="now")):
+        route = loaded._dispatcher.route([(13, 8)], compute_bound)
+        assert [(a, b) for a, b, _ in route.split[1]] == [(0, 8), (8, 12), (12, 13)]
+        padded = np.asarray(loaded(_x(13)))
+        loaded._latency.clear()
+        loaded._latency.update(compute_bound)
+        loaded._fast.clear()
+        getattr(loaded, "_runners", {}).clear()
+        split = np.asarray(loaded(_x(13)))
+        assert split.shape == (13, 6)
+        assert_close(split, affine(jnp.asarray(_x(13)), params))
+        np.testing.assert_allclose(split, padded, rtol=1e-6, atol=1e-6)

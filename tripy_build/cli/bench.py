@@ -11,8 +11,9 @@ Run in a fresh process, it measures, side by side in one run:
   50-1400 ms here, running a precompiled bucket for the first time a few ms);
 - steady latency (median, p90, p99), once both loaders' background warm-up is done, at min, opt, max
   and at shapes sampled from the stream, with the route each takes (an exact profile, padded to a
-  bucket, or compiled on first use) and the padding overhead: the ratio to the same program compiled
-  by ``jax.jit`` for exactly that shape, timed interleaved with it.
+  bucket, split into bucket-sized calls, or compiled on first use; the runtime's where it differs) and the
+  padding overhead: the ratio to the same program compiled by ``jax.jit`` for exactly that shape, timed
+  interleaved with it. ``bench/split_vs_pad.py`` times a rows dim's every size padded and split.
 
 All of it for both loaders (``tripy_build.load`` and the jax-free ``tripy_build.runtime.load``), except
 the ratio to ``jax.jit`` (``tb.load``'s). ``--threads 1,2`` runs the whole bench once per count, each in a
@@ -77,11 +78,13 @@ def _steady(fns: dict[str, Any], args: dict[str, Sequence[Any]], budget_s: float
 
 
 def _route_label(exe: Any, shapes: Sequence[Sequence[int]]) -> str:
-    route = exe.dispatcher.route(shapes, exe._latency)
+    """The route a loader (``tb.load``'s ``Executable`` or the runtime's ``Runtime``) takes at ``shapes``, split
+    plans included (its warm-up's latencies, ``warmup.calibrate``)."""
+    route = exe._dispatcher.route(shapes, exe._latency)
     if route.split is not None:
         return "split " + "+".join(",".join(map(str, sub.target)) for _, _, sub in route.split[1])
     target = ",".join(map(str, route.target))
-    if route.target in exe.dispatcher.profiles:
+    if route.target in exe._dispatcher.profiles:
         return f"padded->{target}" if route.padded else "exact"
     return f"compiled {target}" + (" (padded)" if route.padded else "")
 
@@ -228,7 +231,8 @@ def run(path: str, stream: int = 200, seed: int = 0, sample_shapes: int = 8, bud
         ours, theirs = _percentiles(samples["tripy_build"]), _percentiles(samples["jax.jit"])
         shapes.append({
             "label": label, "sizes": {d.name or d.symbol: n for d, n in zip(dims, sizes)},
-            "route": _route_label(exe, [a.shape for a in x]), **ours,
+            "route": _route_label(exe, [a.shape for a in x]),
+            "runtime_route": _route_label(rt, [a.shape for a in x]), **ours,
             "runtime_median_ms": _percentiles(samples["runtime"])["median_ms"],
             "jit_median_ms": theirs["median_ms"], "overhead": ours["median_ms"] / theirs["median_ms"],
         })
@@ -285,9 +289,10 @@ def report(result: dict[str, Any]) -> str:
     lines += ["", header, "  " + "-" * (len(header) - 2)]
     for r in result["shapes"]:
         sizes = " ".join(f"{k}={v}" for k, v in r["sizes"].items())
+        theirs = r.get("runtime_route", r["route"])
         lines.append(f"  {r['label']:<10} {sizes:<26} {r['route']:<22} {r['median_ms']:>7.3f}ms {r['p90_ms']:>7.3f}ms "
                      f"{r['p99_ms']:>7.3f}ms {r['runtime_median_ms']:>7.3f}ms {r['jit_median_ms']:>7.3f}ms "
-                     f"{r['overhead']:>5.2f}x")
+                     f"{r['overhead']:>5.2f}x" + ("" if theirs == r["route"] else f"  (runtime: {theirs})"))
     lines.append(f"  padding overhead (median over shapes of tripy_build / exact-shape jax.jit): "
                  f"{result['padding_overhead_median']:.2f}x")
     return "\n".join(lines)

@@ -6,9 +6,9 @@ outputs sliced back on the host, never with jax ops, which would compile once pe
 without declared padding keep their size; if the resulting shapes are no profile's, the caller
 compiles them on first use. ``DimSize`` inputs always receive the true (unpadded) sizes.
 
-A ``rows`` dim may instead be split: 39 rows run as 32 + 8 (7 of them real) rather than as 64, when
-the profiles' measured latencies say two calls cost less than one padded call (``split_plan``).
-Padding wastes up to half the work at power-of-two buckets; compute-bound models feel that.
+A ``rows`` dim may instead be split: 34 rows run as 32 + 2 rather than as 64, when the profiles' latencies
+(timed after the warm-up, ``runtime/warmup.calibrate``) say the calls cost well under one padded call
+(``split_plan``). Padding wastes up to half the work at power-of-two buckets; compute-bound models feel that.
 """
 
 from __future__ import annotations
@@ -41,31 +41,46 @@ class Route:
         return any(self.pad)
 
 
-SPLIT_CALL_COST_S = 50e-6  # one more call plus concatenating outputs, charged against a split
-SPLIT_MIN_GAIN = 0.8  # split only if estimated at most this fraction of the padded call (estimates vary ~30%)
+SPLIT_CALL_COST_S = 50e-6
+"""One more call, its slice and pad, and concatenating the outputs, charged against a split per extra call:
+bench/split_vs_pad.py measured 30-50 us through tb.load (GEGLU, 33-48 rows as 32 + 1..16), less through the
+runtime."""
+
+SPLIT_MIN_GAIN = 0.7
+"""Split only where estimated at most this fraction of the padded call. A profile's latency moves ~1.8x with
+the machine's load (XLA's second thread free or not: GEGLU's batch 32 runs 0.42 or 0.77 ms on the 2-core VM),
+between the warm-up's timing and a call; at 0.8, bench/split_vs_pad.py measured a split taken (39 rows as
+32 + 8) 13% slower than padding. Splits that halve a call (the transformer block's 34 x 64 as 32 + 2:
+13 ms against 27) are kept; GEGLU's 15-25% gains are not."""
 
 
-def split_plan(n: int, buckets: Sequence[int], cost: Callable[[int], float | None]) -> list[int] | None:
+def split_plan(n: int, buckets: Sequence[int], cost: Callable[[int], float | None], call_cost: float = SPLIT_CALL_COST_S,
+               min_gain: float = SPLIT_MIN_GAIN) -> list[int] | None:
     """Chunk sizes for ``n`` rows that minimise estimated latency, or None if one padded call is best.
 
-    ``cost(bucket)`` is a profile's measured latency (None if not measured yet: then no split). Each
-    chunk runs at the smallest bucket covering it; every chunk after the first costs
-    ``SPLIT_CALL_COST_S`` more.
+    ``cost(bucket)`` is a profile's measured latency (None if not measured: then no split). Only the buckets
+    up to the one ``n`` pads to count (no chunk needs a larger one), so only theirs must be measured. Each
+    chunk runs at the smallest bucket covering it; every chunk after the first costs ``call_cost`` more,
+    and the split must be estimated at most ``min_gain`` of the padded call.
     """
-    costs = {b: cost(b) for b in buckets}
-    if any(c is None for c in costs.values()) or n <= 1:
+    top = min((b for b in buckets if b >= n), default=None)
+    if top is None or n <= 1:
         return None
-    cover = lambda m: min((b for b in buckets if b >= m), key=lambda b: costs[b], default=None)  # noqa: E731
+    usable = sorted(b for b in buckets if b <= top)
+    costs = {b: cost(b) for b in usable}
+    if any(c is None for c in costs.values()):
+        return None
+    cover = lambda m: min((b for b in usable if b >= m), key=lambda b: costs[b], default=None)  # noqa: E731
     best: dict[int, tuple[float, list[int]]] = {0: (0.0, [])}
     for m in range(1, n + 1):
-        options = [(costs[b] + SPLIT_CALL_COST_S + best[m - b][0], [b, *best[m - b][1]]) for b in buckets if b < m]
+        options = [(costs[b] + call_cost + best[m - b][0], [b, *best[m - b][1]]) for b in usable if b < m]
         c = cover(m)
         if c is not None:
-            options.append((costs[c] + SPLIT_CALL_COST_S, [m]))
+            options.append((costs[c] + call_cost, [m]))
         best[m] = min(options, key=lambda o: o[0])
     single = cover(n)
     total, chunks = best[n]
-    if single is None or len(chunks) < 2 or total - SPLIT_CALL_COST_S > SPLIT_MIN_GAIN * costs[single]:
+    if single is None or len(chunks) < 2 or total - call_cost > min_gain * costs[single]:
         return None
     return sorted(chunks, reverse=True)
 
@@ -151,17 +166,20 @@ class Dispatcher:
                     continue
                 chunks = split_plan(n, d.buckets, lambda b, at=di, t=single.target: latency.get(t[:at] + (b,) + t[at + 1:]))
                 if chunks:
-                    parts, start = [], 0
-                    for c in chunks:
-                        stop = min(start + c, n)
-                        sub = [tuple(stop - start if (li, a) in d.uses else k for a, k in enumerate(s))
-                               for li, s in enumerate(shapes)]
-                        parts.append((start, stop, self._route(sub)))
-                        start = stop
-                    return Route(single.target, single.shapes, single.pad, single.slices, single.sizes,
-                                 (di, tuple(parts)))
+                    return self.split_route(shapes, di, chunks)
                 break
         return single
+
+    def split_route(self, shapes: Sequence[Sequence[int]], di: int, chunks: Sequence[int]) -> Route:
+        """``shapes`` run as calls of ``chunks`` rows each along dim ``di`` (a ``rows`` dim), in order."""
+        single, n = self._route(shapes), self.sizes_of(shapes)[di]
+        d, parts, start = self.dims[di], [], 0
+        for c in chunks:
+            stop = min(start + c, n)
+            sub = [tuple(stop - start if (li, a) in d.uses else k for a, k in enumerate(s)) for li, s in enumerate(shapes)]
+            parts.append((start, stop, self._route(sub)))
+            start = stop
+        return Route(single.target, single.shapes, single.pad, single.slices, single.sizes, (di, tuple(parts)))
 
     def _route(self, shapes: Sequence[Sequence[int]]) -> Route:
         sizes = self.sizes_of(shapes)

@@ -37,7 +37,8 @@ from ..core.signature import (Parameter, array_types, bind_call, check_leaf, che
 from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
 from ..errors import CallError
 from .compile_cache import key as compile_cache_key, shared as shared_compile_cache
-from .warmup import Warmed, calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order
+from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, start as start_warmup, stopping as warmup_stopping,
+                     too_costly, warm_in_order)
 from .xla import compile_shapes, load as load_xla, local_platform, serialize as serialize_xla
 from .program import PrepChunk, Program, Stored, Weight, resolve
 from .entries import MultiEntry
@@ -115,7 +116,8 @@ class Executable(MultiEntry):
         self._origin = origin  # (artifact path, self-test entries) for a loaded executable
         self._selftest_cache: tuple[list, dict[str, bytes]] | None = None
         self._by_target: dict[tuple[int, ...], Any] = {p.target: p for p in self._precompiled}
-        self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile, measured by warm_up
+        self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile for split plans (warmup.calibrate)
+        self._run_s: dict[tuple[int, ...], float] = {}  # a run of each profile the warm-up ran (its fastest)
         self._universal: Precompiled | None = None  # one executable for every shape (IREE's dynamic module)
         self.compiler = compiler or Compiler()  # which compiler made the executables, and how
         # platform -> the XLA options its executables were compiled with; run-time compiles use them too
@@ -363,17 +365,22 @@ class Executable(MultiEntry):
         scheduling class, it runs profiles until one takes longer than
         ``warmup.RUN_LIMIT_S`` and only deserializes the rest (within ``warmup.MemoryBudget``, the large
         ones in quiet moments), and only deserializes one ``warmup.too_costly`` to run. A call that needs
-        a profile first warms it itself.
+        a profile first warms it itself. A second thread then times the profiles it ran, in quiet moments,
+        for split plans (``warmup.calibrate``); without ``background`` they are timed before it returns.
         """
-        profiles = sorted(self._precompiled, key=lambda p: math.prod(p.target))
-        if self._universal is not None:
-            profiles = [self._universal]
+        profiles = self._warm_order()
         if not background:
             for p in profiles:
                 self._warm(p)
+            self._calibrate(quiet=False)
             return None
-        self._warming = start_warmup(lambda: self._warm_all(profiles))
+        self._warming = start_warmup(lambda: self._warm_all(profiles), then=self._calibrate)
         return self._warming
+
+    def _warm_order(self) -> list[Precompiled]:
+        if self._universal is not None:
+            return [self._universal]
+        return sorted(self._precompiled, key=lambda p: math.prod(p.target))
 
     def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
         def costly(p: Precompiled) -> bool:
@@ -383,21 +390,44 @@ class Executable(MultiEntry):
         try:
             warm_in_order(profiles, self._warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
                           warmup_stopping, costly=costly, size=lambda p: len(p.blob), target=lambda p: p.target)
-            self._runners.clear()  # routes planned before the latencies were known
-            self._fast.clear()
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it
             log.warning("%s: background warm-up stopped: %s", self._name, e)
 
-    def _warm(self, p: Precompiled) -> Warmed | None:
-        """Prepare ``p`` and run it once if no call has (its first run is the slow one), then time it for
-        split plans (outside its lock: a call that needs the profile does not wait for the timing). What
-        that cost (``warmup.Warmed``), or None where a call prepared it or it was timed already."""
-        if p.target in self._latency:
-            return None
+    def _calibrate(self, quiet: bool = True) -> None:
+        """Time the profiles the warm-up ran (each within ``warmup.RUN_LIMIT_S``) for split plans, by
+        ``warmup.calibrate``: only a ``rows`` dim is split, so only an artifact that has one."""
+        if self._universal is not None or not any(d.padding == "rows" for d in self.dims):
+            return
+        timed = [p for p in self._precompiled if p.call is not None and self._run_s.get(p.target, 1e9) <= RUN_LIMIT_S]
+        runs = {p.target: (p.call, self._zeros_args(p)) for p in timed}
+
+        def time_one(target: tuple[int, ...]) -> float:
+            call, args = runs[target]
+            return fastest_run(lambda: jax.block_until_ready(call(*args)), budget_s=0, most=1)
+
+        try:
+            latency = calibrate(sorted(runs, key=math.prod), time_one, warmup_stopping, quiet)
+        except Exception as e:  # noqa: BLE001 - without latencies a call pads, as before the warm-up
+            log.warning("%s: timing the profiles for split plans stopped: %s", self._name, e)
+            return
+        self._latency.update(latency)
+        self._runners.clear()  # routes planned before the latencies were known
+        self._fast.clear()
+
+    def _zeros_args(self, p: Precompiled) -> tuple[Any, ...]:
+        """Every argument of a run of ``p`` on zeros: the weights, the inputs at its shapes, its dims' sizes."""
         shapes = self._dispatcher.leaf_shapes(p.target if p is not self._universal else
                                               tuple(d.bounds[1] for d in self.dims))
         zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
-        args = (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
+        return (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
+
+    def _warm(self, p: Precompiled) -> Warmed | None:
+        """Prepare ``p`` and run it once if no call has (its first run is the slow one), then time it (outside
+        its lock: a call that needs the profile does not wait for the timing). What that cost
+        (``warmup.Warmed``), or None where a call prepared it or it was timed already."""
+        if p.target in self._run_s:
+            return None
+        args = self._zeros_args(p)
         t0 = time.perf_counter()
         call = p.ready()
         if call is None:
@@ -408,8 +438,8 @@ class Executable(MultiEntry):
                 jax.block_until_ready(call(*args))
                 p.warm = True
         prepare = time.perf_counter() - t0
-        self._latency[p.target] = fastest_run(lambda: jax.block_until_ready(call(*args)))
-        return Warmed(prepare, self._latency[p.target]) if ran else None
+        self._run_s[p.target] = fastest_run(lambda: jax.block_until_ready(call(*args)))
+        return Warmed(prepare, self._run_s[p.target]) if ran else None
 
     def __repr__(self) -> str:
         args = ", ".join(f"{name}: {info!r}" for name, info in self.input_infos.items())
@@ -517,7 +547,14 @@ class Executable(MultiEntry):
         run = self._runners.get(shapes)
         if run is not None:
             return run
-        route = self._dispatcher.route(shapes, self._latency)
+        run = self._route_runner(self._dispatcher.route(shapes, self._latency))
+        if len(self._runners) >= _FAST_CACHE_LIMIT:
+            self._runners.clear()
+        self._runners[shapes] = run
+        return run
+
+    def _route_runner(self, route: dispatch.Route) -> Callable:
+        """A function of the flat (validated) inputs that runs them by ``route``."""
         if self._universal is not None:  # every shape runs as it is
             fn, lead, sizes = self._universal.ready(), tuple(self._leading), tuple(np.int32(n) for n in route.sizes)
 
@@ -536,9 +573,6 @@ class Executable(MultiEntry):
             def run(leaves: Sequence[Any]) -> Any:
                 outs = self._dispatcher.run(route, leaves, self._run_flat)
                 return jax.tree_util.tree_unflatten(tree, [jax.device_put(o) for o in outs])
-        if len(self._runners) >= _FAST_CACHE_LIMIT:
-            self._runners.clear()
-        self._runners[shapes] = run
         return run
 
     def _run_flat(self, target: tuple[int, ...], leaves: Sequence[Any], sizes: Sequence[int]) -> list[Any]:

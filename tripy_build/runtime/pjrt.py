@@ -46,8 +46,8 @@ from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 from .entries import MultiEntry, Shared
-from .warmup import (Warmed, calls, fastest_run, start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order,
-                     yield_to_calls)
+from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, start as start_warmup, stopping as warmup_stopping,
+                     too_costly, warm_in_order, yield_to_calls)
 
 _client = None
 _client_lock = threading.Lock()
@@ -167,6 +167,8 @@ class Runtime(MultiEntry):
         self._sizes = {t: len(c.files[e.file]) for t, e in self._profiles.items()}  # executables' bytes
         self._generation: _Steps | None = None  # generation_steps(), made on first use (MultiEntry)
         self._ran: set[tuple[int, ...]] = set()  # profiles run at least once (their first run is the slow one)
+        self._run_s: dict[tuple[int, ...], float] = {}  # a run of each profile the warm-up ran (its fastest)
+        self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile for split plans (warmup.calibrate)
         self._lock = threading.Lock()
         self._full: Any = None
         self._dispatcher = Dispatcher(m.dims, [info.shape_bounds.opt for _, info in self._leaves],
@@ -262,13 +264,35 @@ class Runtime(MultiEntry):
         deserializes the rest, within ``warmup.MemoryBudget``, the large ones in quiet moments; a profile
         ``warmup.too_costly`` to run it only deserializes. A call that
         needs a profile before the thread reaches it prepares that one itself (each profile has its own
-        lock, so it never waits for another's).
+        lock, so it never waits for another's). A second thread then times the profiles it ran, in quiet
+        moments, for split plans (``warmup.calibrate``); ``warmup="now"`` times them before returning.
         """
         if not background:
             self._warm_all(stop=lambda: False, limit=float("inf"), judge=False)
+            self._calibrate(quiet=False)
             return None
-        self._warming = start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=None, costly=self._too_costly))
+        self._warming = start_warmup(lambda: self._warm_all(stop=warmup_stopping, limit=None, costly=self._too_costly),
+                                     then=self._calibrate)
         return self._warming
+
+    def _calibrate(self, quiet: bool = True) -> None:
+        """Time the profiles the warm-up ran (each within ``warmup.RUN_LIMIT_S``) for split plans, by
+        ``warmup.calibrate``: only a ``rows`` dim is split, so only an artifact that has one."""
+        if self._iree is not None or not self._placed or not any(d.padding == "rows" for d in self._dispatcher.dims):
+            return
+        runs = {t: (self._compiled[t], self._zeros_args(t)) for t, s in list(self._run_s.items())
+                if s <= RUN_LIMIT_S and t in self._compiled}
+        latency = calibrate(sorted(runs, key=lambda t: int(np.prod(t))),
+                            lambda t: fastest_run(lambda: runs[t][0](runs[t][1]), budget_s=0, most=1),
+                            warmup_stopping, quiet)
+        self._latency.update(latency)
+        self._fast.clear()  # routes planned before the latencies were known
+
+    def _zeros_args(self, target: tuple[int, ...]) -> list[Any]:
+        """Every argument of a run of ``target`` on zeros: the weights, the inputs at its shapes, its dims' sizes."""
+        shapes = self._dispatcher.leaf_shapes(target)
+        zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
+        return [*self._leading, *zeros, *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]]
 
     def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False, judge: bool = True) -> None:
         """``judge``: time each profile's steady run to tell whether its first call would be late; without
@@ -297,22 +321,27 @@ class Runtime(MultiEntry):
     def _warm(self, target: tuple[int, ...], judge: bool = True) -> Warmed | None:
         """Run a profile once on zeros, if no call has, then twice more: what preparing it cost (its
         deserializing, whenever that was, and the first run) against the faster of the next two
-        (``warmup.Warmed``). None for one a call ran already, and without ``judge`` (run once only)."""
+        (``warmup.Warmed``). None for one a call ran already (timed all the same, as ``tb.load`` does), and
+        without ``judge`` (run once only; that run is its time for ``_calibrate``: no faster than steady)."""
         with self._locks[target]:
-            if target in self._ran:
-                return None
-            shapes = self._dispatcher.leaf_shapes(target)
-            zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
-            args = [*self._leading, *zeros, *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]]
+            ran = target not in self._ran
+            args = self._zeros_args(target)
             compiled = self._profile(target)
-            t0 = time.perf_counter()
-            compiled(args)
-            self._ran.add(target)
-            prepare = compiled.seconds + time.perf_counter() - t0
+            if ran:
+                t0 = time.perf_counter()
+                compiled(args)
+                self._ran.add(target)
+                first = time.perf_counter() - t0
         if not judge:
+            if ran:
+                self._run_s[target] = first
+            return None
+        if not ran:
+            self._run_s[target] = fastest_run(lambda: compiled(args))
             return None
         # the faster of two: a call running beside one would make its profile look on time
-        return Warmed(prepare, fastest_run(lambda: compiled(args), budget_s=float("inf"), most=2))
+        self._run_s[target] = fastest_run(lambda: compiled(args), budget_s=float("inf"), most=2)
+        return Warmed(compiled.seconds + first, self._run_s[target])
 
     def _deserialize(self, target: tuple[int, ...]) -> None:
         with self._locks[target]:
@@ -398,13 +427,16 @@ class Runtime(MultiEntry):
         # Host arrays only: a jax array belongs to jax's own PJRT client, not this one (on the CPU,
         # np.asarray of it is a view, not a copy).
         leaves[:] = [x if type(x) is np.ndarray else np.asarray(x) for x in leaves]
-        route = self._dispatcher.route(shapes)
+        return self._route_runner(self._dispatcher.route(shapes, self._latency))
+
+    def _route_runner(self, route: Any) -> Any:
+        """How to run flat host inputs by ``route`` (a ``dispatch.Route``), or None when it needs a compile."""
         if self._iree is not None:
             sizes = [np.asarray(n, np.int32) for n in route.sizes]
             return lambda xs: self._iree.flat([*xs, *sizes])
         if route.target not in self._profiles:
             return None
-        if not route.padded:
+        if route.split is None and not route.padded:
             return lambda xs: self._run_profile(route.target, xs, route.sizes)
         return lambda xs: self._dispatcher.run(route, xs, self._run_profile)
 

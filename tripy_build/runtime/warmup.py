@@ -82,10 +82,18 @@ class Calls:
         self._cond = threading.Condition()
         self._active = 0
         self._ended = 0.0
+        self._started = 0
 
     def __enter__(self) -> None:
         with self._cond:
             self._active += 1
+            self._started += 1
+
+    def token(self) -> int | None:
+        """None while a call is in flight; else a token that ``token()`` returns again only while no call
+        has started since (``calibrate`` keeps a round of timings only if none came in during it)."""
+        with self._cond:
+            return None if self._active else self._started
 
     def __exit__(self, *exc: Any) -> None:
         with self._cond:
@@ -222,26 +230,82 @@ def fastest_run(run: Callable[[], Any], budget_s: float = 0.004, most: int = 10)
     return best
 
 
+CALIBRATE_ROUNDS, CALIBRATE_MIN_ROUNDS = 5, 3
+"""``calibrate`` times each profile in this many interleaved rounds (and gives up with fewer than the second)."""
+
+
+def calibrate(profiles: Sequence[Any], time_one: Callable[[Any], float], stop: Callable[[], bool] = lambda: False,
+              quiet: bool = True, rounds: int | None = None) -> dict[Any, float]:
+    """Each profile's latency for split plans (``core.dispatch.split_plan``): the lower quartile of its times
+    over ``rounds`` interleaved rounds (the second fastest of 5), each round timing every profile once
+    (``time_one``: one run on zeros, waited for), the cheapest first; a profile over ``RUN_LIMIT_S`` in a
+    round is not timed again, nor given.
+
+    A split is planned from these, so they must be what a call would see, and the warm-up's own timings are
+    not: taken beside the calls that follow ``load`` (and at the idle scheduling class), they were up to 20x
+    the steady latency, and ``tripy-build bench`` ran GEGLU's batch 63 as 32 + 32 (0.9 ms) instead of one
+    call at 64 (0.84) because the 64 profile had been timed at 1.6 ms beside the stream (0.77 steady). So a
+    round starts only at a quiet moment (no call of this process in flight for ``QUIET_S``; without ``quiet``
+    it does not wait) and is dropped if a call started during it; interleaving spreads other processes' load
+    over every profile alike, and the lower quartile drops the rounds it hit. Not the median: on a quiet
+    machine XLA's runs are bimodal (GEGLU's batch 32: 0.44 or 0.75 ms, as its pool's second thread joins the
+    work or not), and a median of 5 took either. ``{}`` (no split plans) when fewer than
+    ``CALIBRATE_MIN_ROUNDS`` rounds were kept out of four times as many tries, or on ``stop``. Run it on a
+    thread at the normal scheduling class: at the idle class a run waits for every other process's work.
+    """
+    rounds = CALIBRATE_ROUNDS if rounds is None else rounds
+    live, samples = list(profiles), {p: [] for p in profiles}
+    kept = 0
+    for _ in range(4 * rounds):
+        if kept == rounds or not live or stop():
+            break
+        if quiet:
+            calls.wait_quiet(stop)
+        token = calls.token()
+        if token is None:
+            if not quiet:
+                time.sleep(QUIET_S / 5)
+            continue
+        times = [time_one(p) for p in live]
+        if calls.token() != token:
+            continue
+        kept += 1
+        for p, t in zip(live, times):
+            samples[p].append(t)
+        live = [p for p, t in zip(live, times) if t <= RUN_LIMIT_S]
+    if kept < CALIBRATE_MIN_ROUNDS or stop():
+        return {}
+    return {p: float(sorted(v)[len(v) // 4]) for p, v in samples.items() if len(v) == kept}
+
+
 _WARMUPS: set[threading.Thread] = set()
 _WARMUPS_LOCK = threading.Lock()
 _STOPPING = threading.Event()
 
 
-def start(target: Callable[[], None]) -> threading.Thread:
+def start(target: Callable[[], None], then: Callable[[], None] | None = None) -> threading.Thread:
     """Run ``target`` on a daemon warm-up thread, registered so that exit waits for its current profile.
-    The thread starts at the normal scheduling class: ``warm_in_order`` moves it to the idle one."""
-    def run() -> None:
+    The thread starts at the normal scheduling class: ``warm_in_order`` moves it to the idle one. ``then``
+    runs once ``target`` is done, on a second such thread that stays at the normal class (``calibrate``
+    times runs there: a thread cannot leave the idle class); the thread returned is the last to end."""
+    def run(fn: Callable[[], None], after: threading.Thread | None = None) -> None:
         try:
-            target()
+            if after is not None:
+                after.join()
+            if after is None or not stopping():
+                fn()
         finally:
             with _WARMUPS_LOCK:
                 _WARMUPS.discard(threading.current_thread())
 
-    thread = threading.Thread(target=run, name="tripy_build-warmup", daemon=True)
+    first = threading.Thread(target=run, args=(target,), name="tripy_build-warmup", daemon=True)
+    threads = [first] + ([threading.Thread(target=run, args=(then, first), name="tripy_build-calibrate", daemon=True)]
+                         if then is not None else [])
     with _WARMUPS_LOCK:
-        _WARMUPS.add(thread)
-    thread.start()
-    return thread
+        _WARMUPS.update(threads)
+    for t in threads:
+        t.start()
+    return threads[-1]
 
 
 def yield_to_calls() -> None:
