@@ -87,14 +87,29 @@ print(json.dumps({"load_s": load_s, "calls": [[list(s), t, steady[s], list(route
 # reruns: calls per shape after the stream for its steady latency (BERT-base: 0.02-3 s a call)
 MODELS = {"geglu": {"dims": [[1, 64]], "tail": [512], "reruns": 3},
           "transformer": {"dims": [[1, 64], [1, 256]], "tail": [256], "reruns": 3},
-          "bert": {"dims": [[1, 8], [1, 512]], "tail": [], "vocab": 30522, "reruns": 1}}
+          "bert": {"dims": [[1, 8], [1, 512]], "tail": [], "vocab": 30522, "reruns": 1},
+          "bert-tiny": {"dims": [[1, 8], [1, 64]], "tail": [], "vocab": 99, "reruns": 3}}
+
+# bert-tiny: Hugging Face's BertModel at 2 layers of hidden 32 (tests/build/test_pretrained.py's), from its
+# save_pretrained checkpoint, batch [1, 2, 8] x seq [1, 16, 64]: 4 x 7 = 28 profiles of ~260 KB each
+TINY_BERT = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                 max_position_embeddings=64)
 
 
 def build(model: str, root: Path, python: str) -> str:
     out = root / "artifacts"
-    subprocess.run([python, "-m", "tripy_build", f"model={model}", f"artifacts_dir={out}"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return str(next((out / model).iterdir()))
+    extra = []
+    if model == "bert-tiny":
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        transformers.BertModel(transformers.BertConfig(**TINY_BERT)).eval().save_pretrained(root / "hf-bert-tiny")
+        extra = [f"params.checkpoint={root / 'hf-bert-tiny'}", "shapes.dims.batch=[1,2,8]", "shapes.dims.seq=[1,16,64]"]
+    name = model.split("-")[0]
+    subprocess.run([python, "-m", "tripy_build", f"model={name}", f"artifacts_dir={out}", *extra], check=True,
+                   stdout=subprocess.DEVNULL, env={**os.environ, "TRIPY_BUILD_NO_MEMO": "1"})
+    return str(max((out / name).iterdir(), key=lambda p: p.stat().st_mtime))
 
 
 def run(python: str, cfg: dict, pin: bool) -> dict:
@@ -122,6 +137,21 @@ def summarize(result: dict) -> dict:
             "first_over_ms": sorted(round((c[1] - 2 * c[2]) * 1e3, 1) for c in over)}
 
 
+def line(model: str, loader: str, pin: bool, s: dict, what: str = "") -> str:
+    return (f"{model:12} {('tripy_build.runtime' if loader == 'runtime' else 'tb.load'):20} "
+            f"{'1 core' if pin else 'all cores':9} load {s['load_ms']:6.0f} ms  stalls {s['stalls']:g}/{s['calls']}  "
+            f"worst x{s['worst_ratio']:.1f} (+{s['worst_excess_ms']:.1f} ms)  1st call > 2x steady + 1 ms: "
+            f"{s['first_over']:g}/{s['profiles_reached']:g} profiles " + (what or str(s["first_over_ms"][:6])))
+
+
+def median(summaries: list[dict]) -> dict:
+    """Each number's median over runs (each taken apart: the worst call's ratio and excess from different runs)."""
+    import numpy as np
+
+    keys = ("load_ms", "stalls", "worst_ratio", "worst_excess_ms", "first_over", "profiles_reached")
+    return {**summaries[0], **{k: float(np.median([s[k] for s in summaries])) for k in keys}}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
@@ -132,6 +162,8 @@ def main(argv=None) -> int:
     p.add_argument("--artifact", action="append", default=[], metavar="MODEL=PATH",
                    help="use this built artifact for MODEL instead of building it (bert: bench/real_models.py "
                         "leaves one in its --workdir, under bert/tb-artifacts/bert/)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of each configuration (fresh processes, interleaved); a median row follows (default 1)")
     p.add_argument("--json", help="also write the summaries to this file")
     args = p.parse_args(argv)
     python = sys.executable
@@ -141,17 +173,19 @@ def main(argv=None) -> int:
         given = dict(a.split("=", 1) for a in args.artifact)
         for model in args.models.split(","):
             art = given.get(model) or build(model, root, python)
-            for pin in ([False] if args.no_pinned else [True, False]):
-                for loader in args.loaders.split(","):
+            configs = [(pin, loader) for pin in ([False] if args.no_pinned else [True, False])
+                       for loader in args.loaders.split(",")]
+            runs: dict[tuple, list[dict]] = {c: [] for c in configs}
+            for _ in range(args.repeats):
+                for pin, loader in configs:
                     cfg = {"art": art, "loader": loader, "calls": args.calls, **MODELS[model]}
                     s = summarize(run(python, cfg, pin))
+                    runs[(pin, loader)].append(s)
                     rows.append({"model": model, "loader": loader, "pinned": pin, **s})
-                    print(f"{model:12} {('tripy_build.runtime' if loader == 'runtime' else 'tb.load'):20} "
-                          f"{'1 core' if pin else 'all cores':9} load {s['load_ms']:6.0f} ms  "
-                          f"stalls {s['stalls']}/{s['calls']}  worst x{s['worst_ratio']:.1f} "
-                          f"(+{s['worst_excess_ms']:.1f} ms)  1st call > 2x steady + 1 ms: "
-                          f"{s['first_over']}/{s['profiles_reached']} profiles {s['first_over_ms'][:6]}",
-                          flush=True)
+                    print(line(model, loader, pin, s), flush=True)
+            if args.repeats > 1:
+                for (pin, loader), ss in runs.items():
+                    print(line(model, loader, pin, median(ss), f"median of {len(ss)}"), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -38,6 +38,15 @@ def affine_artifact(tmp_path_factory):
     return path, params
 
 
+@pytest.fixture
+def background_warm_up(monkeypatch):
+    """Loads as a large model's (``warmup.prepare_at_load`` says no: its profiles' preparation would break the
+    cold start): ``load`` returns at once and the background warm-up prepares the profiles."""
+    from tripy_build.runtime import warmup
+
+    monkeypatch.setattr(warmup, "PREPARE_AT_LOAD_S", 0.0)
+
+
 def _x(n, seed=0):
     return np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
 
@@ -238,7 +247,7 @@ def test_outputs_of_dtypes_dlpack_lacks_come_back(tmp_path):
         np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
 
 
-def test_background_warm_up_prepares_every_profile_and_then_yields_to_calls(affine_artifact):
+def test_background_warm_up_prepares_every_profile_and_then_yields_to_calls(affine_artifact, background_warm_up):
     """The default warm-up deserializes and runs each profile once, on a thread that yields every core to calls
     once it has prepared the profiles whose first call would have been late."""
     import os
@@ -284,7 +293,8 @@ def _join_warmups():
         t.join(30)
 
 
-def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine_artifact, monkeypatch):
+def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine_artifact, background_warm_up,
+                                                                          monkeypatch):
     """A profile XLA counts above ``RUN_LIMIT_FLOPS`` is deserialized, never run on zeros (a run of ViT's
     opt profile held the cores for 1.6 s after load), once the warm-up has found a profile whose first call
     would be on time: the smallest is run to learn that. ``warmup="now"`` still runs every profile."""
@@ -316,7 +326,8 @@ def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # "now" warms on this thread, which keeps its class
 
 
-def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_artifact, call_in_flight, monkeypatch):
+def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_artifact, background_warm_up, call_in_flight,
+                                                                     monkeypatch):
     """A profile whose executable is over QUIET_ABOVE_BYTES (BERT-base's: 100-150 ms of deserializing on XLA's
     own pool threads, at the normal scheduling class), and whose first call could prepare it on time, is not
     started while any call in the process is in flight, nor until QUIET_S after the last one ends; both
@@ -344,7 +355,8 @@ def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_arti
     assert time.monotonic() - ended >= warmup.QUIET_S - 0.01
 
 
-def test_wait_warmed_waits_for_the_background_warm_up_or_its_timeout(affine_artifact, call_in_flight, monkeypatch):
+def test_wait_warmed_waits_for_the_background_warm_up_or_its_timeout(affine_artifact, background_warm_up, call_in_flight,
+                                                                     monkeypatch):
     """``wait_warmed`` returns False while the warm-up still has profiles to prepare (held back here by a call
     in flight), True once it is done, with every profile prepared, and at once when no warm-up was started."""
     from tripy_build.runtime import warmup
@@ -368,7 +380,8 @@ def test_wait_warmed_waits_for_the_background_warm_up_or_its_timeout(affine_arti
         assert tb.load(path, warmup=warm).wait_warmed(timeout=0) is True
 
 
-def test_a_warm_up_of_small_profiles_goes_on_beside_calls(affine_artifact, call_in_flight, monkeypatch):
+def test_a_warm_up_of_small_profiles_goes_on_beside_calls(affine_artifact, background_warm_up, call_in_flight,
+                                                          monkeypatch):
     """Small profiles (the zoo's deserialize in 2-10 ms) cost a call less than preparing its own would: the
     warm-up does not wait for calls."""
     from tripy_build.runtime import warmup
@@ -382,8 +395,8 @@ def test_a_warm_up_of_small_profiles_goes_on_beside_calls(affine_artifact, call_
     assert rt._ran == set(rt._profiles) and all(p.warm for p in exe._precompiled)
 
 
-def test_a_warm_up_prepares_at_once_every_profile_whose_first_call_would_be_late(affine_artifact, call_in_flight,
-                                                                                 monkeypatch):
+def test_a_warm_up_prepares_at_once_every_profile_whose_first_call_would_be_late(affine_artifact, background_warm_up,
+                                                                                 call_in_flight, monkeypatch):
     """A profile that costs more to deserialize and run once than twice its next run plus
     ``FIRST_CALL_MARGIN_S`` (BERT-base's under ~200 tokens: 150-280 ms against 17-100) is deserialized and run
     at once, beside a call in flight, whatever its size and flops: left to the call that needs it, a stream
@@ -473,6 +486,70 @@ def test_the_warm_up_memory_budget_is_the_weights_size_and_counts_what_the_proce
     held = np.ones(MIN_BUDGET_BYTES // 4 + (16 << 20), np.float32)  # touched: resident
     assert budget.spent()
     del held
+
+
+# --- what load prepares before it returns (warmup.prepare_at_load) ------------------------------------------
+
+def test_a_small_artifacts_profiles_are_all_prepared_when_load_returns(affine_artifact, call_in_flight, monkeypatch):
+    """Profiles the background would hold back for quiet moments (here every one counts as over
+    ``QUIET_ABOVE_BYTES``, as the 2-layer BERT's 270 KB do, and none as late), and few bytes in all
+    (``prepare_at_load``): both loaders prepare them all before ``load`` returns, a call in flight (another
+    model's) notwithstanding, and time them for split plans in the background once calls pause. (The 2-layer
+    BERT's, left to the background, stalled 13-14 of 150 calls right after load.)"""
+    from tripy_build.runtime import warmup
+
+    monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)
+    path, params = affine_artifact
+    rt, exe = runtime.load(path), tb.load(path)  # warmup="background", the default
+    assert rt._ran == set(rt._compiled) == set(rt._profiles) == {(1,), (4,), (8,), (16,)}
+    assert all(p.warm and p.call is not None for p in exe._precompiled)
+    assert warmup.prepare_at_load(list(rt._sizes.values())) and warmup.prepare_at_load(exe._prepare_sizes())
+    assert not rt._latency and not exe._latency  # timed once calls pause
+    call_in_flight.set()
+    assert rt.wait_warmed(timeout=30) is True and exe.wait_warmed(timeout=30) is True
+    assert set(rt._latency) == set(rt._profiles) and set(exe._latency) == {p.target for p in exe._precompiled}
+    assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))
+    assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
+    untrusted = tb.load(path, trust_executables=False)  # preparing is compiling here: never at load
+    assert untrusted._prepare_sizes() is None and not any(p.warm for p in untrusted._precompiled)
+    untrusted.wait_warmed(60)
+
+
+def test_a_large_artifact_keeps_the_background_warm_up(affine_artifact, call_in_flight, monkeypatch):
+    """The same artifact as a large one, through the rule's input (its executables' bytes against the rate they
+    prepare at): ``load`` returns with the profiles left to the background thread, which a call in flight holds
+    back here (every profile counting as large, none as late), both loaders."""
+    from tripy_build.runtime import warmup
+
+    path, _ = affine_artifact
+    sizes = list(runtime.load(path, warmup="none")._sizes.values())
+    monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)
+    monkeypatch.setattr(warmup, "PREPARE_BYTES_PER_S", sum(sizes) / (2 * warmup.PREPARE_AT_LOAD_S))  # 2 s to prepare
+    assert not warmup.prepare_at_load(sizes) and warmup.prepare_at_load(sizes[:1])
+    monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)
+    rt, exe = runtime.load(path), tb.load(path)
+    assert rt.wait_warmed(timeout=0.3) is False and exe.wait_warmed(timeout=0.3) is False
+    assert rt._ran != set(rt._profiles) and not all(p.warm for p in exe._precompiled)
+    assert not rt._latency and not exe._latency  # nor timed for split plans beside the call
+    call_in_flight.set()
+    assert rt.wait_warmed(timeout=30) is True and exe.wait_warmed(timeout=30) is True
+    assert set(rt._compiled) == set(rt._profiles) and all(p.call is not None for p in exe._precompiled)
+
+
+def test_the_rule_prepares_at_load_what_the_background_would_hold_back_when_it_is_little():
+    """~10 MB of executables at most (a second at ``PREPARE_BYTES_PER_S``), some of them over
+    ``QUIET_ABOVE_BYTES``: the 2-layer BERT's 28 profiles of ~270 KB (7.3 MB) are prepared at load; BERT-base's
+    50 of ~750 KB (37 MB) in the background, as are profiles the background prepares beside calls (the zoo's
+    transformer block's 63 of ~100 KB, GEGLU's 7 of 22 KB) and profiles compiled here (None)."""
+    from tripy_build.runtime import warmup
+
+    assert warmup.prepare_at_load([270_000] * 28)  # BERT, 2 layers of hidden 32
+    assert not warmup.prepare_at_load([750_000] * 50)  # BERT-base
+    assert not warmup.prepare_at_load([100_000] * 63) and not warmup.prepare_at_load([22_000] * 7)
+    assert not warmup.prepare_at_load(None)
+    most = int(warmup.PREPARE_AT_LOAD_S * warmup.PREPARE_BYTES_PER_S)
+    assert warmup.prepare_at_load([most - 300_000, 300_000]) and not warmup.prepare_at_load([most - 300_000, 300_001])
 
 
 # --- the latencies split plans use (warmup.calibrate) --------------------------------------------------------

@@ -35,4 +35,5 @@ def warm_up_held(call_in_flight, monkeypatch):
 
     monkeypatch.setattr(warmup, "QUIET_ABOVE_BYTES", 0)
     monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)
+    monkeypatch.setattr(warmup, "PREPARE_AT_LOAD_S", 0.0)  # loaded as a large model: in the background
     return call_in_flight

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import inspect
 import logging
@@ -382,14 +383,30 @@ class Executable(MultiEntry):
             return [self._universal]
         return sorted(self._precompiled, key=lambda p: math.prod(p.target))
 
-    def _warm_all(self, profiles: Sequence[Precompiled]) -> None:
+    def _prepare_sizes(self) -> list[int] | None:
+        """The bytes of each executable a warm-up deserializes (``warmup.prepare_at_load``); None where that is
+        not what preparing them costs (compiled here: ``trust_executables=False``; IREE's dynamic module)."""
+        if self._universal is not None or any(not p.blob for p in self._precompiled):
+            return None
+        return [len(p.blob) for p in self._precompiled]
+
+    def _warm_at_load(self) -> None:
+        """The background warm-up's work done on this thread before ``load`` returns (``warmup.prepare_at_load``):
+        no quiet moment waited for (no call can be in flight yet), nothing at the idle scheduling class, no run
+        timed but the first; the profiles are timed for split plans in the background (``_calibrate``)."""
+        self._warm_all(self._warm_order(), quiet=False, judge=False)
+        self._warming = start_warmup(self._calibrate)
+
+    def _warm_all(self, profiles: Sequence[Precompiled], quiet: bool = True, judge: bool = True) -> None:
         def costly(p: Precompiled) -> bool:
             call = p.ready()
             return call is not None and too_costly(call)
 
         try:
-            warm_in_order(profiles, self._warm, Precompiled.ready, sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
-                          warmup_stopping, costly=costly, size=lambda p: len(p.blob), target=lambda p: p.target)
+            warm_in_order(profiles, functools.partial(self._warm, judge=judge), Precompiled.ready,
+                          sum(int(getattr(w, "nbytes", 0)) for w in self._leading),
+                          warmup_stopping, costly=costly, size=lambda p: len(p.blob), target=lambda p: p.target,
+                          quiet=quiet)
         except Exception as e:  # noqa: BLE001 - a failure shows again, as an error, on the call that needs it
             log.warning("%s: background warm-up stopped: %s", self._name, e)
 
@@ -421,10 +438,11 @@ class Executable(MultiEntry):
         zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
         return (*self._leading, *zeros, *[np.int32(n) for n in self._dispatcher.route(shapes).sizes])
 
-    def _warm(self, p: Precompiled) -> Warmed | None:
+    def _warm(self, p: Precompiled, judge: bool = True) -> Warmed | None:
         """Prepare ``p`` and run it once if no call has (its first run is the slow one), then time it (outside
         its lock: a call that needs the profile does not wait for the timing). What that cost
-        (``warmup.Warmed``), or None where a call prepared it or it was timed already."""
+        (``warmup.Warmed``), or None where a call prepared it or it was timed already. Without ``judge`` it is
+        not timed: its first run stands for its steady one (no faster)."""
         if p.target in self._run_s:
             return None
         args = self._zeros_args(p)
@@ -435,10 +453,17 @@ class Executable(MultiEntry):
         with p.lock:
             ran = not p.warm
             if ran:
+                t1 = time.perf_counter()
                 jax.block_until_ready(call(*args))
+                first = time.perf_counter() - t1
                 p.warm = True
         prepare = time.perf_counter() - t0
-        self._run_s[p.target] = fastest_run(lambda: jax.block_until_ready(call(*args)))
+        if not judge:
+            if not ran:
+                return None
+            self._run_s[p.target] = first
+        else:
+            self._run_s[p.target] = fastest_run(lambda: jax.block_until_ready(call(*args)))
         return Warmed(prepare, self._run_s[p.target]) if ran else None
 
     def __repr__(self) -> str:

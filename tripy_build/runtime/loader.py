@@ -36,7 +36,10 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     Args:
         path: the artifact directory (``Executable.save`` or ``python -m tripy_build``).
         warmup: ``"background"`` (default): the call returns at once and a thread deserializes each
-            precompiled profile and runs it once, so no later call pays for a profile's first use;
+            precompiled profile and runs it once, so no later call pays for a profile's first use; where
+            that is estimated to take under a second and the thread would hold profiles back for quiet
+            moments (``warmup.prepare_at_load``: ~10 MB of executables at most, some over 192 KiB), it
+            is done before the call returns instead;
             ``"now"``: the same before returning (a server that must be ready when loaded);
             ``"none"``: each profile is prepared by the first call that needs it.
         trust_executables: ``False`` ignores the machine code the artifact ships (its precompiled
@@ -70,10 +73,21 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
         import jax
 
         selftest_once(Path(c.path), m, exes, jax.devices(platform)[0].device_kind)
-    if warmup != "none":
+    if warmup == "background" and _small(exes.values()):
+        for exe in exes.values():  # preparing them all costs little against the load (warmup.prepare_at_load)
+            exe._warm_at_load()
+    elif warmup != "none":
         for exe in exes.values():
             exe.warm_up(background=warmup == "background")
     return exes[m.entry]
+
+
+def _small(exes: Any) -> bool:
+    """Whether every entry's profiles are prepared before ``load`` returns (``warmup.prepare_at_load``)."""
+    from .warmup import prepare_at_load
+
+    sizes = [exe._prepare_sizes() for exe in exes]
+    return None not in sizes and prepare_at_load([n for entry in sizes for n in entry])
 
 
 def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:

@@ -46,8 +46,8 @@ from ..errors import ArtifactError, CallError
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
 from .entries import MultiEntry, Shared
-from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, start as start_warmup, stopping as warmup_stopping,
-                     too_costly, warm_in_order, yield_to_calls)
+from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, prepare_at_load, start as start_warmup,
+                     stopping as warmup_stopping, too_costly, warm_in_order, yield_to_calls)
 
 _client = None
 _client_lock = threading.Lock()
@@ -275,6 +275,13 @@ class Runtime(MultiEntry):
                                      then=self._calibrate)
         return self._warming
 
+    def _warm_at_load(self) -> None:
+        """The background warm-up's work done on this thread before ``load`` returns (``warmup.prepare_at_load``):
+        no quiet moment waited for (no call can be in flight yet), nothing at the idle scheduling class, no run
+        timed but the first; the profiles are timed for split plans in the background (``_calibrate``)."""
+        self._warm_all(stop=lambda: False, limit=None, costly=self._too_costly, judge=False, quiet=False)
+        self._warming = start_warmup(self._calibrate)
+
     def _calibrate(self, quiet: bool = True) -> None:
         """Time the profiles the warm-up ran (each within ``warmup.RUN_LIMIT_S``) for split plans, by
         ``warmup.calibrate``: only a ``rows`` dim is split, so only an artifact that has one."""
@@ -294,7 +301,8 @@ class Runtime(MultiEntry):
         zeros = [np.zeros(s, info.dtype) for s, (_, info) in zip(shapes, self._leaves)]
         return [*self._leading, *zeros, *[np.asarray(n, np.int32) for n in self._dispatcher.route(shapes).sizes]]
 
-    def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False, judge: bool = True) -> None:
+    def _warm_all(self, stop: Any, limit: float | None, costly: Any = lambda target: False, judge: bool = True,
+                  quiet: bool = True) -> None:
         """``judge``: time each profile's steady run to tell whether its first call would be late; without
         it (``warmup="now"``, which runs every profile anyway) each is run once."""
         if self._iree is not None:
@@ -316,13 +324,13 @@ class Runtime(MultiEntry):
             self._warm(opt, judge=False)  # whatever it takes: the request a server sees first
         order = sorted((t for t in self._profiles if not (first and t == opt)), key=lambda t: int(np.prod(t)))
         warm_in_order(order, functools.partial(self._warm, judge=judge), self._deserialize, weight_bytes, stop, limit,
-                      costly, self._sizes.__getitem__)
+                      costly, self._sizes.__getitem__, quiet=quiet)
 
     def _warm(self, target: tuple[int, ...], judge: bool = True) -> Warmed | None:
         """Run a profile once on zeros, if no call has, then twice more: what preparing it cost (its
         deserializing, whenever that was, and the first run) against the faster of the next two
-        (``warmup.Warmed``). None for one a call ran already (timed all the same, as ``tb.load`` does), and
-        without ``judge`` (run once only; that run is its time for ``_calibrate``: no faster than steady)."""
+        (``warmup.Warmed``). None for one a call ran already (timed all the same, as ``tb.load`` does). Without
+        ``judge`` it is run once only: its first run stands for its steady one (no faster)."""
         with self._locks[target]:
             ran = target not in self._ran
             args = self._zeros_args(target)
@@ -333,9 +341,10 @@ class Runtime(MultiEntry):
                 self._ran.add(target)
                 first = time.perf_counter() - t0
         if not judge:
-            if ran:
-                self._run_s[target] = first
-            return None
+            if not ran:
+                return None
+            self._run_s[target] = first
+            return Warmed(compiled.seconds + first, first)
         if not ran:
             self._run_s[target] = fastest_run(lambda: compiled(args))
             return None
@@ -551,8 +560,11 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
         path: an artifact directory.
         warmup: ``"background"`` (default): returns at once; a thread at the idle scheduling class
             deserializes and runs each profile once (opt first, then cheapest first), so that no call
-            pays a profile's first use, without taking a core from calls. ``"now"``: all of it before
-            returning. ``"none"``: each profile is prepared by the first call that needs it.
+            pays a profile's first use, without taking a core from calls; where that is estimated to take
+            under a second and the thread would hold profiles back for quiet moments
+            (``warmup.prepare_at_load``: ~10 MB of executables at most, some over 192 KiB), it is done
+            before returning instead. ``"now"``: all of it before returning. ``"none"``: each profile is prepared
+            by the first call that needs it.
 
     Returns:
         A ``Runtime`` with the artifact's signature and checks; its outputs are read-only numpy arrays.
@@ -594,10 +606,14 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
     if started:
         raise started[0]
     m = contents.manifest
-    if not m.entry:
-        return Runtime(contents, warmup)
+    views = {name: contents.for_entry(name) for name, _ in m.all_entries()} if m.entry else {"": contents}
+    small = warmup == "background" and _iree_entry(m) is None and prepare_at_load([  # XLA's CPU executables
+        len(c.files[e.file]) for c in views.values() for e in c.manifest.executables if e.platform == "cpu" and e.is_xla])
     shared = Shared()
-    runtimes = {name: Runtime(contents.for_entry(name), warmup, shared) for name, _ in m.all_entries()}
+    runtimes = {name: Runtime(c, "none" if small else warmup, shared) for name, c in views.items()}
     for rt in runtimes.values():
-        rt.entries = runtimes
+        if m.entry:
+            rt.entries = runtimes
+        if small:  # preparing every profile costs little against the load (warmup.prepare_at_load)
+            rt._warm_at_load()
     return runtimes[m.entry]

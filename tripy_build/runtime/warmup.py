@@ -155,7 +155,7 @@ class Warmed:
 def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"], deserialize: Callable[[Any], Any],
                   weight_bytes: int, stop: Callable[[], bool] = lambda: False, limit: float | None = None,
                   costly: Callable[[Any], bool] = lambda p: False, size: Callable[[Any], int] = lambda p: 0,
-                  target: Callable[[Any], Sequence[int]] = lambda p: p) -> None:
+                  target: Callable[[Any], Sequence[int]] = lambda p: p, quiet: bool = True) -> None:
     """Both loaders' warm-up policy, over ``profiles`` cheapest first, in two passes.
 
     First, at once and beside any calls, every profile whose first call could be late (``Warmed.late``:
@@ -170,7 +170,9 @@ def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"]
     seconds; by default ``RUN_LIMIT_S``) or is ``costly`` (``too_costly``: not run at all), then only
     ``deserialize`` them, within a ``MemoryBudget`` of ``weight_bytes``; one whose executable is over
     ``QUIET_ABOVE_BYTES`` (``size``) waits until ``calls`` is quiet. ``run`` returns None for a profile a
-    call already prepared. ``stop`` ends it early (the interpreter exiting).
+    call already prepared. ``stop`` ends it early (the interpreter exiting). Without ``quiet`` no profile
+    waits for ``calls``: a load that prepares its profiles before it returns (``prepare_at_load``) has no call
+    of its own to wait for.
 
     The first pass runs at the normal scheduling class; the thread then moves to the idle class
     (``yield_to_calls``), for good (it cannot come back). At the idle class, a run on zeros (the runtime's
@@ -195,7 +197,7 @@ def warm_in_order(profiles: Sequence[Any], run: Callable[[Any], "Warmed | None"]
     yield_to_calls()
     budget = None
     for p in later:
-        if size(p) > QUIET_ABOVE_BYTES:
+        if quiet and size(p) > QUIET_ABOVE_BYTES:
             calls.wait_quiet(stop)
         if stop():
             return
@@ -276,6 +278,33 @@ def calibrate(profiles: Sequence[Any], time_one: Callable[[Any], float], stop: C
     if kept < CALIBRATE_MIN_ROUNDS or stop():
         return {}
     return {p: float(sorted(v)[len(v) // 4]) for p, v in samples.items() if len(v) == kept}
+
+
+PREPARE_AT_LOAD_S = 1.0
+"""``load`` (both loaders, ``warmup="background"``, the default) prepares every profile before it returns when
+that is estimated to take at most this long and the background would hold some back (``prepare_at_load``)."""
+
+PREPARE_BYTES_PER_S = 10e6
+"""What the estimate takes preparing a profile to cost: its executable's bytes at this rate (deserializing,
+and its first run). Measured on the 2-core VM: the 2-layer BERT's 28 profiles of ~270 KB, 14 ms to deserialize
+and 3-8 ms to run first each, 7.3 MB in 0.56 s (13 MB/s); BERT-base's 700-800 KB in 100-180 ms (4-8 MB/s)."""
+
+
+def prepare_at_load(sizes: Sequence[int] | None) -> bool:
+    """Whether a load prepares every profile (``sizes``: their executables' bytes; None: unknown, e.g. compiled
+    here) before it returns, by ``warm_in_order``'s policy on the loading thread (no quiet moment waited for, not
+    at the idle class, none timed: ``calibrate`` follows in the background): where the background warm-up would
+    hold some back for quiet moments (over ``QUIET_ABOVE_BYTES``) and all of them are estimated to prepare within
+    ``PREPARE_AT_LOAD_S`` (at most ~10 MB at ``PREPARE_BYTES_PER_S``).
+
+    The 2-layer BERT (hidden 32; batch [1, 8] x seq [1, 64]): its 28 profiles of ~270 KB each wait for quiet
+    moments that a stream of calls never leaves, and 13-14 of 150 random calls right after load prepared their
+    own (20-50 ms against 0.1-1 ms steady); preparing them at load takes ~0.6 s. BERT-base's (37 MB, 4-15 s)
+    stay in the background: before ``load`` returned they would multiply its cold start. So do profiles the
+    background prepares beside calls (none over ``QUIET_ABOVE_BYTES``): the zoo's transformer block's 63 of
+    ~100 KB stalled 0-2 calls of 150 from the background, and prepared at load took 2 s more to load."""
+    return sizes is not None and any(s > QUIET_ABOVE_BYTES for s in sizes) and \
+        sum(sizes) / PREPARE_BYTES_PER_S <= PREPARE_AT_LOAD_S
 
 
 _WARMUPS: set[threading.Thread] = set()
