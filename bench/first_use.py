@@ -10,12 +10,13 @@ few more calls) and reports:
 - worst        the worst call / steady ratio, and that call's excess over steady in ms;
 - 1st/profile  for each precompiled profile, its first call in the stream against 2x steady + 1 ms
                (how many profiles exceed it, of how many the stream reached);
-- load ms      ``load`` alone.
+- load ms      importing the loader and ``load`` (jax's import is most of ``tb.load``'s ~400 ms).
 
 Each configuration runs twice: pinned to one core (where a warm-up thread competes with the calls for
 the only core) and on every core the machine has (``--no-pinned``: only the latter). Each is a single
 stream in a single child, not a median, so run it twice to see the noise (two runs of the transformer
-on one core: 6 and 15 stalls).
+on one core: 6 and 15 stalls), or ``--repeats N``: N fresh children each, interleaved, then a row of
+each number's median.
 
     .venv/bin/python bench/first_use.py                         # geglu + transformer, both loaders, pinned and not
     .venv/bin/python bench/first_use.py --models geglu --calls 100 --no-pinned
@@ -25,6 +26,21 @@ on one core: 6 and 15 stalls).
 called with batch 1-8 and seq 1-512 (every position real), its steady latency per shape from the
 stream's own call and one more (a call takes 0.02-3 s). 2 / 3 stalls of 200 with the runtime / tb.load
 on the 2-core Intel VM (11 with the runtime before the two-pass warm-up), all in the first five calls.
+
+``bert-tiny`` is Hugging Face's ``BertModel`` at 2 layers of hidden 32 from its ``save_pretrained``
+checkpoint (made here; needs torch and transformers), batch [1, 2, 8] x seq [1, 16, 64]: 28 profiles of
+~270 KB, over ``warmup.QUIET_ABOVE_BYTES``. ``--models bert-tiny,transformer --calls 150 --no-pinned
+--repeats 3``, medians, all cores of the 2-core VM (shared, so noisy), before and after ``load`` prepared
+such a model's profiles itself (``warmup.prepare_at_load``; before: the range over 5-7 runs):
+
+    model        loader     load ms before -> after   late calls of 150 before -> after   worst late call before
+    bert-tiny    runtime          81-120 -> 667                 12-13 -> 0                 +37-52 ms (x410-550)
+    bert-tiny    tb.load         396-481 -> 1006                13-14 -> 0                 +30-52 ms (x160-280)
+    transformer  runtime           78-121 -> 72                   0-2 -> 0                 (background both times)
+    transformer  tb.load          416-646 -> 416                  0-4 -> 0
+
+Prepared at load (a rule on bytes alone), the transformer block (63 profiles of ~100 KB, 6.2 MB) had
+taken 2.1-2.5 s to load, for no fewer late calls (1-7): it keeps the background warm-up.
 """
 
 from __future__ import annotations

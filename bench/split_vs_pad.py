@@ -18,6 +18,25 @@ loaders split only where their estimate says at least 30% faster, ``core.dispatc
 
 The loaders are loaded with their default warm-up and, as ``tripy-build bench`` does, called at once with
 ``--stream`` random in-range calls (beside the warm-up), then waited for (``wait_warmed``) before any timing.
+
+Measured on the 2-core VM (shared with other work, so a bucket's latency moves ~1.8x as XLA's second
+thread is free or not: GEGLU's 64 at 0.77 or 1.45 ms), GEGLU (``model=geglu shapes=dynamic``), all sizes
+1..64, 15 rounds. Before the loaders timed their split latencies at quiet moments (``warmup.calibrate``),
+tb.load's were taken beside the stream (bucket 1 at 5.5 ms, 2 at 232 ms, 16 at 2.2 ms) and the runtime
+planned no splits; after, with ``SPLIT_MIN_GAIN`` 0.7:
+
+    run            splits taken measured slower than padding     faster splits missed (tb.load + runtime)
+    before, 1      1 (tb.load: 14 as 8+6, 0.66 against 0.59 ms)   31
+    before, 2      0                                              40
+    after, 1       0                                              23
+    after, 2       0                                              32
+
+With ``--plan 39=16+16+8 --plan 63=16+16+16+16`` (the plans issue 12 met), tb.load: 1.17 and 1.50 ms against
+0.92 padded while both cores were free, 1.40 and 1.98 against 1.65 with one busy: 63 as 16x4 is the slower
+either way, 39 as 16+16+8 only with the cores free. The transformer block at seq 64 (``--at seq=64
+--sizes 1-64:3 --rounds 9``): 0 splits taken slower; 10 rows as 8+2 taken (6.8 ms against 9.8); the large
+gains (34 as 32+2: 21 ms against 44) are missed, as its warm-up runs no profile past 20 ms, so the
+32 and 64 buckets are never timed.
 """
 
 from __future__ import annotations

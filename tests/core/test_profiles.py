@@ -278,9 +278,9 @@ def test_split_plan_with_the_latencies_bench_split_vs_pad_measured():
     """bench/split_vs_pad.py's bucket latencies (interleaved medians, 2-core VM). GEGLU (zoo, shapes=dynamic:
     batch 1..64 padded as rows, pow2 buckets), through tb.load: 39 and 63 pad to 64, and so does every size
     (a split's 15-25% gain there is within the noise between timing and calling). The plans issue 12 met,
-    39 as 16+16+8 and 63 as 16x4 (measured 1.17 and 1.50 ms against 0.92 padded), came only from 32 and 64
-    timed at twice their cost or more, as the warm-up's own timings beside the calls after load were; the
-    loaders no longer plan from those (``warmup.calibrate``). The zoo's transformer block at seq 64, where a
+    39 as 16+16+8 and 63 as 16x4 (measured 1.17 and 1.50 ms against 0.92 padded with both cores free), come
+    only from 32 and 64 timed at twice their cost or more, as the warm-up's own timings beside the calls
+    after load were; the loaders no longer plan from those (``warmup.calibrate``). The zoo's transformer block at seq 64, where a
     split halves a call (34 rows as 32 + 2: 13.1 ms against 26.8 padded), still splits."""
     from tripy_build.core.dispatch import split_plan
 
