@@ -352,3 +352,17 @@ def test_bind_of_a_runtime_input_refuses_another_dtype_as_a_call_does():
     with pytest.raises(tb.TripyBuildError, match=r"input 'y' dim 0 is 3"):
         exe.bind(y=np.ones(3, np.float32))
     assert_close(exe.bind(y=np.ones(2, np.float32))(np.ones(2, np.float32)), jnp.full((2,), 2.0, jnp.float32))
+
+
+def test_executable_load_is_the_seed_apis_name_for_load(tmp_path):
+    """``tb.Executable.load(path)`` (Tripy's ``Executable.load``) loads what ``save`` wrote, as ``tb.load`` does."""
+    import numpy as np
+
+    exe = tb.compile(lambda x: x * 2.0 + 1.0, args=[tb.InputInfo(((1, 2, 4), 3), "float32")])
+    path = exe.save(tmp_path / "art")
+    loaded = tb.Executable.load(path, warmup="none")
+    assert isinstance(loaded, tb.Executable) and loaded.input_infos == exe.input_infos
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(loaded(x)), x * 2 + 1)
+    with pytest.raises(tb.TripyBuildError, match="manifest"):
+        tb.Executable.load(tmp_path / "nothing")

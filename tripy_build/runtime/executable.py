@@ -42,6 +42,7 @@ from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, start a
                      too_costly, warm_in_order)
 from .xla import compile_shapes, load as load_xla, local_platform, serialize as serialize_xla
 from .program import PrepChunk, Program, Stored, Weight, resolve
+from .save import DEFAULT_WEIGHTS
 from .entries import MultiEntry
 
 log = logging.getLogger("tripy_build.executable")
@@ -59,7 +60,7 @@ class Precompiled:
     call: Callable | None = None  # None until loaded (loading is deferred to first use)
     loader: Callable[[], Callable] | None = field(default=None, repr=False)
     seconds: float = 0.0  # compile time; recorded in the sidecar index, not the manifest
-    warm: bool = False  # run once already (XNNPACK prepares an executable on its first run: 5-20 ms)
+    warm: bool = False  # run once already (a first run prepares the executable: its cost in runtime/warmup.py)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     reload: Callable[[], Callable] | None = field(default=None, repr=False)  # deserializes ``blob`` again (``unload``)
 
@@ -359,8 +360,8 @@ class Executable(MultiEntry):
     def warm_up(self, background: bool = False) -> threading.Thread | None:
         """Deserialize every profile and run it once on zeros, cheapest first, so no call pays for that.
 
-        A profile's first run costs 1-20 ms more than the next (XNNPACK prepares the executable), on
-        top of deserializing it (2-15 ms; BERT-base's: ~110). With ``background``, a daemon thread does it
+        A profile's first run and its deserializing cost what ``runtime/warmup.py`` says (measured there). With
+        ``background``, a daemon thread does it
         while calls are served (XLA releases the GIL), by ``warmup.warm_in_order``'s policy: at once, the
         smallest profiles, those whose first call could not prepare them on time; then, at the idle
         scheduling class, it runs profiles until one takes longer than
@@ -719,7 +720,27 @@ class Executable(MultiEntry):
             return None
         return dict(enumerate(self._dispatcher.leaf_shapes(sizes)))
 
-    def save(self, path: str | os.PathLike, weights: str = "prepared") -> str:
+    @classmethod
+    def load(cls, path: str | os.PathLike, warmup: str = "background", trust_executables: bool = True) -> "Executable":
+        """Load an executable ``save`` wrote (or a build made): ``tripy_build.load``, by the name Tripy's
+        ``Executable.load`` gives it.
+
+        Args:
+            path: the artifact directory.
+            warmup, trust_executables: as for ``tripy_build.load``.
+
+        Returns:
+            The ``Executable``, every file checked against its digest; nothing compiles.
+
+        Example::
+
+            exe = tb.Executable.load("artifacts/geglu/3734fc869b77c72a")
+        """
+        from .loader import load
+
+        return load(path, warmup=warmup, trust_executables=trust_executables)
+
+    def save(self, path: str | os.PathLike, weights: str = DEFAULT_WEIGHTS) -> str:
         """Write this executable as an artifact directory; returns its path.
 
         Args:
