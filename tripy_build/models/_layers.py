@@ -136,6 +136,40 @@ def cache_windows(max_length: int, smallest: int = 16) -> list[int]:
     return windows[::-1]
 
 
+def extend_inputs(vocab_size: int, positions: int, cache_shape: Any, batch: Any, seq: Any, max_length: int,
+                  one_row: bool) -> dict[str, Any]:
+    """A causal LM's ``extend`` inputs (GPT-2's, the Llama family's): a cache of ``batch`` rows
+    (``cache_shape(batch, max_length)``), and ``seq`` new tokens for every row, or (``one_row``) for the one row
+    ``row`` names; with the values each may hold (``positions``: the position table's size)."""
+    from ..core.spec import InputInfo
+
+    n = 1 if one_row else batch
+    inputs = {"input_ids": InputInfo((n, seq), "int32", (0, vocab_size)),
+              "position_ids": InputInfo((n, seq), "int32", (0, positions)),
+              "attention_mask": InputInfo((batch, max_length), "int32", (0, 2)),
+              "cache": InputInfo(cache_shape(batch, max_length), "float32"),
+              "cache_index": InputInfo((n,), "int32", (0, max_length))}
+    if one_row:
+        inputs["row"] = InputInfo((1,), "int32", (0, getattr(batch, "max", batch)))
+    return inputs
+
+
+def cache_step(attention_mask: jax.Array, cache_index: jax.Array, n: int, s: int, row: jax.Array | None,
+               dtype: Any) -> tuple[jax.Array, jax.Array, jax.Array, list[int]]:
+    """What ``extend`` writes and attends with, for ``s`` new tokens of ``n`` rows at ``cache_index``: the cache
+    rows they go to, each query's cache position ``[n, s]``, the additive mask ``[n, 1, s, max_length]`` (a query
+    sees the real positions up to its own) and the key windows ``attend_cache`` picks from (one row's prefill reads
+    the whole cache: see ``attend_cache``)."""
+    max_length = attention_mask.shape[1]
+    if row is None:
+        rows, mask = jnp.arange(n), attention_mask
+    else:
+        rows, mask = row, jax.lax.dynamic_slice_in_dim(attention_mask, row[0], 1, axis=0)
+    query_at = cache_index[:, None] + jnp.arange(s)[None, :]
+    keep = (jnp.arange(max_length)[None, None, :] <= query_at[:, :, None])[:, None] & (mask != 0)[:, None, None, :]
+    return rows, query_at, mask_bias(keep, dtype), cache_windows(max_length) if row is None else [max_length]
+
+
 def attend_cache(q: jax.Array, read: Any, bias: jax.Array, query_at: jax.Array, windows: list[int]) -> jax.Array:
     """Attention of new tokens ``q: [b, s, heads, hd]`` over a key/value cache of ``windows[-1]`` positions.
 

@@ -44,7 +44,9 @@ import jax
 import jax.numpy as jnp
 
 from ..core.spec import InputInfo
-from ._layers import Params, activation, attend, attend_cache, cache_windows, embed, layer_norm, mask_bias, normal_init, positions
+from ._layers import (
+    Params, activation, attend, attend_cache, cache_step, embed, extend_inputs, layer_norm, mask_bias, normal_init, positions,
+)
 
 
 def _conv1d(key: jax.Array, dim_in: int, dim_out: int, std: float = 0.02) -> Params:
@@ -141,15 +143,7 @@ class GPT2:
     def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool) -> dict[str, InputInfo]:
         """``extend``'s inputs: a cache of ``batch`` rows, and ``seq`` new tokens for every row, or (``one_row``)
         for the one row ``row`` names; with the values each may hold."""
-        n = 1 if one_row else batch
-        inputs = {"input_ids": InputInfo((n, seq), "int32", (0, self.vocab_size)),
-                  "position_ids": InputInfo((n, seq), "int32", (0, self.n_positions)),
-                  "attention_mask": InputInfo((batch, max_length), "int32", (0, 2)),
-                  "cache": InputInfo(self.cache_shape(batch, max_length), "float32"),
-                  "cache_index": InputInfo((n,), "int32", (0, max_length))}
-        if one_row:
-            inputs["row"] = InputInfo((1,), "int32", (0, getattr(batch, "max", batch)))
-        return inputs
+        return extend_inputs(self.vocab_size, self.n_positions, self.cache_shape, batch, seq, max_length, one_row)
 
     def extend(self, params: Params, input_ids: jax.Array, position_ids: jax.Array, attention_mask: jax.Array,
                cache: jax.Array, cache_index: jax.Array, row: jax.Array | None = None) -> dict[str, jax.Array]:
@@ -175,22 +169,13 @@ class GPT2:
         """
         eps, heads = self.layer_norm_epsilon, self.n_head
         n, s = input_ids.shape
-        max_length = attention_mask.shape[1]
         hd = self.n_embd // heads
-        if row is None:
-            rows, mask = jnp.arange(n), attention_mask
-        else:
-            rows, mask = row, jax.lax.dynamic_slice_in_dim(attention_mask, row[0], 1, axis=0)
         h = embed(params["wte"], input_ids) + embed(params["wpe"], position_ids)          # [n, s, d]
-        query_at = cache_index[:, None] + jnp.arange(s)[None, :]                          # [n, s] cache positions
-        keep = (jnp.arange(max_length)[None, None, :] <= query_at[:, :, None])[:, None] & \
-            (mask != 0)[:, None, None, :]                                                 # [n, 1, s, max]
-        bias = mask_bias(keep, h.dtype)
         # decode's chunks (prompts that start together: every generate() call's prompts) read only the cache
         # window they see; prefill, one row's prompt into a running batch, reads it all: it compiles every seq
         # bucket at every batch bucket (GPT-2 small's build: 28 chunk profiles against decode's 8), and each
         # window adds compile time to every chunk profile
-        windows = cache_windows(max_length) if row is None else [max_length]
+        rows, query_at, bias, windows = cache_step(attention_mask, cache_index, n, s, row, h.dtype)
         for i, p in enumerate(params["h"]):
             w_qkv, b_qkv = self._qkv(p, i)
             x = layer_norm(p["ln_1"], h, eps)

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.spec import InputInfo
-from ._layers import Params, activation, attend_cache, cache_windows, embed, mask_bias, normal_init
+from ._layers import Params, activation, attend_cache, cache_step, embed, extend_inputs, mask_bias, normal_init
 
 ROPE_TYPES = ("default", "llama3")
 
@@ -228,15 +228,7 @@ class Llama:
 
     def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool) -> dict[str, InputInfo]:
         """As GPT-2's (``models/gpt2.py``): new tokens for every row, or for the one ``row`` names."""
-        n = 1 if one_row else batch
-        inputs = {"input_ids": InputInfo((n, seq), "int32", (0, self.vocab_size)),
-                  "position_ids": InputInfo((n, seq), "int32", (0, self.max_positions())),
-                  "attention_mask": InputInfo((batch, max_length), "int32", (0, 2)),
-                  "cache": InputInfo(self.cache_shape(batch, max_length), "float32"),
-                  "cache_index": InputInfo((n,), "int32", (0, max_length))}
-        if one_row:
-            inputs["row"] = InputInfo((1,), "int32", (0, getattr(batch, "max", batch)))
-        return inputs
+        return extend_inputs(self.vocab_size, self.max_positions(), self.cache_shape, batch, seq, max_length, one_row)
 
     def extend(self, params: Params, input_ids: jax.Array, position_ids: jax.Array, attention_mask: jax.Array,
                cache: jax.Array, cache_index: jax.Array, row: jax.Array | None = None) -> dict[str, jax.Array]:
@@ -244,16 +236,8 @@ class Llama:
         row's last new token: GPT-2's ``extend`` (its docstring says how prefill and decode use it), with rotary
         positions and key/value heads shared by groups of query heads."""
         n, s = input_ids.shape
-        max_length = attention_mask.shape[1]
-        if row is None:
-            rows, mask = jnp.arange(n), attention_mask
-        else:
-            rows, mask = row, jax.lax.dynamic_slice_in_dim(attention_mask, row[0], 1, axis=0)
         h = embed(params["embed"], input_ids)
-        query_at = cache_index[:, None] + jnp.arange(s)[None, :]
-        keep = (jnp.arange(max_length)[None, None, :] <= query_at[:, :, None])[:, None] & (mask != 0)[:, None, None, :]
-        bias = mask_bias(keep, h.dtype)
-        windows = cache_windows(max_length) if row is None else [max_length]
+        rows, query_at, bias, windows = cache_step(attention_mask, cache_index, n, s, row, h.dtype)
         for i, p in enumerate(params["layers"]):
             q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), position_ids)
             for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
