@@ -405,8 +405,8 @@ def test_fields_are_config_keys_with_the_default_sizes(cls):
     hf_default = HF_CONFIGS[cls]()
     model = cls()
     for f in dataclasses.fields(cls):
-        if (cls is ResNet and f.name == "image_size") or f.name in ("head", "labels"):
-            continue  # not ResNetConfig keys: the head comes from architectures, the labels from id2label
+        if (cls is ResNet and f.name == "image_size") or f.name in ("head", "labels", "pooling", "normalize"):
+            continue  # not config keys: the head comes from architectures, the labels from id2label, pooling is ours
         want = getattr(hf_default, f.name)
         if cls is ViT and f.name == "pooler_output_size":
             assert model.pooler_size == want

