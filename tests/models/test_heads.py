@@ -293,3 +293,10 @@ def test_sentence_embeddings_mean_pool_over_the_mask(tmp_path_factory, tmp_path)
         assert got.shape == (2, 16) and np.abs(got - want).max() <= SCALE_TOL
     bad = run_cli("model=bert", "model.pooling=max", f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
     assert bad.returncode == 2 and "pooling='max' is not a pooling; one of none, mean, cls" in bad.stderr
+
+
+def test_model_hf_needs_a_checkpoint(tmp_path):
+    proc = run_cli("model=hf", f"artifacts_dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "model=hf builds the architecture a Hugging Face checkpoint's config.json names: give " \
+           "params.checkpoint=DIR" in proc.stderr and not (tmp_path / "a").exists()
