@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from . import heads
+from .heads import Headed, STYLES, Style, apply as apply_head, has_pooler, init as init_head
 from ._layers import (
     Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, normal_init, positions,
 )
@@ -59,7 +59,7 @@ def _ln(dim: int) -> Params:
 
 
 @dataclass(frozen=True)
-class Bert(heads.Headed):
+class Bert(Headed):
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -69,14 +69,14 @@ class Bert(heads.Headed):
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
-    head: str = "auto"  # heads.HEADS; auto: the checkpoint's (config.json's architectures), none without one
+    head: str = "auto"  # models/heads.HEADS; auto: the checkpoint's (config.json's architectures), none without one
     num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
     labels: tuple = ()  # the classes' names, in id order (config.json's id2label; default LABEL_0, LABEL_1, ...)
     pooling: str = "none"  # none | mean | cls: a sentence_embedding output (the encoder alone), as sentence-transformers
     normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)
 
     name: ClassVar[str] = "bert"
-    style: ClassVar[heads.Style] = heads.STYLES["bert"]
+    style: ClassVar[Style] = STYLES["bert"]
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
 
     def __post_init__(self) -> None:
@@ -116,10 +116,10 @@ class Bert(heads.Headed):
         if self.type_vocab_size:
             embeddings["token_type"] = normal_init(k_type, (self.type_vocab_size, d))
         params = {"embeddings": embeddings, "layers": layers}
-        if heads.has_pooler(self.task, self.style):
+        if has_pooler(self.task, self.style):
             params["pooler"] = _linear(k_pool, d, d)
         if self.task != "none":
-            params["head"] = heads.init(jax.random.fold_in(key, 1), self.task, self.style, d, self.num_labels,
+            params["head"] = init_head(jax.random.fold_in(key, 1), self.task, self.style, d, self.num_labels,
                                         self.vocab_size, _linear, _ln)
         return params
 
@@ -142,7 +142,7 @@ class Bert(heads.Headed):
             ff = linear(p["output"], act(linear(p["intermediate"], a)))
             h = layer_norm(p["output_ln"], a + ff, eps)
         pooled = jnp.tanh(linear(params["pooler"], h[:, 0])) if "pooler" in params else None
-        out = heads.apply(params.get("head", {}), self.task, self.style, h, pooled, emb["word"], self.hidden_act, eps)
+        out = apply_head(params.get("head", {}), self.task, self.style, h, pooled, emb["word"], self.hidden_act, eps)
         if self.pooling != "none":
             out["sentence_embedding"] = sentence_embedding(h, attention_mask, self.pooling, self.normalize)
         return out
@@ -192,7 +192,7 @@ def sentence_embedding(h: jax.Array, attention_mask: jax.Array, pooling: str, no
 class Roberta(Bert):
     """RoBERTa (``RobertaModel`` and its heads): BERT's encoder with positions counted from the pad id
     (``pad_token_id + 1`` for the first token: Hugging Face's ``create_position_ids_from_input_ids``), one token
-    type, and its own heads (``heads.STYLES``). ``max_position_embeddings`` holds ``pad_token_id + 1`` rows
+    type, and its own heads (``STYLES``). ``max_position_embeddings`` holds ``pad_token_id + 1`` rows
     before the first position: roberta-base's 514 serve 512 tokens."""
 
     vocab_size: int = 50265
@@ -202,7 +202,7 @@ class Roberta(Bert):
     pad_token_id: int = 1
 
     name: ClassVar[str] = "roberta"
-    style: ClassVar[heads.Style] = heads.STYLES["roberta"]
+    style: ClassVar[Style] = STYLES["roberta"]
 
     def position_ids(self, input_ids: jax.Array, table: jax.Array) -> jax.Array:
         real = (input_ids != self.pad_token_id).astype(jnp.int32)
@@ -230,4 +230,4 @@ class DistilBert(Bert):
     type_vocab_size: int = 0
 
     name: ClassVar[str] = "distilbert"
-    style: ClassVar[heads.Style] = heads.STYLES["distilbert"]
+    style: ClassVar[Style] = STYLES["distilbert"]

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from . import heads
+from .heads import Headed, IMAGE_HEADS
 from ._layers import Params, activation, linear
 
 BN_EPS = 1e-5
@@ -82,7 +82,7 @@ def _max_pool(x: jax.Array) -> jax.Array:
 
 
 @dataclass(frozen=True)
-class ResNet(heads.Headed):
+class ResNet(Headed):
     num_channels: int = 3
     embedding_size: int = 64
     hidden_sizes: tuple[int, ...] = (256, 512, 1024, 2048)
@@ -96,7 +96,7 @@ class ResNet(heads.Headed):
     num_labels: int = 2  # the classes of image_classification (config.json: id2label's size)
     labels: tuple = ()  # their names, in id order (config.json's id2label)
 
-    HEADS: ClassVar[tuple[str, ...]] = heads.IMAGE_HEADS
+    HEADS: ClassVar[tuple[str, ...]] = IMAGE_HEADS
     name: ClassVar[str] = "resnet50"
     padding: ClassVar[dict[str, Any]] = {"batch": "rows"}
 

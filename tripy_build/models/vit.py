@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from . import heads
+from .heads import Headed, IMAGE_HEADS
 from ._layers import Params, activation, attend, fused_qkv, layer_norm, linear, normal_init
 
 
@@ -64,7 +64,7 @@ def _ln(dim: int) -> Params:
 
 
 @dataclass(frozen=True)
-class ViT(heads.Headed):
+class ViT(Headed):
     image_size: int | tuple[int, int] = 224
     patch_size: int | tuple[int, int] = 16
     num_channels: int = 3
@@ -81,7 +81,7 @@ class ViT(heads.Headed):
     num_labels: int = 2  # the classes of image_classification (config.json: id2label's size)
     labels: tuple = ()  # their names, in id order (config.json's id2label)
 
-    HEADS: ClassVar[tuple[str, ...]] = heads.IMAGE_HEADS
+    HEADS: ClassVar[tuple[str, ...]] = IMAGE_HEADS
     name: ClassVar[str] = "vit"
     padding: ClassVar[dict[str, Any]] = {"batch": "rows"}
 
