@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from ..artifact import store
-from ..artifact.digest import ALGORITHM, list_files
 from ..artifact.layout import MANIFEST, is_artifact
 from ..artifact.lock import touch
 from ..artifact.read import read_index, read_manifest, verify_files
@@ -76,9 +75,10 @@ def build(request: BuildRequest) -> BuildResult:
     key = build_key(parts)
     target = Path(request.artifacts_dir) / model_name / key[:KEY_LENGTH]
     inputs = {path: digest for _, path, digest in sources}
-    if request.params_checkpoint is not None:
-        ckpt = Path(request.params_checkpoint).resolve()
-        inputs.update({str(ckpt / rel): e[ALGORITHM] for rel, e in list_files(ckpt).items()})
+    checkpoint = checkpoint_record(request)  # every checkpoint file digested once: the inputs and the index
+    if checkpoint:
+        ckpt = Path(checkpoint["checkpoint"]["path"])
+        inputs.update({str(ckpt / rel): digest for rel, digest in checkpoint["checkpoint"]["files"].items()})
 
     if target.parent.is_dir():
         remove_stale_temporaries(target.parent)  # what killed builds left, before the cache is asked
@@ -111,7 +111,8 @@ def build(request: BuildRequest) -> BuildResult:
             result.remote = request.cache_remote
             return result
 
-    result = result_from_manifest(*_build(request, model, model_name, infos, params, parts, key, target, timings, replace),
+    result = result_from_manifest(*_build(request, model, model_name, infos, params, parts, key, target, timings, replace,
+                                          checkpoint),
                                   inputs)
     upload(result.path)
     if request.cache_max_bytes is not None or request.cache_max_age_days is not None:
@@ -162,7 +163,7 @@ def _dim_text(dim: Any) -> str:
     return str(dim) if isinstance(dim, int) else f"[{dim.min},{dim.opt},{dim.max}]"
 
 
-def _build(request, model, model_name, infos, params, parts, key, target, timings, replace) -> tuple:
+def _build(request, model, model_name, infos, params, parts, key, target, timings, replace, checkpoint) -> tuple:
     from . import params as params_io
     from ..compiler.pipeline import build_executable
     from ..runtime.save import save
@@ -213,7 +214,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
         e.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
     stage("self-test reference", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    path = save(exe, target, replace=replace, weights=request.weights, index_extra=checkpoint_record(request))
+    path = save(exe, target, replace=replace, weights=request.weights, index_extra=checkpoint)
     stage("write", time.perf_counter() - t0)
     manifest = read_manifest(path)
     warn_first_use_compiles(manifest, read_index(path, manifest, "compile_seconds"))

@@ -234,6 +234,12 @@ class Runtime(MultiEntry):
         return "generate" in self._main._manifest.metadata
 
     @property
+    def labels(self) -> dict[str, list[str]]:
+        """A classifier's class names per output, as the build recorded them (``metadata.labels``); {} where none."""
+        labels = self._main._manifest.metadata.get("labels") or {}
+        return {k: [str(x) for x in v] for k, v in labels.items() if isinstance(v, list)} if isinstance(labels, dict) else {}
+
+    @property
     def model_name(self) -> str:
         """The model's name (the build's ``model.name``; the function's for an artifact saved from Python)."""
         return self._main._manifest.model if self.entries else self.__name__

@@ -46,7 +46,7 @@ class Endpoint:
             self.generator = Generator(steps, steps.spec(), self.name)
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
-        self.labels = _labels(path)  # a classifier's class names per output (config.json's id2label)
+        self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
 
     def routes(self, url: str) -> str:
         """What a client calls on this model, for the server's startup lines."""
@@ -288,16 +288,6 @@ class Endpoint:
         self.batcher.close()
         if self.generator is not None:
             self.generator.close()
-
-
-def _labels(path: Path | None) -> dict[str, list[str]]:
-    """The class names the manifest records per output (``metadata.labels``), {} where none."""
-    if path is None:
-        return {}
-    from ..artifact.read import read_manifest
-
-    labels = read_manifest(Path(path)).metadata.get("labels") or {}
-    return {k: [str(x) for x in v] for k, v in labels.items() if isinstance(v, list)} if isinstance(labels, dict) else {}
 
 
 def classification_count(value: Any, name: str, labels: dict[str, list[str]], classes: int) -> int:
