@@ -13,7 +13,7 @@ from ..core.signature import declared
 from ..core.spec import InputInfo, output_names
 from ..errors import TripyBuildError
 from .layout import disk_size
-from .manifest import Manifest
+from .manifest import RECORDED_CONFIG_DEFAULTS, Manifest
 
 
 def human_size(n: float) -> str:
@@ -222,13 +222,12 @@ def list_row(path: Path) -> dict[str, str]:
     except TripyBuildError as e:
         return {"model": path.parent.name, "inputs": "-", "options": f"damaged: {str(e).splitlines()[0][:80]}",
                 "profiles": "-", "size": "-", "date": date, "key": path.name}
-    config = m.key_parts.get("config") or {}
+    config = m.build_config
     options = [m.compiler.name if m.compiler.name != "xla" else "+".join(m.platforms),
-               f"O{m.optimization_level}", config.get("precision", "float32")]
-    if config.get("target_cpu", "host") != "host":
-        options.append(f"cpu={config['target_cpu']}")
-    if config.get("target_gpu", "host") != "host":
-        options.append(f"gpu={config['target_gpu']}")
+               f"O{m.optimization_level}", config["precision"]]
+    for setting, shown in (("target_cpu", "cpu"), ("target_gpu", "gpu")):
+        if config[setting] != RECORDED_CONFIG_DEFAULTS[setting]:  # a target other than the host's
+            options.append(f"{shown}={config[setting]}")
     if (m.key_parts.get("params") or {}).get("init") == "checkpoint":
         options.append(checkpoint_text(path, m))
     if m.entry:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..core.profiles import DimPlan
@@ -24,6 +25,14 @@ SCHEMA_VERSION = 5
 # 4 added prep chunks stored prepared (``PrepChunkEntry.at_rest``); 5 records files by BLAKE3 (``digest.py``)
 READABLE_VERSIONS = (3, 4, 5)
 KIND = "tripy_build.artifact"
+
+# The build settings a recorded config (``key_parts["config"]``: builder/key.recorded_config, every field of the
+# BuildRequest) may lack, and what such a build was made with: an artifact built before the setting was recorded,
+# or saved from the API (which records no config). Readers take them from ``Manifest.build_config``, never from
+# literals of their own. Today's defaults equal these (tests/cli/test_listing.py checks it) but for weights: builds
+# stored them as given ("raw") before they stored them prepared by default (runtime/save.DEFAULT_WEIGHTS).
+RECORDED_CONFIG_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    "compiler": "xla", "precision": "float32", "target_cpu": "host", "target_gpu": "host", "weights": "raw"})
 
 
 @dataclass(frozen=True)
@@ -211,6 +220,13 @@ class Manifest:
     def key_parts(self) -> dict[str, Any]:
         """The build key's named parts (config, model code, params, toolchain, target, options); {} from the API."""
         return dict(self.metadata.get("build_key_parts") or {})
+
+    @property
+    def build_config(self) -> dict[str, Any]:
+        """The config the build recorded (``key_parts["config"]``), with the settings it does not record filled in
+        from ``RECORDED_CONFIG_DEFAULTS``; those alone for an artifact saved from the API."""
+        config = self.key_parts.get("config")
+        return {**RECORDED_CONFIG_DEFAULTS, **(config if isinstance(config, dict) else {})}
 
     @property
     def model(self) -> str:

@@ -97,17 +97,14 @@ def request_from_record(manifest: Manifest, artifact_path: Path, artifacts_dir: 
                         checkpoint: str | None = None) -> BuildRequest:
     """The build request an artifact was made from, to rebuild it elsewhere (``verify --rebuild``); its params
     from ``checkpoint`` if given, else from its seed or its own weights."""
-    try:
-        parts = manifest.key_parts
-        config, identity = dict(parts["config"]), parts["params"]
-    except (KeyError, TypeError):
+    parts = manifest.key_parts
+    identity = parts.get("params")
+    if not isinstance(parts.get("config"), dict) or not isinstance(identity, dict):
         raise ArtifactError(
             f"{artifact_path}: records no build config (it was saved from the Python API, not built by "
-            "`python -m tripy_build`), so it cannot be rebuilt."
-        ) from None
+            "`python -m tripy_build`), so it cannot be rebuilt.")
+    config = manifest.build_config  # settings an older build did not record filled in (weights=raw: stored as given)
     config["shapes"] = {k: NamedDimension(k, *v) if isinstance(v, list) else v for k, v in config["shapes"].items()}
-    config.setdefault("compiler", "xla")
-    config.setdefault("weights", "raw")  # recorded before artifacts stored weights prepared
     checkpoint_key = None
     if checkpoint is None and identity.get("init") != "random":
         checkpoint, checkpoint_key = recorded_checkpoint(manifest, artifact_path)

@@ -61,14 +61,14 @@ def matching(root: str | Path, filters: dict[str, str]) -> list[Path]:
 def recorded_settings(manifest: Any) -> dict[str, str]:
     """The settings an artifact was built with, as command-line ``KEY=VALUE`` text: ``model``, ``shapes``, ...,
     and every ``model.*`` key."""
-    config = manifest.key_parts.get("config") or {}
+    config = manifest.build_config  # what the build recorded, with what it does not record filled in
     platforms = config.get("platforms") or list(manifest.platforms)
     settings = {"model": manifest.model or "", "shapes": str(config.get("shapes_name", "")),
                 "task": "generate" if config.get("generate") else "infer",
-                "backend": config.get("compiler") if config.get("compiler", "xla") != "xla" else
+                "backend": config["compiler"] if config["compiler"] != "xla" else
                 (platforms[0] if len(platforms) == 1 else f"[{','.join(platforms)}]"),
-                "precision": str(config.get("precision", "float32")), "target.cpu": str(config.get("target_cpu", "host")),
-                "target.gpu": str(config.get("target_gpu", "host")), "weights": str(config.get("weights", "raw")),
+                "precision": str(config["precision"]), "target.cpu": str(config["target_cpu"]),
+                "target.gpu": str(config["target_gpu"]), "weights": str(config["weights"]),
                 "optimization_level": str(manifest.optimization_level)}
     for k, v in (config.get("model") or {}).items():
         settings[f"model.{k}"] = str(v)
