@@ -91,7 +91,8 @@ def build_artifact(model: GEGLU, params, root: str):
 
 def raw_executable(loaded, b: int):
     """The profile's executable with the artifact's prepared weights, through Compiled's C++ dispatch."""
-    compiled, lead = loaded._callable((b,)), tuple(loaded._leading)
+    compiled = next(p for p in loaded.compiled.profiles if p.target == (b,)).ready()
+    lead = tuple(loaded.compiled.leading)
     compiled(*lead, np.zeros((b, loaded.flat_inputs[0][1].shape_bounds.opt[1]), np.float32))  # makes _call
     call = compiled._call
     return lambda x: call(*lead, x)

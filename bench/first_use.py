@@ -96,7 +96,7 @@ for s in set(shapes):
         call(xs[s])
         best = min(best, time.perf_counter() - t)
     steady[s] = best
-route = lambda s: f._dispatcher.route([x.shape for x in xs[s].values()]).target  # the profile it runs
+route = lambda s: f.dispatcher.route([x.shape for x in xs[s].values()]).target  # the profile it runs
 print(json.dumps({"load_s": load_s, "calls": [[list(s), t, steady[s], list(route(s))] for s, t in zip(shapes, times)]}))
 """
 

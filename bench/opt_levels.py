@@ -34,7 +34,7 @@ def build(name: str, level: int, params):
     masks = {d: tb.DimSize(d) for d, kind in model.padding.items() if kind == "mask"}
     exe = tb.compile(model.apply, level, args=[params, *infos.values()], kwargs={"lengths": masks} if masks else None,
                      buckets="none")
-    (pre,) = exe._precompiled
+    (pre,) = exe.compiled.profiles
     x = [np.random.default_rng(0).standard_normal(info.shape_bounds.opt).astype(np.float32) for info in infos.values()]
     return exe, pre.seconds, x
 

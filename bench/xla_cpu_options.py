@@ -11,7 +11,7 @@ project's current CPU options (``compiler/optimization.py``). An option set XLA 
 from __future__ import annotations
 
 import argparse
-import copy
+import dataclasses
 import statistics
 import time
 
@@ -21,6 +21,7 @@ import numpy as np
 import tripy_build as tb
 from tripy_build.compiler.optimization import compiler_options
 from tripy_build.models.bert import Bert
+from tripy_build.runtime.executable import Executable
 
 CURRENT = compiler_options(3, "cpu")
 YNN = "xla_cpu_experimental_ynn_fusion_type"
@@ -82,16 +83,8 @@ def main() -> None:
 
 
 def _with_options(compiled, options):
-    """A copy of the executable with its one profile compiled again with ``options`` (the same exported program and
-    prepared weights): what an artifact built with those options would run. Reaches into ``Executable``'s fields:
-    no public call compiles a profile with options other than the optimization level's."""
-    exe = copy.copy(compiled)
-    target = compiled._precompiled[0].target
-    exe.compiler_options = {"cpu": dict(options)}
-    exe._precompiled, exe._runners, exe._fast = [], {}, {}
-    exe._by_target = {target: exe._compile(target)}
-    return exe
-
-
-if __name__ == "__main__":
-    main()
+    """The executable's model with its profiles compiled again with ``options`` (the same exported program and
+    prepared weights): what an artifact built with those options would run. Its profile compiles on its first call
+    (``runtime/compile_here.py``), which the timing rounds' warm-up call makes."""
+    model = dataclasses.replace(compiled.compiled, compiler_options={"cpu": dict(options)}, profiles=())
+    return Executable(model)

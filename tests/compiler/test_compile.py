@@ -426,7 +426,7 @@ def test_optimization_levels_resolve_to_compiler_options_that_change_the_code(rn
     blobs = {}
     for level in (0, 1, 3, 4, 5):
         exe = tb.compile(f, level, args=[II((4, 8), "float32"), w], buckets="none")
-        (pre,) = exe._precompiled
+        (pre,) = exe.compiled.profiles
         assert pre.entry.compiler_options == compiler_options(level, "cpu")
         assert_close(exe(x), f(jnp.asarray(x), w))
         blobs[level] = pre.blob
@@ -526,13 +526,13 @@ def test_a_build_keeps_its_profiles_as_bytes_and_loads_them_only_to_run_them(rng
     args = [II((batch, 8), "float32")]
     lean = build_executable(lambda x: jnp.tanh(x @ w), args=args, padding={"batch": "rows"}, keep_loaded=False)
     full = build_executable(lambda x: jnp.tanh(x @ w), args=args, padding={"batch": "rows"})
-    assert len(lean._precompiled) > 1 and all(p.call is None for p in lean._precompiled)
-    assert all(p.call is not None for p in full._precompiled)
+    assert len(lean.compiled.profiles) > 1 and all(p.call is None for p in lean.compiled.profiles)
+    assert all(p.call is not None for p in full.compiled.profiles)
     x = rng.standard_normal((3, 8)).astype(np.float32)
     assert_close(lean(x), full(x))
-    assert sum(p.call is not None for p in lean._precompiled) == 1  # the bucket of 3 rows, loaded for the call
+    assert sum(p.call is not None for p in lean.compiled.profiles) == 1  # the bucket of 3 rows, loaded for the call
     lean.unload_profiles()
-    assert all(p.call is None for p in lean._precompiled)
+    assert all(p.call is None for p in lean.compiled.profiles)
     assert_close(lean(x), full(x))
 
 

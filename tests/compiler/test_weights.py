@@ -80,7 +80,7 @@ def test_prep_runs_in_chunks_that_share_no_weight_and_every_loader_agrees(chunke
 def test_a_loaded_executable_keeps_only_what_main_takes_and_reads_the_rest_back(chunked, tmp_path):
     exe, path = chunked
     loaded = tb.load(path, warmup="none")
-    stored = {w.path for w in loaded._weights if isinstance(w.value, Stored)}
+    stored = {w.path for w in loaded.compiled.program.weights if isinstance(w.value, Stored)}
     assert stored == {"params['shared']", *(f"params['layers'][{i}]" for i in range(3))}  # not held: prep read them
     want = {"params" + jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(_params(0))[0]}
     got = loaded.weights  # the prep-only ones read back from the artifact, checked
@@ -176,9 +176,9 @@ def test_a_weight_times_a_vector_made_in_the_function_is_prepared_once():
 
     w = np.random.default_rng(0).standard_normal((D, 3 * D)).astype(np.float32)
     exe = tb.compile(scaled, args=[{"w": w}, II((tb.NamedDimension("batch", 1, 2, 4), D), "float32")])
-    assert [s.kind for s in exe._program.sources] == ["prep"]  # the product, prepared: not the raw weight
-    assert exe._program.prep.out_avals[0].shape == (D, 3 * D)
-    main = exe._program.main.mlir_module()
+    assert [s.kind for s in exe.compiled.program.sources] == ["prep"]  # the product, prepared: not the raw weight
+    assert exe.compiled.program.prep.out_avals[0].shape == (D, 3 * D)
+    main = exe.compiled.program.main.mlir_module()
     products = [line for line in main.splitlines() if "stablehlo.multiply" in line and "f32>" in line]
     assert not products and "stablehlo.iota" in main  # the arange stays in main, as a constant
     x = np.random.default_rng(1).standard_normal((3, D)).astype(np.float32)

@@ -284,10 +284,10 @@ def test_warm_up_prepares_every_profile_and_measures_it(tmp_path):
     params = affine_params()
     tb.compile(affine, args=[batch_info(), params], padding=ROWS).save(tmp_path / "a")
     exe = tb.load(tmp_path / "a", warmup="now")
-    assert all(p.warm and p.call is not None for p in exe._precompiled)
+    assert all(p.warm and p.call is not None for p in exe.compiled.profiles)
     assert set(exe._latency) == {(n,) for n in (1, 2, 4, 8, 16, 20)} and all(v > 0 for v in exe._latency.values())
     lazy = tb.load(tmp_path / "a", warmup="none")
-    assert not any(p.warm or p.call is not None for p in lazy._precompiled) and not lazy._latency
+    assert not any(p.warm or p.call is not None for p in lazy.compiled.profiles) and not lazy._latency
     assert_close(lazy(_x(5)), affine(_x(5), params))  # runs (and warms) the batch-8 profile
     lazy.warm_up()  # a profile a call used first is still timed, so splits can be planned over it
     assert set(lazy._latency) == set(exe._latency)

@@ -312,8 +312,8 @@ def test_the_warm_up_runs_no_profile_that_costs_more_flops_than_its_limit(affine
     assert rt._ran == {(1,), (4,)} and set(rt._compiled) == set(rt._profiles)
     exe = tb.load(path)
     _join_warmups()
-    assert {p.target for p in exe._precompiled if p.warm} == {(1,), (4,)}
-    assert all(p.call is not None for p in exe._precompiled)
+    assert {p.target for p in exe.compiled.profiles if p.warm} == {(1,), (4,)}
+    assert all(p.call is not None for p in exe.compiled.profiles)
 
     monkeypatch.setattr(warmup, "RUN_LIMIT_FLOPS", flops[(1,)] / 2)  # the opt profile (4,) too: only the smallest runs
     rt = runtime.load(path)
@@ -342,16 +342,16 @@ def test_a_warm_up_of_large_profiles_waits_while_a_call_is_in_flight(affine_arti
     path, params = affine_artifact
     rt = runtime.load(path)  # warmup="background"
     exe = tb.load(path)
-    _wait_for(lambda: {rt._opt, (1,)} <= rt._ran and any(p.warm for p in exe._precompiled if p.target == (1,)))
+    _wait_for(lambda: {rt._opt, (1,)} <= rt._ran and any(p.warm for p in exe.compiled.profiles if p.target == (1,)))
     assert set(rt._compiled) == rt._ran == {rt._opt, (1,)}
-    assert [p.target for p in exe._precompiled if p.call is not None] == [(1,)]
+    assert [p.target for p in exe.compiled.profiles if p.call is not None] == [(1,)]
     assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))  # calls are served meanwhile
     assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
     call_in_flight.set()
     time.sleep(0.01)
     ended = time.monotonic()
     _join_warmups()
-    assert set(rt._compiled) == set(rt._profiles) and all(p.call is not None for p in exe._precompiled)
+    assert set(rt._compiled) == set(rt._profiles) and all(p.call is not None for p in exe.compiled.profiles)
     assert time.monotonic() - ended >= warmup.QUIET_S - 0.01
 
 
@@ -368,13 +368,13 @@ def test_wait_warmed_waits_for_the_background_warm_up_or_its_timeout(affine_arti
     for one in loaded:
         assert one.wait_warmed(timeout=0.3) is False
     assert set(loaded[0]._compiled) != set(loaded[0]._profiles)
-    assert not all(p.call is not None for p in loaded[1]._precompiled)
+    assert not all(p.call is not None for p in loaded[1].compiled.profiles)
     call_in_flight.set()
     for one in loaded:
         assert one.wait_warmed(timeout=30) is True
         assert one.wait_warmed(timeout=0) is True
     assert set(loaded[0]._compiled) == set(loaded[0]._profiles)
-    assert all(p.call is not None for p in loaded[1]._precompiled)
+    assert all(p.call is not None for p in loaded[1].compiled.profiles)
     for warm in ("none", "now"):
         assert runtime.load(path, warmup=warm).wait_warmed(timeout=0) is True
         assert tb.load(path, warmup=warm).wait_warmed(timeout=0) is True
@@ -392,7 +392,7 @@ def test_a_warm_up_of_small_profiles_goes_on_beside_calls(affine_artifact, backg
     rt = runtime.load(path)
     exe = tb.load(path)
     _join_warmups()  # while the call is still in flight
-    assert rt._ran == set(rt._profiles) and all(p.warm for p in exe._precompiled)
+    assert rt._ran == set(rt._profiles) and all(p.warm for p in exe.compiled.profiles)
 
 
 def test_a_warm_up_prepares_at_once_every_profile_whose_first_call_would_be_late(affine_artifact, background_warm_up,
@@ -412,19 +412,19 @@ def test_a_warm_up_prepares_at_once_every_profile_whose_first_call_would_be_late
     rt = runtime.load(path)
     exe = tb.load(path)
     _join_warmups()  # while the call is still in flight
-    assert rt._ran == set(rt._profiles) and all(p.warm for p in exe._precompiled)
+    assert rt._ran == set(rt._profiles) and all(p.warm for p in exe.compiled.profiles)
     assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))
     assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
 
     monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)  # none late: the smallest only, the rest wait
     rt = runtime.load(path)
     exe = tb.load(path)
-    _wait_for(lambda: (1,) in rt._ran and any(p.warm for p in exe._precompiled if p.target == (1,)))
-    assert rt._ran == {(1,)} and [p.target for p in exe._precompiled if p.warm] == [(1,)]
+    _wait_for(lambda: (1,) in rt._ran and any(p.warm for p in exe.compiled.profiles if p.target == (1,)))
+    assert rt._ran == {(1,)} and [p.target for p in exe.compiled.profiles if p.warm] == [(1,)]
     call_in_flight.set()
     _join_warmups()  # the rest only deserialized (all count as costly)
     assert rt._ran == {(1,)} and set(rt._compiled) == set(rt._profiles)
-    assert all(p.call is not None for p in exe._precompiled)
+    assert all(p.call is not None for p in exe.compiled.profiles)
 
 
 def test_the_first_pass_prepares_every_profile_not_above_one_found_on_time():
@@ -503,16 +503,16 @@ def test_a_small_artifacts_profiles_are_all_prepared_when_load_returns(affine_ar
     path, params = affine_artifact
     rt, exe = runtime.load(path), tb.load(path)  # warmup="background", the default
     assert rt._ran == set(rt._compiled) == set(rt._profiles) == {(1,), (4,), (8,), (16,)}
-    assert all(p.warm and p.call is not None for p in exe._precompiled)
+    assert all(p.warm and p.call is not None for p in exe.compiled.profiles)
     assert warmup.prepare_at_load(list(rt._sizes.values())) and warmup.prepare_at_load(exe._prepare_sizes())
     assert not rt._latency and not exe._latency  # timed once calls pause
     call_in_flight.set()
     assert rt.wait_warmed(timeout=30) is True and exe.wait_warmed(timeout=30) is True
-    assert set(rt._latency) == set(rt._profiles) and set(exe._latency) == {p.target for p in exe._precompiled}
+    assert set(rt._latency) == set(rt._profiles) and set(exe._latency) == {p.target for p in exe.compiled.profiles}
     assert_close(rt(_x(3)), affine(jnp.asarray(_x(3)), params))
     assert_close(exe(_x(3)), affine(jnp.asarray(_x(3)), params))
     untrusted = tb.load(path, trust_executables=False)  # preparing is compiling here: never at load
-    assert untrusted._prepare_sizes() is None and not any(p.warm for p in untrusted._precompiled)
+    assert untrusted._prepare_sizes() is None and not any(p.warm for p in untrusted.compiled.profiles)
     untrusted.wait_warmed(60)
 
 
@@ -530,11 +530,11 @@ def test_a_large_artifact_keeps_the_background_warm_up(affine_artifact, call_in_
     monkeypatch.setattr(warmup, "FIRST_CALL_MARGIN_S", 1e3)
     rt, exe = runtime.load(path), tb.load(path)
     assert rt.wait_warmed(timeout=0.3) is False and exe.wait_warmed(timeout=0.3) is False
-    assert rt._ran != set(rt._profiles) and not all(p.warm for p in exe._precompiled)
+    assert rt._ran != set(rt._profiles) and not all(p.warm for p in exe.compiled.profiles)
     assert not rt._latency and not exe._latency  # nor timed for split plans beside the call
     call_in_flight.set()
     assert rt.wait_warmed(timeout=30) is True and exe.wait_warmed(timeout=30) is True
-    assert set(rt._compiled) == set(rt._profiles) and all(p.call is not None for p in exe._precompiled)
+    assert set(rt._compiled) == set(rt._profiles) and all(p.call is not None for p in exe.compiled.profiles)
 
 
 def test_the_rule_prepares_at_load_what_the_background_would_hold_back_when_it_is_little():
@@ -593,7 +593,7 @@ def test_both_loaders_split_a_rows_dim_by_their_latencies_and_agree(affine_artif
     path, params = affine_artifact
     compute_bound = {(1,): 1e-3, (4,): 4e-3, (8,): 8e-3, (16,): 40e-3}  # 13 rows: 8 + 4 + 1 beats one call at 16
     for loaded in (runtime.load(path, warmup="now"), tb.load(path, warmup="now")):
-        route = loaded._dispatcher.route([(13, 8)], compute_bound)
+        route = loaded.dispatcher.route(((13, 8),), compute_bound)
         assert [(a, b) for a, b, _ in route.split[1]] == [(0, 8), (8, 12), (12, 13)]
         padded = np.asarray(loaded(_x(13)))
         loaded._latency.clear()

@@ -183,6 +183,12 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
     padding = model_io.padding(model, request.model, request.shapes)
     mask_dims = {d: DimSize(d) for d, kind in padding.items() if kind == "mask"}
     used = {d for info in infos.values() for d in info.dimension_names.values()}
+    labels = model.output_labels() if hasattr(model, "output_labels") else {}
+    metadata: dict[str, Any] = {"labels": labels} if labels else {}  # a classifier's class names (config.json's id2label)
+    metadata.update(
+        build_key=key, build_key_parts=parts, model=model_name,
+        params={"sha256": params_io.digest(params), **{k: v for k, v in parts["params"].items() if k != "sha256"}},
+    )
     if request.generate is not None:
         from ..compiler.pipeline import build_entries
         from .generate import entries as generation_entries
@@ -191,8 +197,8 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
                                            request.max_profiles, request.generate["max_length"])
         exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
                             precision=request.precision, max_error=request.max_error, backend=request.compiler,
-                            keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu, warn_values=False)
-        exe.metadata["generate"] = spec.to_metadata()
+                            keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu, warn_values=False,
+                            metadata={"generate": spec.to_metadata(), **metadata})
     else:
         exe = build_executable(
             model.apply, request.optimization_level, args=[params, *infos.values()],
@@ -200,21 +206,14 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
             log=stage, buckets={d: b for d, b in request.buckets.items() if d in used}, padding=padding,
             max_profiles=request.max_profiles, precision=request.precision, max_error=request.max_error,
             backend=request.compiler, keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu,
-            warn_values=False,
+            warn_values=False, metadata=metadata,
         )
-    labels = model.output_labels() if hasattr(model, "output_labels") else {}
-    if labels:
-        exe.metadata["labels"] = labels  # a classifier's class names per output (config.json's id2label)
-    exe.metadata.update(
-        build_key=key, build_key_parts=parts, model=model_name,
-        params={"sha256": params_io.digest(params), **{k: v for k, v in parts["params"].items() if k != "sha256"}},
-    )
     t0 = time.perf_counter()
     for e in (exe.entries or {"": exe}).values():
         e.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
     stage("self-test reference", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    path = save(exe, target, replace=replace, weights=request.weights, index_extra=checkpoint)
+    path = save(exe.compiled_entries, target, replace=replace, weights=request.weights, index_extra=checkpoint)
     stage("write", time.perf_counter() - t0)
     manifest = read_manifest(path)
     warn_first_use_compiles(manifest, read_index(path, manifest, "compile_seconds"))

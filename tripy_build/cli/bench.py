@@ -80,11 +80,11 @@ def _steady(fns: dict[str, Any], args: dict[str, Sequence[Any]], budget_s: float
 def _route_label(exe: Any, shapes: Sequence[Sequence[int]]) -> str:
     """The route a loader (``tb.load``'s ``Executable`` or the runtime's ``Runtime``) takes at ``shapes``, split
     plans included (its warm-up's latencies, ``warmup.calibrate``)."""
-    route = exe._dispatcher.route(shapes, exe._latency)
+    route = exe.route(shapes)
     if route.split is not None:
         return "split " + "+".join(",".join(map(str, sub.target)) for _, _, sub in route.split[1])
     target = ",".join(map(str, route.target))
-    if route.target in exe._dispatcher.profiles:
+    if route.target in exe.dispatcher.profiles:
         return f"padded->{target}" if route.padded else "exact"
     return f"compiled {target}" + (" (padded)" if route.padded else "")
 
@@ -95,8 +95,8 @@ def _exact_jit(exe: Any, sizes: Sequence[int]) -> Any:
     import numpy as np
 
     route = exe.dispatcher.route(exe.dispatcher.leaf_shapes(sizes))
-    compiled = jax.jit(exe._program.main.call)
-    lead, dim_sizes = tuple(exe._leading), [np.int32(n) for n in route.sizes]
+    compiled = jax.jit(exe.compiled.program.main.call)
+    lead, dim_sizes = tuple(exe.compiled.leading), [np.int32(n) for n in route.sizes]
     return lambda *leaves: compiled(*lead, *leaves, *dim_sizes)
 
 
@@ -112,7 +112,7 @@ t1 = time.perf_counter()
 exe = loader.load(sys.argv[1], warmup=sys.argv[3])
 t2 = time.perf_counter()
 rng = np.random.default_rng(0)
-x = [rng.standard_normal(info.shape_bounds.opt).astype(info.dtype) for _, info in exe._leaves]
+x = [rng.standard_normal(info.shape_bounds.opt).astype(info.dtype) for _, info in exe.flat_inputs]
 y = exe(*x)
 y = np.asarray(y if not isinstance(y, (list, tuple, dict)) else sorted(y.values())[0] if isinstance(y, dict) else y[0])
 t3 = time.perf_counter()

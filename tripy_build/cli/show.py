@@ -28,7 +28,7 @@ def _costs(path: Path) -> dict[str, Any]:
 
     exe = load(path, warmup="none")
     out = {}
-    for i, pre in enumerate(exe._precompiled):
+    for i, pre in enumerate(exe.compiled.profiles):
         if not pre.entry.is_xla:  # IREE's modules have no cost analysis
             continue
         compiled = pre.ready()
@@ -59,11 +59,12 @@ def dump(path: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "program.mlir"]
-    written[0].write_text(exe._program.main.mlir_module())
-    if exe._program.prep is not None:
-        (out / "prep.mlir").write_text(exe._program.prep.mlir_module())
+    program = exe.compiled.program
+    written[0].write_text(program.main.mlir_module())
+    if program.prep is not None:
+        (out / "prep.mlir").write_text(program.prep.mlir_module())
         written.append(out / "prep.mlir")
-    for pre in exe._precompiled:
+    for pre in exe.compiled.profiles:
         if not pre.entry.is_xla:  # an IREE module: its input is program.mlir
             continue
         name = "_".join(f"{k}{v}" for k, v in pre.entry.profile.items()) or "static"

@@ -112,7 +112,7 @@ def _load(report: Report, root: Path, label: str = "", trust_executables: bool =
             how = "deserialized and usable here" if trust_executables else \
                 "compiled here from the portable program (the shipped executables ignored)"
             report.check(True, f"{label}load", f"{n} precompiled profile(s) {how}; weights "
-                                               f"{human_size(sum(w.nbytes for w in exe._weights))}")
+                                               f"{human_size(sum(w.nbytes for w in exe.compiled.program.weights))}")
     return exe
 
 

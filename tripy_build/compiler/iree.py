@@ -27,7 +27,7 @@ import numpy as np
 from ..artifact.manifest import IREE_FORMAT, Compiler, ExecutableEntry
 from ..host import host_features
 from ..runtime import iree as iree_runtime
-from ..runtime.executable import Executable, Precompiled
+from ..runtime.compiled import Precompiled
 from .export import deterministic_locations, symbolic_specs
 
 
@@ -72,25 +72,25 @@ def compile_dynamic(main: Any, leading: Sequence[Any], specs: Sequence[Any]) -> 
         return None, iree_runtime.first_error(e), time.perf_counter() - t0
 
 
-def compile_profiles(exe: Executable, program: Any, shapes: Sequence[Sequence[Sequence[int]]],
-                     targets: Sequence[tuple[int, ...]], n_sizes: int, log: Callable[[str, float], None],
-                     compile_all: Callable) -> list[Precompiled]:
+def compile_profiles(leaves: Sequence[Any], leading: Sequence[Any], program: Any,
+                     shapes: Sequence[Sequence[Sequence[int]]], targets: Sequence[tuple[int, ...]], n_sizes: int,
+                     log: Callable[[str, float], None],
+                     compile_all: Callable) -> tuple[list[Precompiled], Precompiled | None, Compiler]:
     """IREE modules: one for every shape if IREE accepts the dynamic program, else one per profile
-    (``compile_all`` runs those in the compiler's pool)."""
+    (``compile_all`` runs those in the compiler's pool); (the profiles, the one module for every shape or None,
+    how they were compiled). ``leaves``: the runtime inputs (path, ``InputInfo``); ``leading``: the weights."""
     base = ExecutableEntry("", IREE_FORMAT, "cpu", flags=tuple(iree_runtime.FLAGS),
                            depends_on=dict(host_features(), **iree_runtime.versions()))
-    specs, _ = symbolic_specs(exe.flat_inputs)
-    vmfb, reason, seconds = compile_dynamic(program.main, exe._leading,
+    specs, _ = symbolic_specs(list(leaves))
+    vmfb, reason, seconds = compile_dynamic(program.main, leading,
                                             [*specs, *[jax.ShapeDtypeStruct((), "int32")] * n_sizes])
     n_lead = len(program.sources)
     out_tree = program.main.out_tree
     if vmfb is not None:
         entry = dataclasses.replace(base, dynamic=True)
         pre = Precompiled((), vmfb, entry, iree_runtime.loader(vmfb, entry, out_tree, n_lead, "iree")(), seconds=seconds)
-        exe.set_universal(pre)
-        exe.compiler = Compiler("iree", "dynamic", None, tuple(iree_runtime.FLAGS))
         log("compile (one dynamic-shape module)", seconds)
-        return [pre]
+        return [], pre, Compiler("iree", "dynamic", None, tuple(iree_runtime.FLAGS))
     log(f"  IREE rejected the dynamic program ({reason}); one module per profile", seconds)
 
     def one(i: int, profile: dict[str, int]) -> Precompiled:
@@ -101,7 +101,5 @@ def compile_profiles(exe: Executable, program: Any, shapes: Sequence[Sequence[Se
 
     t0 = time.perf_counter()
     compiled = compile_all(one)
-    exe.add_profiles(compiled)
-    exe.compiler = Compiler("iree", "profiles", reason, tuple(iree_runtime.FLAGS))
     log(f"compile {len(compiled)} profile(s)", time.perf_counter() - t0)
-    return compiled
+    return compiled, None, Compiler("iree", "profiles", reason, tuple(iree_runtime.FLAGS))

@@ -30,8 +30,9 @@ from ..core.spec import collect_named_dims, count_leaves, undeclared_values
 from ..errors import SpecError
 from ..host import host_features, target_of, usable_cores
 from ..runtime import xla as xla_executable
-from ..runtime.executable import Executable, Precompiled
-from ..runtime.program import resolve
+from ..runtime.compiled import CompiledModel, Precompiled, Reference, shares_prep
+from ..runtime.executable import Executable, together
+from ..runtime.prepare import prepare
 from . import eager, selftest
 from . import precision as precision_lib
 from .export import export, output_infos, symbolic_specs
@@ -116,7 +117,8 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
                      max_profiles: int = profiles_lib.DEFAULT_MAX_PROFILES, precision: str | None = None,
                      max_error: float | None = None, backend: str = "xla", donate: Sequence[str] = (),
                      prep_name: str | None = None, keep_loaded: bool = True, gpu: str = HOST,
-                     cpu: str = "host", warn_values: bool = True) -> Executable:
+                     cpu: str = "host", warn_values: bool = True, metadata: Mapping[str, Any] | None = None,
+                     earlier: Sequence[CompiledModel] = ()) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``;
     ``donate``: the runtime inputs whose buffers each call gives to the outputs (``Entry.donate``);
     ``keep_loaded=False``: each profile is kept as its bytes once compiled, loaded only while the build runs it
@@ -124,7 +126,9 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     executables are for (``target.gpu``: ``host``, or a name in ``compiler/gpu.py``, compiled for without it);
     ``cpu``: the CPU ``cpu`` executables are for (``target.cpu``: ``host``, ``portable`` or a baseline in
     ``compiler/target.py``); ``warn_values``: warn of integer inputs without declared values (a build from a
-    config warns in its own words, naming the config key).
+    config warns in its own words, naming the config key); ``metadata``: what the build records with it (its key,
+    model, labels); ``earlier``: the entries compiled before this one, whose prepared weights it shares where its
+    prep is the same work on the same weights.
 
     Every platform of ``platforms`` gets its executables (``target.compile_plan``). Those of the platform that
     runs here are the ones the padding proof and the precision measure run; those of the others (a GPU that is
@@ -204,21 +208,27 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     run_device = (plan.devices.get(host_platform) if plan is not None else None) or jax.devices(host_platform)[0]
     options = {p: compiler_options(optimization_level, p) for p in platforms}  # recorded; run-time compiles use them
     run_options = compiler_options(optimization_level, host_platform)  # the twin's too, not recorded
-    prep_exes = []
-    if program.prep is not None:
+    twin_prep = next((m for m in earlier if shares_prep(m, prep_bytes, program.weights)), None)
+    prep_exes: tuple[Precompiled, ...] = ()
+    if twin_prep is not None:  # the same weight-only work on the same weights: prepared once, held once
+        prep_exes, prepared = twin_prep.prep_executables, twin_prep.prepared
+    elif program.prep is not None:
         t0 = time.perf_counter()
-        prep_exes = [_compile_one(exported, [program.weights[i].value.shape for i in chunk.weights], (), host_platform,
-                                  None, run_options, device=run_device) for chunk, exported in program.chunks]
+        prep_exes = tuple(_compile_one(exported, [program.weights[i].value.shape for i in chunk.weights], (),
+                                       host_platform, None, run_options, device=run_device)
+                          for chunk, exported in program.chunks)
+        prepared = prepare(program, prep_exes)
         log("compile prep", time.perf_counter() - t0)
-    parameters = [Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime]
-    exe = Executable(
-        program=program, program_bytes=exported_bytes, prep_bytes=prep_bytes, name=flat.__name__,
-        parameters=parameters, leaves=leaves, sizes=sizes, outputs=outputs, dims=dims, dispatcher=dispatcher,
-        optimization_level=optimization_level, platforms=platforms, precompiled=[], prep_exes=prep_exes,
-        selftest_source=flat, selftest_make=selftest.make,
-        compiler_options=options, donated=donated,
+    else:
+        prepared = ()
+    record = CompiledModel(
+        name=flat.__name__, program=program, program_bytes=exported_bytes, prep_bytes=prep_bytes,
+        parameters=tuple(Parameter(a.name, a.kind.name, a.template) for a in arguments if a.runtime),
+        leaves=tuple(leaves), sizes=tuple(sizes), outputs=tuple(outputs), dims=tuple(dims), dispatcher=dispatcher,
+        optimization_level=optimization_level, platforms=tuple(platforms), compiler_options=options,
+        prep_executables=prep_exes, prepared=prepared, metadata=dict(metadata or {}), donated=donated,
+        tolerance=RTOL.get(reduced), selftest_from=Reference(flat, selftest.make),
     )
-    exe.tolerance = RTOL.get(reduced)
     leading = [a.shape for a in program.leading_avals()]
     shapes = [[*leading, *dispatcher.leaf_shapes(t), *[()] * len(sizes)] for t in targets]
 
@@ -227,34 +237,41 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     if backend == "iree":
         from .iree import compile_profiles
 
-        precompiled = compile_profiles(exe, program, shapes, targets, len(sizes), log, compile_all)
+        profiles, universal, made_by = compile_profiles(record.leaves, record.leading, program, shapes, targets,
+                                                        len(sizes), log, compile_all)
+        record = dataclasses.replace(record, profiles=tuple(profiles), universal=universal, compiler=made_by)
     else:
         t0 = time.perf_counter()
-        donate_argnums = exe.donate_argnums
-        precompiled = compile_all(lambda i, profile: _compile_one(program.main, shapes[i], targets[i], host_platform,
-                                                                  profile, run_options, donate_argnums,
-                                                                  None if keep_loaded else flat.__name__, run_device))
-        exe.add_profiles(precompiled)
+        donate_argnums = record.donate_argnums
+        profiles = compile_all(lambda i, profile: _compile_one(program.main, shapes[i], targets[i], host_platform,
+                                                               profile, run_options, donate_argnums,
+                                                               None if keep_loaded else flat.__name__, run_device))
         twin = f" for this {host_platform.upper()} (a twin to prove padding on; not saved)" if plan.twin else ""
-        log(f"compile {len(precompiled)} profile(s){twin}", time.perf_counter() - t0)
+        log(f"compile {len(profiles)} profile(s){twin}", time.perf_counter() - t0)
+        foreign: list[Precompiled] = []
+        foreign_prep = None
         for p in [p for p in platforms if p != host_platform]:
             t0 = time.perf_counter()
             other = functools.partial(_compile_one, platform=p, options=options[p], donate=donate_argnums,
                                       device=plan.devices[p], gpu=plan.deviceless.get(p), keep=False)
-            foreign = compile_all(lambda i, profile, other=other: other(target_program.main, shapes[i], targets[i],
-                                                                        profile=profile))
-            chunks = [other(exported, [program.weights[i].value.shape for i in chunk.weights], (), profile=None)
-                      for chunk, exported in target_program.chunks] if plan.twin else None
-            exe.add_foreign(foreign, chunks)
+            made = compile_all(lambda i, profile, other=other: other(target_program.main, shapes[i], targets[i],
+                                                                     profile=profile))
+            foreign += made
+            if plan.twin and foreign_prep is None:
+                foreign_prep = tuple(other(exported, [program.weights[i].value.shape for i in chunk.weights], (),
+                                           profile=None) for chunk, exported in target_program.chunks)
             name = plan.devices[p].device_kind if p == "cuda" else p
-            log(f"compile {len(foreign)} profile(s) for {name}", time.perf_counter() - t0)
-    if precompiled and exe._universal is None and any(d.strategy == "padded" for d in dims):
+            log(f"compile {len(made)} profile(s) for {name}", time.perf_counter() - t0)
+        record = dataclasses.replace(record, profiles=tuple(profiles), foreign=tuple(foreign), foreign_prep=foreign_prep)
+    exe = Executable(record)
+    if profiles and record.universal is None and any(d.strategy == "padded" for d in dims):
         t0 = time.perf_counter()
         prove_padding(exe)
         log("prove padding", time.perf_counter() - t0)
     if reduced:
         t0 = time.perf_counter()
-        precision_lib.measure_precision(exe, reference, reduced, budget)
+        measured = precision_lib.measure_precision(exe, reference, reduced, budget)
+        exe = Executable(record.replace(metadata={**record.metadata, "precision": measured}), like=exe)
         log(f"measure {reduced} error", time.perf_counter() - t0)
     if not keep_loaded:
         exe.unload_profiles()
@@ -283,31 +300,28 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
                   platforms: Sequence[str] = ("cpu",), name: str | None = None,
                   log: Callable[[str, float], None] | None = None, precision: str | None = None,
                   max_error: float | None = None, backend: str = "xla", keep_loaded: bool = True,
-                  gpu: str = HOST, cpu: str = "host", warn_values: bool = True) -> Executable:
+                  gpu: str = HOST, cpu: str = "host", warn_values: bool = True,
+                  metadata: Mapping[str, Any] | None = None) -> Executable:
     """Compile each entry (``compile`` of a dict of ``Entry``); the first entry's executable, with all in
     ``entries``. ``name`` prefixes each entry's program name (``gpt2_decode``); ``keep_loaded``, ``gpu``, ``cpu``
-    and ``warn_values``: as for ``build_executable``."""
+    and ``warn_values``: as for ``build_executable``; ``metadata``: recorded with the first entry (the artifact's
+    top level). An entry whose prep program and weights are an earlier entry's shares its prepared weights."""
     entries = check_entries(entries)
     log = log or (lambda stage, seconds: None)
-    exes: dict[str, Executable] = {}
-    for key, e in entries.items():
+    models: dict[str, Any] = {}
+    for n, (key, e) in enumerate(entries.items()):
         log(f"entry {key}", 0.0)
-        exes[key] = build_executable(
+        exe = build_executable(
             e.func, optimization_level, args=e.args, kwargs=dict(e.kwargs) if e.kwargs is not None else None,
             platforms=platforms, name=f"{name}_{key}" if name else key, log=log, buckets=e.buckets,
             padding=e.padding, max_profiles=e.max_profiles, precision=precision, max_error=max_error,
             backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep", keep_loaded=keep_loaded, gpu=gpu,
-            cpu=cpu, warn_values=warn_values)
-    compiled = [exe for exe in exes.values() if isinstance(exe, Executable)]
-    for i, exe in enumerate(compiled):
-        exe.entries = exes
-        earlier = next((a for a in compiled[:i] if a._prep_bytes is not None and a._prep_bytes == exe._prep_bytes
-                        and len(a._weights) == len(exe._weights)
-                        and all(x.value is y.value for x, y in zip(a._weights, exe._weights))), None)
-        if earlier is not None:  # the same weight-only work on the same weights: prepared once, held once
-            exe._prep_exes, exe._prepared = earlier._prep_exes, earlier._prepared
-            exe._leading = resolve(exe._program.sources, [w.value for w in exe._weights], earlier._prepared)
-    return next(iter(exes.values()))
+            cpu=cpu, warn_values=warn_values, metadata=metadata if n == 0 else None,
+            earlier=[m for m in models.values() if isinstance(m, CompiledModel)])
+        models[key] = exe.compiled if isinstance(exe, Executable) else exe
+    if not all(isinstance(m, CompiledModel) for m in models.values()):  # TRIPY_BUILD_DISABLE_COMPILE
+        return next(iter(models.values()))
+    return next(iter(together(models).values()))
 
 
 def _compile_one(exported: jax.export.Exported, shapes: Sequence[Sequence[int]], target: tuple[int, ...],

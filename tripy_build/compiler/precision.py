@@ -72,9 +72,9 @@ def error(got: Sequence[Any], want: Sequence[Any]) -> tuple[float, float]:
     return worst_abs, worst_rel
 
 
-def measure_precision(exe: Any, reference: Callable, dtype: str, budget: float | None) -> None:
-    """Compare ``exe`` (an ``Executable``) with the float32 ``reference`` on the self-test inputs; record the
-    error in its metadata; enforce the budget."""
+def measure_precision(exe: Any, reference: Callable, dtype: str, budget: float | None) -> dict[str, Any]:
+    """Compare ``exe`` (an ``Executable``) with the float32 ``reference`` on the self-test inputs; the error, as
+    its metadata records it (``precision``); the budget enforced."""
     from ..artifact.selftest import from_files
     from .selftest import run_once
 
@@ -86,11 +86,12 @@ def measure_precision(exe: Any, reference: Callable, dtype: str, budget: float |
         a, r = error(got, want)
         worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
         names.append(case.name)
-    exe.metadata["precision"] = {"dtype": dtype, "max_abs_error": worst_abs, "max_rel_error": worst_rel,
-                                 "max_error": budget, "measured_on": names}
+    measured = {"dtype": dtype, "max_abs_error": worst_abs, "max_rel_error": worst_rel, "max_error": budget,
+                "measured_on": names}
     if budget is not None and worst_rel > budget:
         raise SpecError(
             f"precision {dtype}: the outputs differ from float32 by up to {worst_rel:.3g} of their scale (max abs "
             f"{worst_abs:.3g}) on the self-test inputs ({', '.join(names)}), over the budget max_error={budget:g}. "
             "Raise the budget, or build in float16 or float32."
         )
+    return measured

@@ -30,12 +30,10 @@ class Shared:
 
 class MultiEntry:
     """``entry(name)``, ``generate()`` and ``generation_steps()`` for both loaders. An instance sets ``entries`` (``{}`` for a
-    single function) and ``_generation`` (None); its class sets ``_steps_class`` (its loader's steps for
-    ``runtime/generate.py``)."""
+    single function) and ``_generation`` (None); its class provides what ``runtime/generate.Steps`` runs."""
 
     entries: dict[str, Any]
     _generation: Any
-    _steps_class: type
     _warming: threading.Thread | None = None  # the background warm-up ``warm_up(background=True)`` started
 
     def wait_warmed(self, timeout: float | None = None) -> bool:
@@ -113,8 +111,10 @@ class MultiEntry:
     def generation_steps(self) -> Any:
         """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it):
         one per loaded artifact, holding the caches finished sessions leave for the next."""
+        from .generate import Steps
+
         main = self._main
         with _STEPS_LOCK:
             if main._generation is None:
-                main._generation = self._steps_class(main)
+                main._generation = Steps(main)
             return main._generation

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -77,25 +77,39 @@ class Spares:
             self.free[(tuple(shape), dtype)] = cache
 
 
-class Steps(Protocol):
-    """What a loader provides: its entries' precompiled profiles, a zeroed cache on the device, and one call;
-    one per loaded artifact, with the ``spares`` its sessions leave."""
+class Steps:
+    """How generation drives a loaded artifact's prefill and decode entries, with either loader: one per loaded
+    artifact (``generation_steps()``), with the ``spares`` its sessions leave.
 
-    spares: Spares
+    Each loader provides ``_place`` (a host array onto its device), ``_fetch`` (a device value back as numpy) and,
+    per entry, ``_step(target, leaves)``: one profile run as it is, (logits, cache) left on the device; the cache
+    is passed back to the next step (donated: updated in place).
+    """
 
-    def spec(self) -> Spec: ...
+    def __init__(self, loaded: Any):
+        self.loaded = loaded
+        self.spares = Spares()
 
-    def profiles(self, entry: str) -> list[dict[str, int]]: ...
+    def spec(self) -> Spec:
+        return Spec.from_metadata(self.loaded.metadata, self.loaded.__name__)
 
-    def zeros(self, shape: Sequence[int], dtype: str) -> Any: ...
+    def profiles(self, entry: str) -> list[dict[str, int]]:
+        return self.loaded.entry(entry).profiles
 
-    def host(self, x: Any) -> np.ndarray: ...
+    def zeros(self, shape: Sequence[int], dtype: str) -> Any:
+        return self.put(np.zeros(shape, dtype))
 
-    def put(self, x: np.ndarray) -> Any: ...
+    def host(self, x: Any) -> np.ndarray:
+        return self.loaded._fetch(x)
+
+    def put(self, x: np.ndarray) -> Any:
+        return self.loaded._place(x)
 
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
-        """(logits as numpy, the updated cache as a device handle) for ``leaves`` in the entry's input order."""
-        ...
+        """(logits as numpy, the updated cache on the device) for ``leaves`` in the entry's input order."""
+        e = self.loaded.entry(entry)
+        logits, cache = e._step(tuple(profile[d.name] for d in e.dims), leaves)
+        return self.host(logits), cache
 
 
 def prompts(input_ids: Any, attention_mask: Any = None) -> list[np.ndarray]:

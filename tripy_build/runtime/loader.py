@@ -57,6 +57,7 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     """
     if warmup not in WARMUPS:
         raise SpecError(f"load(warmup={warmup!r}): must be one of {', '.join(map(repr, WARMUPS))}.")
+    from .executable import together
     from .first_run import never_run_here, selftest_once
     from .xla import local_platform
 
@@ -65,10 +66,7 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     platform = local_platform()
     c.check_platform(platform)
     shared = Shared()
-    exes = {name: _entry(c.for_entry(name), trust_executables, shared) for name, _ in m.all_entries()}
-    if m.entry:
-        for exe in exes.values():
-            exe.entries = exes
+    exes = together({name: _entry(c.for_entry(name), trust_executables, shared) for name, _ in m.all_entries()})
     if trust_executables and never_run_here(m, platform):
         import jax
 
@@ -91,16 +89,19 @@ def _small(exes: Any) -> bool:
 
 
 def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
-    """One entry of the artifact (the whole of a single-function one) as an ``Executable``."""
+    """One entry of the artifact (the whole of a single-function one) as a ``CompiledModel``."""
     import jax
 
     from ..core.dispatch import Dispatcher, output_axes
     from ..core.profiles import pad_values
     from ..core.spec import to_dtype
+    from .compile_here import compile_profile
+    from .compiled import CompiledModel, Precompiled, StoredSelfTest
+    from .executable import with_inputs
     from .iree import loader as iree_loader
+    from .prepare import prepare
+    from .program import PrepChunk, Program, Source, Stored, Weight
     from .xla import load as load_xla, local_platform
-    from .executable import Executable, Precompiled
-    from .program import PrepChunk, Program, Source, Stored, Weight, resolve
 
     m = c.manifest
     client = jax.devices()[0].client
@@ -136,7 +137,7 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
     prepared = shared.prepared.get(prep_key) if prep_key else None
     backend = local_platform()
 
-    compiled_here: list[Any] = []  # the Executable, once made: untrusted profiles compile through it
+    made: list[CompiledModel] = []  # the record, once made: untrusted profiles compile from its program
 
     def precompiled(entry: ExecutableEntry, exported: jax.export.Exported, label: str,
                     out_tree: Any = None) -> Precompiled | None:
@@ -144,7 +145,7 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
             if exported is not main or entry.dynamic or entry.platform != backend:
                 return None  # the prep program runs through jax; IREE's dynamic module has no portable twin
             here = ExecutableEntry("", XLA_FORMAT, backend, entry.target)
-            return Precompiled(entry.target, b"", here, loader=lambda: compiled_here[0]._compile(entry.target))
+            return Precompiled(entry.target, b"", here, loader=lambda: compile_profile(made[0], entry.target))
         if entry.platform != backend or not c.usable(entry, client):
             return None
         pre = Precompiled(entry.target, c.files[entry.file], entry)
@@ -177,22 +178,22 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
                                 pad_values(m.dims, m.leaf_paths))
     except (SpecError, KeyError) as e:
         raise ArtifactError(f"{c.where()}: the dims do not match the exported program ({e}).") from None
-    exe = Executable(
-        program=Program(main, prep, weights, [Source(k, i) for k, i in m.sources],
-                        chunks=[(chunk, None) for chunk in chunks], at_rest=at_rest),
-        program_bytes=c.files[m.program.file], prep_bytes=c.files.get(m.prep.file) if m.prep else None,
-        name=m.function, parameters=m.parameters, leaves=m.leaves, sizes=m.sizes, outputs=m.outputs, dims=m.dims,
-        dispatcher=dispatcher, optimization_level=m.optimization_level, platforms=m.platforms,
-        precompiled=profiles, prep_exes=prep_exes, metadata=m.metadata, origin=(c.path, list(m.selftest)),
-        compiler=m.compiler, compiler_options=m.compiler_options, donated=m.donated,
-        leading=None if prepared is None else resolve([Source(k, i) for k, i in m.sources],
-                                                      [w.value for w in weights], prepared),
+    program = Program(main, prep, weights, [Source(k, i) for k, i in m.sources],
+                      chunks=[(chunk, None) for chunk in chunks], at_rest=at_rest)
+    if prepared is None:
+        prepared = prepare(program, prep_exes)
+        if prep_key is not None:
+            shared.prepared[prep_key] = prepared
+    model = CompiledModel(
+        name=m.function, program=program, program_bytes=c.files[m.program.file],
+        prep_bytes=c.files.get(m.prep.file) if m.prep else None, parameters=tuple(m.parameters),
+        leaves=tuple(m.leaves), sizes=tuple(m.sizes), outputs=tuple(m.outputs), dims=tuple(m.dims),
+        dispatcher=dispatcher, optimization_level=m.optimization_level, platforms=tuple(m.platforms),
+        compiler=m.compiler, compiler_options=m.compiler_options, profiles=tuple(profiles), universal=universal,
+        prep_executables=tuple(prep_exes), prepared=prepared, metadata=m.metadata, donated=tuple(m.donated),
+        selftest_from=StoredSelfTest(c.path, tuple(m.selftest)),
     )
-    if prep_key is not None and prepared is None:
-        shared.prepared[prep_key] = exe._prepared
-    compiled_here.append(exe)
-    if universal is not None:
-        exe.set_universal(universal)
-    if m.bound_inputs:
-        exe = exe._with_bound(c.bound_values(), m.bound_inputs)
-    return exe
+    if m.bound_inputs:  # the inputs its stored self-test was made with
+        model = with_inputs(model, c.bound_values(), m.bound_inputs).replace(selftest_from=model.selftest_from)
+    made.append(model)
+    return model

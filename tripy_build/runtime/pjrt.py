@@ -165,7 +165,7 @@ class Runtime(MultiEntry):
         self._compiled: dict[tuple[int, ...], _Compiled] = {}
         self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
         self._sizes = {t: len(c.files[e.file]) for t, e in self._profiles.items()}  # executables' bytes
-        self._generation: _Steps | None = None  # generation_steps(), made on first use (MultiEntry)
+        self._generation: Any = None  # generation_steps(), made on first use (MultiEntry)
         self._ran: set[tuple[int, ...]] = set()  # profiles run at least once (their first run is the slow one)
         self._run_s: dict[tuple[int, ...], float] = {}  # a run of each profile the warm-up ran (its fastest)
         self._latency: dict[tuple[int, ...], float] = {}  # seconds per profile for split plans (warmup.calibrate)
@@ -231,12 +231,22 @@ class Runtime(MultiEntry):
     @property
     def can_generate(self) -> bool:
         """Whether the artifact was built with ``task=generate`` (``generate`` works)."""
-        return "generate" in self._main._manifest.metadata
+        return "generate" in self._main.metadata
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """What the build recorded (the manifest's ``metadata``): ``model``, ``build_key``, ``labels``, ``generate``."""
+        return self._manifest.metadata
+
+    @property
+    def profiles(self) -> list[dict[str, int]]:
+        """The precompiled profiles this loader runs, each as ``{dim: size}`` (dims by name, or symbol if unnamed)."""
+        return [{d.name or d.symbol: n for d, n in zip(self._dispatcher.dims, t)} for t in self._profiles]
 
     @property
     def labels(self) -> dict[str, list[str]]:
         """A classifier's class names per output, as the build recorded them (``metadata.labels``); {} where none."""
-        labels = self._main._manifest.metadata.get("labels") or {}
+        labels = self._main.metadata.get("labels") or {}
         return {k: [str(x) for x in v] for k, v in labels.items() if isinstance(v, list)} if isinstance(labels, dict) else {}
 
     @property
@@ -368,6 +378,20 @@ class Runtime(MultiEntry):
             return too_costly(self._profile(target).loaded)
 
     @property
+    def dispatcher(self) -> Dispatcher:
+        return self._dispatcher
+
+    @property
+    def flat_inputs(self) -> list[tuple[str, Any]]:
+        """Every runtime input leaf in program order, by path (bound ones included)."""
+        return list(self._leaves)
+
+    def route(self, shapes: Sequence[Sequence[int]]) -> Any:
+        """How a call with these flat input shapes runs (``dispatch.Route``): the profile, any padding, a split plan
+        (by the latencies the warm-up measured)."""
+        return self._dispatcher.route(tuple(tuple(s) for s in shapes), self._latency)
+
+    @property
     def flat_args(self) -> list[tuple[str, Any]]:
         """The leaves ``call_flat`` takes, in order: (path, ``InputInfo``); bound inputs are not among them."""
         return list(self._args)
@@ -476,6 +500,22 @@ class Runtime(MultiEntry):
                 del self._contents.files[entry.file]  # its bytes are not needed again (BERT's 50: 33 MB)
         return compiled
 
+    # --- generation (``runtime/generate.Steps``) ------------------------------------------------
+    def _place(self, x: np.ndarray) -> Any:
+        return self._device.put(x, _Aval(x.shape, x.dtype))
+
+    def _fetch(self, x: Any) -> np.ndarray:
+        return _host(x)
+
+    def _step(self, target: tuple[int, ...], leaves: list[Any]) -> tuple[Any, Any]:
+        with calls:
+            with self._locks[target]:
+                compiled = self._profile(target)
+            outs = compiled.device_outputs([*self._leading, *leaves])
+            self._ran.add(target)
+        names = self.output_names
+        return outs[names.index("logits")], outs[names.index("cache")]
+
     def _structure(self, outputs: list[np.ndarray]) -> Any:
         template = self._manifest.output_structure
         return rebuild(template, outputs) if template is not None else outputs
@@ -491,48 +531,6 @@ class Runtime(MultiEntry):
         return self._full
 
 
-class _Steps:
-    """``runtime/generate.py``'s steps on the PJRT client: a profile run as it is, the cache kept as a device
-    buffer between calls (passed back donated: updated in place), the logits read back."""
-
-    def __init__(self, rt: Runtime):
-        from .generate import Spares
-
-        self.rt = rt
-        self.spares = Spares()
-
-    def profiles(self, entry: str) -> list[dict[str, int]]:
-        e = self.rt.entry(entry)
-        return [{d.name: n for d, n in zip(e.dims, t)} for t in e._profiles]
-
-    def zeros(self, shape: Sequence[int], dtype: str) -> Any:
-        return self.put(np.zeros(shape, dtype))
-
-    def host(self, x: Any) -> np.ndarray:
-        return _host(x)
-
-    def put(self, x: np.ndarray) -> Any:
-        return self.rt._device.put(x, _Aval(x.shape, x.dtype))
-
-    def spec(self) -> Any:
-        from .generate import Spec
-
-        main = self.rt._main
-        return Spec.from_metadata(main._manifest.metadata, main.__name__)
-
-    def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
-        e = self.rt.entry(entry)
-        target = tuple(profile[d.name] for d in e.dims)
-        with calls:
-            with e._locks[target]:
-                compiled = e._profile(target)
-            outs = compiled.device_outputs([*e._leading, *leaves])
-            e._ran.add(target)
-        names = e.output_names
-        return _host(outs[names.index("logits")]), outs[names.index("cache")]
-
-
-Runtime._steps_class = _Steps
 
 
 def _iree_entry(manifest: Manifest) -> ExecutableEntry | None:

@@ -1,4 +1,4 @@
-"""An ``Executable`` as an artifact: its ``Manifest`` made here, its files laid out, both written by
+"""A ``CompiledModel`` as an artifact: its ``Manifest`` made here, its files laid out, both written by
 ``artifact.write`` (atomically).
 
 What is saved: the exported programs, the weights once (``.npy``, no pickle), one executable per
@@ -6,7 +6,7 @@ precompiled profile (or IREE's one dynamic module), the bound inputs, the self-t
 that describes all of it (docs/artifact.md). Compile times go to the sidecar index: they vary from
 build to build, and the manifest must not.
 
-An executable with several entries (``compile`` of ``Entry`` records) is saved as one artifact: the
+A model with several entries (``compile`` of ``Entry`` records) is saved as one artifact: the
 main entry at the top, every other under ``entries/<name>/``. A weight whose bytes an earlier entry
 stored already is not stored again, and an entry whose prep program and weights are an earlier entry's
 shares that entry's prep files, so that loaders prepare the weights once for all entries.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -37,99 +37,91 @@ from ..artifact.layout import (PREP_FILE, PROGRAM_FILE, entry_prefix, executable
 from ..artifact.manifest import Manifest, PrepChunkEntry, PrepEntry, ProgramFile, WeightEntry
 from ..artifact.npy import NpyFile
 from ..artifact.write import write
-from ..core.spec import flatten_like, structure_template
+from ..core.spec import structure_template
 from ..errors import SpecError
 from ..host import toolchain
+from .compiled import CompiledModel
 
 WEIGHT_FORMS = ("prepared", "raw")  # how ``save`` stores the weights prep reads (the module's docstring)
 DEFAULT_WEIGHTS = WEIGHT_FORMS[0]
 
 
-def at_rest(exe: Any, weights: str) -> set[int]:
-    """The indices of ``exe``'s prep chunks that ``save(weights=weights)`` stores prepared."""
+def at_rest(model: CompiledModel, weights: str, several: bool = False) -> set[int]:
+    """The indices of ``model``'s prep chunks that ``save(weights=weights)`` stores prepared (``several``: it is
+    one entry of several)."""
     if weights not in WEIGHT_FORMS:
         raise SpecError(f"save(weights={weights!r}): must be one of {', '.join(map(repr, WEIGHT_FORMS))}.")
-    program = exe._program
-    if (weights == "raw" or exe.entries or exe.compiler.name == "iree" or not program.chunks
-            or len(exe._prep_exes) != len(program.chunks) or len(exe._prepared) != len(program.prep.out_avals)):
+    program = model.program
+    if (weights == "raw" or several or model.compiler.name == "iree" or not program.chunks
+            or len(model.prep_executables) != len(program.chunks)
+            or len(model.prepared) != len(program.prep.out_avals)):
         return set()
     direct = {s.index for s in program.sources if s.kind == "weight"}
     return {n for n, (chunk, _) in enumerate(program.chunks)
             if chunk.weights and not direct & set(chunk.weights)
-            and len({exe._weights[i].argument for i in chunk.weights}) == 1}
+            and len({program.weights[i].argument for i in chunk.weights}) == 1}
 
 
-def manifest(exe: Any, selftest: list[dict[str, Any]], prefix: str = "", weights: str = DEFAULT_WEIGHTS) -> Manifest:
-    """Everything the artifact's manifest says about ``exe`` (``artifact.write`` adds the file table); every
+def manifest(model: CompiledModel, selftest: list[dict[str, Any]], prefix: str = "", weights: str = DEFAULT_WEIGHTS,
+             several: bool = False) -> Manifest:
+    """Everything the artifact's manifest says about ``model`` (``artifact.write`` adds the file table); every
     file of it under ``prefix`` (an entry's folder)."""
     import jax
 
-    program = exe._program
-    rest = at_rest(exe, weights)
+    program = model.program
+    rest = at_rest(model, weights, several)
     unstored = {i for n in rest for i in program.chunks[n][0].weights}
     executables = tuple(dataclasses.replace(p.entry, file=prefix + executable_file(i, p.entry.is_iree),
-                                            target=tuple(p.target)) for i, p in enumerate(saved_executables(exe)))
+                                            target=tuple(p.target)) for i, p in enumerate(model.saved_executables()))
     prep = None
     if program.prep is not None:
         prep = PrepEntry(prefix + PREP_FILE, "jax.export", tuple(
             PrepChunkEntry(chunk.weights, chunk.outputs,
                            dataclasses.replace(pre.entry, file=prefix + prep_executable_file(n)),
-                           tuple(_prepared_entry(exe, chunk, k, prefix) for k in chunk.outputs) if n in rest else ())
-            for n, ((chunk, _), pre) in enumerate(zip(program.chunks, saved_prep(exe)))))
+                           tuple(_prepared_entry(model, chunk, k, prefix) for k in chunk.outputs) if n in rest else ())
+            for n, ((chunk, _), pre) in enumerate(zip(program.chunks, model.saved_prep()))))
     out_tree = program.main.out_tree
     return Manifest(
-        function=exe._name, parameters=tuple(exe._parameters), leaves=tuple(exe._leaves), sizes=tuple(exe._sizes),
-        outputs=tuple(exe._outputs),
+        function=model.name, parameters=tuple(model.parameters), leaves=tuple(model.leaves), sizes=tuple(model.sizes),
+        outputs=tuple(model.outputs),
         output_structure=structure_template(jax.tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves))),
-        optimization_level=exe.optimization_level, compiler_options=dict(exe.compiler_options),
-        platforms=tuple(exe.platforms),
+        optimization_level=model.optimization_level,
+        compiler_options={p: dict(o) for p, o in model.compiler_options.items()}, platforms=tuple(model.platforms),
         program=ProgramFile(prefix + PROGRAM_FILE, "jax.export", program.main.calling_convention_version),
         prep=prep,
         weights=tuple(WeightEntry("" if i in unstored else prefix + weight_file(i), w.path, w.argument,
-                                  np.dtype(w.value.dtype).name, tuple(w.value.shape)) for i, w in enumerate(exe._weights)),
+                                  np.dtype(w.value.dtype).name, tuple(w.value.shape))
+                      for i, w in enumerate(program.weights)),
         sources=tuple((s.kind, s.index) for s in program.sources),
-        dims=tuple(exe.dims), compiler=exe.compiler, executables=executables, toolchain=toolchain(),
-        bound_inputs={name: prefix + d for name, (_, d) in exe._bound.items()}, metadata=dict(exe.metadata),
-        selftest=tuple(selftest), donated=tuple(exe.donated),
+        dims=tuple(model.dims), compiler=model.compiler, executables=executables, toolchain=toolchain(),
+        bound_inputs={name: prefix + d for name, (_, d) in model.bound.items()}, metadata=dict(model.metadata),
+        selftest=tuple(selftest), donated=tuple(model.donated),
     )
 
 
-def saved_executables(exe: Any) -> list[Any]:
-    """The executables an artifact of ``exe`` holds: IREE's one module; else every profile of each platform it was
-    built for (those run in this process, unless they are a twin program's, then the other platforms')."""
-    if exe._universal is not None:
-        return [exe._universal]
-    return [p for p in exe._precompiled if p.entry.platform in exe.platforms] + list(exe.foreign)
-
-
-def saved_prep(exe: Any) -> list[Any]:
-    """The prep chunks' executables an artifact of ``exe`` holds: those for its first platform."""
-    return exe._prep_exes if exe.foreign_prep is None else exe.foreign_prep
-
-
-def _prepared_entry(exe: Any, chunk: Any, k: int, prefix: str) -> WeightEntry:
+def _prepared_entry(model: CompiledModel, chunk: Any, k: int, prefix: str) -> WeightEntry:
     """The record of the prep program's output ``k`` (made by ``chunk``), stored prepared."""
-    value = exe._prepared[k]
-    return WeightEntry(prefix + prepared_file(k), f"prep[{k}]", exe._weights[chunk.weights[0]].argument,
+    value = model.prepared[k]
+    return WeightEntry(prefix + prepared_file(k), f"prep[{k}]", model.program.weights[chunk.weights[0]].argument,
                        np.dtype(value.dtype).name, tuple(value.shape))
 
 
-def _entry(exe: Any, prefix: str, weights: str) -> tuple[Manifest, dict[str, Any], dict[str, float]]:
+def _entry(model: CompiledModel, prefix: str, weights: str,
+           several: bool) -> tuple[Manifest, dict[str, Any], dict[str, float]]:
     """One entry's manifest record, files and compile seconds, every file under ``prefix``."""
-    entries, files = selftest_files.moved(*exe.selftest_cases(), prefix)
-    files[prefix + PROGRAM_FILE] = exe._program_bytes
-    if exe._prep_bytes is not None:
-        files[prefix + PREP_FILE] = exe._prep_bytes
-    m = manifest(exe, entries, prefix, weights)
-    files.update({w.file: NpyFile(exe._weights[i].array()) for i, w in enumerate(m.weights) if w.stored})
-    files.update({w.file: NpyFile(exe._prepared[k]) for c in (m.prep.chunks if m.prep else ())
+    entries, files = selftest_files.moved(*model.selftest, prefix)
+    files[prefix + PROGRAM_FILE] = model.program_bytes
+    if model.prep_bytes is not None:
+        files[prefix + PREP_FILE] = model.prep_bytes
+    m = manifest(model, entries, prefix, weights, several)
+    files.update({w.file: NpyFile(model.program.weights[i].array()) for i, w in enumerate(m.weights) if w.stored})
+    files.update({w.file: NpyFile(model.prepared[k]) for c in (m.prep.chunks if m.prep else ())
                   for k, w in zip(c.outputs, c.at_rest)})
-    for name, (value, rel) in exe._bound.items():
-        leaves: list[Any] = []
-        flatten_like(next(p for p in exe._parameters if p.name == name).template, value, name, leaves)
+    for name, leaves in model.bound_leaves.items():
+        rel = model.bound[name][1]
         files.update({f"{prefix}{rel}/{i}.npy": NpyFile(leaf) for i, leaf in enumerate(leaves)})
-    compiled = {prefix + executable_file(i, p.entry.is_iree): p for i, p in enumerate(saved_executables(exe))}
-    compiled.update({prefix + prep_executable_file(n): pre for n, pre in enumerate(saved_prep(exe))})
+    compiled = {prefix + executable_file(i, p.entry.is_iree): p for i, p in enumerate(model.saved_executables())}
+    compiled.update({prefix + prep_executable_file(n): pre for n, pre in enumerate(model.saved_prep())})
     files.update({rel: p.blob for rel, p in compiled.items()})
     return m, files, {rel: round(p.seconds, 4) for rel, p in compiled.items()}
 
@@ -164,25 +156,26 @@ def _share(m: Manifest, files: dict[str, Any], stored: dict[str, str], preps: li
     return m
 
 
-def save(exe: Any, path: str | os.PathLike, replace: bool = True, weights: str = DEFAULT_WEIGHTS,
-         index_extra: dict[str, Any] | None = None) -> Path:
-    """Write ``exe`` (with its other entries, if any) as an artifact; an existing artifact at ``path`` is
-    replaced (or kept: ``replace=False``). ``weights``: ``"prepared"`` or ``"raw"`` (the module's docstring);
-    ``index_extra``: tables for the sidecar index (what this build's machine says, outside the byte-reproducible
-    manifest: where its checkpoint was)."""
-    entries = exe.entries or {"": exe}
+def save(compiled: CompiledModel | Mapping[str, CompiledModel], path: str | os.PathLike, replace: bool = True,
+         weights: str = DEFAULT_WEIGHTS, index_extra: dict[str, Any] | None = None) -> Path:
+    """Write a compiled model as an artifact: one ``CompiledModel``, or a model's entries by name (the first is the
+    main one); an existing artifact at ``path`` is replaced (or kept: ``replace=False``). ``weights``:
+    ``"prepared"`` or ``"raw"`` (the module's docstring); ``index_extra``: tables for the sidecar index (what this
+    build's machine says, outside the byte-reproducible manifest: where its checkpoint was)."""
+    entries = {"": compiled} if isinstance(compiled, CompiledModel) else dict(compiled)
+    several = list(entries) != [""]
     files: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     stored: dict[str, str] = {}
     preps: list[Manifest] = []
     records = []
-    for n, (name, e) in enumerate(entries.items()):
-        m, fs, secs = _entry(e, "" if n == 0 else entry_prefix(name), weights)
+    for n, (name, model) in enumerate(entries.items()):
+        m, fs, secs = _entry(model, "" if n == 0 else entry_prefix(name), weights, several)
         files.update(fs)
         seconds.update(secs)
         records.append((name, _share(m, files, stored, preps)))
     (main_name, main), others = records[0], records[1:]
-    if exe.entries:
+    if several:
         main = dataclasses.replace(main, entry=main_name, entries=tuple(others))
     seconds = {rel: t for rel, t in seconds.items() if rel in files}  # not those an entry shares
     return write(path, main, files, replace=replace, index_extra={**(index_extra or {}), "compile_seconds": seconds})
