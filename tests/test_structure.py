@@ -122,6 +122,57 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
     assert "artifact" not in ALLOWED["core"] and "compiler" not in ALLOWED["runtime"]
 
 
+def private_reads(sources: dict[str, str]) -> list[str]:
+    """Every read of another part's private name: ``x._name`` (``x`` not ``self`` or ``cls``) or ``from .. import
+    _name`` in a module of one part (a subpackage, or the leaves) where only modules of other parts define
+    ``_name`` (a function, class, module variable or ``self._name``). ``sources``: module name -> its code."""
+    trees = {name: ast.parse(code) for name, code in sources.items()}
+    defined: dict[str, set[str]] = {}
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            found = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found = [node.name]
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                found = [node.attr]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                found = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                         if isinstance(t, ast.Name)]
+            for n in found:
+                if n.startswith("_") and not n.startswith("__"):
+                    defined.setdefault(n, set()).add(_part(name))
+    reads = []
+    for name, tree in sorted(trees.items()):
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                names = [node.attr]
+            elif isinstance(node, ast.ImportFrom):
+                names = [a.name for a in node.names]
+            for n in names:
+                if n.startswith("_") and not n.startswith("__") and defined.get(n) and _part(name) not in defined[n]:
+                    reads.append(f"{name}:{node.lineno} reads {n} ({', '.join(sorted(defined[n]))}'s)")
+    return reads
+
+
+def test_no_part_reads_another_parts_private_names():
+    """What a subpackage shares with another is public: the compiled model is a record (``runtime/compiled.py``),
+    not an executable's private fields."""
+    reads = private_reads({name: path.read_text() for name, path in _modules().items()})
+    assert reads == [], "private names read across subpackages:\n" + "\n".join(reads)
+
+
+def test_the_private_name_check_sees_a_read_across_parts():
+    sources = {"tripy_build.runtime.exe": "class E:\n    def __init__(self):\n        self._model = 1\n",
+               "tripy_build.runtime.other": "def f(e):\n    return e._model\n",
+               "tripy_build.cli.show": "def g(e):\n    return e._model + e.public\n",
+               "tripy_build.compiler.make": "from ..runtime.exe import _helper\n",
+               "tripy_build.runtime.helpers": "def _helper():\n    pass\n"}
+    assert private_reads(sources) == ["tripy_build.cli.show:2 reads _model (runtime's)",
+                                      "tripy_build.compiler.make:1 reads _helper (runtime's)"]
+
+
 LOAD_PATH_FORBIDDEN = ("tripy_build.compiler", "tripy_build.builder", "tripy_build.cli", "tripy_build.serve",
                        "hydra", "omegaconf", "orbax", "argparse")
 

@@ -1,6 +1,6 @@
 """tripy_build: declarative, ahead-of-time builds of JAX models into self-describing artifacts.
 
-The names that need jax (``compile``, ``load``, ``Executable``) are imported on first use, so that
+The names that need jax (``compile``, ``load``, ``Executable``, ``CompiledModel``) are imported on first use, so that
 ``tripy_build.runtime``, which runs a built artifact without jax, starts fast.
 """
 
@@ -11,9 +11,9 @@ from .core.spec import DimSize, InputInfo, NamedDimension
 from .core.entry import Entry
 
 _LAZY = {"compile": "compiler.pipeline", "load": "runtime.loader", "Executable": "runtime.executable",
-         "CompatibilityWarning": "artifact.compat"}
+         "CompiledModel": "runtime.compiled", "CompatibilityWarning": "artifact.compat"}
 
-__all__ = ["compile", "load", "Executable", "Entry", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
+__all__ = ["compile", "load", "Executable", "CompiledModel", "Entry", "InputInfo", "NamedDimension", "DimSize", "TripyBuildError",
            "CompatibilityWarning", "__version__"]
 
 

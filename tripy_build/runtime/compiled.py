@@ -81,10 +81,18 @@ class StoredSelfTest:
 
 @dataclass(frozen=True)
 class CompiledModel:
-    """A compiled model: its programs, weights, profiles and what they were compiled with.
+    """A compiled model: its programs, weights, profiles and what they were compiled with; frozen.
 
-    Its fields, as the artifact's manifest records them (docs/artifact.md), are those of one entry: a model with
-    several (``compile`` of ``Entry`` records) is one ``CompiledModel`` per entry.
+    Its fields are those the artifact's manifest records (docs/artifact.md) for one entry: a model with several
+    (``compile`` of ``Entry`` records) is one ``CompiledModel`` per entry (``exe.entry(name).compiled``). Change
+    one by making another (``replace``); ``Executable.bind`` does.
+
+    Example::
+
+        exe = tb.compile(geglu, args=[tb.InputInfo(((1, 4, 8), 16), "float32"), params])
+        record = exe.compiled
+        [p.target for p in record.profiles]  # [(1,), (2,), (4,), (8,)]: one executable per batch bucket
+        record.compiler_options["cpu"]  # the XLA options every profile was compiled with
     """
 
     name: str  # the program's name: the function's (or the model's), an entry's prefixed (``gpt2_decode``)

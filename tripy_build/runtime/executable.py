@@ -1,17 +1,17 @@
-"""``Executable``: a compiled function with a signature, input checks and shape dispatch.
+"""``Executable``: a compiled model run with a signature, input checks and shape dispatch.
 
-Every call is checked against the declared specs before it reaches XLA. ``dispatch`` then maps the
+It runs a ``CompiledModel`` (``runtime/compiled.py``: what the compile made, frozen) and holds only what calls
+change. Every call is checked against the declared specs before it reaches XLA. ``dispatch`` then maps the
 call's shapes to a profile: a precompiled executable runs as is, or with the inputs padded up to a
 bucket and the outputs sliced back where the model declared that exact. A shape no profile covers
-is compiled from the exported program once, kept for the process and stored in the compile cache for
-the next one. Calls whose shapes were seen before take a fast path of one dictionary lookup on top of
-jax's own dispatch. The weights are device arrays held by the executable and passed to every call;
-``bind`` replaces them (or fixes runtime inputs) without recompiling.
+is compiled from the exported program once (``runtime/compile_here.py``), kept for the process and stored in
+the compile cache for the next one. Calls whose shapes were seen before take a fast path of one dictionary
+lookup on top of jax's own dispatch. The weights are device arrays the record holds and every call passes;
+``bind`` makes a new record with them replaced (or runtime inputs fixed) without recompiling (``runtime/bind.py``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import inspect
@@ -29,14 +29,13 @@ from .. import host
 from ..artifact.manifest import Compiler
 from ..core import dispatch
 from ..core.profiles import DimPlan
-from ..core.signature import array_types, bind_call, check_leaf, check_leaves, input_infos, value_checks
+from ..core.signature import bind_call, check_leaves, input_infos, value_checks
 from ..core.spec import InputInfo, flatten_like
 from ..errors import CallError
+from .bind import with_inputs, with_weights
 from .compile_here import compile_profile
-from .compiled import CompiledModel, Precompiled, Reference
+from .compiled import CompiledModel, Precompiled
 from .entries import MultiEntry
-from .prepare import prepare
-from .program import Weight
 from .save import DEFAULT_WEIGHTS
 from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, start as start_warmup, stopping as warmup_stopping,
                      too_costly, warm_in_order)
@@ -557,45 +556,3 @@ def together(models: Mapping[str, CompiledModel], like: Mapping[str, Executable]
         for e in exes.values():
             e.entries = exes
     return exes
-
-
-def with_inputs(model: CompiledModel, values: Mapping[str, Any], dirs: Mapping[str, str]) -> CompiledModel:
-    """``model`` with runtime inputs bound to ``values`` (checked as given, before ``device_put`` could cast:
-    float64 -> float32), each saved to its folder of ``dirs`` in an artifact."""
-    for name, value in values.items():
-        leaves: list[Any] = []
-        flatten_like(next(p for p in model.parameters if p.name == name).template, value, name, leaves)
-        for leaf, (path, info) in zip(leaves, model.leaves[model.leaf_slices[name]]):
-            check_leaf(leaf, path, info)
-    bound = {**model.bound, **{n: (jax.tree_util.tree_map(jax.device_put, v), dirs[n]) for n, v in values.items()}}
-    # a loaded model's stored self-test outputs were computed with other inputs
-    return model.replace(bound=bound, selftest_from=model.selftest_from if isinstance(model.selftest_from, Reference)
-                         or not values else None)
-
-
-def with_weights(model: CompiledModel, swapped: Mapping[str, Any]) -> CompiledModel:
-    """``model`` with the weights of the constant arguments in ``swapped`` taken from their new values (checked,
-    never cast), and prepared again."""
-    weights = [_replace_weight(w, swapped) if w.argument in swapped else w for w in model.program.weights]
-    program = dataclasses.replace(model.program, weights=weights)
-    # a loaded model's stored self-test outputs were computed with the old weights
-    return model.replace(program=program, prepared=prepare(program, model.prep_executables),
-                         selftest_from=model.selftest_from if isinstance(model.selftest_from, Reference) else None)
-
-
-def _replace_weight(weight: Weight, values: dict[str, Any]) -> Weight:
-    """``weight`` with its value taken from the new value of its argument, checked, never cast."""
-    argument = weight.argument
-    leaves = {argument + jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(values[argument])[0]}
-    if weight.path not in leaves:
-        raise CallError(f"bind({argument}=...): the new value has no leaf {weight.path}, which the program uses; "
-                        "pass a tree with the same structure as at compile time.")
-    value = leaves[weight.path]
-    want = (tuple(weight.value.shape), np.dtype(weight.value.dtype))
-    got = (tuple(np.shape(value)), np.dtype(getattr(value, "dtype", np.asarray(value).dtype)))
-    if not isinstance(value, array_types()) or got != want:
-        raise CallError(
-            f"bind({argument}=...): {weight.path} must be an array of shape {want[0]} and dtype {want[1].name}, "
-            f"got {type(value).__name__} of shape {got[0]} and dtype {got[1].name} (no silent casts)."
-        )
-    return Weight(weight.path, argument, jax.device_put(value))

@@ -97,7 +97,7 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
     from ..core.spec import to_dtype
     from .compile_here import compile_profile
     from .compiled import CompiledModel, Precompiled, StoredSelfTest
-    from .executable import with_inputs
+    from .bind import with_inputs
     from .iree import loader as iree_loader
     from .prepare import prepare
     from .program import PrepChunk, Program, Source, Stored, Weight
