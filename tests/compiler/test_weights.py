@@ -204,8 +204,8 @@ def test_chunks_saved_prepared_are_placed_as_stored_and_bind_still_works(chunked
     assert sum((path / a["file"]).stat().st_size for a in at_rest) < 2 * sum(
         (chunked[1] / w["file"]).stat().st_size for w in raw if w["path"] != "params['table']")
     runs = []
-    device_outputs = pjrt._Compiled.device_outputs
-    monkeypatch.setattr(pjrt._Compiled, "device_outputs", lambda self, args: runs.append(1) or device_outputs(self, args))
+    device_outputs = pjrt.Compiled.device_outputs
+    monkeypatch.setattr(pjrt.Compiled, "device_outputs", lambda self, args: runs.append(1) or device_outputs(self, args))
     rt = runtime.load(path)
     assert runs == []  # no chunk ran
     for n in (1, 3):

@@ -1,7 +1,7 @@
 """core/dispatch.py: the decision whether a rows dim runs split into bucket-sized calls or padded to one bucket
 (``split_plan``), from measured latencies. Its routes on real executables (padding, slicing, a split's result
 equal to the padded one) are tested with the profiles (tests/core/test_profiles.py) and both loaders
-(tests/runtime/test_pjrt.py)."""
+(tests/runtime/test_runtime.py)."""
 
 from __future__ import annotations
 

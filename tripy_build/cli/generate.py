@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def run() -> None:
-        from ..runtime.pjrt import load
+        from ..runtime.runtime import load
 
         if args.max_new_tokens < 1:
             raise CallError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1.")

@@ -1,6 +1,6 @@
 """Run a built artifact: ``tripy_build.runtime.load`` without jax (numpy in, numpy out), and the jax-backed
 ``Executable`` that ``tripy_build.load`` returns (imported only when asked for)."""
 
-from .pjrt import Runtime, load
+from .runtime import Runtime, load
 
 __all__ = ["Runtime", "load"]
