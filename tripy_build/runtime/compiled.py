@@ -79,7 +79,7 @@ class StoredSelfTest:
     entries: tuple[dict[str, Any], ...]  # the manifest's self-test entries (their files under ``path``)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # its arrays and programs have no equality of their own: one record is itself
 class CompiledModel:
     """A compiled model: its programs, weights, profiles and what they were compiled with; frozen.
 
