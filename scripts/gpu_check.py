@@ -9,9 +9,11 @@ Face checkpoints where ``transformers`` is installed, else from a seed): a build
 one for the CPU from the same weights (each its own process: a process runs one jax platform), then, per loader
 (``tripy_build.load`` and the jax-free ``tripy_build.runtime``), a fresh process that loads the artifact, calls it
 at the opt and max shapes (GPT-2: generates), and reports its cold start (spawn to first result) and steady
-latency. Every output is compared with the CPU build's, and with PyTorch's (on the same device) where ``torch`` and
-``transformers`` are there. One table at the end (also ``--out``/report.json); the exit status is non-zero if any
-cell failed. Nothing is installed here: ``gpu_check.sh`` installs the project without its dependencies.
+latency; then ``tripy-build serve``'s server on it (the loader ``--loader auto`` picks: ``tb.load`` for a GPU's
+executables), one v2 request over HTTP. Every output is compared with the CPU build's, and with PyTorch's (on the
+same device) where ``torch`` and ``transformers`` are there. One table at the end (also ``--out``/report.json);
+the exit status is non-zero if any cell failed. Nothing is installed here: ``gpu_check.sh`` installs the project
+without its dependencies.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ TINY = {
 # --cpu: smaller ranges where the GPU's sizes would make CI's run long (each profile compiles for both platforms)
 CPU_SIZES = {"transformer": ["shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,8,16]"]}
 PROMPTS = [[5, 17, 33, 2], [9, 4]]
+RUNTIME_CPU_ONLY = "tripy_build.runtime runs CPU executables only"  # its refusal of a GPU's (runtime/runtime.py)
 NEW_TOKENS = 12
 
 
@@ -124,7 +127,7 @@ if mode == "generate":
         report[f"{label}_ms"] = 1e3 * min(times) / n  # per generated token
 else:
     from tripy_build.artifact.selftest import sample
-    infos = exe.flat_args if loader == "runtime" else exe.flat_inputs
+    infos = exe.flat_args
     cases = {}
     for label in ("opt", "max"):
         cases[label] = [sample(info, getattr(info.shape_bounds, label), (7, i)) for i, (_, info) in enumerate(infos)]
@@ -145,6 +148,43 @@ print("REPORT " + json.dumps(report))
 '''
 
 
+SERVE_WORKER = r'''
+import json, sys, time, urllib.request
+import numpy as np
+from tripy_build.artifact.selftest import sample
+from tripy_build.serve.codec import DATATYPES, datatype
+from tripy_build.serve.http import Server
+art, out, t_spawn = sys.argv[1], sys.argv[2], float(sys.argv[3])
+with Server([art], port=0).start() as srv:
+    (name, ep), = srv.endpoints.items()
+    xs = [sample(info, info.shape_bounds.opt, (7, i)) for i, (_, info) in enumerate(ep.args)]
+    body = {"inputs": [{"name": p, "shape": list(x.shape), "datatype": datatype(x.dtype), "data": x.ravel().tolist()}
+                       for (p, _), x in zip(ep.args, xs)]}
+    req = urllib.request.Request(f"{srv.url}/v2/models/{name}/infer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    answer = json.loads(urllib.request.urlopen(req, timeout=300).read())
+    first = time.time() - t_spawn
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter(); urllib.request.urlopen(req, timeout=300).read(); times.append(time.perf_counter() - t0)
+# each output as its datatype says (JSON's shortest float32 digits read back as float32 are the value sent)
+np.savez(out, **{f"opt{i}": np.asarray(o["data"], DATATYPES[o["datatype"]]).reshape(o["shape"])
+                 for i, o in enumerate(answer["outputs"])})
+print("REPORT " + json.dumps({"loader": ep.loader, "cold_s": first, "opt_ms": 1e3 * float(np.median(times))}))
+'''
+
+
+def serve(artifact: Path, platform: str, out: Path) -> tuple[dict, str]:
+    """``tripy-build serve``'s server on the artifact, in a fresh process, with the loader it picks (``--loader
+    auto``: tb.load for a GPU's executables): one v2 request at the opt shape, then 20 timed; ({loader, cold_s,
+    opt_ms}, error), the answer's outputs in ``out``."""
+    r = run([sys.executable, "-c", SERVE_WORKER, str(artifact), str(out), repr(time.time())], platform_env(platform))
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")]
+    if r.returncode != 0 or not lines:
+        return {}, (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+    return json.loads(lines[-1][7:]), ""
+
+
 def measure(artifact: Path, loader: str, platform: str, out: Path, generate: bool) -> tuple[dict, str]:
     """Load and call in a fresh process: ({cold_s, opt_ms, max_ms}, error); the outputs in ``out``."""
     args = [sys.executable, "-c", WORKER, str(artifact), loader, str(out), "generate" if generate else "call",
@@ -154,15 +194,17 @@ def measure(artifact: Path, loader: str, platform: str, out: Path, generate: boo
     r = run(args, platform_env(platform))
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")]
     if r.returncode != 0 or not lines:
-        return {}, (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+        return {}, (r.stderr.strip().splitlines() or ["?"])[-1][:400]
     return json.loads(lines[-1][7:]), ""
 
 
-def max_error(got: Path, want: Path) -> float:
+def max_error(got: Path, want: Path, prefix: str = "") -> float:
+    """The largest error of ``got``'s outputs against ``want``'s (relative to each output's scale; GPT-2's: the
+    tokens that differ), over those whose names start with ``prefix``."""
     a, b = np.load(got), np.load(want)
     worst = 0.0
     for k in b.files:
-        if "_in" in k:
+        if "_in" in k or not k.startswith(prefix):
             continue
         x, y = a[k].astype(np.float64), b[k].astype(np.float64)
         if k == "ids":
@@ -235,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         for loader in ("tb", "runtime"):
             got = root / f"{name}-{platform}-{loader}.npz"
             times, error = measure(built, loader, platform, got, generate)
+            if loader == "runtime" and platform == "cuda" and RUNTIME_CPU_ONLY in error:
+                rows.append([name, loader, f"{seconds:.1f}", "-", "-", "-", "-", "-", "refused, as documented: "
+                             "the jax-free runtime runs CPU executables (serve takes tb.load for a GPU's)"])
+                continue
             if error or ref_error:
                 rows.append([name, loader, f"{seconds:.1f}", "-", "-", "-", "-", "-", error or f"CPU reference: {ref_error}"])
                 failed += 1
@@ -247,6 +293,17 @@ def main(argv: list[str] | None = None) -> int:
                          vs_torch, ""])
             report.append({"model": name, "loader": loader, "platform": platform, "build_s": seconds, **times,
                            "error_vs_cpu": err, "error_vs_torch": vs_torch})
+        if not generate and not ref_error:
+            got = root / f"{name}-{platform}-serve.npz"
+            served, error = serve(built, platform, got)
+            err = max_error(got, want, "opt") if not error else None
+            rows.append([name, f"serve ({served.get('loader', '?')})", "-", f"{served['cold_s']:.2f}" if served else "-",
+                         f"{served['opt_ms']:.2f}" if served else "-", "-", f"{err:.1e}" if err is not None else "-", "-",
+                         error or "one v2 request over HTTP, then 20 timed (the first is the cold start)"])
+            failed += bool(error)
+            if not error:
+                report.append({"model": name, "loader": "serve", "platform": platform, "serve_loader": served["loader"],
+                               "cold_s": served["cold_s"], "opt_ms": served["opt_ms"], "error_vs_cpu": err})
     if args.deviceless is not None:
         for loader in ("tb", "runtime"):
             got = root / f"deviceless-{loader}.npz"

@@ -62,6 +62,15 @@ def test_generate_returns_the_new_ids(server, reference):
         reference([1, 2], 6, temperature=0.8, top_k=10, seed=4)
 
 
+def test_the_jax_loader_generates_the_same_ids(gpt2, reference):
+    """``/generate`` over ``tb.load``'s executable (what a GPU's artifact is served by): its steps, its cache."""
+    with Server([gpt2], port=0, loader="jax").start() as srv:
+        assert srv.endpoints["gpt2"].loader == "jax"
+        for ids, n in (([5, 17, 33], 9), ([1, 2, 3, 4, 5, 6], 4)):
+            status, data = post(srv, "/v2/models/gpt2/generate", {"input_ids": ids, "max_new_tokens": n})
+            assert status == 200 and json.loads(data)["output_ids"] == reference(ids, n)
+
+
 def test_generate_stream_sends_one_event_per_token(server, reference):
     status, data = post(server, "/v2/models/gpt2/generate_stream", {"input_ids": [7, 8, 9, 10, 11], "max_new_tokens": 7})
     assert status == 200

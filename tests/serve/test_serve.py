@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -100,6 +101,44 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(artifact, di
     # requests of the two seq sizes never share a call, and requests of one size were gathered
     assert 2 <= s["execution_count"] < 12, s
     assert max(b["batch_size"] for b in s["batch_stats"]) > 3, s
+
+
+def test_the_jax_loader_serves_the_same_answers_batched(artifact, direct):
+    """``loader="jax"`` (``tb.load``: what serves a GPU's executables) answers as the jax-free runtime does, its
+    requests gathered the same way."""
+    from tripy_build.runtime.executable import Executable
+
+    rng = np.random.default_rng(3)
+    cases = [sample(rng, int(rng.integers(1, 4)), seq=(2, 4)[i % 2]) for i in range(8)]
+    with Server([artifact], port=0, max_delay_ms=500, loader="jax").start() as server:
+        endpoint = server.endpoints["two_heads"]
+        assert endpoint.loader == "jax" and isinstance(endpoint.runtime, Executable)
+        answers = concurrently(8, lambda i: post(infer_url(server), *request(*cases[i], binary=i % 2 == 0)))
+        _, stats = get(f"{server.url}/v2/models/two_heads/stats")
+        status, body, _ = post(infer_url(server), *request(np.ones((2, 5, 4), np.float32), np.ones(2, np.int32)))
+        assert status == 400 and "seq" in body["error"] and "[2, 4]" in body["error"], body  # as the runtime checks
+    for (x, t), (status, body, blob) in zip(cases, answers):
+        assert status == 200, body
+        got, want = outputs(body, blob), direct.call_flat(x, t)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got[1], want[1])
+    assert stats["model_stats"][0]["execution_count"] < 8
+
+
+def test_the_loader_is_the_jax_one_for_a_gpu_program_on_a_gpu_host(artifact, monkeypatch):
+    from tripy_build import host
+    from tripy_build.artifact.read import read_manifest
+    from tripy_build.serve.endpoint import loader_for
+
+    cpu = read_manifest(artifact)
+    both, cuda = (dataclasses.replace(cpu, platforms=p) for p in (("cpu", "cuda"), ("cuda",)))
+    monkeypatch.setattr(host, "gpu_present", lambda: False)
+    assert [loader_for(m) for m in (cpu, both, cuda)] == ["runtime", "runtime", "jax"]
+    monkeypatch.setattr(host, "gpu_present", lambda: True)
+    assert [loader_for(m) for m in (cpu, both, cuda)] == ["runtime", "jax", "jax"]
+    assert loader_for(cuda, "runtime") == "runtime" and loader_for(cpu, "jax") == "jax"
+    with pytest.raises(ConfigError, match="serve --loader 'pjrt': must be one of auto, runtime, jax"):
+        loader_for(cpu, "pjrt")
 
 
 def test_max_batch_bounds_a_call_and_a_lone_request_waits_at_most_the_delay(artifact, direct):
@@ -390,6 +429,7 @@ def test_the_command_serves_until_sigterm(artifact, tmp_path):
     try:
         url = lines[-1].split()[2]
         assert "batching along 'batch': up to 16 rows a call, a request waiting at most 1 ms" in lines[0], lines
+        assert "run by tripy_build.runtime (no jax)" in lines[0], lines
         x, t = sample(np.random.default_rng(7), 5)
         status, body, blob = post(f"{url}/v2/models/two_heads/infer", *request(x, t, binary=True))
         assert status == 200 and all("parameters" in o for o in body["outputs"])

@@ -17,6 +17,7 @@ import time
 from typing import Sequence
 
 from ..errors import TripyBuildError
+from ..serve.endpoint import LOADER_NAMES, LOADERS
 from ..serve.limits import Limits
 
 
@@ -96,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "generate_stream; with this its first entry (prefill: the cache and positions among its inputs) "
                         "is also served on /infer (and gRPC's ModelInfer) and described in the model's metadata, for "
                         "debugging. Without it those refuse, naming /generate")
+    parser.add_argument("--loader", default="auto", choices=LOADERS,
+                        help="what runs each artifact: 'runtime' (tripy_build.runtime: no jax, the fastest start, CPU "
+                        "executables only), 'jax' (tripy_build.load: every platform jax drives, an NVIDIA GPU included) "
+                        "or 'auto' (default: jax for an artifact with a CUDA program on a host with a GPU, or without a "
+                        "CPU program; else runtime)")
     limits = parser.add_argument_group("limits")
     for field, what in LIMIT_HELP.items():
         default, size = getattr(defaults, field), field.endswith("_bytes")
@@ -123,12 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         limits=Limits(**{f: getattr(args, f) for f in LIMIT_HELP}),
                         allowed_hosts=args.allowed_hosts.split(",") if args.allowed_hosts is not None else None,
                         allowed_origins=args.allowed_origins.split(","), token_file=args.token_file,
-                        grpc_port=args.grpc_port, wait_ready=args.wait_ready, expose_entries=args.expose_entries)
+                        grpc_port=args.grpc_port, wait_ready=args.wait_ready, expose_entries=args.expose_entries,
+                        loader=args.loader)
     except TripyBuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for ep in server.endpoints.values():
-        print(f"{ep.name} ({ep.path}): {ep.routes(server.url)}", flush=True)
+        print(f"{ep.name} ({ep.path}, run by {LOADER_NAMES[ep.loader]}): {ep.routes(server.url)}", flush=True)
 
     def serving() -> None:
         if server.grpc is not None:

@@ -28,7 +28,7 @@ from ..artifact.manifest import Compiler, ExecutableEntry
 from ..core.dispatch import Dispatcher
 from ..core.profiles import DimPlan, mask_inputs
 from ..core.signature import Parameter, named_uses
-from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like
+from ..core.spec import DimSize, InputInfo, count_leaves, flatten_like, structure_template
 from .program import Program, resolve
 
 
@@ -132,6 +132,12 @@ class CompiledModel:
     def program_digest(self) -> str:
         """The exported program's sha256: it names run-time compiles in the compile cache."""
         return hashlib.sha256(self.program_bytes).hexdigest()
+
+    @functools.cached_property
+    def output_structure(self) -> Any:
+        """The tree the program returns, as ``core.spec.structure_template`` writes it (the manifest's)."""
+        out_tree = self.program.main.out_tree
+        return structure_template(jax.tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves)))
 
     @functools.cached_property
     def named_uses(self) -> Any:

@@ -66,6 +66,23 @@ class MultiEntry:
         return True
 
     @property
+    def can_generate(self) -> bool:
+        """Whether the artifact was built with ``task=generate`` (``generate`` works)."""
+        return "generate" in self._main.metadata
+
+    @property
+    def labels(self) -> dict[str, list[str]]:
+        """A classifier's class names per output, as the build recorded them (``metadata.labels``); {} where none."""
+        labels = self._main.metadata.get("labels") or {}
+        return {k: [str(x) for x in v] for k, v in labels.items() if isinstance(v, list)} if isinstance(labels, dict) else {}
+
+    @property
+    def model_name(self) -> str:
+        """The model's name (the build's ``model.name``; the function's for an artifact saved from Python)."""
+        main = self._main
+        return str(main.metadata.get("model") or main.__name__) if self.entries else self.__name__
+
+    @property
     def _main(self) -> Any:
         """The main entry (the artifact's top level): the first entry, or this executable if it is the only one."""
         return next(iter(self.entries.values())) if self.entries else self

@@ -30,7 +30,7 @@ from ..artifact.manifest import Compiler
 from ..core import dispatch
 from ..core.profiles import DimPlan
 from ..core.signature import bind_call, check_leaves, input_infos, value_checks
-from ..core.spec import InputInfo, flatten_like
+from ..core.spec import InputInfo, flatten_like, output_names
 from ..errors import CallError
 from .bind import with_inputs, with_weights
 from .compile_here import compile_profile
@@ -189,6 +189,17 @@ class Executable(MultiEntry):
     def flat_inputs(self) -> list[tuple[str, InputInfo]]:
         """Every runtime input leaf in program order, by path (bound ones included)."""
         return list(self._model.leaves)
+
+    @property
+    def flat_args(self) -> list[tuple[str, InputInfo]]:
+        """The leaves ``call_flat`` takes, in order: (path, ``InputInfo``); bound inputs are not among them."""
+        model = self._model
+        return [leaf for p in model.parameters if p.name not in model.bound for leaf in model.leaves[model.leaf_slices[p.name]]]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Each flat output's name: its key in the returned dict (``last_hidden_state``), else ``output<i>``."""
+        return output_names(self._model.output_structure, len(self._model.outputs))
 
     def route(self, shapes: Sequence[Sequence[int]]) -> dispatch.Route:
         """How a call with these flat input shapes runs: the profile, any padding, a split plan (by the latencies
@@ -369,12 +380,33 @@ class Executable(MultiEntry):
         """Validate flat inputs against the specs; the tuple of their shapes."""
         return check_leaves(leaves, list(self._model.leaves), self._model.named_uses)
 
-    def call_flat(self, *leaves: Any) -> Any:
-        """Call with the unbound runtime inputs flattened in order (self-tests use this)."""
-        bound, it = self._model.bound_by_index(), iter(leaves)
-        full = [bound[i] if i in bound else next(it) for i in range(len(self._model.leaves))]
+    def call_flat(self, *leaves: Any) -> list[np.ndarray]:
+        """Call with the unbound inputs flattened in order (``flat_args``); the flat outputs, as numpy arrays (as
+        ``Runtime.call_flat``: the self-tests and the server call either loader so)."""
+        full = self._assemble(leaves)
         with calls:
-            return self._runner(self.check_leaves(full))(full)
+            out = self._runner(self.check_leaves(full))(full)
+        return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
+
+    def check_flat(self, *leaves: Any) -> None:
+        """Validate the unbound flat inputs as ``call_flat`` does, without running them (``CallError``)."""
+        self.check_leaves(self._assemble(leaves))
+
+    def needs_compile(self, *leaves: Any) -> bool:
+        """Whether a call with these (checked) unbound flat inputs runs shapes that no profile serves yet, so that
+        it compiles first (a server runs such calls apart, not holding the others up)."""
+        if self._model.universal is not None:
+            return False
+        return self.route([np.shape(x) for x in self._assemble(leaves)]).target not in self._by_target
+
+    def _assemble(self, leaves: Sequence[Any]) -> list[Any]:
+        """Every flat input: the bound ones, with ``leaves`` in the unbound places."""
+        args = self.flat_args
+        if len(leaves) != len(args):
+            raise CallError(f"{self.__name__}: call_flat takes {len(args)} inputs ({', '.join(p for p, _ in args)}), "
+                            f"got {len(leaves)}.")
+        bound, it = self._model.bound_by_index(), iter(leaves)
+        return [bound[i] if i in bound else next(it) for i in range(len(self._model.leaves))]
 
     def run_profile(self, target: Sequence[int], leaves: Sequence[Any], sizes: Sequence[int]) -> list[Any]:
         """Run the program compiled for ``target`` (sizes per dim) on inputs already of its shapes; flat outputs."""

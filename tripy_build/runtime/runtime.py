@@ -147,11 +147,6 @@ class Runtime(MultiEntry):
         return [shared.placed[m.weights[i].file] if kind == "weight" else prepared[i] for kind, i in m.sources]
 
     @property
-    def can_generate(self) -> bool:
-        """Whether the artifact was built with ``task=generate`` (``generate`` works)."""
-        return "generate" in self._main.metadata
-
-    @property
     def metadata(self) -> dict[str, Any]:
         """What the build recorded (the manifest's ``metadata``): ``model``, ``build_key``, ``labels``, ``generate``."""
         return self._manifest.metadata
@@ -160,17 +155,6 @@ class Runtime(MultiEntry):
     def profiles(self) -> list[dict[str, int]]:
         """The precompiled profiles this loader runs, each as ``{dim: size}`` (dims by name, or symbol if unnamed)."""
         return [{d.name or d.symbol: n for d, n in zip(self._dispatcher.dims, t)} for t in self._profiles]
-
-    @property
-    def labels(self) -> dict[str, list[str]]:
-        """A classifier's class names per output, as the build recorded them (``metadata.labels``); {} where none."""
-        labels = self._main.metadata.get("labels") or {}
-        return {k: [str(x) for x in v] for k, v in labels.items() if isinstance(v, list)} if isinstance(labels, dict) else {}
-
-    @property
-    def model_name(self) -> str:
-        """The model's name (the build's ``model.name``; the function's for an artifact saved from Python)."""
-        return self._main._manifest.model if self.entries else self.__name__
 
     @property
     def input_infos(self) -> dict[str, Any]:
@@ -349,9 +333,7 @@ class Runtime(MultiEntry):
         full = self._assemble(leaves)
         run = self._flat_runner(full)
         if run is None:
-            import jax
-
-            return [np.asarray(o) for o in jax.tree_util.tree_leaves(self._full_executable().call_flat(*leaves))]
+            return self._full_executable().call_flat(*leaves)
         return run(full)
 
     def needs_compile(self, *leaves: Any) -> bool:

@@ -37,7 +37,6 @@ from ..artifact.layout import (PREP_FILE, PROGRAM_FILE, entry_prefix, executable
 from ..artifact.manifest import Manifest, PrepChunkEntry, PrepEntry, ProgramFile, WeightEntry
 from ..artifact.npy import NpyFile
 from ..artifact.write import write
-from ..core.spec import structure_template
 from ..errors import SpecError
 from ..host import toolchain
 from .compiled import CompiledModel
@@ -66,8 +65,6 @@ def manifest(model: CompiledModel, selftest: list[dict[str, Any]], prefix: str =
              several: bool = False) -> Manifest:
     """Everything the artifact's manifest says about ``model`` (``artifact.write`` adds the file table); every
     file of it under ``prefix`` (an entry's folder)."""
-    import jax
-
     program = model.program
     rest = at_rest(model, weights, several)
     unstored = {i for n in rest for i in program.chunks[n][0].weights}
@@ -80,11 +77,10 @@ def manifest(model: CompiledModel, selftest: list[dict[str, Any]], prefix: str =
                            dataclasses.replace(pre.entry, file=prefix + prep_executable_file(n)),
                            tuple(_prepared_entry(model, chunk, k, prefix) for k in chunk.outputs) if n in rest else ())
             for n, ((chunk, _), pre) in enumerate(zip(program.chunks, model.saved_prep()))))
-    out_tree = program.main.out_tree
     return Manifest(
         function=model.name, parameters=tuple(model.parameters), leaves=tuple(model.leaves), sizes=tuple(model.sizes),
         outputs=tuple(model.outputs),
-        output_structure=structure_template(jax.tree_util.tree_unflatten(out_tree, range(out_tree.num_leaves))),
+        output_structure=model.output_structure,
         optimization_level=model.optimization_level,
         compiler_options={p: dict(o) for p, o in model.compiler_options.items()}, platforms=tuple(model.platforms),
         program=ProgramFile(prefix + PROGRAM_FILE, "jax.export", program.main.calling_convention_version),

@@ -14,22 +14,45 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from ..core.signature import Parameter, declared, defaults
-from ..errors import CallError
+from ..errors import CallError, ConfigError, TripyBuildError
 from . import batching
 from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data
 from .request import InputTensor, check
+
+
+LOADERS = ("auto", "runtime", "jax")  # which loader serves an artifact (``loader_for``)
+LOADER_NAMES = {"runtime": "tripy_build.runtime (no jax)", "jax": "tripy_build.load (jax)"}
+
+
+def loader_for(manifest: Any, loader: str = "auto") -> str:
+    """Which loader serves an artifact: ``runtime`` (``tripy_build.runtime``: no jax, the fastest start, but CPU
+    executables only) or ``jax`` (``tb.load``: every platform jax drives, an NVIDIA GPU included). ``auto``: ``jax``
+    for an artifact with a CUDA program on a host with a GPU, or one without a CPU program, or where the runtime
+    was not tested on this jaxlib; else ``runtime`` (and for a manifest that cannot be read: the runtime's load
+    says what is wrong with it)."""
+    from .. import host
+
+    if loader not in LOADERS:
+        raise ConfigError(f"serve --loader {loader!r}: must be one of {', '.join(LOADERS)}.")
+    if loader != "auto" or manifest is None:
+        return "runtime" if loader == "auto" else loader
+    if ("cuda" in manifest.platforms and host.gpu_present()) or "cpu" not in manifest.platforms or not host.tested_jax():
+        return "jax"
+    return "runtime"
 
 
 class Endpoint:
     """One artifact served under its name: its metadata, requests decoded, batched and answered."""
 
     def __init__(self, model: Any, version: str, path: Path | None = None, batch_dim: str = "auto",
-                 max_batch: int | None = None, max_delay_ms: float = 0.0, expose_entries: bool = False):
-        """``model``: what ``runtime.Runtime`` offers (``__name__``, ``flat_args``, ``output_infos``,
-        ``output_names``, ``dims``, ``call_flat``, ``check_flat``); ``Endpoint.load`` makes one of an artifact.
+                 max_batch: int | None = None, max_delay_ms: float = 0.0, expose_entries: bool = False,
+                 loader: str = "runtime"):
+        """``model``: either loader's (``runtime.Runtime`` or ``Executable``: ``__name__``, ``flat_args``,
+        ``output_infos``, ``output_names``, ``dims``, ``call_flat``, ``check_flat``, ``needs_compile``,
+        ``wait_warmed``, ``generation_steps``); ``Endpoint.load`` makes one of an artifact, ``loader`` its name.
         ``expose_entries``: serve a ``task=generate`` artifact's first entry on ``/infer`` too, and describe its
         inputs and outputs in the metadata (they are ``/generate``'s internals: its cache, its positions)."""
-        self.runtime, self.path, self.version = model, path, version
+        self.runtime, self.path, self.version, self.loader = model, path, version, loader
         self.name = getattr(model, "model_name", model.__name__)
         self.args = model.flat_args
         self.outputs = model.output_infos
@@ -61,14 +84,28 @@ class Endpoint:
         return text
 
     @classmethod
-    def load(cls, path: str | Path, **options: Any) -> "Endpoint":
-        """An artifact loaded by the jax-free runtime, its version its build key. Its profiles warm up in the
-        background (``ready`` says when that is done): the server answers at once, and reports itself ready
-        sooner than a load that ran every profile first (BERT-base: 15.1 s against 36.5)."""
-        from .. import runtime
+    def load(cls, path: str | Path, loader: str = "auto", **options: Any) -> "Endpoint":
+        """An artifact loaded by the loader ``loader_for`` picks (the jax-free runtime for CPU executables,
+        ``tb.load`` for a GPU's), its version its build key. Its profiles warm up in the background (``ready`` says
+        when that is done): the server answers at once, and reports itself ready sooner than a load that ran every
+        profile first (BERT-base: 15.1 s against 36.5)."""
+        from ..artifact.read import read_manifest
 
         path = Path(path)
-        return cls(runtime.load(path), path.resolve().name, path, **options)
+        try:
+            manifest = read_manifest(path)
+        except TripyBuildError:
+            manifest = None  # the loader says what is wrong, after its own checks
+        chosen = loader_for(manifest, loader)
+        if chosen == "runtime":
+            from .. import runtime
+
+            model = runtime.load(path)
+        else:
+            from ..runtime.loader import load
+
+            model = load(path)
+        return cls(model, path.resolve().name, path, loader=chosen, **options)
 
     def ready(self, timeout: float | None = 0.0) -> bool:
         """Whether the model's background warm-up is done (``wait_warmed``), after waiting up to ``timeout``

@@ -92,6 +92,8 @@ class Server:
             its first entry (``prefill``: cache and positions among its inputs) is also on ``/infer`` (and gRPC's
             ModelInfer) and described in its metadata, for debugging. Without it, those answer 404
             (``UNIMPLEMENTED``) naming ``/generate``.
+        loader: what runs each artifact (``endpoint.loader_for``): ``"runtime"`` (no jax; CPU executables only),
+            ``"jax"`` (``tb.load``: a GPU's too), or ``"auto"`` (default: jax for a CUDA program on a GPU host).
 
     Example::
 
@@ -104,7 +106,8 @@ class Server:
                  batch_dim: str = "auto", max_batch: int | None = None, max_delay_ms: float = 0.0,
                  limits: Limits | None = None, allowed_hosts: Sequence[str] | None = None,
                  allowed_origins: Sequence[str] = (), token_file: str | Path | None = None,
-                 grpc_port: int | None = None, wait_ready: bool = False, expose_entries: bool = False):
+                 grpc_port: int | None = None, wait_ready: bool = False, expose_entries: bool = False,
+                 loader: str = "auto"):
         if not paths:
             raise ConfigError("serve: give at least one artifact directory (e.g. artifacts/geglu/<key>).")
         self.limits = limits or Limits()
@@ -118,7 +121,7 @@ class Server:
         self.serving = threading.Event()  # set once the ports answer
         try:
             for path in paths:
-                ep = Endpoint.load(path, batch_dim=batch_dim, max_batch=max_batch, max_delay_ms=max_delay_ms,
+                ep = Endpoint.load(path, loader, batch_dim=batch_dim, max_batch=max_batch, max_delay_ms=max_delay_ms,
                                    expose_entries=expose_entries)
                 if ep.name in self.endpoints:
                     ep.close()
