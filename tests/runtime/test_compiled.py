@@ -67,9 +67,10 @@ def test_bind_makes_a_new_record_and_leaves_the_old_one_as_it_was(pair_exe, monk
 
 def test_entries_with_the_same_prep_share_it_from_construction():
     """The second entry takes the first's prepared weights and prep executables as it is made (not patched on
-    afterwards): prepared once, held once."""
+    afterwards): prepared once, held once. The same numpy array given to both is placed on the device once (a
+    build's params are numpy: placed per entry, the entries' weights were never the same arrays)."""
     rng = np.random.default_rng(0)
-    params = {"w": jnp.asarray(rng.standard_normal((64, 64), np.float32))}
+    params = {"w": rng.standard_normal((64, 64), np.float32)}
     batch = tb.NamedDimension("batch", 1, 2, 4)
 
     def up(params, x):
@@ -83,6 +84,7 @@ def test_entries_with_the_same_prep_share_it_from_construction():
     first, second = exe.entry("up").compiled, exe.entry("down").compiled
     assert first.program.prep is not None and first.prepared  # the transpose is weight-only work: prep
     assert second.prepared is first.prepared and second.prep_executables is first.prep_executables
+    assert all(a.value is b.value for a, b in zip(first.program.weights, second.program.weights))
     x = rng.standard_normal((3, 64)).astype(np.float32)
     assert_close(exe.entry("down")(x), np.tanh(x @ np.asarray(params["w"]).T), rtol=1e-4, atol=1e-4)
 

@@ -118,7 +118,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
                      max_error: float | None = None, backend: str = "xla", donate: Sequence[str] = (),
                      prep_name: str | None = None, keep_loaded: bool = True, gpu: str = HOST,
                      cpu: str = "host", warn_values: bool = True, metadata: Mapping[str, Any] | None = None,
-                     earlier: Sequence[CompiledModel] = ()) -> Executable:
+                     earlier: Sequence[CompiledModel] = (), placed: dict[int, Any] | None = None) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``;
     ``donate``: the runtime inputs whose buffers each call gives to the outputs (``Entry.donate``);
     ``keep_loaded=False``: each profile is kept as its bytes once compiled, loaded only while the build runs it
@@ -128,7 +128,8 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     ``compiler/target.py``); ``warn_values``: warn of integer inputs without declared values (a build from a
     config warns in its own words, naming the config key); ``metadata``: what the build records with it (its key,
     model, labels); ``earlier``: the entries compiled before this one, whose prepared weights it shares where its
-    prep is the same work on the same weights.
+    prep is the same work on the same weights; ``placed``: the constants' numpy arrays they placed on the device
+    (the same array given to several entries is placed once, and their preps are then the same work).
 
     Every platform of ``platforms`` gets its executables (``target.compile_plan``). Those of the platform that
     runs here are the ones the padding proof and the precision measure run; those of the others (a GPU that is
@@ -153,7 +154,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
 
         require()
     t0 = time.perf_counter()
-    arguments = bind_arguments(func, args, kwargs or {})
+    arguments = bind_arguments(func, args, kwargs or {}, placed)
     leaves, sizes = runtime_leaves(arguments), size_leaves(arguments)
     collect_named_dims(leaves)
     undeclared = undeclared_values(leaves)
@@ -309,6 +310,7 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
     entries = check_entries(entries)
     log = log or (lambda stage, seconds: None)
     models: dict[str, Any] = {}
+    placed: dict[int, Any] = {}
     for n, (key, e) in enumerate(entries.items()):
         log(f"entry {key}", 0.0)
         exe = build_executable(
@@ -317,7 +319,7 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
             padding=e.padding, max_profiles=e.max_profiles, precision=precision, max_error=max_error,
             backend=backend, donate=e.donate, prep_name=f"{name or 'entries'}_prep", keep_loaded=keep_loaded, gpu=gpu,
             cpu=cpu, warn_values=warn_values, metadata=metadata if n == 0 else None,
-            earlier=[m for m in models.values() if isinstance(m, CompiledModel)])
+            earlier=[m for m in models.values() if isinstance(m, CompiledModel)], placed=placed)
         models[key] = exe.compiled if isinstance(exe, Executable) else exe
     if not all(isinstance(m, CompiledModel) for m in models.values()):  # TRIPY_BUILD_DISABLE_COMPILE
         return next(iter(models.values()))

@@ -44,23 +44,36 @@ class Argument:
         return self.template is not None
 
 
-def _on_device(value: Any) -> Any:
-    return jax.tree_util.tree_map(lambda v: jax.device_put(v) if isinstance(v, np.ndarray) else v, value)
+def _on_device(value: Any, placed: dict[int, tuple[Any, Any]] | None) -> Any:
+    """``value`` with its numpy arrays on the device; ``placed``: the arrays placed already (``id`` -> (the array,
+    its device copy)), so that the entries of one compile given the same arrays hold them once."""
+    def put(v: Any) -> Any:
+        if not isinstance(v, np.ndarray):
+            return v
+        if placed is None:
+            return jax.device_put(v)
+        if id(v) not in placed:
+            placed[id(v)] = (v, jax.device_put(v))  # the array is kept: its id is not reused while this lives
+        return placed[id(v)][1]
+    return jax.tree_util.tree_map(put, value)
 
 
-def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keyword: bool = False) -> Argument:
+def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keyword: bool = False,
+                   placed: dict[int, tuple[Any, Any]] | None = None) -> Argument:
     leaf = leaf_kind(value)
     if leaf is None:
-        return Argument(name, kind, _on_device(value), by_keyword)
+        return Argument(name, kind, _on_device(value, placed), by_keyword)
     template, leaves = structure_of(value, name)
     if leaf is DimSize:
         return Argument(name, kind, value, by_keyword, template, sizes=leaves)
     return Argument(name, kind, value, by_keyword, template, leaves)
 
 
-def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Argument]:
+def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any],
+                   placed: dict[int, tuple[Any, Any]] | None = None) -> list[Argument]:
     """Match compile arguments to ``func``'s parameters (``inspect.Signature.bind``), in signature order;
-    variadic ones are frozen to what was given: ``*args`` as ``args0``, ``args1``..., ``**kwargs`` by name."""
+    variadic ones are frozen to what was given: ``*args`` as ``args0``, ``args1``..., ``**kwargs`` by name.
+    ``placed``: the numpy arrays of constants placed on the device already, shared by a compile's entries."""
     kinds = inspect.Parameter
     try:
         signature = inspect.signature(func)
@@ -79,11 +92,12 @@ def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any]) 
     for name, value in bound.arguments.items():
         kind = signature.parameters[name].kind
         if kind is kinds.VAR_POSITIONAL:
-            result += [_make_argument(f"{name}{i}", kinds.POSITIONAL_OR_KEYWORD, v) for i, v in enumerate(value)]
+            result += [_make_argument(f"{name}{i}", kinds.POSITIONAL_OR_KEYWORD, v, placed=placed)
+                       for i, v in enumerate(value)]
         elif kind is kinds.VAR_KEYWORD:
-            result += [_make_argument(k, kinds.KEYWORD_ONLY, v, by_keyword=True) for k, v in value.items()]
+            result += [_make_argument(k, kinds.KEYWORD_ONLY, v, by_keyword=True, placed=placed) for k, v in value.items()]
         else:
-            result.append(_make_argument(name, kind, value, by_keyword=name in kwargs))
+            result.append(_make_argument(name, kind, value, by_keyword=name in kwargs, placed=placed))
     return result
 
 
