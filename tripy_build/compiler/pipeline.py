@@ -40,7 +40,7 @@ from .gpu import HOST, record as gpu_record
 from .optimization import DEFAULT_LEVEL, check_level, compiler_options
 from .proofs import prove_padding
 from .target import compile_plan
-from .trace import bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
+from .trace import Placed, bind_arguments, flat_function, runtime_leaves, size_leaves, weight_owners
 
 log_compile = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
                      max_error: float | None = None, backend: str = "xla", donate: Sequence[str] = (),
                      prep_name: str | None = None, keep_loaded: bool = True, gpu: str = HOST,
                      cpu: str = "host", warn_values: bool = True, metadata: Mapping[str, Any] | None = None,
-                     earlier: Sequence[CompiledModel] = (), placed: dict[int, Any] | None = None) -> Executable:
+                     earlier: Sequence[CompiledModel] = (), placed: Placed | None = None) -> Executable:
     """``compile`` with the build system's knobs: target ``platforms``, the program's ``name``, a stage ``log``;
     ``donate``: the runtime inputs whose buffers each call gives to the outputs (``Entry.donate``);
     ``keep_loaded=False``: each profile is kept as its bytes once compiled, loaded only while the build runs it
@@ -167,7 +167,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
             ", ".join(repr(p) for p in undeclared))
     reference = flat_function(func, arguments)  # float32: the error of a reduced precision is measured against it
     if reduced:
-        arguments = [a if a.traced else dataclasses.replace(a, value=precision_lib.cast_constant(a.value, reduced))
+        arguments = [a if a.traced else dataclasses.replace(a, value=precision_lib.cast_constant(a.value, reduced, placed))
                      for a in arguments]
     flat = flat_function(func, arguments)
     if reduced:
@@ -310,7 +310,7 @@ def build_entries(entries: Mapping[str, Entry], optimization_level: int = DEFAUL
     entries = check_entries(entries)
     log = log or (lambda stage, seconds: None)
     models: dict[str, Any] = {}
-    placed: dict[int, Any] = {}
+    placed = Placed()
     for n, (key, e) in enumerate(entries.items()):
         log(f"entry {key}", 0.0)
         exe = build_executable(

@@ -42,9 +42,15 @@ def _floating(x: Any) -> bool:
     return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
 
 
-def cast_constant(value: Any, dtype: str) -> Any:
-    """``value`` with every floating array in it cast to ``dtype``."""
-    return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype) if _floating(v) and np.ndim(v) else v, value)
+def cast_constant(value: Any, dtype: str, placed: Any = None) -> Any:
+    """``value`` with every floating array in it cast to ``dtype``; ``placed``: a compile's ``trace.Placed``, so that
+    its entries given the same weights hold their cast once."""
+    def one(v: Any) -> Any:
+        if not (_floating(v) and np.ndim(v)):
+            return v
+        make = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+        return make(v) if placed is None else placed.once(placed.cast.setdefault(dtype, {}), v, make)
+    return jax.tree_util.tree_map(one, value)
 
 
 def wrap(flat: Callable, reference: Callable, dtype: str, specs: Sequence[jax.ShapeDtypeStruct]) -> Callable:

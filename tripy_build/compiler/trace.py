@@ -44,22 +44,32 @@ class Argument:
         return self.template is not None
 
 
-def _on_device(value: Any, placed: dict[int, tuple[Any, Any]] | None) -> Any:
-    """``value`` with its numpy arrays on the device; ``placed``: the arrays placed already (``id`` -> (the array,
-    its device copy)), so that the entries of one compile given the same arrays hold them once."""
+@dataclass
+class Placed:
+    """What the entries of one compile made of the constants' arrays, by the ``id`` of the array given: its copy on
+    the device, and its cast to a reduced precision; the same array given to several entries is held once (and
+    their preps are then the same work on the same weights). Each array given is kept, so its id is not reused."""
+
+    arrays: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id -> (the array, on the device)
+    cast: dict[str, dict[int, tuple[Any, Any]]] = field(default_factory=dict)  # dtype -> id -> (the array, its cast)
+
+    def once(self, made: dict[int, tuple[Any, Any]], value: Any, make: Callable[[Any], Any]) -> Any:
+        if id(value) not in made:
+            made[id(value)] = (value, make(value))
+        return made[id(value)][1]
+
+
+def _on_device(value: Any, placed: Placed | None) -> Any:
+    """``value`` with its numpy arrays on the device (each once for all of ``placed``'s entries)."""
     def put(v: Any) -> Any:
         if not isinstance(v, np.ndarray):
             return v
-        if placed is None:
-            return jax.device_put(v)
-        if id(v) not in placed:
-            placed[id(v)] = (v, jax.device_put(v))  # the array is kept: its id is not reused while this lives
-        return placed[id(v)][1]
+        return jax.device_put(v) if placed is None else placed.once(placed.arrays, v, jax.device_put)
     return jax.tree_util.tree_map(put, value)
 
 
 def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keyword: bool = False,
-                   placed: dict[int, tuple[Any, Any]] | None = None) -> Argument:
+                   placed: Placed | None = None) -> Argument:
     leaf = leaf_kind(value)
     if leaf is None:
         return Argument(name, kind, _on_device(value, placed), by_keyword)
@@ -70,7 +80,7 @@ def _make_argument(name: str, kind: inspect._ParameterKind, value: Any, by_keywo
 
 
 def bind_arguments(func: Callable, args: Sequence[Any], kwargs: dict[str, Any],
-                   placed: dict[int, tuple[Any, Any]] | None = None) -> list[Argument]:
+                   placed: Placed | None = None) -> list[Argument]:
     """Match compile arguments to ``func``'s parameters (``inspect.Signature.bind``), in signature order;
     variadic ones are frozen to what was given: ``*args`` as ``args0``, ``args1``..., ``**kwargs`` by name.
     ``placed``: the numpy arrays of constants placed on the device already, shared by a compile's entries."""
