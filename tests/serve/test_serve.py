@@ -443,6 +443,22 @@ def test_the_command_serves_until_sigterm(artifact, tmp_path):
     assert bad.returncode == 2 and str(tmp_path / "nothing") in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_the_command_takes_the_loader_it_is_told(artifact, tmp_path):
+    proc, lines = start_serve([str(artifact), "--port", "0", "--loader", "jax"], tmp_path)
+    try:
+        assert "run by tripy_build.load (jax)" in lines[0], lines
+        x, t = sample(np.random.default_rng(8), 3)
+        status, body, blob = post(f"{lines[-1].split()[2]}/v2/models/two_heads/infer", *request(x, t, binary=True))
+        assert status == 200 and np.array_equal(outputs(body, blob)[1], t * 2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    bad = subprocess.run([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--loader", "pjrt"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "--loader: invalid choice: 'pjrt'" in bad.stderr
+
+
 TRITON_CLIENT = """
 import sys, json, numpy as np
 import tritonclient.http as http
