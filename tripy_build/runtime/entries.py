@@ -82,6 +82,12 @@ class MultiEntry:
         main = self._main
         return str(main.metadata.get("model") or main.__name__) if self.entries else self.__name__
 
+    def _check_count(self, leaves: Any, args: Any) -> None:
+        """``call_flat``'s inputs are one per unbound flat input (``args``: ``flat_args``), in the same loaders' words."""
+        if len(leaves) != len(args):
+            raise CallError(f"{self.__name__}: call_flat takes {len(args)} inputs ({', '.join(p for p, _ in args)}), "
+                            f"got {len(leaves)}.")
+
     @property
     def _main(self) -> Any:
         """The main entry (the artifact's top level): the first entry, or this executable if it is the only one."""

@@ -67,6 +67,7 @@ class Executable(MultiEntry):
         self._compile_lock = threading.Lock()
         self._leading = compiled.leading
         self._visible = [p for p in compiled.parameters if p.name not in compiled.bound]
+        self._args = [leaf for p in self._visible for leaf in compiled.leaves[compiled.leaf_slices[p.name]]]
         self._all_leaf_params = all("leaf" in p.template for p in self._visible)
         self._fast: dict[tuple, Callable] = {}
         self._runners: dict[tuple, Callable] = {}
@@ -149,7 +150,7 @@ class Executable(MultiEntry):
         if swapped and model.universal is not None and model.compiler.name == "iree":
             raise CallError(f"bind({', '.join(swapped)}=...): this IREE module holds its weights as constants (IREE packs "
                             "them when it compiles); build again with the new params.")
-        entries = {name: e for name, e in self.entries.items()} or {"": self}
+        entries = dict(self.entries) or {"": self}
         models = {}
         for name, e in entries.items():  # the other entries take the new weights too (their runtime inputs stay)
             m = e._model
@@ -193,8 +194,7 @@ class Executable(MultiEntry):
     @property
     def flat_args(self) -> list[tuple[str, InputInfo]]:
         """The leaves ``call_flat`` takes, in order: (path, ``InputInfo``); bound inputs are not among them."""
-        model = self._model
-        return [leaf for p in model.parameters if p.name not in model.bound for leaf in model.leaves[model.leaf_slices[p.name]]]
+        return list(self._args)
 
     @property
     def output_names(self) -> list[str]:
@@ -401,10 +401,7 @@ class Executable(MultiEntry):
 
     def _assemble(self, leaves: Sequence[Any]) -> list[Any]:
         """Every flat input: the bound ones, with ``leaves`` in the unbound places."""
-        args = self.flat_args
-        if len(leaves) != len(args):
-            raise CallError(f"{self.__name__}: call_flat takes {len(args)} inputs ({', '.join(p for p, _ in args)}), "
-                            f"got {len(leaves)}.")
+        self._check_count(leaves, self._args)
         bound, it = self._model.bound_by_index(), iter(leaves)
         return [bound[i] if i in bound else next(it) for i in range(len(self._model.leaves))]
 

@@ -191,9 +191,9 @@ def _entry(c: Any, trust_executables: bool, shared: Shared) -> Any:
         dispatcher=dispatcher, optimization_level=m.optimization_level, platforms=tuple(m.platforms),
         compiler=m.compiler, compiler_options=m.compiler_options, profiles=tuple(profiles), universal=universal,
         prep_executables=tuple(prep_exes), prepared=prepared, metadata=m.metadata, donated=tuple(m.donated),
-        selftest_from=StoredSelfTest(c.path, tuple(m.selftest)),
     )
-    if m.bound_inputs:  # the inputs its stored self-test was made with
-        model = with_inputs(model, c.bound_values(), m.bound_inputs).replace(selftest_from=model.selftest_from)
+    if m.bound_inputs:
+        model = with_inputs(model, c.bound_values(), m.bound_inputs)
+    model = model.replace(selftest_from=StoredSelfTest(c.path, tuple(m.selftest)))  # made with those bound inputs
     made.append(model)
     return model

@@ -40,7 +40,7 @@ from ..core.dispatch import Dispatcher, output_axes_static
 from ..core.profiles import pad_values
 from ..core.signature import bind_call, check_leaves, input_infos, named_uses, value_checks
 from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dtype
-from ..errors import ArtifactError, CallError
+from ..errors import ArtifactError
 from ..jaxlib_api import Aval
 from .entries import MultiEntry, Shared
 from .pjrt import Compiled, Device, client, to_host
@@ -350,9 +350,7 @@ class Runtime(MultiEntry):
 
     def _assemble(self, leaves: Sequence[Any]) -> list[Any]:
         """Every flat input: the bound ones, with ``leaves`` in the unbound places."""
-        if len(leaves) != len(self._args):
-            raise CallError(f"{self.__name__}: call_flat takes {len(self._args)} inputs "
-                            f"({', '.join(p for p, _ in self._args)}), got {len(leaves)}.")
+        self._check_count(leaves, self._args)
         it = iter(leaves)
         full: list[Any] = []
         for p, n in zip(self._manifest.parameters, self._counts):

@@ -92,10 +92,12 @@ class Endpoint:
         from ..artifact.read import read_manifest
 
         path = Path(path)
-        try:
-            manifest = read_manifest(path)
-        except TripyBuildError:
-            manifest = None  # the loader says what is wrong, after its own checks
+        manifest = None  # read only where auto must choose: the loader reads it again (the runtime says what is wrong)
+        if loader == "auto":
+            try:
+                manifest = read_manifest(path)
+            except TripyBuildError:
+                pass
         chosen = loader_for(manifest, loader)
         if chosen == "runtime":
             from .. import runtime
