@@ -44,6 +44,19 @@ def version(dist: str) -> str:
     return dist_version(dist)
 
 
+def plugin_version() -> str | None:
+    """The installed jax CUDA plugin's distribution and version (13's, else 12's: ``jax-cuda13-plugin 0.12.0.1``),
+    or None."""
+    from importlib.metadata import PackageNotFoundError
+
+    for dist in ("jax_cuda13_plugin", "jax_cuda12_plugin"):
+        try:
+            return f"{dist.replace('_', '-')} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return None
+
+
 def gpu_present() -> bool:
     """Whether this machine has an NVIDIA GPU its driver exposes (its device nodes), without asking CUDA."""
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")

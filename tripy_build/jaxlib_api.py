@@ -38,6 +38,82 @@ def cpu_client() -> Any:
     return jaxlib().get_tfrt_cpu_client(asynchronous=False)
 
 
+CUDA_PLUGIN = "tripy_build_cuda"
+"""The name the runtime loads jax's CUDA plugin under. Not ``cuda``: a name is registered once per process, and jax
+registers ``cuda`` when it starts (it would fail with ALREADY_EXISTS and run on the CPU instead); the same library
+under another name is a second, independent client."""
+
+# NVIDIA's pip libraries, loaded before the plugin as jax's plugin package does (its ``_load_nvidia_libraries``), so
+# that the plugin's own loads find these copies: (package under ``nvidia``, files), cuda13's and cuda12's. A library
+# not installed is skipped (the plugin then looks on the system's library path), as jax does.
+NVIDIA_LIBRARIES = (
+    ("cu13", ("libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcupti.so.13",
+              "libcusparse.so.12", "libcusolver.so.12", "libcufft.so.12")),
+    ("cuda_runtime", ("libcudart.so.12",)), ("cuda_nvrtc", ("libnvrtc.so.12",)),
+    ("cublas", ("libcublas.so.12", "libcublasLt.so.12")), ("nccl", ("libnccl.so.2",)),
+    ("cuda_cupti", ("libcupti.so.12",)), ("cusparse", ("libcusparse.so.12",)), ("cusolver", ("libcusolver.so.11",)),
+    ("cufft", ("libcufft.so.11",)), ("nvshmem", ("libnvshmem_host.so.3",)), ("cudnn", ("libcudnn.so.9",)),
+)
+
+
+def cuda_plugin_library() -> str | None:
+    """The file of jax's CUDA PJRT plugin installed here (``jax_plugins/xla_cuda13/xla_cuda_plugin.so``, else
+    cuda12's), found without importing its package (whose ``__init__`` imports jax); None where none is."""
+    import importlib.util
+    import os
+
+    for package in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
+        try:
+            spec = importlib.util.find_spec(package)
+        except ImportError:
+            spec = None
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            path = os.path.join(folder, "xla_cuda_plugin.so")
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def cuda_client(library: str) -> Any:
+    """A PJRT client on this host's NVIDIA GPUs from jax's CUDA plugin ``library``, without jax: the plugin loaded and
+    initialized under ``CUDA_PLUGIN``, with the options jax would give it (``xla_client.
+    generate_pjrt_gpu_plugin_options``: the ``XLA_PYTHON_CLIENT_*`` variables) but for preallocation, which is off
+    unless ``XLA_PYTHON_CLIENT_PREALLOCATE`` asks for it: jax's client, should this process start one (a shape
+    no profile covers compiles through it), preallocates 75% of the GPU's memory and would find it taken. Where jax
+    has started its own CUDA client in this process, that one is returned: one client per GPU.
+    ``load_pjrt_plugin``, ``initialize_pjrt_plugin``, ``get_c_api_client``. Tested (on the CPU, up to the client's
+    "No visible GPU devices"): 0.11.2, 0.12.0.1."""
+    import ctypes
+    import importlib.util
+    import os
+    import sys
+
+    started = getattr(sys.modules.get("jax._src.xla_bridge"), "_backends", None) or {}
+    if "cuda" in started:
+        return started["cuda"]
+    for package, files in NVIDIA_LIBRARIES:
+        try:
+            spec = importlib.util.find_spec(f"nvidia.{package}")
+        except ImportError:
+            spec = None
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            for file in files:
+                try:
+                    ctypes.cdll.LoadLibrary(os.path.join(folder, "lib", file))
+                except OSError:
+                    pass
+    _jax = jaxlib()
+    from jaxlib import xla_client
+
+    if not _jax.pjrt_plugin_loaded(CUDA_PLUGIN):
+        _jax.load_pjrt_plugin(CUDA_PLUGIN, library, None)
+    if not _jax.pjrt_plugin_initialized(CUDA_PLUGIN):
+        _jax.initialize_pjrt_plugin(CUDA_PLUGIN)
+    options = dict(xla_client.generate_pjrt_gpu_plugin_options())
+    options.setdefault("preallocate", False)
+    return _jax.get_c_api_client(CUDA_PLUGIN, options)
+
+
 class Aval:
     """What jaxlib's C++ reads from an abstract value (jax's ``ShapedArray``) when it places or returns an array."""
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -111,9 +113,47 @@ def test_a_cuda_plugin_of_another_version_is_refused_naming_the_one_to_install(m
     assert f"pip install 'jax-cuda13-plugin=={version('jaxlib')}'" in str(e.value)
 
 
-def test_the_jax_free_runtime_says_it_runs_cpu_artifacts_only_on_a_gpu_machine(h100, monkeypatch):
+GPU_HOST_WITHOUT_A_GPU = r"""
+import sys
+from tripy_build import host, runtime
+host.gpu_present = lambda: True  # the device nodes of a GPU machine, whose GPU CUDA cannot see
+try:
+    runtime.load(sys.argv[1])
+except Exception as e:
+    print("REFUSED", type(e).__name__, str(e))
+print("JAX IMPORTED", "jax" in sys.modules)
+import jax
+from tripy_build.compiler import gpu
+device = gpu.compile_device(gpu.GPUS["h100"])  # jax's own "cuda" plugin, registered after the runtime's
+sharding = jax.sharding.SingleDeviceSharding(device)
+compiled = jax.jit(lambda a: a * 2).lower(jax.ShapeDtypeStruct((8,), "float32", sharding=sharding)).compile()
+print("COMPILED FOR", device.device_kind)
+"""
+
+
+def test_the_jax_free_runtime_takes_a_gpu_machines_cuda_executables_through_jaxs_plugin(h100, tmp_path):
+    """On a machine with NVIDIA device nodes the runtime picks the artifact's CUDA executables and starts jax's CUDA
+    plugin itself, without importing jax; here CUDA sees no GPU, which it says in one line. The plugin is loaded
+    under its own name, so jax, started after it in the same process, still has its CUDA plugin (it compiles for
+    an H100 here): loaded as "cuda", jax's own registration would fail and leave it on the CPU."""
+    artifact, _ = h100
+    r = subprocess.run([sys.executable, "-c", GPU_HOST_WITHOUT_A_GPU, str(artifact)], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    refused = next(line for line in r.stdout.splitlines() if line.startswith("REFUSED"))
+    assert refused.startswith("REFUSED ArtifactError tripy_build.runtime cannot start jax's CUDA plugin (")
+    assert "xla_cuda_plugin.so" in refused and "No visible GPU devices" in refused and "tripy_build.load" in refused
+    assert "JAX IMPORTED False" in r.stdout
+    assert "COMPILED FOR NVIDIA H100 80GB HBM3" in r.stdout
+
+
+def test_the_runtime_names_the_cuda_plugin_to_install(h100, monkeypatch):
     artifact, _ = h100
     monkeypatch.setattr(tb.host, "gpu_present", lambda: True)
+    monkeypatch.setattr(tb.host, "plugin_version", lambda: "jax-cuda13-plugin 0.11.1")
     with pytest.raises(tb.TripyBuildError) as e:
         runtime.load(artifact)
-    assert "tripy_build.runtime runs CPU executables only" in str(e.value) and "tripy_build.load" in str(e.value)
+    message = str(e.value)
+    assert f"jax-cuda13-plugin 0.11.1 does not match jaxlib {version('jaxlib')}" in message and "\n" not in message
+    assert f"pip install -e '.[cuda13]' (jax[cuda13]=={version('jax')})" in message
+    assert jaxlib_api.cuda_plugin_library().endswith("jax_plugins/xla_cuda13/xla_cuda_plugin.so")

@@ -11,7 +11,10 @@ import pytest
 
 import tripy_build as tb
 from conftest import BATCH, DIM_IN, assert_close
+from tripy_build import runtime
 from tripy_build.artifact import selftest
+
+LOADERS = {"tb.load": tb.load, "runtime": runtime.load}  # both run the self-test, and share its remembered pass
 
 
 def mark_deviceless(artifact, **case) -> None:
@@ -30,26 +33,29 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache" / "tripy_build" / "first_run"
 
 
-def test_the_first_load_runs_the_self_test_once(artifact_copy, cache, geglu_ref, rng, monkeypatch):
+@pytest.mark.parametrize("loader", LOADERS)
+def test_the_first_load_runs_the_self_test_once(artifact_copy, cache, geglu_ref, rng, monkeypatch, loader):
     mark_deviceless(artifact_copy)
     ran = []
     check = selftest.check
     monkeypatch.setattr(selftest, "check", lambda *a: ran.append(a[1].name) or check(*a))
-    exe = tb.load(artifact_copy, warmup="none")
+    exe = LOADERS[loader](artifact_copy, warmup="none")
     cases = [c["name"] for c in json.loads((artifact_copy / "manifest.json").read_text())["selftest"]]
     assert sorted(ran) == sorted(cases) and len(cases) >= 3  # every case the artifact holds
     assert len(list(cache.iterdir())) == 1
     x = rng.standard_normal((BATCH[1], DIM_IN)).astype(np.float32)
     assert_close(exe(x), geglu_ref(x))
     ran.clear()
-    tb.load(artifact_copy, warmup="none")
-    assert ran == []  # passed on this device before
+    for load in LOADERS.values():
+        load(artifact_copy, warmup="none")
+    assert ran == []  # passed on this device before, by either loader
 
 
-def test_a_failing_first_self_test_refuses_the_artifact(artifact_copy, cache):
+@pytest.mark.parametrize("loader", LOADERS)
+def test_a_failing_first_self_test_refuses_the_artifact(artifact_copy, cache, loader):
     mark_deviceless(artifact_copy, rtol=-1.0, atol=-1.0)  # no output can be within a negative tolerance
     with pytest.raises(tb.TripyBuildError) as e:
-        tb.load(artifact_copy, warmup="none")
+        LOADERS[loader](artifact_copy, warmup="none")
     message = str(e.value)
     assert "its self-test fails at its first load on this cpu" in message and "case 'min'" in message
     assert f"tripy-build rebuild {artifact_copy}" in message

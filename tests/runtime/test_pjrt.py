@@ -1,6 +1,6 @@
 """runtime/pjrt.py: jaxlib's PJRT CPU client as the jax-free runtime uses it, tested on its own: one client per
 process, an artifact's executable deserialized (``Compiled``) and run on inputs the ``Device`` places, its outputs
-read back as read-only numpy views through DLPack (``to_host``), or copied by jaxlib where DLPack has no code for
+read back as read-only numpy views through DLPack (``Device.to_host``), or copied by jaxlib where DLPack has no code for
 the dtype (bfloat16), and bytes that are not an executable refused naming their file. (``Runtime``, built on
 these, is tested in tests/runtime/test_runtime.py.)"""
 
@@ -58,7 +58,7 @@ def test_an_executable_runs_on_placed_inputs_and_its_outputs_are_read_only_views
     x, y = _inputs()
     outs = compiled.device_outputs([x, y])
     assert all(type(o) is device.array_type for o in outs)
-    summed = pjrt.to_host(outs[0])
+    summed = device.to_host(outs[0])
     np.testing.assert_array_equal(summed, x * 2 + y)
     assert summed.dtype == np.float32 and not summed.flags.writeable
     assert summed.ctypes.data == outs[0].unsafe_buffer_pointer()  # a view of the result buffer, not a copy
@@ -78,7 +78,7 @@ def test_a_bfloat16_output_is_copied_to_the_host_where_dlpack_has_no_code(tiny_e
     gram = compiled.device_outputs([x, y])[1]
     with pytest.raises((RuntimeError, BufferError)):  # numpy < 2.5 raised RuntimeError, 2.5 BufferError
         np.from_dlpack(pjrt.DLPack(gram))
-    host_gram = pjrt.to_host(gram)
+    host_gram = pjrt.Device().to_host(gram)
     assert host_gram.dtype == np.dtype(ml_dtypes.bfloat16) and host_gram.shape == (4, 4)
     np.testing.assert_array_equal(host_gram, (x.T @ x).astype(ml_dtypes.bfloat16))
     assert compiled([x, y])[1].dtype == np.dtype(ml_dtypes.bfloat16)

@@ -70,7 +70,8 @@ def gpu_identity(request: BuildRequest) -> dict[str, Any]:
     """What a build's CUDA executables depend on: the GPU (the one named, or this machine's) and jax's CUDA plugin."""
     if "cuda" not in request.platforms:
         return {}
-    from ..compiler.gpu import HOST, plugin_version
+    from ..compiler.gpu import HOST
+    from ..host import plugin_version
     from ..runtime.xla import local_platform
 
     gpu = request.target_gpu

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..host import version
+from ..host import plugin_version, version
 
 HOST = "host"  # target.gpu's default: the build machine's own GPU, compiled for on the device (autotuned)
 
@@ -148,18 +148,6 @@ def _topology_device(target: GpuSpec) -> Any:
             "Install it: pip install -e '.[cuda13]' (or only jax-cuda13-plugin, matching jax's version, "
             "on a machine without a GPU).") from None
     return topology.devices[0]
-
-
-def plugin_version() -> str | None:
-    """The installed jax CUDA plugin's version (13's, else 12's), or None."""
-    from importlib.metadata import PackageNotFoundError
-
-    for dist in ("jax_cuda13_plugin", "jax_cuda12_plugin"):
-        try:
-            return f"{dist.replace('_', '-')} {version(dist)}"
-        except PackageNotFoundError:
-            continue
-    return None
 
 
 def record(device: Any, described: GpuSpec | None = None) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 A deviceless build (``backend=cuda target.gpu=h100`` on a machine with no GPU) runs nothing on that GPU: its
 padding proof and reference outputs ran on the build machine's CPU. So the first time such an artifact is loaded
-on its GPU, ``tripy_build.load`` runs its self-test there (every case of every entry, through the executables
-just loaded) before returning it, and refuses it if any case fails. A pass is remembered per artifact, GPU and
-jaxlib in ``host.cache_home()/first_run/``, so later loads skip it.
+on its GPU, either loader (``tripy_build.load``, ``tripy_build.runtime.load``) runs its self-test there (every case
+of every entry, through the executables just loaded) before returning it, and refuses it if any case fails. A
+pass is remembered per artifact, GPU and jaxlib in ``host.cache_home()/first_run/``, so later loads (by either
+loader) skip it.
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ def _marker(root: Path, manifest: Manifest, device: str) -> Path:
 
 def selftest_once(root: Path, manifest: Manifest, executables: dict[str, Any], device: str) -> None:
     """Run every entry's self-test through ``executables`` (entry name -> ``Executable``; "" for a single function)
-    unless it passed on this ``device`` (its name) before; ``ArtifactError`` naming the first case that fails."""
-    import jax
-
+    unless it passed on this ``device`` (its name) before; ``ArtifactError`` naming the first case that fails.
+    ``executables``: either loader's (``call_flat`` returns the flat outputs); nothing here imports jax."""
     marker = _marker(root, manifest, device)
     if marker.exists():
         return
@@ -49,7 +49,7 @@ def selftest_once(root: Path, manifest: Manifest, executables: dict[str, Any], d
         files = read_files(root, selftest.file_names(m.selftest))[1]
         exe = executables[name]
         for case, rtol, atol in selftest.from_files(list(m.selftest), files):
-            ok, err = selftest.check(lambda *xs, exe=exe: jax.tree_util.tree_leaves(exe.call_flat(*xs)), case, rtol, atol)
+            ok, err = selftest.check(exe.call_flat, case, rtol, atol)
             if not ok:
                 where = f"entry {name!r}, " if name else ""
                 raise ArtifactError(

@@ -1,10 +1,11 @@
 """Run a built artifact without importing jax: numpy in, numpy out, for the fastest cold start.
 
 ``import jax`` alone costs ~0.5 s here, more than everything else a loaded artifact needs. ``Runtime`` runs an
-artifact's XLA executables on jaxlib's PJRT CPU client directly (``runtime/pjrt.py``): it deserializes the
-executables, puts the inputs on the device and reads the outputs back through DLPack, never touching the
-``jax`` package. Measured here, spawn -> first result of a GEGLU artifact drops from ~0.66 s
-(``tripy_build.load``) to ~0.25 s.
+artifact's XLA executables on jaxlib's PJRT clients directly (``runtime/pjrt.py``): the CPU's, or, for an artifact
+with a GPU's executables on a machine with an NVIDIA GPU (``platform_for``), one of jax's CUDA plugin loaded
+without jax (not yet run on a card). It deserializes the executables, puts the inputs on the device and reads
+the outputs back (on the CPU through DLPack, without a copy), never touching the ``jax`` package. Measured here,
+spawn -> first result of a GEGLU artifact drops from ~0.66 s (``tripy_build.load``) to ~0.25 s.
 
 Everything else is shared with ``tripy_build.load``: the same digest checks before anything is
 deserialized, the same input validation and error messages, the same profiles, padding and
@@ -16,8 +17,8 @@ An IREE artifact whose one dynamic-shape module runs here needs neither jax nor 
 is loaded by ``iree.runtime`` and serves every in-range shape. IREE's per-profile modules (and its
 artifacts where IREE is not installed) are served through ``tripy_build.load``.
 
-A call runs on the caller's thread (the client is synchronous). XLA's outputs are read-only numpy arrays that
-view the result buffers (no copy). On a jaxlib the runtime was not tested with, ``load`` raises.
+On the CPU a call runs on the caller's thread (the client is synchronous), and XLA's outputs are read-only numpy
+arrays that view the result buffers (no copy). On a jaxlib the runtime was not tested with, ``load`` raises.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from ..core.spec import count_leaves, flatten_like, output_names, rebuild, to_dt
 from ..errors import ArtifactError
 from ..jaxlib_api import Aval
 from .entries import MultiEntry, Shared
-from .pjrt import Compiled, Device, client, to_host
+from .first_run import never_run_here, selftest_once
+from .pjrt import Compiled, Device, client
 from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, prepare_at_load, start as start_warmup,
                      stopping as warmup_stopping, too_costly, warm_in_order, yield_to_calls)
 
@@ -57,14 +59,14 @@ class Runtime(MultiEntry):
         self._shared = shared or Shared()
         self.entries: dict[str, Runtime] = {}  # a multi-entry artifact's entries by name, this one included
         self.donated = m.donated
-        c.check_platform("cpu", "tripy_build.runtime runs CPU executables only (jaxlib's CPU client, without jax; "
-                                "not yet a GPU's: tripy_build.load runs them)" if host.gpu_present() else None)
+        self.platform = platform_for(m)
+        c.check_platform(self.platform)
         self._contents = c
         self._manifest = m
         self.__name__ = m.function
-        self._iree = _iree_module(c)  # IREE's dynamic module serves every shape, without jaxlib
-        self._device = Device() if self._iree is None else None
-        cpu_client = self._device.client if self._device is not None else None  # asked which CPU features it compiles for
+        self._iree = _iree_module(c) if self.platform == "cpu" else None  # IREE's dynamic module: every shape, no jaxlib
+        self._device = Device(self.platform) if self._iree is None else None
+        client = self._device.client if self._device is not None else None  # asked which CPU features or GPU it has
         self._leaves = list(m.leaves)
         self._uses = named_uses(self._leaves)
         bound = c.bound_values() if m.bound_inputs else {}
@@ -78,7 +80,7 @@ class Runtime(MultiEntry):
         self._all_parameters = list(m.parameters)
         self._visible = [p for p in m.parameters if p.name not in bound]
         self._profiles = {e.target: e for e in m.executables  # XLA's; IREE's per-profile modules: tb.load
-                          if e.platform == "cpu" and e.is_xla and c.usable(e, cpu_client)}
+                          if e.platform == self.platform and e.is_xla and c.usable(e, client)}
         self._compiled: dict[tuple[int, ...], Compiled] = {}
         self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
         self._sizes = {t: len(c.files[e.file]) for t, e in self._profiles.items()}  # executables' bytes
@@ -117,9 +119,13 @@ class Runtime(MultiEntry):
         prepared: dict[int, Any] = shared.prepared.get(key, {})
         needs_prep = any(kind == "prep" for kind, _ in m.sources) and not prepared
         chunks = m.prep.chunks if needs_prep and m.prep else ()
-        usable = (c.usable(chunk.executable, self._device.client) for chunk in chunks if not chunk.at_rest)
+        # a chunk compiled for another platform (a GPU's artifact built on a CPU machine) runs whole, through jax
+        usable = (chunk.executable.platform == self.platform and c.usable(chunk.executable, self._device.client)
+                  for chunk in chunks if not chunk.at_rest)
         if needs_prep and (not chunks or not all(usable)):
-            return [self._full_executable()._leading[i] for i in range(len(m.sources))]
+            # jax's arrays belong to jax's client: each is read (on the CPU, viewed) and placed on this one
+            return [self._device.put(np.asarray(x), Aval(x.shape, x.dtype))
+                    for x in self._full_executable()._leading[:len(m.sources)]]
         placing = sorted(i for i in direct if m.weights[i].file not in shared.placed)
         reads = [m.weights[i] for i in placing]
         for chunk in chunks:  # a chunk stored prepared is placed as stored; the others read their raw weights
@@ -403,7 +409,7 @@ class Runtime(MultiEntry):
         return self._device.put(x, Aval(x.shape, x.dtype))
 
     def _fetch(self, x: Any) -> np.ndarray:
-        return to_host(x)
+        return self._device.to_host(x)
 
     def _step(self, target: tuple[int, ...], leaves: list[Any]) -> tuple[Any, Any]:
         with calls:
@@ -427,6 +433,12 @@ class Runtime(MultiEntry):
                 full = full_load(self._contents.path, warmup="none")
                 self._full = full.entry(self._contents.entry) if self._contents.entry else full
         return self._full
+
+
+def platform_for(manifest: Manifest) -> str:
+    """The platform the runtime runs an artifact on here, as ``tripy_build.load`` would: its GPU's executables where
+    it has them and this machine has an NVIDIA GPU, else its CPU's."""
+    return "cuda" if "cuda" in manifest.platforms and host.gpu_present() else "cpu"
 
 
 def _iree_entry(manifest: Manifest) -> ExecutableEntry | None:
@@ -484,7 +496,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
 
     def start_client() -> None:
         try:
-            client()
+            client(platform)
         except BaseException as e:  # noqa: BLE001 - re-raised below, in the caller's thread
             started.append(e)
 
@@ -495,7 +507,8 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
         manifest = read_manifest(Path(path))
     except ArtifactError:
         manifest = None  # read_contents below says what is wrong
-    needs_jaxlib = manifest is None or _iree_entry(manifest) is None
+    platform = platform_for(manifest) if manifest is not None else "cpu"
+    needs_jaxlib = manifest is None or platform != "cpu" or _iree_entry(manifest) is None
     if needs_jaxlib:
         thread.start()
     try:
@@ -507,10 +520,13 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
         raise started[0]
     m = contents.manifest
     views = {name: contents.for_entry(name) for name, _ in m.all_entries()} if m.entry else {"": contents}
-    small = warmup == "background" and _iree_entry(m) is None and prepare_at_load([  # XLA's CPU executables
-        len(c.files[e.file]) for c in views.values() for e in c.manifest.executables if e.platform == "cpu" and e.is_xla])
+    small = warmup == "background" and (platform != "cpu" or _iree_entry(m) is None) and prepare_at_load([
+        len(c.files[e.file]) for c in views.values() for e in c.manifest.executables if e.platform == platform and e.is_xla])
     shared = Shared()
     runtimes = {name: Runtime(c, "none" if small else warmup, shared) for name, c in views.items()}
+    if never_run_here(m, platform):  # compiled for this GPU without it: its self-test runs here first (first_run.py)
+        first = next(iter(runtimes.values()))
+        selftest_once(Path(contents.path), m, runtimes, first._device.device.device_kind)
     for rt in runtimes.values():
         if m.entry:
             rt.entries = runtimes

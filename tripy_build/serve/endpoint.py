@@ -25,11 +25,11 @@ LOADER_NAMES = {"runtime": "tripy_build.runtime (no jax)", "jax": "tripy_build.l
 
 
 def loader_for(manifest: Any, loader: str = "auto") -> str:
-    """Which loader serves an artifact: ``runtime`` (``tripy_build.runtime``: no jax, the fastest start, but CPU
-    executables only) or ``jax`` (``tb.load``: every platform jax drives, an NVIDIA GPU included). ``auto``: ``jax``
-    for an artifact with a CUDA program on a host with a GPU, or one without a CPU program, or where the runtime
-    was not tested on this jaxlib; else ``runtime`` (and for a manifest that cannot be read: the runtime's load
-    says what is wrong with it)."""
+    """Which loader serves an artifact: ``runtime`` (``tripy_build.runtime``: no jax, the fastest start; a GPU's
+    executables through jax's CUDA plugin, a path not yet run on a card) or ``jax`` (``tb.load``: every platform jax
+    drives). ``auto``: ``jax`` for an artifact with a CUDA program on a host with a GPU (until the runtime's GPU path
+    has run on one), or one without a CPU program, or where the runtime was not tested on this jaxlib; else
+    ``runtime`` (and for a manifest that cannot be read: the runtime's load says what is wrong with it)."""
     from .. import host
 
     if loader not in LOADERS:

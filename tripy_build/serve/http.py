@@ -92,8 +92,9 @@ class Server:
             its first entry (``prefill``: cache and positions among its inputs) is also on ``/infer`` (and gRPC's
             ModelInfer) and described in its metadata, for debugging. Without it, those answer 404
             (``UNIMPLEMENTED``) naming ``/generate``.
-        loader: what runs each artifact (``endpoint.loader_for``): ``"runtime"`` (no jax; CPU executables only),
-            ``"jax"`` (``tb.load``: a GPU's too), or ``"auto"`` (default: jax for a CUDA program on a GPU host).
+        loader: what runs each artifact (``endpoint.loader_for``): ``"runtime"`` (no jax; a GPU's through jax's CUDA
+            plugin, not yet run on a card), ``"jax"`` (``tb.load``), or ``"auto"`` (default: jax for a CUDA program
+            on a GPU host).
 
     Example::
 
