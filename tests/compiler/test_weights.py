@@ -186,6 +186,29 @@ def test_a_weight_times_a_vector_made_in_the_function_is_prepared_once():
     np.testing.assert_allclose(np.asarray(exe(x)), want, rtol=1e-5, atol=1e-5)
 
 
+def test_the_same_weight_only_work_done_twice_is_prepared_once():
+    """A tied embedding table transposed for the inputs' embeddings and again for the logits is one prepared array
+    (a second held another copy of the table: 545 MB for Qwen2.5-0.5B), as is work on top of the repeat; work
+    that differs (another permutation, another weight) stays apart."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((10, D)).astype(np.float32)
+    other = rng.standard_normal((10, D)).astype(np.float32)
+
+    def f(ids, x):
+        t, o = jnp.asarray(table), jnp.asarray(other)  # traced: numpy's .T would be a new constant
+        h = x + jnp.take(t.T, ids, axis=1).T  # the inputs' embeddings, as columns of the transposed table
+        return h @ t.T * 2.0, (h @ (t.T * 2.0)), h @ o.T
+
+    closed, tree = weights_lib.trace(f, [jax.ShapeDtypeStruct((3,), jnp.int32), jax.ShapeDtypeStruct((3, D), jnp.float32)])
+    s = weights_lib.split(closed, tree, {id(table): ("w", "table"), id(other): ("w", "other")})
+    assert sorted(tuple(a.shape) for a in s.prep_avals) == [(D, 10), (D, 10), (D, 10)]  # table.T, table.T * 2, other.T
+    ids, x = np.array([1, 9, 4], np.int32), rng.standard_normal((3, D)).astype(np.float32)
+    got = s.main(*s.prepare([w.value for w in s.weights]), ids, x)
+    h = x + table[ids]
+    for g, want in zip(got, (h @ table.T * 2.0, h @ (table.T * 2.0), h @ other.T)):
+        np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-5)
+
+
 def test_chunks_saved_prepared_are_placed_as_stored_and_bind_still_works(chunked, tmp_path, monkeypatch):
     """weights="prepared" (the default): a chunk is stored as what it makes, and loaders place that instead
     of reading its raw weights and running it; the raw weights are not in the artifact, and say so."""

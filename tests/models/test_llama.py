@@ -9,6 +9,9 @@ several lengths, with both loaders; a ``task=forward`` build's logits through bo
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -120,3 +123,24 @@ def test_a_forward_build_serves_logits_and_mistral_keeps_to_its_window(checkpoin
                 want = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask, dtype=torch.long)).logits
             sel = mask.astype(bool)
             assert np.abs(got[sel] - want.numpy()[sel]).max() <= SCALE_TOL * np.abs(want.numpy()[sel]).max()
+
+
+def test_tied_embeddings_are_held_once_transposed(checkpoints, tmp_path):
+    """The output projection is the tied table transposed, ``[d, vocab]`` (XLA's CPU dot is fastest so at a few
+    rows), and the inputs' embeddings are read as its columns: the artifact stores that one copy, not the table
+    as the checkpoint has it besides, and its logits still match PyTorch's."""
+    model, path = checkpoints["llama-tied"]
+    zoo, params = hf.load_pretrained(MODELS["llama"], path)
+    d = SIZES["hidden_size"]
+    ids_info = tb.InputInfo((2, 9), "int32", values=(0, VOCAB))
+    exe = tb.compile(zoo.apply, args=[params, ids_info, tb.InputInfo((2, 9), "int32", values=(0, 2))])
+    art = Path(exe.save(tmp_path / "tied"))
+    m = json.loads((art / "manifest.json").read_text())
+    stored = [w for w in m["weights"] if w["file"]] + [w for c in m["prep"]["chunks"] for w in c["at_rest"]]
+    assert [w["shape"] for w in stored if VOCAB in w["shape"]] == [[d, VOCAB]], stored
+    assert next(w for w in m["weights"] if w["path"] == "params['embed']")["file"] == ""  # prepared, not stored
+    ids = np.random.default_rng(1).integers(0, VOCAB, (2, 9)).astype(np.int32)
+    got = np.asarray(runtime.load(art)(ids, np.ones_like(ids))["logits"])
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()

@@ -144,7 +144,13 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
     known = set(weight_of_var)
     prep_eqns, main_eqns = [], []
     constants: set[Any] = set()  # outputs of small equations of no input (a scale vector): made wherever read
+    # weight-only work done more than once (a tied embedding table transposed for the inputs and for the logits):
+    # each repeat's outputs -> the first's, so that it is prepared, and held on the device, once
+    same: dict[Any, Any] = {}
+    first: dict[Any, Any] = {}
     for eqn in jaxpr.eqns:
+        if same and any(v in same for v in eqn.invars if not isinstance(v, core.Literal)):
+            eqn = eqn.replace(invars=[v if isinstance(v, core.Literal) else same.get(v, v) for v in eqn.invars])
         ins = [v for v in eqn.invars if not isinstance(v, core.Literal)]
         static = not eqn.effects and all(_is_static(v.aval) for v in eqn.outvars)
         out_bytes = sum(_nbytes(v.aval) for v in eqn.outvars) if static else 0
@@ -164,14 +170,21 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
             known.update(eqn.outvars)
             constants.update(eqn.outvars)
             continue
+        key = _work(eqn) if foldable else None
+        if key is not None and key in first:
+            same.update(zip(eqn.outvars, first[key].outvars))
+            continue
+        if key is not None:
+            first[key] = eqn
         (prep_eqns if foldable else main_eqns).append(eqn)
         if foldable:
             known.update(eqn.outvars)
+    outvars = [v if isinstance(v, core.Literal) else same.get(v, v) for v in jaxpr.outvars]
 
-    needed = _vars_read(main_eqns) | {v for v in jaxpr.outvars if not isinstance(v, core.Literal)}
+    needed = _vars_read(main_eqns) | {v for v in outvars if not isinstance(v, core.Literal)}
     computed = [v for eqn in prep_eqns for v in eqn.outvars if v in needed and v not in constants]
     if constants:  # main keeps the constant equations it reads (directly, or through another constant)
-        read = _vars_read([e for e in main_eqns if not set(e.outvars) <= constants]) | set(jaxpr.outvars)
+        read = _vars_read([e for e in main_eqns if not set(e.outvars) <= constants]) | set(outvars)
         kept = []
         for eqn in reversed(main_eqns):
             if not set(eqn.outvars) <= constants or read & set(eqn.outvars):
@@ -181,7 +194,7 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
     weight_bytes = sum(w.nbytes for w in weights)
     if sum(_nbytes(v.aval) for v in computed) > MAX_PREPARED_GROWTH * max(weight_bytes, 1):
         prep_eqns, main_eqns, computed = [], list(jaxpr.eqns), []
-    leading = [v for v in weight_of_var if v in (_vars_read(main_eqns) | set(jaxpr.outvars))] + computed
+    leading = [v for v in weight_of_var if v in (_vars_read(main_eqns) | set(outvars))] + computed
     sources = [Source("weight", weight_of_var[v]) if v in weight_of_var else Source("prep", computed.index(v))
                for v in leading]
     weight_vars = list(weight_of_var)
@@ -208,7 +221,7 @@ def split(closed: core.ClosedJaxpr, out_tree: Any, owners: dict[int, tuple[str, 
         env.update(zip(leading, args[:len(leading)]))
         env.update(zip(jaxpr.invars, args[len(leading):]))
         _eval(main_eqns, env)
-        outs = [v.val if isinstance(v, core.Literal) else env[v] for v in jaxpr.outvars]
+        outs = [v.val if isinstance(v, core.Literal) else env[v] for v in outvars]
         return jax.tree_util.tree_unflatten(out_tree, outs)
 
     chunks = _chunks(prep_eqns, computed, weight_vars, constants) if computed else []
@@ -266,6 +279,17 @@ def _chunks(prep_eqns: Sequence[Any], computed: Sequence[Any], weight_vars: Sequ
         size += n
     chunks.append(PrepChunk(tuple(sorted(weights)), tuple(outputs)))
     return chunks
+
+
+def _work(eqn: Any) -> Any:
+    """What an equation computes, as a key equal for two that compute the same (primitive, inputs, parameters);
+    None where its parameters cannot be told apart by their text."""
+    try:
+        params = tuple(sorted((k, repr(v)) for k, v in eqn.params.items()))
+    except Exception:  # noqa: BLE001 - a parameter without a usable repr: never merged
+        return None
+    return (eqn.primitive, tuple(("literal", repr(v.val)) if isinstance(v, core.Literal) else v for v in eqn.invars),
+            params)
 
 
 def _vars_read(eqns: Sequence[Any]) -> set[Any]:
