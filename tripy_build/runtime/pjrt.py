@@ -29,7 +29,6 @@ from ..artifact.manifest import ExecutableEntry
 from ..core.spec import to_dtype
 from ..errors import ArtifactError
 
-PLATFORMS = ("cpu", "cuda")
 _clients: dict[str, Any] = {}
 _client_lock = threading.Lock()
 
