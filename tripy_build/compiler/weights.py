@@ -24,6 +24,7 @@ BERT-base, whose prep transposes and fuses nearly every matrix, one prep call he
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -283,13 +284,20 @@ def _chunks(prep_eqns: Sequence[Any], computed: Sequence[Any], weight_vars: Sequ
 
 def _work(eqn: Any) -> Any:
     """What an equation computes, as a key equal for two that compute the same (primitive, inputs, parameters);
-    None where its parameters cannot be told apart by their text."""
-    try:
-        params = tuple(sorted((k, repr(v)) for k, v in eqn.params.items()))
-    except Exception:  # noqa: BLE001 - a parameter without a usable repr: never merged
+    None where a parameter is more than plain values (a jaxpr, a function: its text could hide what differs, such
+    as the constants a jaxpr closes over), so that such equations are never merged."""
+    if not all(_plain(v) for v in eqn.params.values()):
         return None
+    params = tuple(sorted((k, repr(v)) for k, v in eqn.params.items()))
     return (eqn.primitive, tuple(("literal", repr(v.val)) if isinstance(v, core.Literal) else v for v in eqn.invars),
             params)
+
+
+def _plain(value: Any) -> bool:
+    """Whether a parameter is numbers, text, dtypes or enums (a transpose's permutation, a cast's dtype), in tuples."""
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str, np.dtype, enum.Enum))
 
 
 def _vars_read(eqns: Sequence[Any]) -> set[Any]:
