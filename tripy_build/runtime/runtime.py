@@ -66,7 +66,7 @@ class Runtime(MultiEntry):
         self.__name__ = m.function
         self._iree = _iree_module(c) if self.platform == "cpu" else None  # IREE's dynamic module: every shape, no jaxlib
         self._device = Device(self.platform) if self._iree is None else None
-        client = self._device.client if self._device is not None else None  # asked which CPU features or GPU it has
+        runs_on = self._device.client if self._device is not None else None  # asked which CPU features or GPU it has
         self._leaves = list(m.leaves)
         self._uses = named_uses(self._leaves)
         bound = c.bound_values() if m.bound_inputs else {}
@@ -80,7 +80,7 @@ class Runtime(MultiEntry):
         self._all_parameters = list(m.parameters)
         self._visible = [p for p in m.parameters if p.name not in bound]
         self._profiles = {e.target: e for e in m.executables  # XLA's; IREE's per-profile modules: tb.load
-                          if e.platform == self.platform and e.is_xla and c.usable(e, client)}
+                          if e.platform == self.platform and e.is_xla and c.usable(e, runs_on)}
         self._compiled: dict[tuple[int, ...], Compiled] = {}
         self._locks = {t: threading.Lock() for t in self._profiles}  # one per profile: deserialized once
         self._sizes = {t: len(c.files[e.file]) for t, e in self._profiles.items()}  # executables' bytes
