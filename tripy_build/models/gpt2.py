@@ -187,7 +187,7 @@ class GPT2:
             qkv = (jnp.matmul(x, w_qkv) + b_qkv).reshape(n, s, 3, heads, hd)
             q = qkv[:, :, 0]                                                              # [n, s, heads, hd]
             for kind in (0, 1):  # keys, values: written in place (a scatter into the donated cache)
-                cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(qkv[:, :, 1 + kind])
+                cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(qkv[:, :, 1 + kind].astype(cache.dtype))
 
             def read(kind: int, size: int, cache=cache, i=i) -> jax.Array:  # [n, heads, size, hd]
                 part = cache[i, kind, :, :, :size]

@@ -247,7 +247,7 @@ class Llama:
         for i, p in enumerate(params["layers"]):
             q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), position_ids)
             for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
-                cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(new)
+                cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(new.astype(cache.dtype))
 
             def read(kind: int, size: int, cache=cache, i=i) -> jax.Array:  # [n, kv_heads, size, hd]
                 part = cache[i, kind, :, :, :size]
