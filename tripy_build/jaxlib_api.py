@@ -56,18 +56,25 @@ NVIDIA_LIBRARIES = (
 )
 
 
+def _folders(package: str) -> list[str]:
+    """Where an installed package's files are, found without importing it (jax's CUDA plugin package imports jax);
+    [] where it is not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except ImportError:
+        return []
+    return list(spec.submodule_search_locations or []) if spec is not None else []
+
+
 def cuda_plugin_library() -> str | None:
     """The file of jax's CUDA PJRT plugin installed here (``jax_plugins/xla_cuda13/xla_cuda_plugin.so``, else
-    cuda12's), found without importing its package (whose ``__init__`` imports jax); None where none is."""
-    import importlib.util
+    cuda12's); None where none is."""
     import os
 
     for package in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
-        try:
-            spec = importlib.util.find_spec(package)
-        except ImportError:
-            spec = None
-        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        for folder in _folders(package):
             path = os.path.join(folder, "xla_cuda_plugin.so")
             if os.path.exists(path):
                 return path
@@ -84,7 +91,6 @@ def cuda_client(library: str) -> Any:
     ``load_pjrt_plugin``, ``initialize_pjrt_plugin``, ``get_c_api_client``. Tested (on the CPU, up to the client's
     "No visible GPU devices"): 0.11.2, 0.12.0.1."""
     import ctypes
-    import importlib.util
     import os
     import sys
 
@@ -92,11 +98,7 @@ def cuda_client(library: str) -> Any:
     if "cuda" in started:
         return started["cuda"]
     for package, files in NVIDIA_LIBRARIES:
-        try:
-            spec = importlib.util.find_spec(f"nvidia.{package}")
-        except ImportError:
-            spec = None
-        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        for folder in _folders(f"nvidia.{package}"):
             for file in files:
                 try:
                     ctypes.cdll.LoadLibrary(os.path.join(folder, "lib", file))

@@ -88,7 +88,6 @@ class Device(jaxlib_api.Device):
 
     def __init__(self, platform: str = "cpu") -> None:
         super().__init__(client(platform))
-        self.platform = platform
         self.to_host = _view if platform == "cpu" else jaxlib_api.host_copy
 
     def put(self, value: Any, aval: jaxlib_api.Aval) -> Any:

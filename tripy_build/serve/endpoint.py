@@ -31,12 +31,13 @@ def loader_for(manifest: Any, loader: str = "auto") -> str:
     has run on one), or one without a CPU program, or where the runtime was not tested on this jaxlib; else
     ``runtime`` (and for a manifest that cannot be read: the runtime's load says what is wrong with it)."""
     from .. import host
+    from ..runtime.runtime import platform_for
 
     if loader not in LOADERS:
         raise ConfigError(f"serve --loader {loader!r}: must be one of {', '.join(LOADERS)}.")
     if loader != "auto" or manifest is None:
         return "runtime" if loader == "auto" else loader
-    if ("cuda" in manifest.platforms and host.gpu_present()) or "cpu" not in manifest.platforms or not host.tested_jax():
+    if platform_for(manifest) == "cuda" or "cpu" not in manifest.platforms or not host.tested_jax():
         return "jax"
     return "runtime"
 
