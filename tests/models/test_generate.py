@@ -72,6 +72,10 @@ def test_the_artifact_has_two_entries_sharing_weights(gpt2):
     decode = m["entries"][0]
     assert [w["file"] for w in decode["weights"]] == [w["file"] for w in m["weights"]]  # stored once
     assert decode["prep"] == m["prep"]  # the same weight-only work, prepared once
+    # and stored as it makes them, once for both entries: the output projection (wte transposed), not wte
+    rest = [w for c in m["prep"]["chunks"] for w in c["at_rest"]]
+    assert rest and all(w["file"] and not w["file"].startswith("entries/") for w in rest)
+    assert next(w for w in m["weights"] if w["path"] == "params['wte']")["file"] == ""
     assert not (gpt2[1] / "entries" / "decode" / "weights").exists()
     assert m["donated"] == decode["donated"] == ["cache"]
     assert m["metadata"]["generate"]["max_length"] == MAX_LENGTH

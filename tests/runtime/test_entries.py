@@ -74,8 +74,10 @@ def test_entries_by_name_and_the_first_is_the_call(exe, params):
 def test_the_artifact_stores_each_weight_once(artifact):
     m = json.loads((artifact / "manifest.json").read_text())
     assert m["entry"] == "encode" and [e["name"] for e in m["entries"]] == ["write"]
-    assert sorted(p.name for p in (artifact / "weights").iterdir()) == ["0.npy", "1.npy"]
-    assert [w["file"] for w in m["entries"][0]["weights"]] == [w["file"] for w in m["weights"]]
+    # stored as the prep makes them (w transposed), once for both entries
+    assert sorted(p.name for p in (artifact / "weights").iterdir()) == ["prepared_0.npy", "prepared_1.npy"]
+    assert [w["file"] for w in m["entries"][0]["weights"]] == [w["file"] for w in m["weights"]] == ["", ""]
+    assert m["entries"][0]["prep"] == m["prep"]
     assert not (artifact / "entries" / "write" / "weights").exists()
     assert m["entries"][0]["donated"] == ["memory"] and "donated" not in m
     assert "entries/write/executables/" in m["index"]["covers"]

@@ -18,8 +18,9 @@ chunk (BERT-base: 12 chunks, 330-460 ms of a 700-850 ms load). The artifact is n
 values of those weights are not in it: ``Executable.weights`` and ``params.checkpoint=<artifact>`` cannot
 read them back (``"raw"`` keeps them). A chunk is saved prepared only where ``bind`` can still work: none
 of its weights is also taken as it is, and all belong to one constant argument (``bind`` of that argument
-runs the chunk on the new values; ``bind`` of another leaves it as stored). A multi-entry executable and
-an IREE one are saved raw.
+runs the chunk on the new values; ``bind`` of another leaves it as stored). The entries of a multi-entry
+artifact store theirs once (a ``task=generate`` build's transposed output projection), and an IREE
+executable is saved raw.
 """
 
 from __future__ import annotations
@@ -45,13 +46,12 @@ WEIGHT_FORMS = ("prepared", "raw")  # how ``save`` stores the weights prep reads
 DEFAULT_WEIGHTS = WEIGHT_FORMS[0]
 
 
-def at_rest(model: CompiledModel, weights: str, several: bool = False) -> set[int]:
-    """The indices of ``model``'s prep chunks that ``save(weights=weights)`` stores prepared (``several``: it is
-    one entry of several)."""
+def at_rest(model: CompiledModel, weights: str) -> set[int]:
+    """The indices of ``model``'s prep chunks that ``save(weights=weights)`` stores prepared."""
     if weights not in WEIGHT_FORMS:
         raise SpecError(f"save(weights={weights!r}): must be one of {', '.join(map(repr, WEIGHT_FORMS))}.")
     program = model.program
-    if (weights == "raw" or several or model.compiler.name == "iree" or not program.chunks
+    if (weights == "raw" or model.compiler.name == "iree" or not program.chunks
             or len(model.prep_executables) != len(program.chunks)
             or len(model.prepared) != len(program.prep.out_avals)):
         return set()
@@ -61,12 +61,12 @@ def at_rest(model: CompiledModel, weights: str, several: bool = False) -> set[in
             and len({program.weights[i].argument for i in chunk.weights}) == 1}
 
 
-def manifest(model: CompiledModel, selftest: list[dict[str, Any]], prefix: str = "", weights: str = DEFAULT_WEIGHTS,
-             several: bool = False) -> Manifest:
+def manifest(model: CompiledModel, selftest: list[dict[str, Any]], prefix: str = "",
+             weights: str = DEFAULT_WEIGHTS) -> Manifest:
     """Everything the artifact's manifest says about ``model`` (``artifact.write`` adds the file table); every
     file of it under ``prefix`` (an entry's folder)."""
     program = model.program
-    rest = at_rest(model, weights, several)
+    rest = at_rest(model, weights)
     unstored = {i for n in rest for i in program.chunks[n][0].weights}
     executables = tuple(dataclasses.replace(p.entry, file=prefix + executable_file(i, p.entry.is_iree),
                                             target=tuple(p.target)) for i, p in enumerate(model.saved_executables()))
@@ -102,14 +102,13 @@ def _prepared_entry(model: CompiledModel, chunk: Any, k: int, prefix: str) -> We
                        np.dtype(value.dtype).name, tuple(value.shape))
 
 
-def _entry(model: CompiledModel, prefix: str, weights: str,
-           several: bool) -> tuple[Manifest, dict[str, Any], dict[str, float]]:
+def _entry(model: CompiledModel, prefix: str, weights: str) -> tuple[Manifest, dict[str, Any], dict[str, float]]:
     """One entry's manifest record, files and compile seconds, every file under ``prefix``."""
     entries, files = selftest_files.moved(*model.selftest, prefix)
     files[prefix + PROGRAM_FILE] = model.program_bytes
     if model.prep_bytes is not None:
         files[prefix + PREP_FILE] = model.prep_bytes
-    m = manifest(model, entries, prefix, weights, several)
+    m = manifest(model, entries, prefix, weights)
     files.update({w.file: NpyFile(model.program.weights[i].array()) for i, w in enumerate(m.weights) if w.stored})
     files.update({w.file: NpyFile(model.prepared[k]) for c in (m.prep.chunks if m.prep else ())
                   for k, w in zip(c.outputs, c.at_rest)})
@@ -123,33 +122,38 @@ def _entry(model: CompiledModel, prefix: str, weights: str,
 
 
 def _share(m: Manifest, files: dict[str, Any], stored: dict[str, str], preps: list[Manifest]) -> Manifest:
-    """``m`` with each weight whose bytes are in ``stored`` (digest -> file) pointed at that file (its own
-    dropped from ``files``), and with an earlier entry's prep where both the prep program and the weights
-    are the same."""
-    weights = []
-    for w in m.weights:
+    """``m`` with each file of weights (raw, or stored prepared) whose bytes are in ``stored`` (digest -> file)
+    pointed at that file (its own dropped from ``files``), and with an earlier entry's prep where the prep
+    program, its chunks and every file of weights it reads or stores are the same."""
+    def once(w: WeightEntry) -> WeightEntry:
         if not w.stored:
-            weights.append(w)
-            continue
+            return w
         digest = files[w.file].digest()  # kept for the write
         if digest in stored:
             del files[w.file]
-            w = dataclasses.replace(w, file=stored[digest])
-        else:
-            stored[digest] = w.file
-        weights.append(w)
-    m = dataclasses.replace(m, weights=tuple(weights))
+            return dataclasses.replace(w, file=stored[digest])
+        stored[digest] = w.file
+        return w
+
+    m = dataclasses.replace(m, weights=tuple(once(w) for w in m.weights))
     if m.prep is None:
         return m
+    m = dataclasses.replace(m, prep=dataclasses.replace(m.prep, chunks=tuple(
+        dataclasses.replace(c, at_rest=tuple(once(w) for w in c.at_rest)) for c in m.prep.chunks)))
     for earlier in preps:
         if ([w.file for w in earlier.weights] == [w.file for w in m.weights]
                 and files.get(earlier.prep.file) == files[m.prep.file]
-                and [(c.weights, c.outputs) for c in earlier.prep.chunks] == [(c.weights, c.outputs) for c in m.prep.chunks]):
+                and _chunks(earlier.prep) == _chunks(m.prep)):
             for rel in [m.prep.file, *(c.executable.file for c in m.prep.chunks)]:
                 del files[rel]
             return dataclasses.replace(m, prep=earlier.prep)
     preps.append(m)
     return m
+
+
+def _chunks(prep: PrepEntry) -> list[tuple]:
+    """What two entries' prep must agree on to share one: each chunk's weights, outputs and stored outputs."""
+    return [(c.weights, c.outputs, [w.file for w in c.at_rest]) for c in prep.chunks]
 
 
 def save(compiled: CompiledModel | Mapping[str, CompiledModel], path: str | os.PathLike, replace: bool = True,
@@ -166,7 +170,7 @@ def save(compiled: CompiledModel | Mapping[str, CompiledModel], path: str | os.P
     preps: list[Manifest] = []
     records = []
     for n, (name, model) in enumerate(entries.items()):
-        m, fs, secs = _entry(model, "" if n == 0 else entry_prefix(name), weights, several)
+        m, fs, secs = _entry(model, "" if n == 0 else entry_prefix(name), weights)
         files.update(fs)
         seconds.update(secs)
         records.append((name, _share(m, files, stored, preps)))
