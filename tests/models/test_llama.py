@@ -2,7 +2,8 @@
 
 Tiny ``save_pretrained`` checkpoints of each (grouped-query attention: 4 query heads over 2 key/value heads): the
 logits of ``models/llama.py`` against the PyTorch model's within 1e-4 of their scale at the real positions of
-right-padded rows, tied and untied embeddings; then built through the command line with ``model=hf task=generate``,
+right-padded rows, tied and untied embeddings, sliding windows shorter than the sequence (Mistral's in every
+layer, Qwen2's from ``max_window_layers`` on); then built through the command line with ``model=hf task=generate``,
 whose greedy ids equal a plain argmax loop over the PyTorch model's logits (no logits processors) for prompts of
 several lengths, with both loaders; a ``task=forward`` build's logits through both loaders at a padded shape.
 """
@@ -41,7 +42,9 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
     "llama-tied": ("llama", transformers.LlamaConfig, transformers.LlamaForCausalLM, {"tie_word_embeddings": True}),
     "qwen2": ("qwen2", transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {}),
     "qwen3": ("qwen3", transformers.Qwen3Config, transformers.Qwen3ForCausalLM, {"head_dim": 16}),
-    "mistral": ("mistral", transformers.MistralConfig, transformers.MistralForCausalLM, {"sliding_window": 64}),
+    "mistral": ("mistral", transformers.MistralConfig, transformers.MistralForCausalLM, {"sliding_window": 4}),
+    "qwen2-window": ("qwen2", transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+                     {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1}),
 }
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 
@@ -85,7 +88,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids[len(prompt):]
 
 
-@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3"])
+@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",
@@ -99,13 +102,13 @@ def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path
         assert [list(map(int, g)) for g in got] == want, loader
 
 
-def test_a_forward_build_serves_logits_and_mistral_keeps_to_its_window(checkpoints, tmp_path):
-    """task=forward: logits through both loaders at an unpadded and a padded shape; Mistral's sliding window (64)
-    bounds the sequence a build may declare."""
+def test_a_forward_build_serves_logits_past_mistrals_sliding_window(checkpoints, tmp_path):
+    """task=forward: logits through both loaders at an unpadded and a padded shape, both longer than Mistral's
+    sliding window (4); the position table (128) bounds the sequence a build may declare."""
     model, path = checkpoints["mistral"]
     arts = f"artifacts_dir={tmp_path / 'arts'}"
-    over = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.seq=[1,8,100]", arts, cwd=tmp_path)
-    assert over.returncode == 2 and "Mistral's position table holds 64 positions" in over.stderr
+    over = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.seq=[1,8,200]", arts, cwd=tmp_path)
+    assert over.returncode == 2 and "Mistral's position table holds 128 positions" in over.stderr
     pooled = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=mean", arts, cwd=tmp_path)
     assert pooled.returncode == 2 and "model.pooling=mean: " in pooled.stderr
     assert "is a mistral checkpoint, which has no setting 'pooling'; remove it." in pooled.stderr
@@ -159,3 +162,26 @@ def test_a_bfloat16_generate_build_writes_its_cache_in_its_own_dtype(checkpoints
     art = next((tmp_path / "arts" / "qwen2").iterdir())
     got = [[list(map(int, g)) for g in load(art).generate(PROMPTS, max_new_tokens=6)] for load in (tb.load, runtime.load)]
     assert got[0] == got[1] and all(0 <= t < VOCAB for row in got[0] for t in row)
+
+
+def test_layer_types_set_each_layers_window_and_an_unknown_type_is_refused(checkpoints, tmp_path):
+    """config.json's ``layer_types`` (transformers 5 writes it) names each layer's attention: the windows follow it,
+    not ``max_window_layers``; a type the family does not implement is refused naming it, never run as full
+    attention."""
+    model, path = checkpoints["qwen2-window"]
+    config = json.loads((path / "config.json").read_text())
+    assert config["layer_types"] == ["full_attention", "sliding_attention"]
+    zoo, _ = hf.load_pretrained(MODELS["qwen2"], path)
+    assert zoo.layer_windows() == (None, 3)
+    for types, windows in [(["sliding_attention", "full_attention"], (3, None)), (["full_attention"] * 2, (None, None))]:
+        (tmp_path / "types").mkdir(exist_ok=True)
+        (tmp_path / "types" / "config.json").write_text(json.dumps({**config, "layer_types": types}))
+        assert hf.model_from_config(MODELS["qwen2"], tmp_path / "types").layer_windows() == windows
+    (tmp_path / "types" / "config.json").write_text(
+        json.dumps({**config, "layer_types": ["full_attention", "chunked_attention"]}))
+    with pytest.raises(tb.TripyBuildError, match=r"layer_types holds \['chunked_attention'\]; the Llama family "
+                                                  "implements full_attention, sliding_attention"):
+        hf.model_from_config(MODELS["qwen2"], tmp_path / "types")
+    (tmp_path / "types" / "config.json").write_text(json.dumps({**config, "layer_types": ["full_attention"]}))
+    with pytest.raises(tb.TripyBuildError, match="layer_types names 1 layers, but num_hidden_layers is 2"):
+        hf.model_from_config(MODELS["qwen2"], tmp_path / "types")

@@ -162,12 +162,12 @@ def extend_inputs(vocab_size: int, positions: int, cache_shape: Any, batch: Any,
     return inputs
 
 
-def cache_step(attention_mask: jax.Array, cache_index: jax.Array, n: int, s: int, row: jax.Array | None,
-               dtype: Any) -> tuple[jax.Array, jax.Array, jax.Array, list[int]]:
+def cache_step(attention_mask: jax.Array, cache_index: jax.Array, n: int, s: int,
+               row: jax.Array | None) -> tuple[jax.Array, jax.Array, jax.Array, list[int]]:
     """What ``extend`` writes and attends with, for ``s`` new tokens of ``n`` rows at ``cache_index``: the cache
-    rows they go to, each query's cache position ``[n, s]``, the additive mask ``[n, 1, s, max_length]`` (a query
-    sees the real positions up to its own) and the key windows ``attend_cache`` picks from (one row's prefill reads
-    the whole cache: see ``attend_cache``)."""
+    rows they go to, each query's cache position ``[n, s]``, which cache positions each query sees ``[n, 1, s,
+    max_length]`` (the real ones up to its own; ``within_window`` bounds it further) and the key windows
+    ``attend_cache`` picks from (one row's prefill reads the whole cache: see ``attend_cache``)."""
     max_length = attention_mask.shape[1]
     if row is None:
         rows, mask = jnp.arange(n), attention_mask
@@ -175,7 +175,17 @@ def cache_step(attention_mask: jax.Array, cache_index: jax.Array, n: int, s: int
         rows, mask = row, jax.lax.dynamic_slice_in_dim(attention_mask, row[0], 1, axis=0)
     query_at = cache_index[:, None] + jnp.arange(s)[None, :]
     keep = (jnp.arange(max_length)[None, None, :] <= query_at[:, :, None])[:, None] & (mask != 0)[:, None, None, :]
-    return rows, query_at, mask_bias(keep, dtype), cache_windows(max_length) if row is None else [max_length]
+    return rows, query_at, keep, cache_windows(max_length) if row is None else [max_length]
+
+
+def within_window(keep: jax.Array, query_at: jax.Array, window: int | None) -> jax.Array:
+    """``keep`` (``[..., queries, keys]``, the keys at positions ``0, 1, ...``) limited to each query's last
+    ``window`` positions, its own included: a sliding window (Mistral's), where a key at ``k`` is seen from ``q``
+    only if ``q - k < window``, as Hugging Face's ``sliding_window_overlay`` counts it. ``query_at`` holds each
+    query's position and broadcasts against ``keep`` without its last axis; ``window`` None: ``keep`` as it is."""
+    if window is None:
+        return keep
+    return keep & (jnp.arange(keep.shape[-1]) > query_at[..., None] - window)
 
 
 def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array) -> jax.Array:

@@ -180,7 +180,8 @@ class GPT2:
         # window they see; prefill, one row's prompt into a running batch, reads it all: it compiles every seq
         # bucket at every batch bucket (GPT-2 small's build: 28 chunk profiles against decode's 8), and each
         # window adds compile time to every chunk profile
-        rows, query_at, bias, windows = cache_step(attention_mask, cache_index, n, s, row, h.dtype)
+        rows, query_at, keep, windows = cache_step(attention_mask, cache_index, n, s, row)
+        bias = mask_bias(keep, h.dtype)
         for i, p in enumerate(params["h"]):
             w_qkv, b_qkv = self._qkv(p, i)
             x = layer_norm(p["ln_1"], h, eps)

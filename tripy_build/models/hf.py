@@ -227,7 +227,6 @@ NAMES: dict[str, Architecture] = {
         ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
         heads=(("none", (("lm_head.weight", "lm_head"),)),),  # the LM head, unless tied to the embeddings
         tied=(r"lm_head\.weight",),
-        unsupported=(("use_sliding_window", False),) if name.startswith("qwen") else (),
         classes=classes, suffixes=(("ForCausalLM", "none"),),
     ) for name, classes in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"))},
     "vit": Architecture(

@@ -4,10 +4,10 @@ a SwiGLU MLP, logits through ``lm_head`` (or the embeddings, tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
-biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), Mistral's sliding
-window (a sequence longer than it is refused at build, ``max_positions``), Llama 3's ``rope_type: llama3``
-frequencies. ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
-``rope_theta`` and ``rope_scaling`` are read into it.
+biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), a sliding window
+(Mistral's in every layer; Qwen's from ``max_window_layers`` on, or as ``layer_types`` names each layer's:
+``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies. ``rope_parameters`` is transformers 5's record
+of the rotary settings; older checkpoints' top-level ``rope_theta`` and ``rope_scaling`` are read into it.
 
 Inputs (int32 ``[batch, seq]``): ``input_ids``, ``attention_mask`` (optional: ones). Output: ``{"logits":
 [batch, seq, vocab_size]}``; positions ``0..seq-1``, so padding goes on the right (``seq`` is padded through the
@@ -39,9 +39,10 @@ import numpy as np
 
 from ..core.spec import InputInfo
 from ._layers import (Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
-                      grouped_attention, mask_bias, normal_init)
+                      grouped_attention, mask_bias, normal_init, within_window)
 
 ROPE_TYPES = ("default", "llama3")
+LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types the family implements
 
 
 def rms_norm(weight: jax.Array, x: jax.Array, eps: float) -> jax.Array:
@@ -72,8 +73,10 @@ class Llama:
     attention_bias: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
-    sliding_window: int | None = None  # Mistral: attention sees at most this many positions back
-    use_sliding_window: bool = True  # Qwen2/3 configs carry a window they do not use (false)
+    sliding_window: int | None = None  # a layer with a window sees its last this many positions, its own included
+    use_sliding_window: bool = True  # false: no layer has a window (Qwen2/3 configs carry one they do not use)
+    max_window_layers: int = 0  # without layer_types: the layers from this one on have the window (Qwen's rule)
+    layer_types: tuple[str, ...] = ()  # per layer, full_attention or sliding_attention (() : max_window_layers')
 
     name: ClassVar[str] = "llama"
     qk_norm: ClassVar[bool] = False
@@ -90,6 +93,13 @@ class Llama:
         object.__setattr__(self, "rope_parameters", tuple(sorted(rope.items())))  # hashable, as every zoo model
         object.__setattr__(self, "rope_scaling", None)
         object.__setattr__(self, "rope_theta", None)
+        object.__setattr__(self, "layer_types", tuple(self.layer_types or ()))
+        if self.layer_types and len(self.layer_types) != self.num_hidden_layers:
+            raise ValueError(f"layer_types names {len(self.layer_types)} layers, but num_hidden_layers is "
+                             f"{self.num_hidden_layers}: one type per layer.")
+        if set(self.layer_types) - set(LAYER_TYPES):
+            raise ValueError(f"layer_types holds {sorted(set(self.layer_types) - set(LAYER_TYPES))}; the Llama family "
+                             f"implements {', '.join(LAYER_TYPES)}.")
         if self.heads % self.kv_heads:
             raise ValueError(f"num_attention_heads ({self.heads}) must be a multiple of num_key_value_heads "
                              f"({self.kv_heads}).")
@@ -134,6 +144,15 @@ class Llama:
         if not self.tie_word_embeddings:
             params["lm_head"] = normal_init(k_head, (self.vocab_size, d))
         return params
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window (None: it sees every earlier position), as Hugging Face's configs say:
+        ``sliding_window`` where ``use_sliding_window``, in the layers ``layer_types`` calls ``sliding_attention``,
+        or (no ``layer_types``) in those from ``max_window_layers`` on: every layer of Mistral's."""
+        window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
+        if self.layer_types:
+            return tuple(window if t == "sliding_attention" else None for t in self.layer_types)
+        return tuple(window if i >= self.max_window_layers else None for i in range(self.num_hidden_layers))
 
     # --- pieces ------------------------------------------------------------------------------------
     def inv_freq(self) -> np.ndarray:
@@ -201,10 +220,10 @@ class Llama:
         h = self._embed(params, input_ids)
         pos = jnp.arange(s)
         keep = (pos[:, None] >= pos[None, :])[None, None] & (attention_mask != 0)[:, None, None, :]
-        bias = mask_bias(keep, h.dtype)
-        for p in params["layers"]:
+        biases = {w: mask_bias(within_window(keep, pos, w), h.dtype) for w in set(self.layer_windows())}
+        for p, window in zip(params["layers"], self.layer_windows()):
             q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), pos)
-            ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), bias)
+            ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window])
             ctx = ctx.reshape(b, s, self.heads * self.hd)
             h = self._mlp(p, h + jnp.matmul(ctx, p["o"]["weight"].T))
         return {"logits": self._logits(params, h)}
@@ -222,10 +241,8 @@ class Llama:
         return {"attention_mask": 1}
 
     def max_positions(self) -> int:
-        """The longest sequence served: the position range trained (``max_position_embeddings``), and a sliding
-        window where one applies (attention over a window is not implemented: a longer sequence is refused)."""
-        window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
-        return min(self.max_position_embeddings, window or self.max_position_embeddings)
+        """The longest sequence served: the position range trained (``max_position_embeddings``)."""
+        return self.max_position_embeddings
 
     # --- generation: a key/value cache extended in place (builder/generate.py) --------------------------
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
@@ -243,8 +260,9 @@ class Llama:
         positions and key/value heads shared by groups of query heads."""
         n, s = input_ids.shape
         h = self._embed(params, input_ids)
-        rows, query_at, bias, windows = cache_step(attention_mask, cache_index, n, s, row, h.dtype)
-        for i, p in enumerate(params["layers"]):
+        rows, query_at, keep, windows = cache_step(attention_mask, cache_index, n, s, row)
+        biases = {w: mask_bias(within_window(keep, query_at[:, None], w), h.dtype) for w in set(self.layer_windows())}
+        for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
             q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), position_ids)
             for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
                 cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(new.astype(cache.dtype))
@@ -252,7 +270,7 @@ class Llama:
             def read(kind: int, size: int, cache=cache, i=i) -> jax.Array:  # [n, kv_heads, size, hd]
                 part = cache[i, kind, :, :, :size]
                 return part if row is None else jax.lax.dynamic_slice_in_dim(part, row[0], 1, axis=0)
-            ctx = attend_cache(q, read, bias, query_at, windows).reshape(n, s, self.heads * self.hd)
+            ctx = attend_cache(q, read, biases[window], query_at, windows).reshape(n, s, self.heads * self.hd)
             h = self._mlp(p, h + jnp.matmul(ctx, p["o"]["weight"].T))
         return {"logits": self._logits(params, h[:, -1]), "cache": cache}
 
@@ -264,6 +282,7 @@ class Qwen2(Llama):
     vocab_size: int = 151936
     attention_bias: bool = True
     use_sliding_window: bool = False
+    max_window_layers: int = 28
     name: ClassVar[str] = "qwen2"
 
 
@@ -274,13 +293,14 @@ class Qwen3(Llama):
     vocab_size: int = 151936
     head_dim: int | None = 128
     use_sliding_window: bool = False
+    max_window_layers: int = 28
     name: ClassVar[str] = "qwen3"
     qk_norm: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
 class Mistral(Llama):
-    """Mistral: Llama with a sliding window (4096), within which every sequence is kept (``max_positions``)."""
+    """Mistral: Llama with a sliding window in every layer (4096 for Mistral-7B-v0.1; null from v0.2 on)."""
 
     max_position_embeddings: int = 32768
     sliding_window: int | None = 4096
