@@ -142,7 +142,7 @@ class Tripy:
         self.model = (rt.load if runtime else tb.load)(art, warmup="now")
 
     def generate(self, ids: np.ndarray, n: int) -> np.ndarray:
-        return self.model.generate(ids, n)
+        return self.model.generate(ids, n, eos_token_id=[])  # no early stop, as the peers
 
 
 class Ort:
@@ -213,8 +213,8 @@ def serving(art: Path, prompt: int, new: int, rounds: int, vocab_size: int,
         def one(i: int) -> int:
             ids = rng.integers(0, vocab_size, prompt).tolist() if i >= 0 else [1]
             conn = http.client.HTTPConnection(host, int(port), timeout=600)
-            conn.request("POST", f"/v2/models/{name}/generate", json.dumps({"input_ids": ids, "max_new_tokens": new}),
-                         {"content-type": "application/json"})
+            request = {"input_ids": ids, "max_new_tokens": new, "eos_token_id": []}  # no early stop
+            conn.request("POST", f"/v2/models/{name}/generate", json.dumps(request), {"content-type": "application/json"})
             body = json.loads(conn.getresponse().read())
             conn.close()
             if "output_ids" not in body:

@@ -28,7 +28,7 @@ from conftest import run_cli  # noqa: E402
 
 VOCAB, MAX_LENGTH = 96, 32
 BUILD = ["model=gpt2", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,4]",
-         "shapes.dims.seq=[1,4,8]"]
+         "shapes.dims.seq=[1,4,8]", "generate.eos_token_id=null"]  # the checkpoint's eos (0) not used: run to the end
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [40]]
 
 
@@ -41,7 +41,7 @@ def gpt2(tmp_path_factory):
                                      bos_token_id=0, eos_token_id=0)
     model = transformers.GPT2LMHeadModel(config).eval()
     model.save_pretrained(root / "ckpt")
-    model.generation_config.eos_token_id = None  # generate every token asked for, as ours does by default
+    model.generation_config.eos_token_id = None  # generate every token asked for, as the build (eos_token_id=null)
     model.generation_config.pad_token_id = 0
     r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -79,6 +79,7 @@ def test_the_artifact_has_two_entries_sharing_weights(gpt2):
     assert not (gpt2[1] / "entries" / "decode" / "weights").exists()
     assert m["donated"] == decode["donated"] == ["cache"]
     assert m["metadata"]["generate"]["max_length"] == MAX_LENGTH
+    assert m["metadata"]["generate"]["eos_token_id"] == []  # generate.eos_token_id=null over the checkpoint's [0]
     assert sorted(e["profile"]["seq"] for e in m["executables"] if e["profile"]["batch"] == 1) == [1, 2, 4, 8]
     # decode: one token per row, or a whole-batch prompt chunk: 8 (the longest prompt chunk; 8 // 8 = 1) and 4
     # (the dim's opt, as every entry's all-opt profile)
@@ -220,8 +221,33 @@ def test_cli_generate_prints_the_new_ids(gpt2, tmp_path):
                 "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"output_ids": want}
+    r = run_cli("generate", str(art), "--input-ids", ",".join(map(str, PROMPTS[0])), "--max-new-tokens", "6",
+                "--eos-token-id", f"{want[4]},{want[2]}", "--json", cwd=tmp_path)  # stops at either
+    first = min(want.index(want[4]), want.index(want[2]))
+    assert r.returncode == 0 and json.loads(r.stdout) == {"output_ids": want[:first + 1]}, r.stderr
     r = run_cli("generate", str(art), "--input-ids", "5,17", "--max-new-tokens", "40", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "generate.max_length=32" in r.stderr
+
+
+def test_an_eos_id_outside_the_vocabulary_is_refused_given_and_left_out_from_the_checkpoint(gpt2, tmp_path):
+    """No row could stop at an id the vocabulary (96) cannot hold: given on the command line it is refused; a
+    checkpoint's (transformers' tiny configs keep GPT-2's 50256) is left out, and said. A malformed value is refused."""
+    ckpt = gpt2[1].parents[2] / "ckpt"
+    r = run_cli(*BUILD[:5], "generate.eos_token_id=[3,500]", f"params.checkpoint={ckpt}", cwd=tmp_path)
+    assert r.returncode == 2 and "generate.eos_token_id: 500 is outside the vocabulary [0, 96)" in r.stderr, r.stderr[-800:]
+    r = run_cli(*BUILD[:5], "generate.eos_token_id=[eos]", f"params.checkpoint={ckpt}", cwd=tmp_path)
+    assert r.returncode == 2 and "generate.eos_token_id: ['eos'] is not a token id" in r.stderr, r.stderr[-800:]
+    assert not (tmp_path / "artifacts").exists()
+    other = tmp_path / "ckpt"
+    other.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (other / f).write_bytes((ckpt / f).read_bytes())
+    (other / "generation_config.json").write_text(json.dumps({"eos_token_id": [50256, 7]}))
+    r = run_cli(*BUILD[:5], f"params.checkpoint={other}", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "the checkpoint's [50256] is outside the vocabulary [0, 96) and never generated: left out" in r.stdout + r.stderr
+    art = next((tmp_path / "arts" / "gpt2").iterdir())
+    assert json.loads((art / "manifest.json").read_text())["metadata"]["generate"]["eos_token_id"] == [7]
 
 
 def test_task_generate_refuses_models_and_shapes_it_cannot_serve(tmp_path):

@@ -98,8 +98,44 @@ def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path
     art = next((tmp_path / "arts" / FAMILIES[case][0]).iterdir())
     want = [greedy(model, p, 10) for p in PROMPTS]
     for loader in (tb.load, runtime.load):
-        got = loader(art).generate(PROMPTS, max_new_tokens=10)
+        got = loader(art).generate(PROMPTS, max_new_tokens=10, eos_token_id=[])  # as the loop: no stop
         assert [list(map(int, g)) for g in got] == want, loader
+
+
+def test_generation_stops_at_any_of_the_checkpoints_eos_ids_as_hugging_face_does(checkpoints, tmp_path):
+    """An instruct model stops at one of several ids (Llama 3's end of text and end of turn): the build takes them
+    from generation_config.json (generate.eos_token_id=auto), and generate stops a row at any of them and fills
+    it with the pad id, as Hugging Face's generate does with the same file; eos_token_id=[] runs to the end."""
+    import shutil
+
+    model, path = checkpoints["llama3"]
+    plain = [greedy(model, p, 10) for p in PROMPTS]
+    stops = [plain[0][3], plain[2][6]]  # ids the model does generate: rows 0 and 2 stop at different ones
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(path, ckpt)
+    (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": stops, "pad_token_id": VOCAB - 1}))
+    proc = run_cli("model=hf", "task=generate", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]",
+                   "shapes.dims.seq=[1,4,8]", "generate.max_length=32", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "llama").iterdir())
+    recorded = json.loads((art / "manifest.json").read_text())["metadata"]["generate"]
+    assert recorded["eos_token_id"] == stops and recorded["pad_token_id"] == VOCAB - 1
+    model.generation_config = transformers.GenerationConfig.from_pretrained(ckpt)
+    rows = []
+    for p in PROMPTS:
+        with torch.no_grad():
+            rows.append(model.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False)[0, len(p):].tolist())
+    assert any(r[-1] in stops and len(r) < 10 for r in rows)  # Hugging Face stopped rows early
+    n = max(map(len, rows))
+    want = [r + [VOCAB - 1] * (n - len(r)) for r in rows]
+    for loader in (tb.load, runtime.load):
+        exe = loader(art)
+        assert [list(map(int, g)) for g in exe.generate(PROMPTS, max_new_tokens=10)] == want, loader
+        assert [list(map(int, g)) for g in exe.generate(PROMPTS, max_new_tokens=10, eos_token_id=[])] == plain
+        one = exe.generate([PROMPTS[0]], max_new_tokens=10, eos_token_id=stops[1])  # a call's own id
+        cut = plain[0].index(stops[1]) + 1 if stops[1] in plain[0] else 10
+        assert list(map(int, one[0])) == plain[0][:cut]
 
 
 def test_a_forward_build_serves_logits_past_mistrals_sliding_window(checkpoints, tmp_path):

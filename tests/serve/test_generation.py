@@ -94,6 +94,18 @@ def test_concurrent_requests_share_decode_steps_and_get_their_own_answers(server
     assert not generator.rows and generator.session is None  # every row freed, the batch dropped
 
 
+def test_a_request_stops_at_any_of_its_eos_ids(server, reference):
+    """``eos_token_id``: one id, or several (an instruct model's end of text and end of turn); a row stops after
+    the first of them it generates. Without it, the artifact's (none here: a build without a checkpoint)."""
+    full = reference([5, 17, 33], 9)
+    assert len(full) == 9
+    for stops in ([full[6], full[2]], full[4]):
+        first = min(full.index(t) for t in (stops if isinstance(stops, list) else [stops]))
+        status, data = post(server, "/v2/models/gpt2/generate", {"input_ids": [5, 17, 33], "max_new_tokens": 9,
+                                                                 "eos_token_id": stops})
+        assert status == 200 and json.loads(data)["output_ids"] == full[:first + 1], stops
+
+
 def test_bad_generate_requests_are_one_line_400s(server):
     cases = [({"input_ids": [5, 17], "max_new_tokens": 40}, "generate.max_length=32"),
              ({"input_ids": [5, 96]}, "token id 96, outside [0, 96)"),
@@ -101,6 +113,7 @@ def test_bad_generate_requests_are_one_line_400s(server):
              ({"input_ids": [1], "max_tokens": 3}, "'max_tokens' is not a generate option"),
              ({"input_ids": [1], "temperature": "hot"}, "'temperature' must be a number"),
              ({"input_ids": [1], "max_new_tokens": 0}, "max_new_tokens=0"),
+             ({"input_ids": [1], "eos_token_id": [2, "x"]}, "'eos_token_id' must be a token id or a list of them"),
              (b"{not json", "malformed")]
     for body, fragment in cases:
         status, data = post(server, "/v2/models/gpt2/generate", body)

@@ -11,6 +11,7 @@ weights and their prep. The artifact records what ``runtime/generate.py`` needs 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..core.entry import Entry
@@ -19,18 +20,48 @@ from ..core.spec import NamedDimension
 from ..errors import ConfigError
 from ..runtime.generate import Spec
 
+log = logging.getLogger(__name__)
+
 PREFILL, DECODE = "prefill", "decode"
 METHODS = ("extend", "extend_inputs", "cache_shape")
 
 
+def stop_tokens(generate: dict[str, Any], model: Any, checkpoint: str | None) -> dict[str, Any]:
+    """``generate`` with its ``eos_token_id`` resolved (a list) and the ``pad_token_id`` a stopped row is filled
+    with: ``auto`` takes the checkpoint's (``checkpoint``: a Hugging Face directory; none without one). Resolved
+    before the build key is made, so a checkpoint whose generation config changed is a new build. An id the
+    vocabulary cannot hold could never be generated: given, it is refused; from the checkpoint (transformers'
+    tiny configs keep GPT-2's 50256), it is left out, and said."""
+    from ..models import hf
+
+    if not all(callable(getattr(model, m, None)) for m in METHODS):
+        return generate  # ``entries`` refuses it, naming what it lacks
+    eos = generate.get("eos_token_id", "auto")
+    found = hf.generation_defaults(checkpoint) if checkpoint is not None else {"eos_token_id": [], "pad_token_id": None}
+    vocab = int(model.vocab_size)
+    outside = [t for t in (found["eos_token_id"] if eos == "auto" else eos) if not 0 <= t < vocab]
+    if eos != "auto" and outside:
+        raise ConfigError(f"generate.eos_token_id: {outside[0]} is outside the vocabulary [0, {vocab}), so no row "
+                          f"could stop at it; give ids below {vocab}, or null for none.")
+    if eos == "auto":
+        if outside:
+            log.warning("generate.eos_token_id: the checkpoint's %s %s outside the vocabulary [0, %d) and never "
+                        "generated: left out (set generate.eos_token_id to choose)", outside,
+                        "is" if len(outside) == 1 else "are", vocab)
+        eos = [t for t in found["eos_token_id"] if t not in outside]
+    pad = found["pad_token_id"]
+    return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None}
+
+
 def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buckets: dict[str, Any],
-            max_profiles: int, max_length: int) -> tuple[dict[str, Entry], Spec]:
+            max_profiles: int, generate: dict[str, Any]) -> tuple[dict[str, Entry], Spec]:
     """The two entries of a generation build, and what the artifact records for ``generate``."""
     missing = [m for m in METHODS if not callable(getattr(model, m, None))]
     if missing:
         raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
                           "models with a key/value cache: gpt2, llama, qwen2, qwen3, mistral. Use task=forward for this model.")
     batch, seq = dims["batch"], dims["seq"]
+    max_length = generate["max_length"]
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes
 
     def entry(one_row: bool, seq_buckets: Any) -> Entry:
@@ -42,7 +73,8 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
         return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if rows else None,
                      buckets={d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
-    spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size))
+    spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size),
+                tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"))
     return {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}, spec
 
 

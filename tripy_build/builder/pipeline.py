@@ -48,6 +48,11 @@ def build(request: BuildRequest) -> BuildResult:
     else:
         model = model_io.instantiate(request.model, request.shapes)
     request = within_limits(request, model)
+    if request.generate is not None:
+        from .generate import stop_tokens
+
+        request = dataclasses.replace(request, generate=stop_tokens(
+            request.generate, model, request.params_checkpoint if pretrained else None))
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)
     undeclared = undeclared_values(list(infos.items()))
@@ -194,7 +199,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
         from .generate import entries as generation_entries
 
         entries, spec = generation_entries(model, model_name, params, request.shapes, request.buckets,
-                                           request.max_profiles, request.generate["max_length"])
+                                           request.max_profiles, request.generate)
         exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
                             precision=request.precision, max_error=request.max_error, backend=request.compiler,
                             keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu, warn_values=False,

@@ -97,6 +97,9 @@ class CacheConfig:
 class GenerateConfig:
     max_length: int = setting(256, "task=generate: the key/value cache's positions; the longest prompt plus the new "
                                    "tokens must fit")
+    eos_token_id: Any = setting("auto", "the token ids a generated row stops at, by default: auto: the checkpoint's "
+                                       "(generation_config.json, else config.json; none without a checkpoint); an id "
+                                       "or a list [128001,128009]; null or []: rows run to max_new_tokens")
 
 
 TASKS = ("forward", "generate")
@@ -317,7 +320,13 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
                                                              "shapes.buckets.seq"):
         raise ConfigError("shapes.buckets.seq: task=generate needs 1 among the seq buckets (prompts run in chunks of "
                           "them); use pow2, or a list with 1.")
-    return {"max_length": max_length}
+    eos = plain["generate"]["eos_token_id"]
+    eos = [] if eos is None else [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
+    if eos != "auto" and not (isinstance(eos, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                            for t in eos)):
+        raise ConfigError(f"generate.eos_token_id: {eos!r} is not a token id; give auto (the checkpoint's), an id, a "
+                          "list of ids ([128001,128009]) or null (none).")
+    return {"max_length": max_length, "eos_token_id": eos}
 
 
 def derivable(plain: dict[str, Any]) -> tuple[str, ...]:

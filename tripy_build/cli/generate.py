@@ -24,6 +24,10 @@ def _ids(text: str) -> list[int]:
     return ids
 
 
+def _stops(text: str) -> list[int]:
+    return [] if text.strip().lower() == "none" else _ids(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tripy-build generate", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="an artifact built with task=generate")
@@ -33,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampling")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
     parser.add_argument("--seed", type=int, default=None, help="the sampling's seed (the same seed, the same tokens)")
-    parser.add_argument("--eos-token-id", type=int, default=None, help="a prompt stops after generating this token")
+    parser.add_argument("--eos-token-id", type=_stops, default=None, metavar="IDS",
+                        help="a prompt stops after generating one of these ids, comma-separated (default: the "
+                             "artifact's generate.eos_token_id, from its checkpoint); none: run to --max-new-tokens")
     parser.add_argument("--json", action="store_true", help='print {"output_ids": [...]} (new tokens only)')
     args = parser.parse_args(argv)
 

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
 
 
 class CheckpointError(ConfigError, ValueError):
@@ -338,6 +339,24 @@ def normalized(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return tuple(normalized(x) for x in v)
     return v
+
+
+def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
+    """The token ids generation stops at and fills stopped rows with, as Hugging Face's ``generate`` takes them:
+    ``generation_config.json``'s, or where there is none, ``config.json``'s. ``{"eos_token_id": [ids] (an instruct
+    model has several: Llama 3's end of text and end of turn), "pad_token_id": id or None}``."""
+    root = Path(checkpoint_dir)
+    path = root / GENERATION_CONFIG if (root / GENERATION_CONFIG).is_file() else root / CONFIG
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is not readable JSON: {str(e).splitlines()[0]}") from None
+    eos, pad = config.get("eos_token_id"), config.get("pad_token_id")
+    eos = [] if eos is None else eos if isinstance(eos, list) else [eos]
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in [*eos, *([] if pad is None else [pad])]):
+        raise CheckpointError(f"{path}: eos_token_id={config.get('eos_token_id')!r}, pad_token_id={pad!r}: token ids "
+                              "must be integers (eos_token_id: one or a list).")
+    return {"eos_token_id": eos, "pad_token_id": pad}
 
 
 def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[str, Any]:

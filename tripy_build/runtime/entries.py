@@ -101,7 +101,7 @@ class MultiEntry:
         return self.entries[name]
 
     def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 top_k: int | None = None, seed: int | None = None, eos_token_id: Any = None,
                  pad_token_id: int | None = None) -> np.ndarray:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
@@ -114,8 +114,12 @@ class MultiEntry:
             temperature: 0 (default): greedy; above 0: sample from ``softmax(logits / temperature)``.
             top_k: sample among the ``top_k`` most likely tokens only.
             seed: the sampling's seed: the same seed, the same tokens.
-            eos_token_id: a row stops after generating it (None: every row generates ``max_new_tokens``).
-            pad_token_id: what a stopped row is filled with (default ``eos_token_id``).
+            eos_token_id: a row stops after generating this id, or any of these ids (a list: an instruct model's
+                end of text and end of turn); None (the default): the build's ``generate.eos_token_id``, which
+                is the checkpoint's (``generation_config.json``) unless the build set it; ``[]``: every row
+                generates ``max_new_tokens``.
+            pad_token_id: what a stopped row is filled with (default: the checkpoint's pad id, else the first
+                ``eos_token_id``).
 
         Returns:
             The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.

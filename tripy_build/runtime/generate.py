@@ -40,6 +40,8 @@ class Spec:
     cache_shape: tuple[int, ...]  # with -1 for the batch
     cache_dtype: str
     vocab_size: int
+    eos_token_id: tuple[int, ...] = ()  # where a row stops unless a call says otherwise (generate.eos_token_id)
+    pad_token_id: int | None = None  # what a stopped row is filled with (the checkpoint's; else the first eos id)
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -47,12 +49,31 @@ class Spec:
         if not isinstance(g, dict):
             raise CallError(f"{name}: this artifact was not built for generation; build it with task=generate "
                             "(python -m tripy_build model=gpt2 task=generate).")
+        pad = g.get("pad_token_id")
         return cls(str(g["prefill"]), str(g["decode"]), int(g["max_length"]), tuple(int(n) for n in g["cache_shape"]),
-                   str(g["cache_dtype"]), int(g["vocab_size"]))
+                   str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
+                   None if pad is None else int(pad))
 
     def to_metadata(self) -> dict[str, Any]:
         return {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
-                "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size}
+                "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
+                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id}
+
+    def stops(self, eos_token_id: Any) -> tuple[int, ...]:
+        """The ids a call's rows stop at: ``eos_token_id`` as given (an id, or ids; () for none), or None: the
+        build's (``generate.eos_token_id``)."""
+        if eos_token_id is None:
+            return self.eos_token_id
+        ids = [eos_token_id] if np.ndim(eos_token_id) == 0 else list(np.asarray(eos_token_id).reshape(-1))
+        if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in ids):
+            raise CallError(f"eos_token_id must be a token id or a list of them, got {str(eos_token_id)[:60]}.")
+        return tuple(int(t) for t in ids)
+
+    def fill(self, pad_token_id: int | None, eos: tuple[int, ...]) -> int | None:
+        """What a stopped row is filled with: ``pad_token_id`` as given, else the build's, else the first stop id."""
+        if pad_token_id is not None:
+            return int(pad_token_id)
+        return self.pad_token_id if self.pad_token_id is not None else (eos[0] if eos else None)
 
 
 class Spares:
@@ -281,14 +302,15 @@ class Session:
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
-             eos_token_id: int | None = None, pad_token_id: int | None = None) -> np.ndarray:
-    """The new tokens, int32 ``[batch, n]``: ``n = max_new_tokens``, or fewer when every row has stopped at
-    ``eos_token_id`` (a stopped row is filled with ``pad_token_id``, default ``eos_token_id``)."""
+             eos_token_id: Any = None, pad_token_id: int | None = None) -> np.ndarray:
+    """The new tokens, int32 ``[batch, n]``: ``n = max_new_tokens``, or fewer when every row has stopped at one of
+    the ``eos_token_id`` ids (``Spec.stops``; a stopped row is filled as ``Spec.fill`` says)."""
     rows = prompts(input_ids, attention_mask)
     for i, r in enumerate(rows):
         check_prompt(spec, r, max_new_tokens, f"input_ids[{i}]")
     sampler = Sampler(temperature, top_k, seed)
-    pad = eos_token_id if pad_token_id is None else pad_token_id
+    eos_token_id = spec.stops(eos_token_id)
+    pad = spec.fill(pad_token_id, eos_token_id)
     batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
     out = []
     for start in range(0, len(rows), batches[-1]):
@@ -301,7 +323,7 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
                            for o in out])
 
 
-def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: int | None,
+def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: tuple[int, ...],
            pad: int | None) -> np.ndarray:
     logits = session.admit_all(rows)
     tokens = np.zeros((len(rows), max_new_tokens), np.int32)
@@ -311,8 +333,8 @@ def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sample
         if pad is not None:
             token = np.where(done, pad, token)
         tokens[:, step] = token
-        if eos is not None:
-            done |= token == eos
+        if eos:
+            done |= np.isin(token, eos)
             if done.all():
                 return tokens[:, :step + 1]
         if step + 1 == max_new_tokens:

@@ -150,7 +150,7 @@ class Endpoint:
         spec = self.generator.spec
         base = f"/v2/models/{self.name}"
         info = {"routes": [f"POST {base}/generate", f"POST {base}/generate_stream"], "max_length": spec.max_length,
-                "vocab_size": spec.vocab_size, "options": list(OPTIONS)}
+                "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS)}
         return {**info, "entries": [spec.prefill, spec.decode]} if self.infer_served else info
 
     def not_served(self) -> str:

@@ -44,7 +44,7 @@ class Sequence:
     prompt: np.ndarray
     max_new_tokens: int
     sampler: Sampler
-    eos_token_id: int | None
+    eos_token_id: tuple[int, ...]  # stop at any of these
     on_token: Callable[[int], None]  # called on the batch thread with each new token
     on_done: Callable[[BaseException | None], None]  # called once, at the end (an error, or None)
     tokens: list[int] = field(default_factory=list)
@@ -54,7 +54,7 @@ class Sequence:
         """Record and hand out a token; whether the sequence is done."""
         self.tokens.append(token)
         self.on_token(token)
-        return (len(self.tokens) >= self.max_new_tokens or token == self.eos_token_id) or self.cancelled
+        return (len(self.tokens) >= self.max_new_tokens or token in self.eos_token_id) or self.cancelled
 
 
 class Generator:
@@ -76,13 +76,14 @@ class Generator:
 
     def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
                on_done: Callable[[BaseException | None], None], temperature: float = 0.0, top_k: int | None = None,
-               seed: int | None = None, eos_token_id: int | None = None) -> Sequence:
+               seed: int | None = None, eos_token_id: Any = None) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step."""
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
         check_prompt(self.spec, ids, max_new_tokens, "input_ids")
-        seq = Sequence(ids.astype(np.int32), int(max_new_tokens), Sampler(temperature, top_k, seed), eos_token_id,
+        seq = Sequence(ids.astype(np.int32), int(max_new_tokens), Sampler(temperature, top_k, seed),
+                       self.spec.stops(eos_token_id),
                        on_token, on_done)
         with self.cv:
             if self.closed:
@@ -193,7 +194,8 @@ class Generator:
         return bigger
 
 
-OPTIONS = {"max_new_tokens": int, "temperature": float, "top_k": int, "seed": int, "eos_token_id": int}
+# eos_token_id: an id or a list of ids (none given: the artifact's generate.eos_token_id; []: none)
+OPTIONS = {"max_new_tokens": int, "temperature": float, "top_k": int, "seed": int, "eos_token_id": list}
 
 
 def parse_request(request: Any) -> tuple[list[int], dict[str, Any]]:
@@ -215,6 +217,12 @@ def parse_request(request: Any) -> tuple[list[int], dict[str, Any]]:
     for key, kind in OPTIONS.items():
         value = request.get(key, params.get(key))
         if value is None:
+            continue
+        if kind is list:
+            ids = value if isinstance(value, list) else [value]
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise CallError(f"{key!r} must be a token id or a list of them, got {str(value)[:40]}.")
+            options[key] = ids
             continue
         ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
         if not ok or isinstance(value, bool):
