@@ -45,7 +45,12 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
     "mistral": ("mistral", transformers.MistralConfig, transformers.MistralForCausalLM, {"sliding_window": 4}),
     "qwen2-window": ("qwen2", transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
                      {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1}),
+    # caps low enough that the tiny model's scores and logits reach them
+    "gemma2": ("gemma2", transformers.Gemma2Config, transformers.Gemma2ForCausalLM,
+               {"head_dim": 16, "sliding_window": 4, "query_pre_attn_scalar": 12, "attn_logit_softcapping": 0.5,
+                "final_logit_softcapping": 0.2}),
 }
+TIED = {"llama-tied", "gemma2"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 
 
@@ -67,7 +72,7 @@ def test_logits_match_pytorch(case, checkpoints):
     name = FAMILIES[case][0]
     assert hf.model_name(path) == name
     zoo, params = hf.load_pretrained(MODELS[name], path)
-    assert ("lm_head" in params) == (case != "llama-tied")
+    assert ("lm_head" in params) == (case not in TIED)
     ids = np.random.default_rng(0).integers(0, VOCAB, (2, 9)).astype(np.int32)
     mask = np.ones_like(ids)
     mask[1, 6:] = 0
@@ -88,7 +93,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids[len(prompt):]
 
 
-@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window"])
+@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",
@@ -221,3 +226,17 @@ def test_layer_types_set_each_layers_window_and_an_unknown_type_is_refused(check
     (tmp_path / "types" / "config.json").write_text(json.dumps({**config, "layer_types": ["full_attention"]}))
     with pytest.raises(tb.TripyBuildError, match="layer_types names 1 layers, but num_hidden_layers is 2"):
         hf.model_from_config(MODELS["qwen2"], tmp_path / "types")
+
+
+@pytest.mark.parametrize("model", ["mistral", "gemma2"])
+def test_the_zoo_builds_a_windowed_family_without_a_checkpoint(model, tmp_path):
+    """model=mistral (a window from layer 0: max_window_layers=0) and model=gemma2 from random weights, through the
+    command line, generate the same ids with both loaders."""
+    tiny = [f"model.{k}={v}" for k, v in dict(SIZES, head_dim=8, sliding_window=4).items()]
+    proc = run_cli(f"model={model}", "task=generate", *tiny, "generate.max_length=32", "shapes.dims.batch=[1,1,2]",
+                   "shapes.dims.seq=[1,4,8]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / model).iterdir())
+    ids = [loader(art).generate(PROMPTS, max_new_tokens=8) for loader in (tb.load, runtime.load)]
+    np.testing.assert_array_equal(*ids)
+    assert ids[0].shape == (3, 8)

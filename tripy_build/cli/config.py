@@ -207,7 +207,8 @@ def validate(cfg: DictConfig) -> BuildRequest:
     for key, value in plain["model"].items():
         if key == "padding":
             continue
-        least = 0 if key.endswith("_id") or key == "type_vocab_size" else 1  # ids, and DistilBERT's no token types
+        # ids, DistilBERT's no token types, a window from the first layer on (Mistral's max_window_layers)
+        least = 0 if key.endswith("_id") or key in ("type_vocab_size", "max_window_layers") else 1
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, int) and not isinstance(v, bool) and v < least:
                 raise ConfigError(f"model.{key}: must be at least {least}, got {value}.")

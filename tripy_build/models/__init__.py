@@ -32,7 +32,7 @@ from .bert import Bert, DistilBert, Roberta, XLMRoberta
 from .convnet import ConvNet
 from .geglu import GEGLU
 from .gpt2 import GPT2
-from .llama import Llama, Mistral, Qwen2, Qwen3
+from .llama import Gemma2, Llama, Mistral, Qwen2, Qwen3
 from .mlp import MLP
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -51,6 +51,7 @@ MODELS: dict[str, type] = {
     "llama": Llama,
     "qwen2": Qwen2,
     "qwen3": Qwen3,
+    "gemma2": Gemma2,
     "mistral": Mistral,
     "vit": ViT,
     "resnet50": ResNet,
@@ -83,4 +84,4 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "ViT", "ResNet", "input_infos"]
+           "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "ViT", "ResNet", "input_infos"]

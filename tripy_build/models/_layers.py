@@ -188,22 +188,29 @@ def within_window(keep: jax.Array, query_at: jax.Array, window: int | None) -> j
     return keep & (jnp.arange(keep.shape[-1]) > query_at[..., None] - window)
 
 
-def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array) -> jax.Array:
+def softcap(x: jax.Array, cap: float | None) -> jax.Array:
+    """``cap * tanh(x / cap)`` (Gemma 2's soft cap of attention scores and logits); ``x`` where ``cap`` is None."""
+    return x if cap is None else cap * jnp.tanh(x / cap)
+
+
+def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array,
+                      cap: float | None = None) -> jax.Array:
     """``softmax(q k^T + bias) v`` of ``q: [b, s, heads, hd]`` (already scaled) over ``k, v: [b, kv, size, hd]``
     -> ``[b, s, heads, hd]``; ``bias`` broadcasts to ``[b, 1, s, size]``. ``heads`` is a multiple of ``kv``:
     each key/value head serves ``heads // kv`` query heads (grouped-query attention), read where it is rather
     than repeated for each, which wrote and read 7 copies of Qwen2.5-0.5B's cache per layer and step (its
     decode attention at batch 8: 62 ms a step repeated, 13 grouped). With ``kv == heads`` it is plain
-    multi-head attention."""
+    multi-head attention; ``cap``: the scores soft-capped (``softcap``) before the mask."""
     b, s, heads, hd = q.shape
     kv = k.shape[1]
     grouped = q.reshape(b, s, kv, heads // kv, hd)
-    scores = jnp.einsum("bqngh,bnkh->bngqk", grouped, k) + bias[:, :, None]
+    scores = softcap(jnp.einsum("bqngh,bnkh->bngqk", grouped, k), cap) + bias[:, :, None]
     ctx = jnp.einsum("bngqk,bnkh->bqngh", jax.nn.softmax(scores, axis=-1), v)
     return ctx.reshape(b, s, heads, hd)
 
 
-def attend_cache(q: jax.Array, read: Any, bias: jax.Array, query_at: jax.Array, windows: list[int]) -> jax.Array:
+def attend_cache(q: jax.Array, read: Any, bias: jax.Array, query_at: jax.Array, windows: list[int],
+                 cap: float | None = None) -> jax.Array:
     """Attention of new tokens ``q: [b, s, heads, hd]`` over a key/value cache of ``windows[-1]`` positions.
 
     ``read(kind, size)`` returns the cache's first ``size`` keys (kind 0) or values (1), ``[b, kv, size, hd]``
@@ -214,11 +221,11 @@ def attend_cache(q: jax.Array, read: Any, bias: jax.Array, query_at: jax.Array, 
     each window is a branch of its own, picked at run time. A prompt's first chunk into a cache twice its
     length (``max_length`` = prompt + new tokens) thus does half the attention work, as a cache that grows
     would. Each window adds its attention to the compiled program: ~0.4 s of XLA compile time per profile for
-    GPT-2 small.
+    GPT-2 small. ``cap``: as ``grouped_attention``'s.
     """
     def window(size: int):
         def branch(q, bias):
-            return grouped_attention(q, read(0, size), read(1, size), bias[..., :size])
+            return grouped_attention(q, read(0, size), read(1, size), bias[..., :size], cap)
         return branch
 
     seen = jnp.max(query_at) + 1

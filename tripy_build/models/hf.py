@@ -219,7 +219,7 @@ NAMES: dict[str, Architecture] = {
             *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o"),
             ("layers.{i}.self_attn.q_norm.weight", "layers.{i}.q_norm"),
             ("layers.{i}.self_attn.k_norm.weight", "layers.{i}.k_norm"),
-            ("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),
+            *norms,
             *_linear("layers.{i}.mlp.gate_proj", "layers.{i}.gate"),
             *_linear("layers.{i}.mlp.up_proj", "layers.{i}.up"),
             *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down"),
@@ -228,8 +228,16 @@ NAMES: dict[str, Architecture] = {
         ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
         heads=(("none", (("lm_head.weight", "lm_head"),)),),  # the LM head, unless tied to the embeddings
         tied=(r"lm_head\.weight",),
+        renames=(("hidden_activation", "hidden_act"),) if name == "gemma2" else (),
+        unsupported=(("use_bidirectional_attention", False),) if name == "gemma2" else (),
         classes=classes, suffixes=(("ForCausalLM", "none"),),
-    ) for name, classes in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"))},
+    ) for name, classes, norms in (
+        *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),))
+          for n, c in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"))),
+        # Gemma 2's post_attention_layernorm is on the attention's output; the MLP's input norm is pre_feedforward
+        ("gemma2", "Gemma2", (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
+                              ("layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.post_norm"),
+                              ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm"))))},
     "vit": Architecture(
         model_type="vit",
         prefixes=("", "vit."),

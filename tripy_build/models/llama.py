@@ -1,13 +1,15 @@
 """The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
-``MistralForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions, grouped-query attention,
-a SwiGLU MLP, logits through ``lm_head`` (or the embeddings, tied).
+``MistralForCausalLM``, ``Gemma2ForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions,
+grouped-query attention, a gated MLP, logits through ``lm_head`` (or the embeddings, tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
 biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), a sliding window
 (Mistral's in every layer; Qwen's from ``max_window_layers`` on, or as ``layer_types`` names each layer's:
-``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies. ``rope_parameters`` is transformers 5's record
-of the rotary settings; older checkpoints' top-level ``rope_theta`` and ``rope_scaling`` are read into it.
+``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies; Gemma 2 (``Gemma2``) adds norms on the
+attention's and the MLP's outputs, scaled embeddings, ``1 + weight`` norms and soft-capped scores and logits.
+``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
+``rope_theta`` and ``rope_scaling`` are read into it.
 
 Inputs (int32 ``[batch, seq]``): ``input_ids``, ``attention_mask`` (optional: ones). Output: ``{"logits":
 [batch, seq, vocab_size]}``; positions ``0..seq-1``, so padding goes on the right (``seq`` is padded through the
@@ -39,7 +41,7 @@ import numpy as np
 
 from ..core.spec import InputInfo
 from ._layers import (Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
-                      grouped_attention, mask_bias, normal_init, within_window)
+                      grouped_attention, mask_bias, normal_init, softcap, within_window)
 
 ROPE_TYPES = ("default", "llama3")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types the family implements
@@ -77,6 +79,8 @@ class Llama:
     use_sliding_window: bool = True  # false: no layer has a window (Qwen2/3 configs carry one they do not use)
     max_window_layers: int = 0  # without layer_types: the layers from this one on have the window (Qwen's rule)
     layer_types: tuple[str, ...] = ()  # per layer, full_attention or sliding_attention (() : max_window_layers')
+    attn_logit_softcapping: float | None = None  # Gemma 2: scores become cap * tanh(scores / cap)
+    final_logit_softcapping: float | None = None  # Gemma 2: the logits, likewise
 
     name: ClassVar[str] = "llama"
     qk_norm: ClassVar[bool] = False
@@ -190,15 +194,28 @@ class Llama:
         q, k, v = proj(p["q"], self.heads), proj(p["k"], self.kv_heads), proj(p["v"], self.kv_heads)
         if self.qk_norm:
             q, k = rms_norm(p["q_norm"], q, self.rms_norm_eps), rms_norm(p["k_norm"], k, self.rms_norm_eps)
-        return self._rope(q, position_ids) / math.sqrt(hd), self._rope(k, position_ids), v
+        return self._rope(q, position_ids) * self._query_scale(), self._rope(k, position_ids), v
 
-    def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
+    def _query_scale(self) -> float:
+        return 1.0 / math.sqrt(self.hd)
+
+    def _norm(self, weight: jax.Array, x: jax.Array) -> jax.Array:
+        return rms_norm(weight, x, self.rms_norm_eps)
+
+    def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
+        """The residual stream after a layer's attention: ``h`` plus the output projection of ``ctx``."""
+        return h + jnp.matmul(ctx, p["o"]["weight"].T)
+
+    def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
+        """The gated MLP: ``down(act(gate(x)) * up(x))``."""
         act = activation(self.hidden_act, "hidden_act")
-        x = rms_norm(p["post_norm"], h, self.rms_norm_eps)
 
         def lin(q: Params, y: jax.Array) -> jax.Array:
             return jnp.matmul(y, q["weight"].T) + (q["bias"] if "bias" in q else 0.0)
-        return h + lin(p["down"], act(lin(p["gate"], x)) * lin(p["up"], x))
+        return lin(p["down"], act(lin(p["gate"], x)) * lin(p["up"], x))
+
+    def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
+        return h + self._ffn(p, self._norm(p["post_norm"], h))
 
     def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
         """The inputs' embeddings: from the output projection (``_head``) where the embeddings are tied to it, so
@@ -212,7 +229,7 @@ class Llama:
         return (params["lm_head"] if "lm_head" in params else params["embed"]).T
 
     def _logits(self, params: Params, h: jax.Array) -> jax.Array:
-        return jnp.matmul(rms_norm(params["norm"], h, self.rms_norm_eps), self._head(params))
+        return softcap(jnp.matmul(self._norm(params["norm"], h), self._head(params)), self.final_logit_softcapping)
 
     # --- the forward pass --------------------------------------------------------------------------
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
@@ -222,10 +239,10 @@ class Llama:
         keep = (pos[:, None] >= pos[None, :])[None, None] & (attention_mask != 0)[:, None, None, :]
         biases = {w: mask_bias(within_window(keep, pos, w), h.dtype) for w in set(self.layer_windows())}
         for p, window in zip(params["layers"], self.layer_windows()):
-            q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), pos)
-            ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window])
-            ctx = ctx.reshape(b, s, self.heads * self.hd)
-            h = self._mlp(p, h + jnp.matmul(ctx, p["o"]["weight"].T))
+            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), pos)
+            ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window],
+                                    self.attn_logit_softcapping)
+            h = self._mlp(p, self._attended(p, h, ctx.reshape(b, s, self.heads * self.hd)))
         return {"logits": self._logits(params, h)}
 
     def inputs(self) -> dict[str, list]:
@@ -263,15 +280,15 @@ class Llama:
         rows, query_at, keep, windows = cache_step(attention_mask, cache_index, n, s, row)
         biases = {w: mask_bias(within_window(keep, query_at[:, None], w), h.dtype) for w in set(self.layer_windows())}
         for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
-            q, k, v = self._qkv(p, rms_norm(p["input_norm"], h, self.rms_norm_eps), position_ids)
+            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), position_ids)
             for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
                 cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(new.astype(cache.dtype))
 
             def read(kind: int, size: int, cache=cache, i=i) -> jax.Array:  # [n, kv_heads, size, hd]
                 part = cache[i, kind, :, :, :size]
                 return part if row is None else jax.lax.dynamic_slice_in_dim(part, row[0], 1, axis=0)
-            ctx = attend_cache(q, read, biases[window], query_at, windows).reshape(n, s, self.heads * self.hd)
-            h = self._mlp(p, h + jnp.matmul(ctx, p["o"]["weight"].T))
+            ctx = attend_cache(q, read, biases[window], query_at, windows, self.attn_logit_softcapping)
+            h = self._mlp(p, self._attended(p, h, ctx.reshape(n, s, self.heads * self.hd)))
         return {"logits": self._logits(params, h[:, -1]), "cache": cache}
 
 
@@ -305,3 +322,58 @@ class Mistral(Llama):
     max_position_embeddings: int = 32768
     sliding_window: int | None = 4096
     name: ClassVar[str] = "mistral"
+
+
+@dataclass(frozen=True)
+class Gemma2(Llama):
+    """Gemma 2: the Llama family's attention and gated MLP (``gelu_pytorch_tanh``), with an RMSNorm on the
+    attention's output and around the MLP's (four per layer), norms that scale by ``1 + weight``, embeddings
+    scaled by ``sqrt(hidden_size)``, queries by ``query_pre_attn_scalar ** -0.5``, scores and logits soft-capped
+    (``cap * tanh(x / cap)``), and a sliding window in every other layer (the first one's; ``layer_types``
+    where the config names them). Embeddings tied. Defaults: gemma-2-2b's."""
+
+    vocab_size: int = 256000
+    hidden_size: int = 2304
+    intermediate_size: int = 9216
+    num_hidden_layers: int = 26
+    num_attention_heads: int = 8
+    num_key_value_heads: int | None = 4
+    head_dim: int | None = 256
+    hidden_act: str = "gelu_pytorch_tanh"
+    max_position_embeddings: int = 8192
+    tie_word_embeddings: bool = True
+    query_pre_attn_scalar: float = 256
+    sliding_window: int | None = 4096
+    attn_logit_softcapping: float | None = 50.0
+    final_logit_softcapping: float | None = 30.0
+    name: ClassVar[str] = "gemma2"
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        zeros = jnp.zeros((self.hidden_size,), jnp.float32)  # a norm scales by 1 + weight
+        params["norm"] = zeros
+        params["layers"] = [{**p, "input_norm": zeros, "attn_out_norm": zeros, "post_norm": zeros,
+                             "mlp_out_norm": zeros} for p in params["layers"]]
+        return params
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Without ``layer_types``, Hugging Face's rule for Gemma 2: the window in layers 0, 2, 4, ..."""
+        if self.layer_types:
+            return super().layer_windows()
+        window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
+        return tuple(None if i % 2 else window for i in range(self.num_hidden_layers))
+
+    def _query_scale(self) -> float:
+        return float(self.query_pre_attn_scalar) ** -0.5
+
+    def _norm(self, weight: jax.Array, x: jax.Array) -> jax.Array:
+        return rms_norm(1.0 + weight, x, self.rms_norm_eps)
+
+    def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
+        return super()._embed(params, input_ids) * jnp.asarray(math.sqrt(self.hidden_size), jnp.float32)
+
+    def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
+        return h + self._norm(p["attn_out_norm"], jnp.matmul(ctx, p["o"]["weight"].T))
+
+    def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
+        return h + self._norm(p["mlp_out_norm"], self._ffn(p, self._norm(p["post_norm"], h)))
