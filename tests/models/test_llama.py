@@ -49,8 +49,13 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
     "gemma2": ("gemma2", transformers.Gemma2Config, transformers.Gemma2ForCausalLM,
                {"head_dim": 16, "sliding_window": 4, "query_pre_attn_scalar": 12, "attn_logit_softcapping": 0.5,
                 "final_logit_softcapping": 0.2}),
+    # layer 0 sliding with its own rotary base, layer 1 global with linear scaling
+    "gemma3": ("gemma3", transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+               {"head_dim": 16, "sliding_window": 4, "query_pre_attn_scalar": 12, "sliding_window_pattern": 2,
+                "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}}}),
 }
-TIED = {"llama-tied", "gemma2"}
+TIED = {"llama-tied", "gemma2", "gemma3"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 
 
@@ -93,7 +98,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids[len(prompt):]
 
 
-@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2"])
+@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",
@@ -228,7 +233,7 @@ def test_layer_types_set_each_layers_window_and_an_unknown_type_is_refused(check
         hf.model_from_config(MODELS["qwen2"], tmp_path / "types")
 
 
-@pytest.mark.parametrize("model", ["mistral", "gemma2"])
+@pytest.mark.parametrize("model", ["mistral", "gemma2", "gemma3"])
 def test_the_zoo_builds_a_windowed_family_without_a_checkpoint(model, tmp_path):
     """model=mistral (a window from layer 0: max_window_layers=0) and model=gemma2 from random weights, through the
     command line, generate the same ids with both loaders."""
@@ -240,3 +245,22 @@ def test_the_zoo_builds_a_windowed_family_without_a_checkpoint(model, tmp_path):
     ids = [loader(art).generate(PROMPTS, max_new_tokens=8) for loader in (tb.load, runtime.load)]
     np.testing.assert_array_equal(*ids)
     assert ids[0].shape == (3, 8)
+
+
+def test_gemma3s_older_config_keys_read_as_its_newer_ones(checkpoints, tmp_path):
+    """Gemma 3 configs on the Hub predate transformers 5's: ``rope_theta``, ``rope_local_base_freq``,
+    ``rope_scaling`` (the global layers') and ``sliding_window_pattern`` instead of per-type ``rope_parameters``
+    and ``layer_types``; both read to the same model."""
+    _, path = checkpoints["gemma3"]
+    config = json.loads((path / "config.json").read_text())
+    new = hf.model_from_config(MODELS["gemma3"], path)
+    assert new.kinds() == ("sliding_attention", "full_attention")
+    assert new.layer_rope(0) == {"rope_type": "default", "rope_theta": 10.0}
+    assert new.layer_rope(1)["rope_type"] == "linear" and new.layer_rope(1)["factor"] == 4.0
+    old = {k: v for k, v in config.items() if k not in ("rope_parameters", "layer_types")}
+    old.update(rope_theta=1e6, rope_local_base_freq=10.0, rope_scaling={"rope_type": "linear", "factor": 4.0},
+               sliding_window_pattern=2)
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    legacy = hf.model_from_config(MODELS["gemma3"], tmp_path)
+    assert legacy.kinds() == new.kinds() and legacy.layer_windows() == new.layer_windows() == (4, None)
+    assert [legacy.layer_rope(i) for i in range(2)] == [new.layer_rope(i) for i in range(2)]

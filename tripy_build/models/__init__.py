@@ -32,7 +32,7 @@ from .bert import Bert, DistilBert, Roberta, XLMRoberta
 from .convnet import ConvNet
 from .geglu import GEGLU
 from .gpt2 import GPT2
-from .llama import Gemma2, Llama, Mistral, Qwen2, Qwen3
+from .llama import Gemma2, Gemma3, Llama, Mistral, Qwen2, Qwen3
 from .mlp import MLP
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -52,6 +52,7 @@ MODELS: dict[str, type] = {
     "qwen2": Qwen2,
     "qwen3": Qwen3,
     "gemma2": Gemma2,
+    "gemma3": Gemma3,
     "mistral": Mistral,
     "vit": ViT,
     "resnet50": ResNet,
@@ -84,4 +85,4 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "ViT", "ResNet", "input_infos"]
+           "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "ViT", "ResNet", "input_infos"]

@@ -208,7 +208,7 @@ NAMES: dict[str, Architecture] = {
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),
     **{name: Architecture(
-        model_type=name,
+        model_type="gemma3_text" if name == "gemma3" else name,
         prefixes=("model.",),
         names=(
             ("embed_tokens.weight", "embed"),
@@ -228,16 +228,17 @@ NAMES: dict[str, Architecture] = {
         ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
         heads=(("none", (("lm_head.weight", "lm_head"),)),),  # the LM head, unless tied to the embeddings
         tied=(r"lm_head\.weight",),
-        renames=(("hidden_activation", "hidden_act"),) if name == "gemma2" else (),
-        unsupported=(("use_bidirectional_attention", False),) if name == "gemma2" else (),
+        renames=(("hidden_activation", "hidden_act"),) if name.startswith("gemma") else (),
+        unsupported=(("use_bidirectional_attention", False),) if name.startswith("gemma") else (),
         classes=classes, suffixes=(("ForCausalLM", "none"),),
     ) for name, classes, norms in (
         *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),))
           for n, c in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"))),
-        # Gemma 2's post_attention_layernorm is on the attention's output; the MLP's input norm is pre_feedforward
-        ("gemma2", "Gemma2", (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
-                              ("layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.post_norm"),
-                              ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm"))))},
+        # Gemma's post_attention_layernorm is on the attention's output; the MLP's input norm is pre_feedforward
+        *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
+                  ("layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.post_norm"),
+                  ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm")))
+          for n, c in (("gemma2", "Gemma2"), ("gemma3", "Gemma3"))))},
     "vit": Architecture(
         model_type="vit",
         prefixes=("", "vit."),

@@ -1,13 +1,14 @@
 """The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
-``MistralForCausalLM``, ``Gemma2ForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions,
-grouped-query attention, a gated MLP, logits through ``lm_head`` (or the embeddings, tied).
+``MistralForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``), one implementation in plain JAX: RMSNorm,
+rotary positions, grouped-query attention, a gated MLP, logits through ``lm_head`` (or the embeddings, tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
 biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), a sliding window
 (Mistral's in every layer; Qwen's from ``max_window_layers`` on, or as ``layer_types`` names each layer's:
 ``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies; Gemma 2 (``Gemma2``) adds norms on the
-attention's and the MLP's outputs, scaled embeddings, ``1 + weight`` norms and soft-capped scores and logits.
+attention's and the MLP's outputs, scaled embeddings, ``1 + weight`` norms and soft-capped scores and logits;
+Gemma 3 (``Gemma3``) queries' and keys' norms and the sliding layers' own rotary frequencies.
 ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
 ``rope_theta`` and ``rope_scaling`` are read into it.
 
@@ -43,7 +44,7 @@ from ..core.spec import InputInfo
 from ._layers import (Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
                       grouped_attention, mask_bias, normal_init, softcap, within_window)
 
-ROPE_TYPES = ("default", "llama3")
+ROPE_TYPES = ("default", "linear", "llama3")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types the family implements
 
 
@@ -149,21 +150,33 @@ class Llama:
             params["lm_head"] = normal_init(k_head, (self.vocab_size, d))
         return params
 
-    def layer_windows(self) -> tuple[int | None, ...]:
-        """Each layer's sliding window (None: it sees every earlier position), as Hugging Face's configs say:
-        ``sliding_window`` where ``use_sliding_window``, in the layers ``layer_types`` calls ``sliding_attention``,
-        or (no ``layer_types``) in those from ``max_window_layers`` on: every layer of Mistral's."""
-        window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
+    def kinds(self) -> tuple[str, ...]:
+        """Each layer's type, as Hugging Face's configs say: ``layer_types``, or (without it) ``sliding_attention``
+        from ``max_window_layers`` on where a window is set (every layer of Mistral's)."""
         if self.layer_types:
-            return tuple(window if t == "sliding_attention" else None for t in self.layer_types)
-        return tuple(window if i >= self.max_window_layers else None for i in range(self.num_hidden_layers))
+            return self.layer_types
+        slides = bool(self.sliding_window and self.use_sliding_window)
+        return tuple(LAYER_TYPES[slides and i >= self.max_window_layers] for i in range(self.num_hidden_layers))
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window (None: it sees every earlier position): ``sliding_window`` in the
+        ``sliding_attention`` layers (``kinds``), where ``use_sliding_window``."""
+        window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
+        return tuple(window if t == "sliding_attention" else None for t in self.kinds())
 
     # --- pieces ------------------------------------------------------------------------------------
-    def inv_freq(self) -> np.ndarray:
-        """The rotary frequencies, ``[head_dim / 2]`` (a constant of the program): Llama 3's scaled where asked."""
-        rope = dict(self.rope_parameters)
+    def layer_rope(self, layer: int) -> dict[str, Any]:
+        """The rotary settings of ``layer`` (every layer's the same but for Gemma 3's)."""
+        return dict(self.rope_parameters)
+
+    def inv_freq(self, layer: int = 0) -> np.ndarray:
+        """The rotary frequencies of ``layer``, ``[head_dim / 2]`` (a constant of the program): divided by
+        ``factor`` for ``rope_type: linear``, Llama 3's scaled where asked."""
+        rope = self.layer_rope(layer)
         hd = self.hd
         inv = 1.0 / (rope["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        if rope["rope_type"] == "linear":
+            inv = inv / rope["factor"]
         if rope["rope_type"] == "llama3":
             factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
             old = rope["original_max_position_embeddings"]
@@ -174,17 +187,19 @@ class Llama:
             inv = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
         return inv.astype(np.float32)
 
-    def _rope(self, x: jax.Array, position_ids: jax.Array) -> jax.Array:
+    def _rope(self, x: jax.Array, position_ids: jax.Array, layer: int) -> jax.Array:
         """``x: [n, s, heads, hd]`` rotated by each token's position (``position_ids: [n, s]`` or ``[s]``)."""
-        freqs = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(self.inv_freq())
+        freqs = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(self.inv_freq(layer))
         angles = jnp.concatenate([freqs, freqs], axis=-1)
         cos, sin = jnp.cos(angles), jnp.sin(angles)
         if position_ids.ndim == 1:
             cos, sin = cos[None], sin[None]
         return x * cos[:, :, None, :] + _rotate_half(x) * sin[:, :, None, :]
 
-    def _qkv(self, p: Params, x: jax.Array, position_ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Queries ``[n, s, heads, hd]`` (rotated and scaled), keys ``[n, s, kv, hd]`` (rotated) and values."""
+    def _qkv(self, p: Params, x: jax.Array, position_ids: jax.Array,
+             layer: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``layer``'s queries ``[n, s, heads, hd]`` (rotated and scaled), keys ``[n, s, kv, hd]`` (rotated) and
+        values."""
         n, s, _ = x.shape
         hd = self.hd
 
@@ -193,8 +208,8 @@ class Llama:
             return y.reshape(n, s, heads, hd)
         q, k, v = proj(p["q"], self.heads), proj(p["k"], self.kv_heads), proj(p["v"], self.kv_heads)
         if self.qk_norm:
-            q, k = rms_norm(p["q_norm"], q, self.rms_norm_eps), rms_norm(p["k_norm"], k, self.rms_norm_eps)
-        return self._rope(q, position_ids) * self._query_scale(), self._rope(k, position_ids), v
+            q, k = self._norm(p["q_norm"], q), self._norm(p["k_norm"], k)
+        return self._rope(q, position_ids, layer) * self._query_scale(), self._rope(k, position_ids, layer), v
 
     def _query_scale(self) -> float:
         return 1.0 / math.sqrt(self.hd)
@@ -238,8 +253,8 @@ class Llama:
         pos = jnp.arange(s)
         keep = (pos[:, None] >= pos[None, :])[None, None] & (attention_mask != 0)[:, None, None, :]
         biases = {w: mask_bias(within_window(keep, pos, w), h.dtype) for w in set(self.layer_windows())}
-        for p, window in zip(params["layers"], self.layer_windows()):
-            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), pos)
+        for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
+            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), pos, i)
             ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window],
                                     self.attn_logit_softcapping)
             h = self._mlp(p, self._attended(p, h, ctx.reshape(b, s, self.heads * self.hd)))
@@ -280,7 +295,7 @@ class Llama:
         rows, query_at, keep, windows = cache_step(attention_mask, cache_index, n, s, row)
         biases = {w: mask_bias(within_window(keep, query_at[:, None], w), h.dtype) for w in set(self.layer_windows())}
         for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
-            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), position_ids)
+            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), position_ids, i)
             for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
                 cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(new.astype(cache.dtype))
 
@@ -356,12 +371,9 @@ class Gemma2(Llama):
                              "mlp_out_norm": zeros} for p in params["layers"]]
         return params
 
-    def layer_windows(self) -> tuple[int | None, ...]:
+    def kinds(self) -> tuple[str, ...]:
         """Without ``layer_types``, Hugging Face's rule for Gemma 2: the window in layers 0, 2, 4, ..."""
-        if self.layer_types:
-            return super().layer_windows()
-        window = self.sliding_window if self.sliding_window and self.use_sliding_window else None
-        return tuple(None if i % 2 else window for i in range(self.num_hidden_layers))
+        return self.layer_types or tuple(LAYER_TYPES[i % 2 == 0] for i in range(self.num_hidden_layers))
 
     def _query_scale(self) -> float:
         return float(self.query_pre_attn_scalar) ** -0.5
@@ -377,3 +389,54 @@ class Gemma2(Llama):
 
     def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
         return h + self._norm(p["mlp_out_norm"], self._ffn(p, self._norm(p["post_norm"], h)))
+
+
+@dataclass(frozen=True)
+class Gemma3(Gemma2):
+    """Gemma 3's text model (``Gemma3ForCausalLM``, ``model_type: gemma3_text``: gemma-3-270m and 1b): Gemma 2's
+    layer with a ``1 + weight`` RMSNorm of each head's queries and keys, no soft caps, five sliding layers to
+    each global one (``sliding_window_pattern``; ``layer_types`` where the config names them), and rotary
+    frequencies of their own in the sliding layers (``rope_local_base_freq``); ``rope_parameters`` (or older
+    configs' ``rope_scaling``, ``rope_theta``) are the global layers'. Defaults: gemma-3-1b's."""
+
+    vocab_size: int = 262144
+    hidden_size: int = 1152
+    intermediate_size: int = 6912
+    num_attention_heads: int = 4
+    num_key_value_heads: int | None = 1
+    max_position_embeddings: int = 32768
+    sliding_window: int | None = 512
+    rope_theta: float | None = 1000000.0
+    rope_local_base_freq: float = 10000.0
+    sliding_window_pattern: int = 6
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    name: ClassVar[str] = "gemma3"
+    qk_norm: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        rope = dict(self.rope_parameters or {})
+        if "full_attention" in rope or "sliding_attention" in rope:  # transformers 5: per layer type
+            local = dict(rope.get("sliding_attention") or {})
+            if local.get("rope_type", "default") != "default":
+                raise ValueError(f"rope_parameters.sliding_attention: rope_type={local['rope_type']!r}; Gemma 3's "
+                                 "sliding layers implement rope_type default only.")
+            object.__setattr__(self, "rope_local_base_freq", float(local.get("rope_theta", self.rope_local_base_freq)))
+            object.__setattr__(self, "rope_parameters", rope.get("full_attention") or None)
+        super().__post_init__()
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        zeros = jnp.zeros((self.hd,), jnp.float32)
+        params["layers"] = [{**p, "q_norm": zeros, "k_norm": zeros} for p in params["layers"]]
+        return params
+
+    def kinds(self) -> tuple[str, ...]:
+        """Without ``layer_types``: every ``sliding_window_pattern``-th layer global, the others sliding."""
+        pattern = self.sliding_window_pattern
+        return self.layer_types or tuple(LAYER_TYPES[bool((i + 1) % pattern)] for i in range(self.num_hidden_layers))
+
+    def layer_rope(self, layer: int) -> dict[str, Any]:
+        if self.kinds()[layer] == "sliding_attention":
+            return {"rope_type": "default", "rope_theta": self.rope_local_base_freq}
+        return super().layer_rope(layer)
