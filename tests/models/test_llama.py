@@ -36,6 +36,7 @@ SIZES = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_
              num_key_value_heads=2, max_position_embeddings=128)
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 32}
+PHI3_IDS = {"pad_token_id": 0, "eos_token_id": 2}  # Phi-3's 32000 are outside the tiny vocabulary
 FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra settings)
     "llama": ("llama", transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
     "llama3": ("llama", transformers.LlamaConfig, transformers.LlamaForCausalLM, {"rope_scaling": LLAMA3_ROPE}),
@@ -54,6 +55,11 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
                {"head_dim": 16, "sliding_window": 4, "query_pre_attn_scalar": 12, "sliding_window_pattern": 2,
                 "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}}}),
+    "phi3": ("phi3", transformers.Phi3Config, transformers.Phi3ForCausalLM, {"sliding_window": 4, **PHI3_IDS}),
+    # longrope's short factors and attention factor (128 / 32), half of each head rotated (Phi-4-mini: 0.75)
+    "phi3-longrope": ("phi3", transformers.Phi3Config, transformers.Phi3ForCausalLM,
+                      {"original_max_position_embeddings": 32, "partial_rotary_factor": 0.5, **PHI3_IDS,
+                       "rope_scaling": {"type": "longrope", "short_factor": [2.0, 0.02], "long_factor": [4.0, 3.0]}}),
 }
 TIED = {"llama-tied", "gemma2", "gemma3"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
@@ -98,7 +104,8 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids[len(prompt):]
 
 
-@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3"])
+@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3", "phi3",
+                                  "phi3-longrope"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",
@@ -233,7 +240,7 @@ def test_layer_types_set_each_layers_window_and_an_unknown_type_is_refused(check
         hf.model_from_config(MODELS["qwen2"], tmp_path / "types")
 
 
-@pytest.mark.parametrize("model", ["mistral", "gemma2", "gemma3"])
+@pytest.mark.parametrize("model", ["mistral", "gemma2", "gemma3", "phi3"])
 def test_the_zoo_builds_a_windowed_family_without_a_checkpoint(model, tmp_path):
     """model=mistral (a window from layer 0: max_window_layers=0) and model=gemma2 from random weights, through the
     command line, generate the same ids with both loaders."""
@@ -264,3 +271,13 @@ def test_gemma3s_older_config_keys_read_as_its_newer_ones(checkpoints, tmp_path)
     legacy = hf.model_from_config(MODELS["gemma3"], tmp_path)
     assert legacy.kinds() == new.kinds() and legacy.layer_windows() == new.layer_windows() == (4, None)
     assert [legacy.layer_rope(i) for i in range(2)] == [new.layer_rope(i) for i in range(2)]
+
+
+def test_a_longrope_build_is_bounded_by_its_original_positions(checkpoints, tmp_path):
+    """Past original_max_position_embeddings Hugging Face switches a longrope model to its long factors by each
+    call's length, which chunked prefill over a cache cannot follow: a longer build is refused naming why."""
+    _, path = checkpoints["phi3-longrope"]
+    over = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.seq=[1,8,64]", cwd=tmp_path)
+    assert over.returncode == 2, over.stderr[-2000:]
+    assert "shapes.dims.seq=[1,8,64]: Phi3 serves 32 positions: rope_type longrope's original_max_position_" \
+           "embeddings" in over.stderr and "set it to at most 32" in over.stderr

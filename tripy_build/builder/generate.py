@@ -59,8 +59,8 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
     missing = [m for m in METHODS if not callable(getattr(model, m, None))]
     if missing:
         raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
-                          "models with a key/value cache: gpt2, llama, qwen2, qwen3, mistral, gemma2, gemma3. Use task=forward "
-                          "for this model.")
+                          "models with a key/value cache: gpt2, llama, qwen2, qwen3, mistral, gemma2, gemma3, phi3. Use "
+                          "task=forward for this model.")
     batch, seq = dims["batch"], dims["seq"]
     max_length = generate["max_length"]
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes

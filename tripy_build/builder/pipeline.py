@@ -138,7 +138,8 @@ def within_limits(request: BuildRequest, model: Any) -> BuildRequest:
     limit = model.max_positions() if hasattr(model, "max_positions") else None
     table = next((f"{k}={getattr(model, k)}" for k in ("max_position_embeddings", "n_positions") if hasattr(model, k)),
                  "")
-    what = f"{type(model).__name__}'s position table holds {limit} positions ({table})"
+    what = (model.positions_limit() if hasattr(model, "positions_limit") else None) or \
+        f"{type(model).__name__}'s position table holds {limit} positions ({table})"
     seq = request.shapes.get("seq")
     shapes, generate = dict(request.shapes), dict(request.generate) if request.generate else None
 

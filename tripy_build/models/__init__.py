@@ -32,7 +32,7 @@ from .bert import Bert, DistilBert, Roberta, XLMRoberta
 from .convnet import ConvNet
 from .geglu import GEGLU
 from .gpt2 import GPT2
-from .llama import Gemma2, Gemma3, Llama, Mistral, Qwen2, Qwen3
+from .llama import Gemma2, Gemma3, Llama, Mistral, Phi3, Qwen2, Qwen3
 from .mlp import MLP
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -53,6 +53,7 @@ MODELS: dict[str, type] = {
     "qwen3": Qwen3,
     "gemma2": Gemma2,
     "gemma3": Gemma3,
+    "phi3": Phi3,
     "mistral": Mistral,
     "vit": ViT,
     "resnet50": ResNet,
@@ -85,4 +86,4 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "ViT", "ResNet", "input_infos"]
+           "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3", "ViT", "ResNet", "input_infos"]

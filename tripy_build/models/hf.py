@@ -239,6 +239,23 @@ NAMES: dict[str, Architecture] = {
                   ("layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.post_norm"),
                   ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm")))
           for n, c in (("gemma2", "Gemma2"), ("gemma3", "Gemma3"))))},
+    "phi3": Architecture(
+        model_type="phi3",
+        prefixes=("model.",),
+        names=(
+            ("embed_tokens.weight", "embed"),
+            ("layers.{i}.input_layernorm.weight", "layers.{i}.input_norm"),
+            *_linear("layers.{i}.self_attn.qkv_proj", "layers.{i}.qkv", bias=False),
+            *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o", bias=False),
+            ("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),
+            *_linear("layers.{i}.mlp.gate_up_proj", "layers.{i}.gate_up", bias=False),
+            *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down", bias=False),
+            ("norm.weight", "norm"),
+        ),
+        heads=(("none", (("lm_head.weight", "lm_head"),)),),
+        tied=(r"lm_head\.weight",),
+        classes="Phi3", suffixes=(("ForCausalLM", "none"),),
+    ),
     "vit": Architecture(
         model_type="vit",
         prefixes=("", "vit."),

@@ -1,6 +1,7 @@
 """The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
-``MistralForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``), one implementation in plain JAX: RMSNorm,
-rotary positions, grouped-query attention, a gated MLP, logits through ``lm_head`` (or the embeddings, tied).
+``MistralForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``Phi3ForCausalLM``), one implementation in
+plain JAX: RMSNorm, rotary positions, grouped-query attention, a gated MLP, logits through ``lm_head`` (or the
+embeddings, tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
@@ -8,7 +9,8 @@ biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``
 (Mistral's in every layer; Qwen's from ``max_window_layers`` on, or as ``layer_types`` names each layer's:
 ``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies; Gemma 2 (``Gemma2``) adds norms on the
 attention's and the MLP's outputs, scaled embeddings, ``1 + weight`` norms and soft-capped scores and logits;
-Gemma 3 (``Gemma3``) queries' and keys' norms and the sliding layers' own rotary frequencies.
+Gemma 3 (``Gemma3``) queries' and keys' norms and the sliding layers' own rotary frequencies; Phi-3 (``Phi3``)
+fused projections, ``longrope`` and ``partial_rotary_factor``.
 ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
 ``rope_theta`` and ``rope_scaling`` are read into it.
 
@@ -44,7 +46,7 @@ from ..core.spec import InputInfo
 from ._layers import (Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
                       grouped_attention, mask_bias, normal_init, softcap, within_window)
 
-ROPE_TYPES = ("default", "linear", "llama3")
+ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types the family implements
 
 
@@ -95,6 +97,7 @@ class Llama:
         rope.setdefault("rope_theta", self.rope_theta if self.rope_theta is not None else 10000.0)
         if rope["rope_type"] not in ROPE_TYPES:
             raise ValueError(f"rope_type={rope['rope_type']!r} is not supported; supported: {', '.join(ROPE_TYPES)}.")
+        rope = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in rope.items()}  # longrope's factors
         object.__setattr__(self, "rope_parameters", tuple(sorted(rope.items())))  # hashable, as every zoo model
         object.__setattr__(self, "rope_scaling", None)
         object.__setattr__(self, "rope_theta", None)
@@ -170,13 +173,18 @@ class Llama:
         return dict(self.rope_parameters)
 
     def inv_freq(self, layer: int = 0) -> np.ndarray:
-        """The rotary frequencies of ``layer``, ``[head_dim / 2]`` (a constant of the program): divided by
-        ``factor`` for ``rope_type: linear``, Llama 3's scaled where asked."""
+        """The rotary frequencies of ``layer``, ``[rotated / 2]`` (a constant of the program; ``rotated``: the
+        head's first ``partial_rotary_factor``): divided by ``factor`` for ``rope_type: linear``, by
+        ``short_factor`` for ``longrope`` (the factors Hugging Face takes up to
+        ``original_max_position_embeddings``, which bounds such a build: ``max_positions``), Llama 3's scaled
+        where asked."""
         rope = self.layer_rope(layer)
-        hd = self.hd
-        inv = 1.0 / (rope["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        dim = int(self.hd * rope.get("partial_rotary_factor", 1.0))
+        inv = 1.0 / (rope["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
         if rope["rope_type"] == "linear":
             inv = inv / rope["factor"]
+        if rope["rope_type"] == "longrope":
+            inv = inv / np.asarray(rope["short_factor"], np.float64)
         if rope["rope_type"] == "llama3":
             factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
             old = rope["original_max_position_embeddings"]
@@ -187,14 +195,28 @@ class Llama:
             inv = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
         return inv.astype(np.float32)
 
+    def attention_factor(self, layer: int = 0) -> float:
+        """What ``longrope`` scales the rotation's cos and sin by (Hugging Face's default from ``factor``); 1."""
+        rope = self.layer_rope(layer)
+        if rope["rope_type"] != "longrope":
+            return 1.0
+        original = rope.get("original_max_position_embeddings") or self.max_position_embeddings
+        factor = rope.get("factor") or self.max_position_embeddings / original
+        default = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1.0 else 1.0
+        return float(rope.get("attention_factor") or default)
+
     def _rope(self, x: jax.Array, position_ids: jax.Array, layer: int) -> jax.Array:
-        """``x: [n, s, heads, hd]`` rotated by each token's position (``position_ids: [n, s]`` or ``[s]``)."""
-        freqs = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(self.inv_freq(layer))
+        """``x: [n, s, heads, hd]`` rotated by each token's position (``position_ids: [n, s]`` or ``[s]``), its
+        first ``2 * len(inv_freq)`` features (all but where ``partial_rotary_factor`` < 1)."""
+        inv = self.inv_freq(layer)
+        freqs = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(inv)
         angles = jnp.concatenate([freqs, freqs], axis=-1)
-        cos, sin = jnp.cos(angles), jnp.sin(angles)
+        scale = self.attention_factor(layer)
+        cos, sin = jnp.cos(angles) * scale, jnp.sin(angles) * scale
         if position_ids.ndim == 1:
             cos, sin = cos[None], sin[None]
-        return x * cos[:, :, None, :] + _rotate_half(x) * sin[:, :, None, :]
+        rot, rest = x[..., :2 * inv.size], x[..., 2 * inv.size:]
+        return jnp.concatenate([rot * cos[:, :, None, :] + _rotate_half(rot) * sin[:, :, None, :], rest], axis=-1)
 
     def _qkv(self, p: Params, x: jax.Array, position_ids: jax.Array,
              layer: int) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -273,8 +295,22 @@ class Llama:
         return {"attention_mask": 1}
 
     def max_positions(self) -> int:
-        """The longest sequence served: the position range trained (``max_position_embeddings``)."""
+        """The longest sequence served: the position range trained (``max_position_embeddings``); with
+        ``longrope``, ``original_max_position_embeddings``: beyond it Hugging Face switches each call to the long
+        factors by that call's own length, which a chunked prefill and a cache of keys rotated the other way
+        cannot follow, so a longer build is refused rather than served with other values."""
+        rope = dict(self.rope_parameters)
+        if rope["rope_type"] == "longrope" and rope.get("original_max_position_embeddings"):
+            return min(self.max_position_embeddings, int(rope["original_max_position_embeddings"]))
         return self.max_position_embeddings
+
+    def positions_limit(self) -> str | None:
+        """Why ``max_positions`` is below the position table, in the build's refusal (None: it is the table)."""
+        if self.max_positions() == self.max_position_embeddings:
+            return None
+        return (f"{type(self).__name__} serves {self.max_positions()} positions: rope_type longrope's "
+                f"original_max_position_embeddings (Hugging Face changes its rotary factors beyond it, by each "
+                f"call's length, which a build cannot follow)")
 
     # --- generation: a key/value cache extended in place (builder/generate.py) --------------------------
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
@@ -440,3 +476,57 @@ class Gemma3(Gemma2):
         if self.kinds()[layer] == "sliding_attention":
             return {"rope_type": "default", "rope_theta": self.rope_local_base_freq}
         return super().layer_rope(layer)
+
+
+@dataclass(frozen=True)
+class Phi3(Llama):
+    """Phi-3 (``Phi3ForCausalLM``: Phi-3-mini, Phi-3.5-mini, Phi-4-mini): the Llama family with the query, key
+    and value projections fused into one (``qkv``, split after the product) and the MLP's gate and up ones
+    (``gate_up``), rotary ``longrope`` (``short_factor`` up to ``original_max_position_embeddings``) and a rotated
+    fraction of each head (``partial_rotary_factor``). Defaults: Phi-3-mini-4k's (its window, 2047)."""
+
+    vocab_size: int = 32064
+    hidden_size: int = 3072
+    intermediate_size: int = 8192
+    num_attention_heads: int = 32
+    max_position_embeddings: int = 4096
+    original_max_position_embeddings: int | None = None  # longrope's: read into rope_parameters
+    partial_rotary_factor: float | None = None  # older configs' top-level key: read into rope_parameters
+    rms_norm_eps: float = 1e-5
+    sliding_window: int | None = 2047
+    name: ClassVar[str] = "phi3"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rope = dict(self.rope_parameters)
+        for key in ("original_max_position_embeddings", "partial_rotary_factor"):
+            if getattr(self, key) is not None:
+                rope.setdefault(key, getattr(self, key))
+        if rope["rope_type"] == "longrope":
+            half = int(self.hd * rope.get("partial_rotary_factor", 1.0)) // 2
+            if len(rope.get("short_factor") or ()) != half:
+                raise ValueError(f"rope_parameters.short_factor holds {len(rope.get('short_factor') or ())} factors; "
+                                 f"longrope needs one per rotated pair of the head's features ({half}).")
+        object.__setattr__(self, "rope_parameters", tuple(sorted(rope.items())))
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        params["layers"] = [{**{k: v for k, v in p.items() if k not in ("q", "k", "v", "gate", "up")},
+                             "qkv": {"weight": jnp.concatenate([p["q"]["weight"], p["k"]["weight"], p["v"]["weight"]])},
+                             "gate_up": {"weight": jnp.concatenate([p["gate"]["weight"], p["up"]["weight"]])}}
+                            for p in params["layers"]]
+        return params
+
+    def _qkv(self, p: Params, x: jax.Array, position_ids: jax.Array,
+             layer: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+        n, s, _ = x.shape
+        hd, q_size, kv_size = self.hd, self.heads * self.hd, self.kv_heads * self.hd
+        y = jnp.matmul(x, p["qkv"]["weight"].T)
+        q = y[..., :q_size].reshape(n, s, self.heads, hd)
+        k = y[..., q_size:q_size + kv_size].reshape(n, s, self.kv_heads, hd)
+        v = y[..., q_size + kv_size:].reshape(n, s, self.kv_heads, hd)
+        return self._rope(q, position_ids, layer) * self._query_scale(), self._rope(k, position_ids, layer), v
+
+    def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
+        gate, up = jnp.split(jnp.matmul(x, p["gate_up"]["weight"].T), 2, axis=-1)
+        return jnp.matmul(activation(self.hidden_act, "hidden_act")(gate) * up, p["down"]["weight"].T)
