@@ -281,3 +281,14 @@ def test_a_longrope_build_is_bounded_by_its_original_positions(checkpoints, tmp_
     assert over.returncode == 2, over.stderr[-2000:]
     assert "shapes.dims.seq=[1,8,64]: Phi3 serves 32 positions: rope_type longrope's original_max_position_" \
            "embeddings" in over.stderr and "set it to at most 32" in over.stderr
+
+
+def test_phi3s_first_configs_name_longrope_su(checkpoints, tmp_path):
+    """Phi-3's first configs on the Hub called longrope ``su``: read as longrope, as Hugging Face does."""
+    _, path = checkpoints["phi3-longrope"]
+    config = json.loads((path / "config.json").read_text())
+    rope = {k: v for k, v in config.pop("rope_parameters").items() if k not in ("rope_type", "type")}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "rope_scaling": {**rope, "type": "su"}}))
+    old, new = (hf.model_from_config(MODELS["phi3"], p) for p in (tmp_path, path))
+    assert dict(old.rope_parameters)["rope_type"] == "longrope" and old.inv_freq().tolist() == new.inv_freq().tolist()
+    assert old.attention_factor() == new.attention_factor() > 1 and old.max_positions() == 32

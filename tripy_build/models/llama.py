@@ -35,6 +35,7 @@ Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -497,6 +498,10 @@ class Phi3(Llama):
     name: ClassVar[str] = "phi3"
 
     def __post_init__(self) -> None:
+        for field in ("rope_parameters", "rope_scaling"):  # Phi-3's first configs named longrope su (or yarn)
+            rope = getattr(self, field)
+            if isinstance(rope, Mapping) and (rope.get("rope_type") or rope.get("type")) in ("su", "yarn"):
+                object.__setattr__(self, field, {**rope, "rope_type": "longrope", "type": "longrope"})
         super().__post_init__()
         rope = dict(self.rope_parameters)
         for key in ("original_max_position_embeddings", "partial_rotary_factor"):
