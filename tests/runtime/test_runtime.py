@@ -603,3 +603,32 @@ def test_both_loaders_split_a_rows_dim_by_their_latencies_and_agree(affine_artif
         assert split.shape == (13, 6)
         assert_close(split, affine(jnp.asarray(_x(13)), params))
         np.testing.assert_allclose(split, padded, rtol=1e-6, atol=1e-6)
+
+
+def test_profiles_too_slow_to_time_are_estimated_from_their_work():
+    """A profile ``calibrate`` does not time (over ``RUN_LIMIT_S``, too costly to run, or found slow beside the
+    calls) gets the time per flop of the timed one nearest below it in work (the least one below them all): a
+    split plan needs the latency of every bucket up to the one a call would pad to, so without it no call
+    padding past 20 ms was ever split (BERT-base: none). Those XLA gives no count for stay without one."""
+    from tripy_build.runtime import warmup
+
+    latency = {2: 1e-3, 8: 3e-3}
+    counts = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0, 16: 1600.0, 32: None}
+    assert warmup.extrapolate(latency, counts) == {1: 0.5e-3, 2: 1e-3, 4: 2e-3, 8: 3e-3, 16: 6e-3}
+    assert warmup.extrapolate({}, counts) == {} and warmup.extrapolate(latency, {}) == latency
+
+
+def test_both_loaders_estimate_the_profiles_they_did_not_time(affine_artifact, monkeypatch):
+    """Through both loaders' calibration: with only the smallest profile timed, the others get estimates from
+    their deserialized executables' flops, each larger than the last."""
+    import tripy_build.runtime.executable as executable_module
+    import tripy_build.runtime.runtime as runtime_module
+
+    path, _ = affine_artifact
+    fake = lambda profiles, *a, **k: {sorted(profiles, key=np.prod)[0]: 1e-3}  # noqa: E731
+    monkeypatch.setattr(runtime_module, "calibrate", fake)
+    monkeypatch.setattr(executable_module, "calibrate", fake)
+    for loaded in (runtime.load(path, warmup="now"), tb.load(path, warmup="now")):
+        latency = loaded._latency
+        assert sorted(latency) == [(1,), (4,), (8,), (16,)] and latency[(1,)] == 1e-3
+        assert latency[(1,)] < latency[(4,)] < latency[(8,)] < latency[(16,)]

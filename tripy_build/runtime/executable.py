@@ -37,8 +37,8 @@ from .compile_here import compile_profile
 from .compiled import CompiledModel, Precompiled
 from .entries import MultiEntry
 from .save import DEFAULT_WEIGHTS
-from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, start as start_warmup, stopping as warmup_stopping,
-                     too_costly, warm_in_order)
+from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, extrapolate, fastest_run, flops, start as start_warmup,
+                     stopping as warmup_stopping, too_costly, warm_in_order)
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,8 @@ class Executable(MultiEntry):
         except Exception as e:  # noqa: BLE001 - without latencies a call pads, as before the warm-up
             log.warning("%s: timing the profiles for split plans stopped: %s", self.__name__, e)
             return
+        if latency:  # the profiles too slow to time, estimated from their work (prepared ones: ``call`` is set)
+            latency = extrapolate(latency, {p.target: flops(p.call) for p in self._model.profiles if p.call is not None})
         self._latency.update(latency)
         self._runners.clear()  # routes planned before the latencies were known
         self._fast.clear()

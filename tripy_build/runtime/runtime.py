@@ -46,8 +46,8 @@ from ..jaxlib_api import Aval
 from .entries import MultiEntry, Shared
 from .first_run import never_run_here, selftest_once
 from .pjrt import Compiled, Device, client
-from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, fastest_run, prepare_at_load, start as start_warmup,
-                     stopping as warmup_stopping, too_costly, warm_in_order, yield_to_calls)
+from .warmup import (RUN_LIMIT_S, Warmed, calibrate, calls, extrapolate, fastest_run, flops, prepare_at_load,
+                     start as start_warmup, stopping as warmup_stopping, too_costly, warm_in_order, yield_to_calls)
 
 
 class Runtime(MultiEntry):
@@ -216,6 +216,8 @@ class Runtime(MultiEntry):
         latency = calibrate(sorted(runs, key=lambda t: int(np.prod(t))),
                             lambda t: fastest_run(lambda: runs[t][0](runs[t][1]), budget_s=0, most=1),
                             warmup_stopping, quiet)
+        if latency:  # the profiles too slow to time, estimated from their work
+            latency = extrapolate(latency, {t: flops(c.loaded) for t, c in list(self._compiled.items())})
         self._latency.update(latency)
         self._fast.clear()  # routes planned before the latencies were known
 

@@ -37,16 +37,22 @@ zeros after load, and the calls made meanwhile took twice their steady time (bat
 204). The zoo's small models stay under it (the transformer block's opt profile: 0.9 GFLOP)."""
 
 
-def too_costly(executable: Any) -> bool:
-    """Whether a deserialized executable (jaxlib's or jax's; both have ``cost_analysis``) does more than
-    ``RUN_LIMIT_FLOPS``; False where XLA gives no count."""
+def flops(executable: Any) -> float | None:
+    """The floating-point operations XLA's cost analysis counts for a deserialized executable (jaxlib's or
+    jax's; both have ``cost_analysis``); None where it gives no count."""
     try:
         cost = executable.cost_analysis()
-    except Exception:  # noqa: BLE001 - an executable without a cost model is run as before
-        return False
+    except Exception:  # noqa: BLE001 - an executable without a cost model has no count
+        return None
     cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
-    flops = cost.get("flops") if isinstance(cost, dict) else None
-    return flops is not None and float(flops) > RUN_LIMIT_FLOPS
+    count = cost.get("flops") if isinstance(cost, dict) else None
+    return float(count) if count is not None and float(count) > 0 else None
+
+
+def too_costly(executable: Any) -> bool:
+    """Whether a deserialized executable does more than ``RUN_LIMIT_FLOPS``; False where XLA gives no count."""
+    count = flops(executable)
+    return count is not None and count > RUN_LIMIT_FLOPS
 
 
 QUIET_S = 0.050
@@ -278,6 +284,30 @@ def calibrate(profiles: Sequence[Any], time_one: Callable[[Any], float], stop: C
     if kept < CALIBRATE_MIN_ROUNDS or stop():
         return {}
     return {p: float(sorted(v)[len(v) // 4]) for p, v in samples.items() if len(v) == kept}
+
+
+def extrapolate(latency: dict[Any, float], counts: dict[Any, float | None]) -> dict[Any, float]:
+    """``latency`` (``calibrate``'s) with each profile it lacks estimated from its work (``counts``: XLA's flops
+    per profile) at the time per flop of the timed profile nearest below it in work (the least one, for a
+    profile below them all).
+
+    ``calibrate`` times no profile over ``RUN_LIMIT_S`` (nor one ``too_costly`` to run at all, nor one the
+    warm-up's own run found over the limit beside the calls), and a split plan needs the latency of every bucket
+    up to the one a call would pad to, so without this no call that pads past 20 ms was ever split: the
+    transformer block's 34 rows at seq 64 padded to 64 (27 ms) where 32 + 2 took 13, and BERT-base, whose
+    profiles from batch 2 are over the limit, never split. A smaller profile does less work per second, so a
+    larger one estimated from it comes out slower than it is (the transformer block's 64 at 44 ms against 24
+    measured, from its batch-2 profile): a padded call looks dearer, and so do the large chunks of a split,
+    which must still win by ``SPLIT_MIN_GAIN``."""
+    timed = sorted((counts[k], t) for k, t in latency.items() if counts.get(k))
+    if not timed:
+        return dict(latency)
+    out = dict(latency)
+    for k, c in counts.items():
+        if c and k not in latency:
+            work, seconds = max((w for w in timed if w[0] <= c), default=timed[0])
+            out[k] = seconds * c / work
+    return out
 
 
 PREPARE_AT_LOAD_S = 1.0
