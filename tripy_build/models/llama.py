@@ -30,6 +30,10 @@ Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
     {"embed": [vocab, d], "layers": [{"input_norm": [d], "q": {"weight": [h*hd, d], ("bias")}, "k", "v":
      {"weight": [kv*hd, d], ...}, "o": {"weight": [d, h*hd]}, ("q_norm", "k_norm": [hd]), "post_norm": [d],
      "gate", "up": {"weight": [ff, d]}, "down": {"weight": [d, ff]}}, ...], "norm": [d], ("lm_head": [vocab, d])}
+
+Gemma's layers add ``"attn_out_norm"`` and ``"mlp_out_norm"`` ([d]; ``"post_norm"`` is its pre-feedforward norm);
+Phi-3's hold ``"qkv": {"weight": [(h + 2kv)*hd, d]}`` and ``"gate_up": {"weight": [2ff, d]}`` instead of q, k, v,
+gate and up.
 """
 
 from __future__ import annotations
@@ -275,7 +279,7 @@ class Llama:
         h = self._embed(params, input_ids)
         pos = jnp.arange(s)
         keep = (pos[:, None] >= pos[None, :])[None, None] & (attention_mask != 0)[:, None, None, :]
-        biases = {w: mask_bias(within_window(keep, pos, w), h.dtype) for w in set(self.layer_windows())}
+        biases = {w: mask_bias(within_window(keep, pos, w), h.dtype) for w in dict.fromkeys(self.layer_windows())}
         for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
             q, k, v = self._qkv(p, self._norm(p["input_norm"], h), pos, i)
             ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window],
@@ -330,7 +334,7 @@ class Llama:
         n, s = input_ids.shape
         h = self._embed(params, input_ids)
         rows, query_at, keep, windows = cache_step(attention_mask, cache_index, n, s, row)
-        biases = {w: mask_bias(within_window(keep, query_at[:, None], w), h.dtype) for w in set(self.layer_windows())}
+        biases = {w: mask_bias(within_window(keep, query_at[:, None], w), h.dtype) for w in dict.fromkeys(self.layer_windows())}
         for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
             q, k, v = self._qkv(p, self._norm(p["input_norm"], h), position_ids, i)
             for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
