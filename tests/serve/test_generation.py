@@ -106,6 +106,15 @@ def test_a_request_stops_at_any_of_its_eos_ids(server, reference):
         assert status == 200 and json.loads(data)["output_ids"] == full[:first + 1], stops
 
 
+def test_a_requests_options_leave_its_prompt_as_it_is():
+    """``eos_token_id`` (a list, or an empty one) is an option beside ``input_ids``, never in its place."""
+    from tripy_build.serve.generation import parse_request
+
+    for stops, want in (([7, 9], [7, 9]), ([], []), (4, [4])):
+        ids, options = parse_request({"input_ids": [5, 17, 33], "parameters": {"eos_token_id": stops}})
+        assert ids == [5, 17, 33] and options["eos_token_id"] == want
+
+
 def test_bad_generate_requests_are_one_line_400s(server):
     cases = [({"input_ids": [5, 17], "max_new_tokens": 40}, "generate.max_length=32"),
              ({"input_ids": [5, 96]}, "token id 96, outside [0, 96)"),

@@ -219,10 +219,10 @@ def parse_request(request: Any) -> tuple[list[int], dict[str, Any]]:
         if value is None:
             continue
         if kind is list:
-            ids = value if isinstance(value, list) else [value]
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            stops = value if isinstance(value, list) else [value]
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in stops):
                 raise CallError(f"{key!r} must be a token id or a list of them, got {str(value)[:40]}.")
-            options[key] = ids
+            options[key] = stops
             continue
         ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
         if not ok or isinstance(value, bool):
