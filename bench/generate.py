@@ -1,5 +1,6 @@
-"""GPT-2 small (or, ``--model qwen2``, a Llama-family model of Qwen2.5-0.5B's shape) generating tokens: tripy_build
-(both loaders, and its server) next to Hugging Face on PyTorch and ONNX Runtime.
+"""GPT-2 small (or, ``--model qwen2``, a Llama-family model of Qwen2.5-0.5B's shape; ``--model gemma3``, of
+gemma-3-270m's) generating tokens: tripy_build (both loaders, and its server) next to Hugging Face on PyTorch and
+ONNX Runtime.
 
 The model is ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small: 12 layers, 768 wide, vocab 50257) from
 ``torch.manual_seed(0)``, written once with ``save_pretrained``; every contender starts from that
@@ -77,6 +78,15 @@ GENERATORS = {
                "tie_word_embeddings": True},
               {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
                "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": True}, "model=hf"),
+    # gemma-3-270m's shape: 18 layers, 640 wide, 4 query heads over 1 key/value head of 256, vocab 262144 (tied),
+    # a 512-token window in five layers of six, each with its own rotary base
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               {"hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18, "num_attention_heads": 4,
+                "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144, "max_position_embeddings": 32768,
+                "sliding_window": 512, "query_pre_attn_scalar": 256},
+               {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 1000, "sliding_window": 16,
+                "sliding_window_pattern": 2}, "model=hf"),
 }
 
 
@@ -268,7 +278,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/tripy_build-bench-generate")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--model", choices=list(GENERATORS), default="gpt2",
-                    help="gpt2 (GPT-2 small) or qwen2 (Qwen2.5-0.5B's shape, the Llama family), random weights")
+                    help="gpt2 (GPT-2 small), qwen2 (Qwen2.5-0.5B's shape) or gemma3 (gemma-3-270m's), random weights")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
@@ -317,7 +327,8 @@ def main() -> None:
             ids = np.array(ok[0]["ids"])
             same = int((ids == ref).all(axis=1).sum()) if ref is not None else 0
             rows.append((batch, name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9), f"{same}/{batch}"))
-    title = {"gpt2": "GPT-2 small", "qwen2": "Qwen2.5-0.5B's shape (Qwen2ForCausalLM)"}[args.model]
+    title = {"gpt2": "GPT-2 small", "qwen2": "Qwen2.5-0.5B's shape (Qwen2ForCausalLM)",
+             "gemma3": "gemma-3-270m's shape (Gemma3ForCausalLM)"}[args.model]
     print(f"\n{title}{' (quick)' if args.quick else ''}: prompt {args.prompt}, {args.new} new tokens, greedy; "
           f"{len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
     print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")
