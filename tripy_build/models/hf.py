@@ -158,6 +158,26 @@ _ROBERTA = dict(
     suffixes=_ENCODER_SUFFIXES,
 )
 
+_ATTENTION = (*_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"), *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
+              *_linear("layers.{i}.self_attn.v_proj", "layers.{i}.v"), *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o"),
+              ("layers.{i}.self_attn.q_norm.weight", "layers.{i}.q_norm"),
+              ("layers.{i}.self_attn.k_norm.weight", "layers.{i}.k_norm"))
+_MLP = (*_linear("layers.{i}.mlp.gate_proj", "layers.{i}.gate"), *_linear("layers.{i}.mlp.up_proj", "layers.{i}.up"),
+        *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down"))
+
+
+def _decoder(name: str, classes: str, layer: tuple[tuple[str, str], ...], **extra: Any) -> Architecture:
+    """A causal LM of the Llama family (``models/llama.py``): the embeddings, each layer's input norm and then
+    ``layer``'s tensors, the final norm, and the LM head unless it is tied to the embeddings."""
+    return Architecture(**{"model_type": name, **extra}, prefixes=("model.",),
+                        names=(("embed_tokens.weight", "embed"),
+                               ("layers.{i}.input_layernorm.weight", "layers.{i}.input_norm"), *layer,
+                               ("norm.weight", "norm")),
+                        ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
+                        heads=(("none", (("lm_head.weight", "lm_head"),)),), tied=(r"lm_head\.weight",),
+                        classes=classes, suffixes=(("ForCausalLM", "none"),))
+
+
 NAMES: dict[str, Architecture] = {
     "bert": Architecture(
         model_type="bert",
@@ -207,55 +227,22 @@ NAMES: dict[str, Architecture] = {
         # The logits use wte: an untied lm_head.weight would be silently ignored.
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),
-    **{name: Architecture(
-        model_type="gemma3_text" if name == "gemma3" else name,
-        prefixes=("model.",),
-        names=(
-            ("embed_tokens.weight", "embed"),
-            ("layers.{i}.input_layernorm.weight", "layers.{i}.input_norm"),
-            *_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"),
-            *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
-            *_linear("layers.{i}.self_attn.v_proj", "layers.{i}.v"),
-            *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o"),
-            ("layers.{i}.self_attn.q_norm.weight", "layers.{i}.q_norm"),
-            ("layers.{i}.self_attn.k_norm.weight", "layers.{i}.k_norm"),
-            *norms,
-            *_linear("layers.{i}.mlp.gate_proj", "layers.{i}.gate"),
-            *_linear("layers.{i}.mlp.up_proj", "layers.{i}.up"),
-            *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down"),
-            ("norm.weight", "norm"),
-        ),
-        ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
-        heads=(("none", (("lm_head.weight", "lm_head"),)),),  # the LM head, unless tied to the embeddings
-        tied=(r"lm_head\.weight",),
-        renames=(("hidden_activation", "hidden_act"),) if name.startswith("gemma") else (),
-        unsupported=(("use_bidirectional_attention", False),) if name.startswith("gemma") else (),
-        classes=classes, suffixes=(("ForCausalLM", "none"),),
-    ) for name, classes, norms in (
-        *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),))
+    **{name: _decoder(name, classes, (*_ATTENTION, *norms, *_MLP), **extra) for name, classes, norms, extra in (
+        *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),), {})
           for n, c in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"))),
         # Gemma's post_attention_layernorm is on the attention's output; the MLP's input norm is pre_feedforward
         *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
                   ("layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.post_norm"),
-                  ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm")))
-          for n, c in (("gemma2", "Gemma2"), ("gemma3", "Gemma3"))))},
-    "phi3": Architecture(
-        model_type="phi3",
-        prefixes=("model.",),
-        names=(
-            ("embed_tokens.weight", "embed"),
-            ("layers.{i}.input_layernorm.weight", "layers.{i}.input_norm"),
-            *_linear("layers.{i}.self_attn.qkv_proj", "layers.{i}.qkv", bias=False),
-            *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o", bias=False),
-            ("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),
-            *_linear("layers.{i}.mlp.gate_up_proj", "layers.{i}.gate_up", bias=False),
-            *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down", bias=False),
-            ("norm.weight", "norm"),
-        ),
-        heads=(("none", (("lm_head.weight", "lm_head"),)),),
-        tied=(r"lm_head\.weight",),
-        classes="Phi3", suffixes=(("ForCausalLM", "none"),),
-    ),
+                  ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm")),
+           dict(model_type=t, renames=(("hidden_activation", "hidden_act"),),
+                unsupported=(("use_bidirectional_attention", False),)))
+          for n, c, t in (("gemma2", "Gemma2", "gemma2"), ("gemma3", "Gemma3", "gemma3_text"))))},
+    "phi3": _decoder("phi3", "Phi3", (  # the projections fused as the checkpoint holds them
+        *_linear("layers.{i}.self_attn.qkv_proj", "layers.{i}.qkv", bias=False),
+        *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o", bias=False),
+        ("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),
+        *_linear("layers.{i}.mlp.gate_up_proj", "layers.{i}.gate_up", bias=False),
+        *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down", bias=False))),
     "vit": Architecture(
         model_type="vit",
         prefixes=("", "vit."),
