@@ -354,16 +354,24 @@ def normalized(v: Any) -> Any:
     return v
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file (``config.json``, ``generation_config.json``) as the object it must hold."""
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is not readable JSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} holds a {type(config).__name__}, expected a JSON object.")
+    return config
+
+
 def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """The token ids generation stops at and fills stopped rows with, as Hugging Face's ``generate`` takes them:
     ``generation_config.json``'s, or where there is none, ``config.json``'s. ``{"eos_token_id": [ids] (an instruct
     model has several: Llama 3's end of text and end of turn), "pad_token_id": id or None}``."""
     root = Path(checkpoint_dir)
     path = root / GENERATION_CONFIG if (root / GENERATION_CONFIG).is_file() else root / CONFIG
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is not readable JSON: {str(e).splitlines()[0]}") from None
+    config = _json_object(path)
     eos, pad = config.get("eos_token_id"), config.get("pad_token_id")
     eos = [] if eos is None else eos if isinstance(eos, list) else [eos]
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in [*eos, *([] if pad is None else [pad])]):
@@ -378,12 +386,7 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
     path = Path(checkpoint_dir) / CONFIG
     if not path.is_file():
         raise CheckpointError(f"{path} not found: a Hugging Face save_pretrained directory has a {CONFIG}.")
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is not readable JSON: {str(e).splitlines()[0]}") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} holds a {type(config).__name__}, expected a JSON object.")
+    config = _json_object(path)
     found = config.get("model_type")
     if found != arch.model_type:
         archs = config.get("architectures") or []

@@ -66,7 +66,7 @@ class Spec:
             return self.eos_token_id
         ids = [eos_token_id] if np.ndim(eos_token_id) == 0 else list(np.asarray(eos_token_id).reshape(-1))
         if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in ids):
-            raise CallError(f"eos_token_id must be a token id or a list of them, got {str(eos_token_id)[:60]}.")
+            raise CallError(f"'eos_token_id' must be a token id or a list of them, got {str(eos_token_id)[:60]}.")
         return tuple(int(t) for t in ids)
 
     def fill(self, pad_token_id: int | None, eos: tuple[int, ...]) -> int | None:
