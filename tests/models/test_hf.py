@@ -330,8 +330,12 @@ def test_missing_extra_misshapen_and_wrong_dtype_tensors(ckpt, tmp_path):
     bad = copy_with(src, tmp_path / "shape", lambda t: t.update({shape_key: np.ascontiguousarray(t[shape_key].T)}))
     one_line_error(lambda: load_pretrained(Bert, bad), shape_key, "[32, 37]", "[37, 32]")
 
-    bad = copy_with(src, tmp_path / "dtype", lambda t: t.update({key: t[key].astype(np.float16)}))
-    one_line_error(lambda: load_pretrained(Bert, bad), key, "F16", "F32")
+    bad = copy_with(src, tmp_path / "dtype", lambda t: t.update({key: t[key].astype(np.float64)}))
+    one_line_error(lambda: load_pretrained(Bert, bad), key, "F64", "expected one of F32, BF16, F16")
+    half = copy_with(src, tmp_path / "half", lambda t: t.update({key: t[key].astype(np.float16)}))
+    _, params = load_pretrained(Bert, half)  # widened to float32: the checkpoint's values, exactly
+    np.testing.assert_array_equal(params["layers"][1]["key"]["weight"], load_file(src / "model.safetensors")[key]
+                                  .astype(np.float16).astype(np.float32))
 
     # known buffers are ignored, not reported
     ok = copy_with(src, tmp_path / "buffers",

@@ -292,3 +292,45 @@ def test_phi3s_first_configs_name_longrope_su(checkpoints, tmp_path):
     old, new = (hf.model_from_config(MODELS["phi3"], p) for p in (tmp_path, path))
     assert dict(old.rope_parameters)["rope_type"] == "longrope" and old.inv_freq().tolist() == new.inv_freq().tolist()
     assert old.attention_factor() == new.attention_factor() > 1 and old.max_positions() == 32
+
+
+def test_a_checkpoint_stored_in_bfloat16_is_read_exactly_and_built_in_either_precision(tmp_path):
+    """The Hub's language models are stored in bfloat16: each tensor is widened to float32 exactly (the logits
+    equal the PyTorch model's in float32), the build log says so, and ``precision=bfloat16`` stores the
+    checkpoint's own bits. A quantized (int8) tensor is refused naming it and the dtypes read."""
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SIZES)).to(torch.bfloat16).eval()
+    path = tmp_path / "bf16"
+    model.save_pretrained(path)
+    zoo, params = hf.load_pretrained(MODELS["qwen2"], path)
+    leaves = jax.tree_util.tree_leaves(params)
+    assert {leaf.dtype for leaf in leaves} == {np.dtype(np.float32)}
+    embed = model.model.embed_tokens.weight.detach()
+    assert np.array_equal(np.asarray(params["embed"]), embed.float().numpy())
+    ids = np.random.default_rng(0).integers(0, VOCAB, (2, 9)).astype(np.int32)
+    got = np.asarray(jax.jit(zoo.apply)(params, ids, np.ones_like(ids))["logits"])
+    with torch.no_grad():
+        want = model.float()(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()
+
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "precision=bfloat16", "shapes.dims.batch=[1,1,2]",
+                   "shapes.dims.seq=[1,4,8]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bfloat16 tensor(s) read as float32, exactly; precision=bfloat16 builds" in proc.stdout + proc.stderr
+    art = next((tmp_path / "arts" / "qwen2").iterdir())
+    m = json.loads((art / "manifest.json").read_text())
+    entry = next(w for w in m["weights"] if w["path"] == "params['embed']")
+    from tripy_build.artifact.npy import from_npy
+    stored = from_npy((art / entry["file"]).read_bytes(), entry["file"], entry["dtype"])
+    assert entry["dtype"] == "bfloat16" and stored.view(np.uint16).tolist() == embed.view(torch.int16).numpy().view(
+        np.uint16).tolist()
+
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(path / "model.safetensors")  # ml_dtypes (imported by jax) gives numpy bfloat16
+    tensors["model.norm.weight"] = np.ones(tensors["model.norm.weight"].shape, np.int8)
+    (tmp_path / "int8").mkdir()
+    save_file(tensors, tmp_path / "int8" / "model.safetensors")
+    (tmp_path / "int8" / "config.json").write_text((path / "config.json").read_text())
+    with pytest.raises(hf.CheckpointError, match=r"tensor model\.norm\.weight in .* has dtype I8, expected one of "
+                                                 r"F32, BF16, F16 \(for norm\): a quantized"):
+        hf.load_pretrained(MODELS["qwen2"], tmp_path / "int8")

@@ -21,7 +21,8 @@ Checked, each failure one line naming the tensor (or key), what was expected and
   settings the zoo model does not implement (e.g. BERT's ``is_decoder``) are refused;
 - a setting the caller gives that the checkpoint also has must be equal (``hidden_size=512``
   against 768 fails);
-- every zoo parameter has exactly one tensor, of its shape and of dtype F32;
+- every zoo parameter has exactly one tensor, of its shape and of dtype F32, BF16 or F16 (``FLOATS``: read as
+  float32, exactly; the Hub's language models are stored in bfloat16);
 - every tensor is read or refused, naming it: none under the model's prefix is left over, except known buffers
   (``Architecture.ignored``: position-id buffers, BatchNorm's ``num_batches_tracked``, old GPT-2's
   ``attn.bias``/``attn.masked_bias``) and decoders tied to the word embeddings (``Architecture.tied``); outside
@@ -55,6 +56,11 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
+
+
+# The dtypes a checkpoint's tensors are read from, each widened to float32 exactly (the zoo computes in float32;
+# precision=bfloat16 or float16 casts back to the checkpoint's own values): safetensors' name -> numpy's.
+FLOATS = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 class CheckpointError(ConfigError, ValueError):
@@ -529,6 +535,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     the pages a read touches count in the process's resident set for as long as that mapping lives (reading
     BERT-base's 418 MB through one handle peaked at 1.0 GB over the process; a handle per tensor, 0.49 GB).
     """
+    import ml_dtypes  # noqa: F401 - gives numpy bfloat16, which safetensors' numpy reader needs for a BF16 tensor
     from safetensors import safe_open
 
     arch = architecture(type(model))
@@ -542,6 +549,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     other_heads = re.compile(arch.head_tensors + r"\Z") if arch.head_tensors else None
     task = getattr(model, "task", "none")
     skipped: list[str] = []
+    widened: dict[str, int] = {}  # safetensors dtype -> the tensors of it widened to float32
 
     def opened(path: Path):
         try:
@@ -585,17 +593,24 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                     raise CheckpointError(
                         f"tensor {key} in {path} has shape {list(found_shape)}, expected {list(shape)} (for {zoo})."
                     )
-                if found_dtype != "F32":
+                if found_dtype not in FLOATS:
                     raise CheckpointError(
-                        f"tensor {key} in {path} has dtype {found_dtype}, expected F32 (for {zoo})."
-                    )
+                        f"tensor {key} in {path} has dtype {found_dtype}, expected one of {', '.join(FLOATS)} (for "
+                        f"{zoo}): a quantized or float64 checkpoint is not read; save the model in float32, bfloat16 "
+                        "or float16 (model.to(torch.float32).save_pretrained(DIR)).")
+                widened[found_dtype] = widened.get(found_dtype, 0) + (found_dtype != "F32")
                 if zoo in loaded:
                     raise CheckpointError(
                         f"tensor {key} in {path} is a second tensor for {full} (for {zoo}): "
                         f"a checkpoint has either LayerNorm.gamma/beta or LayerNorm.weight/bias, not both."
                     )
                 with opened(path) as one:  # its own mapping: see the docstring
-                    loaded[zoo] = jnp.asarray(one.get_tensor(key))
+                    loaded[zoo] = jnp.asarray(one.get_tensor(key), jnp.float32)
+    if any(widened.values()):
+        stored = max(widened, key=widened.__getitem__)
+        log.info("%s: %s read as float32, exactly; precision=%s builds with the checkpoint's own values at half "
+                 "the weight bytes.", checkpoint_dir,
+                 ", ".join(f"{n} {FLOATS[d]} tensor(s)" for d, n in widened.items() if n), FLOATS[stored])
     if skipped:
         log.info("%s: %d tensor(s) of a head not built (head=none: the encoder alone) skipped: %s", checkpoint_dir,
                  len(skipped), ", ".join(sorted(skipped)[:6]) + (" ..." if len(skipped) > 6 else ""))
