@@ -48,11 +48,13 @@ def build(request: BuildRequest) -> BuildResult:
     else:
         model = model_io.instantiate(request.model, request.shapes)
     request = within_limits(request, model)
+    tokenizer: dict[str, bytes] = {}  # the checkpoint's tokenizer files, stored for text in and out
     if request.generate is not None:
-        from .generate import stop_tokens
+        from .generate import stop_tokens, tokenizer_files
 
-        request = dataclasses.replace(request, generate=stop_tokens(
-            request.generate, model, request.params_checkpoint if pretrained else None))
+        generate = stop_tokens(request.generate, model, request.params_checkpoint if pretrained else None)
+        generate, tokenizer = tokenizer_files(generate, request.params_checkpoint if pretrained else None)
+        request = dataclasses.replace(request, generate=generate)
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)
     undeclared = undeclared_values(list(infos.items()))
@@ -117,7 +119,7 @@ def build(request: BuildRequest) -> BuildResult:
             return result
 
     result = result_from_manifest(*_build(request, model, model_name, infos, params, parts, key, target, timings, replace,
-                                          checkpoint),
+                                          checkpoint, tokenizer),
                                   inputs)
     upload(result.path)
     if request.cache_max_bytes is not None or request.cache_max_age_days is not None:
@@ -169,7 +171,8 @@ def _dim_text(dim: Any) -> str:
     return str(dim) if isinstance(dim, int) else f"[{dim.min},{dim.opt},{dim.max}]"
 
 
-def _build(request, model, model_name, infos, params, parts, key, target, timings, replace, checkpoint) -> tuple:
+def _build(request, model, model_name, infos, params, parts, key, target, timings, replace, checkpoint,
+           tokenizer) -> tuple:
     from . import params as params_io
     from ..compiler.pipeline import build_executable
     from ..runtime.save import save
@@ -219,7 +222,10 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
         e.selftest_cases()  # reference outputs at min, opt, max (jax.jit of the source); kept for save
     stage("self-test reference", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    path = save(exe.compiled_entries, target, replace=replace, weights=request.weights, index_extra=checkpoint)
+    from ..runtime.tokenizer import DIR
+
+    path = save(exe.compiled_entries, target, replace=replace, weights=request.weights, index_extra=checkpoint,
+                extra_files={DIR + name: data for name, data in tokenizer.items()})
     stage("write", time.perf_counter() - t0)
     manifest = read_manifest(path)
     warn_first_use_compiles(manifest, read_index(path, manifest, "compile_seconds"))

@@ -34,6 +34,8 @@ class MultiEntry:
 
     entries: dict[str, Any]
     _generation: Any
+    artifact_dir: Any = None  # the directory the loaders read the artifact from (None: compiled in this process)
+    _tokenizer: Any = None
     _warming: threading.Thread | None = None  # the background warm-up ``warm_up(background=True)`` started
 
     def wait_warmed(self, timeout: float | None = None) -> bool:
@@ -134,6 +136,27 @@ class MultiEntry:
         steps = self.generation_steps()
         return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, temperature, top_k,
                         seed, eos_token_id, pad_token_id)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The checkpoint's tokenizer, stored in the artifact (``runtime/tokenizer.Tokenizer``: ``encode``, ``decode``,
+        ``chat``, ``stream``), read at first use; a ``CallError`` saying why where the artifact has none.
+
+        Example::
+
+            qwen = tripy_build.runtime.load("artifacts/qwen2/5d1e...")
+            ids = qwen.tokenizer.chat([{"role": "user", "content": "Name three primes."}])
+            print(qwen.tokenizer.decode(qwen.generate([ids], max_new_tokens=64)[0]))
+        """
+        from .generate import Spec
+        from .tokenizer import load
+
+        main = self._main
+        with _STEPS_LOCK:
+            if main._tokenizer is None:
+                spec = Spec.from_metadata(main.metadata, self.__name__)
+                main._tokenizer = load(main.artifact_dir, spec.tokenizer, self.__name__)
+            return main._tokenizer
 
     def generation_steps(self) -> Any:
         """How ``runtime/generate.py`` runs this artifact's prefill and decode entries (the server's batch uses it):

@@ -563,8 +563,12 @@ class Executable(MultiEntry):
             exe.save("artifacts/geglu-prepared")
         """
         from .save import save
+        from .tokenizer import DIR, stored_files
 
-        return str(save(self.compiled_entries, path, weights=weights))
+        main = self._main  # a generate artifact's tokenizer goes with it
+        names = ((main.metadata.get("generate") or {}).get("tokenizer") or []) if main.artifact_dir else []
+        tokenizer = {DIR + n: b for n, b in stored_files(main.artifact_dir, names, self.__name__).items()}
+        return str(save(self.compiled_entries, path, weights=weights, extra_files=tokenizer))
 
     # --- generation (``runtime/generate.Steps``) ------------------------------------------------
     def _place(self, x: np.ndarray) -> Any:

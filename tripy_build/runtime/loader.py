@@ -67,6 +67,8 @@ def load(path: str | os.PathLike, warmup: str = "background", trust_executables:
     c.check_platform(platform)
     shared = Shared()
     exes = together({name: _entry(c.for_entry(name), trust_executables, shared) for name, _ in m.all_entries()})
+    for exe in exes.values():
+        exe.artifact_dir = Path(c.path)
     if trust_executables and never_run_here(m, platform):
         import jax
 

@@ -530,6 +530,7 @@ def load(path: str | os.PathLike, warmup: str = "background") -> Runtime:
         first = next(iter(runtimes.values()))
         selftest_once(Path(contents.path), m, runtimes, first._device.device.device_kind)
     for rt in runtimes.values():
+        rt.artifact_dir = Path(contents.path)
         if m.entry:
             rt.entries = runtimes
         if small:  # preparing every profile costs little against the load (warmup.prepare_at_load)

@@ -157,11 +157,13 @@ def _chunks(prep: PrepEntry) -> list[tuple]:
 
 
 def save(compiled: CompiledModel | Mapping[str, CompiledModel], path: str | os.PathLike, replace: bool = True,
-         weights: str = DEFAULT_WEIGHTS, index_extra: dict[str, Any] | None = None) -> Path:
+         weights: str = DEFAULT_WEIGHTS, index_extra: dict[str, Any] | None = None,
+         extra_files: Mapping[str, bytes] | None = None) -> Path:
     """Write a compiled model as an artifact: one ``CompiledModel``, or a model's entries by name (the first is the
     main one); an existing artifact at ``path`` is replaced (or kept: ``replace=False``). ``weights``:
     ``"prepared"`` or ``"raw"`` (the module's docstring); ``index_extra``: tables for the sidecar index (what this
-    build's machine says, outside the byte-reproducible manifest: where its checkpoint was)."""
+    build's machine says, outside the byte-reproducible manifest: where its checkpoint was); ``extra_files``: more
+    files by relative path, digested in the manifest as every other (a checkpoint's tokenizer)."""
     entries = {"": compiled} if isinstance(compiled, CompiledModel) else dict(compiled)
     several = list(entries) != [""]
     files: dict[str, Any] = {}
@@ -178,4 +180,8 @@ def save(compiled: CompiledModel | Mapping[str, CompiledModel], path: str | os.P
     if several:
         main = dataclasses.replace(main, entry=main_name, entries=tuple(others))
     seconds = {rel: t for rel, t in seconds.items() if rel in files}  # not those an entry shares
+    clash = sorted(set(files) & set(extra_files or {}))
+    if clash:
+        raise SpecError(f"save(extra_files=...): {clash[0]!r} is a file of the artifact itself; choose another path.")
+    files.update(extra_files or {})
     return write(path, main, files, replace=replace, index_extra={**(index_extra or {}), "compile_seconds": seconds})

@@ -1,0 +1,226 @@
+"""Text in and out of a ``task=generate`` artifact: the checkpoint's tokenizer, stored in the artifact.
+
+A build from a Hugging Face directory that holds a fast tokenizer (``tokenizer.json``, what ``save_pretrained`` of
+any tokenizer on the Hub writes) stores it under ``tokenizer/`` with its ``tokenizer_config.json`` and chat
+template (``chat_template.jinja``, or the config's ``chat_template``), each file digested in the manifest
+(``metadata.generate.tokenizer`` lists them). Text is then encoded, decoded and put in the chat template as
+Hugging Face's tokenizer does it, with the same libraries and no torch: ``tokenizers`` (the Rust tokenizer
+``transformers`` runs) and ``jinja2``, imported only when text is used.
+
+- ``encode(text)``: the ids ``tokenizer(text)["input_ids"]`` gives (special tokens added as the tokenizer's
+  post-processor says; a config's explicit ``add_bos_token``/``add_eos_token`` rebuilds it, as transformers does).
+- ``chat(messages)``: ``apply_chat_template(messages, add_generation_prompt=True, tokenize=True)``'s ids: the
+  template rendered in jinja2's immutable sandbox (a template is code from the checkpoint's author), then
+  encoded without adding special tokens (the template writes them).
+- ``decode(ids)``: ``decode(ids, skip_special_tokens=True)``.
+- ``stream()``: a ``Detokenizer`` that turns ids into text as they come, holding back a character split
+  across tokens until it is whole (what ``/generate_stream`` and the chat API send).
+
+Tested against ``transformers.AutoTokenizer`` on checkpoints' tokenizers of both kinds (byte-level BPE as GPT-2,
+Llama 3 and Qwen have; sentencepiece-style with byte fallback as Llama 2 and Gemma).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+from ..errors import CallError
+
+DIR = "tokenizer/"  # where the files lie in an artifact
+FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+SPECIALS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+def _content(token: Any) -> str | None:
+    """A special token as a config writes it: a string, or an ``AddedToken``'s dict."""
+    if isinstance(token, dict):
+        token = token.get("content")
+    return token if isinstance(token, str) else None
+
+
+def _plain(value: Any, where: str) -> Any:
+    """JSON data only (what a template may see): a caller's other objects are refused, not handed to the sandbox."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, where) for v in value]
+    raise CallError(f"{where}: a chat message holds {type(value).__name__}; messages are JSON data (strings, numbers, "
+                    "lists and objects).")
+
+
+class Tokenizer:
+    """A checkpoint's tokenizer, from its files' bytes (``FILES``: ``tokenizer.json`` at least)."""
+
+    def __init__(self, files: Mapping[str, bytes], where: str):
+        try:
+            from tokenizers import Tokenizer as Fast, processors
+        except ImportError:
+            raise CallError("text in and out needs the tokenizers package (pip install tokenizers jinja2).") from None
+        self.where = where
+        try:
+            self._fast = Fast.from_str(bytes(files["tokenizer.json"]).decode())
+            config = json.loads(bytes(files.get("tokenizer_config.json", b"{}")).decode())
+            specials = json.loads(bytes(files.get("special_tokens_map.json", b"{}")).decode())
+        except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
+            raise CallError(f"{where}: the tokenizer is not readable: {str(e).splitlines()[0][:200]}.") from None
+        if not isinstance(config, dict) or not isinstance(specials, dict):
+            raise CallError(f"{where}: tokenizer_config.json and special_tokens_map.json must be JSON objects.")
+        self.special_tokens = {k: t for k in SPECIALS if (t := _content(config.get(k, specials.get(k)))) is not None}
+        template = files.get("chat_template.jinja")
+        self.chat_template = bytes(template).decode() if template is not None else config.get("chat_template")
+        if isinstance(self.chat_template, list):  # named templates: the default one
+            self.chat_template = next((t.get("template") for t in self.chat_template
+                                       if isinstance(t, dict) and t.get("name") == "default"), None)
+        self._cleanup = bool(config.get("clean_up_tokenization_spaces")) and \
+            type(self._fast.model).__name__ != "BPE"  # transformers skips it for BPE: it strips real spaces
+        if "add_bos_token" in config or "add_eos_token" in config or self._fast.post_processor is None:
+            ends = [(k, self.special_tokens.get(f"{k}_token")) for k in ("bos", "eos") if config.get(f"add_{k}_token")]
+            ends = dict((k, t) for k, t in ends if t is not None and self._fast.token_to_id(t) is not None)
+
+            def sequence(name: str, n: int) -> list[str]:
+                return [*([f"{ends['bos']}:{n}"] if "bos" in ends else []), f"${name}:{n}",
+                        *([f"{ends['eos']}:{n}"] if "eos" in ends else [])]
+            self._fast.post_processor = processors.TemplateProcessing(
+                single=" ".join(sequence("A", 0)), pair=" ".join(sequence("A", 0) + sequence("B", 1)),
+                special_tokens=[(t, self._fast.token_to_id(t)) for t in ends.values()])
+        self._template = None
+
+    @property
+    def vocab_size(self) -> int:
+        """The ids the tokenizer can give, its added tokens included."""
+        return self._fast.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """``text``'s ids, special tokens added as the checkpoint's tokenizer adds them."""
+        if not isinstance(text, str):
+            raise CallError(f"{self.where}: text to encode must be a string, got {type(text).__name__}.")
+        return self._fast.encode(text, add_special_tokens=True).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens left out."""
+        text = self._fast.decode([int(t) for t in ids], skip_special_tokens=True)
+        if self._cleanup:
+            for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                                  (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+                text = text.replace(before, after)
+        return text
+
+    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The chat template applied to ``messages`` (``[{"role": "user", "content": "Hi"}, ...]``), as text."""
+        if not self.chat_template:
+            raise CallError(f"{self.where}: the checkpoint's tokenizer has no chat template (tokenizer_config.json's "
+                            "chat_template or chat_template.jinja), so messages cannot be put into the model's chat "
+                            "format; send a plain prompt (text_input), or rebuild from a checkpoint that has one.")
+        if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, Mapping) for m in messages):
+            raise CallError(f"{self.where}: messages must be a non-empty list of objects such as "
+                            '{"role": "user", "content": "Hello"}.')
+        for m in messages:
+            if not isinstance(m.get("role"), str):
+                raise CallError(f"{self.where}: every message needs a role (system, user or assistant): "
+                                f"{str(dict(m))[:80]}.")
+        chat = [{k: v for k, v in _plain(dict(m), self.where).items() if v is not None} for m in messages]
+        import jinja2
+
+        try:
+            return self._compiled().render(messages=chat, add_generation_prompt=add_generation_prompt, tools=None,
+                                           documents=None, **self.special_tokens)
+        except jinja2.TemplateError as e:
+            raise CallError(f"{self.where}: the chat template refused the messages: {str(e)[:300]}") from None
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> list[int]:
+        """The ids of ``messages`` in the chat template, ready to generate the assistant's reply."""
+        return self._fast.encode(self.render(messages, add_generation_prompt), add_special_tokens=False).ids
+
+    def stream(self) -> "Detokenizer":
+        """A ``Detokenizer`` for one sequence's new tokens."""
+        return Detokenizer(self)
+
+    def _compiled(self) -> Any:
+        if self._template is None:
+            self._template = _environment().from_string(self.chat_template)
+        return self._template
+
+
+def _environment() -> Any:
+    """jinja2's immutable sandbox with what chat templates on the Hub call, as transformers sets it up."""
+    import jinja2
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        """``{% generation %}...{% endgeneration %}`` (marks a training target): rendered as its body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body).set_lineno(lineno)
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+class Detokenizer:
+    """Text from one sequence's tokens as they come: each ``add`` returns the text they complete. A character that
+    spans tokens (byte-level BPE splits most non-Latin characters) is held back until its last byte arrives, and
+    only a window of recent tokens is decoded each time (a few before the text already given, so that a tokenizer
+    that drops a leading space decodes them in context)."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tok = tokenizer
+        self._ids: list[int] = []
+        self._prefix = 0  # where the window starts
+        self._read = 0  # the ids whose text has been given
+
+    def add(self, token: int) -> str:
+        self._ids.append(int(token))
+        before = self._tok.decode(self._ids[self._prefix:self._read])
+        text = self._tok.decode(self._ids[self._prefix:])
+        if len(text) <= len(before) or text.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = max(0, self._read - 4), len(self._ids)
+        return text[len(before):]
+
+    def flush(self) -> str:
+        """What is left at the end (a character whose last byte never came, as the replacement character)."""
+        before = self._tok.decode(self._ids[self._prefix:self._read])
+        text = self._tok.decode(self._ids[self._prefix:])
+        self._prefix = self._read = len(self._ids)
+        return text[len(before):]
+
+
+def stored_files(artifact_dir: Any, names: Sequence[str], where: str) -> dict[str, bytes]:
+    """The tokenizer files an artifact stores (``names``, under ``tokenizer/``) by name, each checked against its digest
+    in the manifest first."""
+    from ..artifact.read import read_files
+
+    if not names:
+        return {}
+    if artifact_dir is None:
+        raise CallError(f"{where}: a tokenizer is read from a saved artifact; save this executable and load it.")
+    _, contents = read_files(artifact_dir, [DIR + n for n in names], prefixes=[])
+    return {n: bytes(contents[DIR + n]) for n in names}
+
+
+def load(artifact_dir: Any, names: Sequence[str], where: str) -> Tokenizer:
+    """The tokenizer an artifact stores (``stored_files``)."""
+    if not names:
+        raise CallError(f"{where}: this artifact has no tokenizer, so it takes and gives token ids only: its checkpoint "
+                        "had no tokenizer.json. Save the tokenizer beside the model (tokenizer.save_pretrained(DIR)) "
+                        "and build again.")
+    return Tokenizer(stored_files(artifact_dir, names, where), where)
