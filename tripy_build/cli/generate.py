@@ -3,6 +3,9 @@ built with ``task=generate``, through the jax-free runtime (``runtime.load(PATH)
 
 Prints the new token ids of each prompt on a line (``--json``: ``{"output_ids": [...]}``, or a list of
 them for several prompts). ``--input-ids`` given several times runs a batch of prompts of any lengths.
+``--prompt TEXT`` (or ``--chat TEXT``: a user's message in the checkpoint's chat template, after ``--system
+TEXT`` if given) takes text through the tokenizer the artifact stores and prints each new text (``--json``:
+``{"text_output": ..., "output_ids": [...]}``).
 """
 
 from __future__ import annotations
@@ -31,8 +34,14 @@ def _stops(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tripy-build generate", description=__doc__.splitlines()[0])
     parser.add_argument("path", help="an artifact built with task=generate")
-    parser.add_argument("--input-ids", type=_ids, action="append", required=True, metavar="IDS",
-                        help="a prompt's token ids, comma-separated; repeat for a batch of prompts")
+    prompts = parser.add_mutually_exclusive_group(required=True)
+    prompts.add_argument("--input-ids", type=_ids, action="append", metavar="IDS",
+                         help="a prompt's token ids, comma-separated; repeat for a batch of prompts")
+    prompts.add_argument("--prompt", action="append", metavar="TEXT",
+                         help="a prompt as text, through the checkpoint's tokenizer; repeat for a batch")
+    prompts.add_argument("--chat", action="append", metavar="TEXT",
+                         help="a user's message, in the checkpoint's chat template; repeat for a batch")
+    parser.add_argument("--system", metavar="TEXT", help="with --chat: a system message before each user message")
     parser.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate per prompt (default 20)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampling")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
@@ -44,19 +53,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def run() -> None:
+        from ..runtime.generate import before_stop
         from ..runtime.runtime import load
 
         if args.max_new_tokens < 1:
             raise CallError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1.")
+        if args.system is not None and args.chat is None:
+            raise CallError("--system is the system message of a --chat; give --chat TEXT too.")
         rt = load(args.path, warmup="none")
-        out = rt.generate(args.input_ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+        tok = rt.tokenizer if args.input_ids is None else None
+        system = [] if args.system is None else [{"role": "system", "content": args.system}]
+        prompts = (args.input_ids if tok is None else [tok.encode(t) for t in args.prompt] if args.prompt else
+                   [tok.chat([*system, {"role": "user", "content": t}]) for t in args.chat])
+        out = rt.generate(prompts, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                           seed=args.seed, eos_token_id=args.eos_token_id)
         rows = [[int(t) for t in row] for row in out]
-        if args.json:
-            print(json.dumps({"output_ids": rows[0]} if len(rows) == 1 else [{"output_ids": r} for r in rows]))
+        if tok is None:
+            answers = [{"output_ids": r} for r in rows]
         else:
-            for row in rows:
-                print(",".join(map(str, row)))
+            stops = rt.generation_steps().spec().stops(args.eos_token_id)
+            answers = [{"text_output": tok.decode(kept), "output_ids": kept}
+                       for kept in (before_stop(r, stops) for r in rows)]
+        if args.json:
+            print(json.dumps(answers[0] if len(answers) == 1 else answers, ensure_ascii=False))
+        else:
+            for a in answers:
+                print(a["text_output"] if tok is not None else ",".join(map(str, a["output_ids"])))
     return exit_status(run)
 
 

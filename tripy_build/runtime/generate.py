@@ -190,6 +190,12 @@ class Sampler:
         return np.minimum((np.cumsum(p, axis=-1) < u).sum(axis=-1), p.shape[-1] - 1).astype(np.int32)
 
 
+def before_stop(row: Sequence[int], stops: Sequence[int]) -> list[int]:
+    """A row's new tokens up to the first stop id it generated (the stop id and the fill after it left out)."""
+    row = [int(t) for t in row]
+    return row[:next((i for i, t in enumerate(row) if t in stops), len(row))]
+
+
 def chunks(length: int, sizes: Sequence[int]) -> list[int]:
     """``length`` as a sum of available chunk ``sizes``, largest first: all of it when ``sizes`` includes 1, else
     as much as they cover."""

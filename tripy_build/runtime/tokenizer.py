@@ -7,8 +7,8 @@ template (``chat_template.jinja``, or the config's ``chat_template``), each file
 Hugging Face's tokenizer does it, with the same libraries and no torch: ``tokenizers`` (the Rust tokenizer
 ``transformers`` runs) and ``jinja2``, imported only when text is used.
 
-- ``encode(text)``: the ids ``tokenizer(text)["input_ids"]`` gives (special tokens added as the tokenizer's
-  post-processor says; a config's explicit ``add_bos_token``/``add_eos_token`` rebuilds it, as transformers does).
+- ``encode(text)``: the ids ``tokenizer(text)["input_ids"]`` gives (special tokens added as ``tokenizer.json``'s
+  post-processor says: Llama's and Gemma's BOS).
 - ``chat(messages)``: ``apply_chat_template(messages, add_generation_prompt=True, tokenize=True)``'s ids: the
   template rendered in jinja2's immutable sandbox (a template is code from the checkpoint's author), then
   encoded without adding special tokens (the template writes them).
@@ -57,7 +57,7 @@ class Tokenizer:
 
     def __init__(self, files: Mapping[str, bytes], where: str):
         try:
-            from tokenizers import Tokenizer as Fast, processors
+            from tokenizers import Tokenizer as Fast
         except ImportError:
             raise CallError("text in and out needs the tokenizers package (pip install tokenizers jinja2).") from None
         self.where = where
@@ -77,16 +77,6 @@ class Tokenizer:
                                        if isinstance(t, dict) and t.get("name") == "default"), None)
         self._cleanup = bool(config.get("clean_up_tokenization_spaces")) and \
             type(self._fast.model).__name__ != "BPE"  # transformers skips it for BPE: it strips real spaces
-        if "add_bos_token" in config or "add_eos_token" in config or self._fast.post_processor is None:
-            ends = [(k, self.special_tokens.get(f"{k}_token")) for k in ("bos", "eos") if config.get(f"add_{k}_token")]
-            ends = dict((k, t) for k, t in ends if t is not None and self._fast.token_to_id(t) is not None)
-
-            def sequence(name: str, n: int) -> list[str]:
-                return [*([f"{ends['bos']}:{n}"] if "bos" in ends else []), f"${name}:{n}",
-                        *([f"{ends['eos']}:{n}"] if "eos" in ends else [])]
-            self._fast.post_processor = processors.TemplateProcessing(
-                single=" ".join(sequence("A", 0)), pair=" ".join(sequence("A", 0) + sequence("B", 1)),
-                special_tokens=[(t, self._fast.token_to_id(t)) for t in ends.values()])
         self._template = None
 
     @property

@@ -9,6 +9,9 @@ Routes (``GET`` also answers ``HEAD``; another method on a route is 405 with ``A
   Triton's generate extension with token ids, the second as server-sent events, one per token; requests
   share decode steps (``generation.py``). Such an artifact's entries are not on ``/infer`` (404 naming
   ``/generate``) unless the server exposes them (``expose_entries``);
+- ``GET /v1/models``, ``POST /v1/chat/completions`` and ``/v1/completions``: OpenAI's API, text in and out, over
+  the generate artifacts that store their checkpoint's tokenizer (``openai.py``); ``/generate`` takes text too
+  (``text_input``, answered with ``text_output``);
 - ``GET /metrics``: Prometheus' text format (``metrics.py``).
 
 A request body is read only once its route, its access (``access.py``) and its declared size are
@@ -90,6 +93,8 @@ class App:
             return await self._get(scope, send, lambda: {"live": True})
         if parts == ["v2", "health", "ready"]:
             return await self._ready(scope, send, {}, all(ep.ready() for ep in self.endpoints.values()))
+        if parts[:1] == ["v1"]:
+            return await self._openai(scope, receive, send, parts[1:])
         if parts == ["metrics"]:
             self._method(method, _GET)
             text, content_type = self.metrics.exposition()
@@ -176,57 +181,144 @@ class App:
             return await self._send(send, 200, b"".join([head, *blobs]), out_headers, scope)
         await self._send(send, 200, head, [_JSON], scope)
 
-    async def _generate(self, ep: Endpoint, scope: Scope, receive: Receive, send: Send, stream: bool) -> None:
-        """Triton's generate extension with token ids: the new ids in one answer, or (``stream``) one server-sent
-        event per token as the batch makes it. The request joins the running batch at its next step."""
-        from .generation import parse_request
-
+    async def _json(self, scope: Scope, receive: Receive) -> Any:
+        """A JSON request body (under ``max_json_bytes``)."""
         body = await self._body(scope, receive, _headers(scope), self.limits.max_json_bytes, "JSON")
         try:
-            request = orjson.loads(body)
+            return orjson.loads(body)
         except orjson.JSONDecodeError as e:
             raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
-        ids, options = parse_request(request)
+
+    def _start(self, ep: Endpoint, scope: Scope, receive: Receive, ids: Any, options: dict[str, Any]) -> tuple:
+        """A generation joined to ``ep``'s running batch: its ``Sequence``, the queue its tokens arrive on (then
+        ``StopIteration`` or the error), and the task that cancels it when the client goes away."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         seq = ep.generator.submit(ids, on_token=lambda t: loop.call_soon_threadsafe(events.put_nowait, t),
                                   on_done=lambda e: loop.call_soon_threadsafe(events.put_nowait, e or StopIteration()),
                                   **options)
         scope["queued"] = True  # its outcome is counted when it ends
+        return seq, events, asyncio.ensure_future(_cancel_on_disconnect(receive, seq))
+
+    async def _generate(self, ep: Endpoint, scope: Scope, receive: Receive, send: Send, stream: bool) -> None:
+        """Triton's generate extension: token ids (or text, ``text_input``) in, the new ids (and ``text_output``) in
+        one answer, or (``stream``) one server-sent event per token as the batch makes it. The request joins the
+        running batch at its next step."""
+        from .generation import parse_request
+
+        request = await self._json(scope, receive)
+        prompt, options = parse_request(request)
+        tok = ep.text() if isinstance(prompt, str) else None
+        seq, events, watcher = self._start(ep, scope, receive, prompt if tok is None else tok.encode(prompt), options)
         head = {"model_name": ep.name, "model_version": ep.version, **({"id": request["id"]} if "id" in request else {})}
-        watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, seq))
         ok = False
         try:
-            ok = await self._answer_generate(send, scope, events, head, stream)
+            ok = await self._answer_generate(send, scope, events, head, stream, tok, seq.eos_token_id)
         finally:
             watcher.cancel()
             self.metrics.outcome(ep.name, "success" if ok else "failure")
 
     async def _answer_generate(self, send: Send, scope: Scope, events: asyncio.Queue, head: dict[str, Any],
-                               stream: bool) -> bool:
-        """The answer to a generate request, as its tokens come; whether the generation ended well (an error
-        is raised, or sent as a stream's last event)."""
+                               stream: bool, tok: Any, stops: tuple[int, ...]) -> bool:
+        """The answer to a generate request, as its tokens come (with their text where the request sent text); whether
+        the generation ended well (an error is raised, or sent as a stream's last event)."""
+        from ..runtime.generate import before_stop
+
         if not stream:
             tokens = []
             while not isinstance(event := await events.get(), BaseException):
                 tokens.append(event)
             if not isinstance(event, StopIteration):
                 raise event
-            await self._send(send, 200, orjson.dumps({**head, "output_ids": tokens}), [_JSON], scope)
+            text = {"text_output": tok.decode(before_stop(tokens, stops))} if tok is not None else {}
+            await self._send(send, 200, orjson.dumps({**head, **text, "output_ids": tokens}), [_JSON], scope)
             return True
+        await self._start_events(send, scope)
+        detok = tok.stream() if tok is not None else None
+        index = 0
+        while not isinstance(event := await events.get(), BaseException):
+            text = {} if detok is None else {"text_output": "" if event in stops else detok.add(event)}
+            await self._event(send, {**head, **text, "output_ids": [event], "index": index})
+            index += 1
+        if detok is not None and (rest := detok.flush()):
+            await self._event(send, {**head, "text_output": rest, "output_ids": [], "index": index})
+        if not isinstance(event, StopIteration):
+            await self._event(send, {"error": str(event)})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return isinstance(event, StopIteration)
+
+    async def _start_events(self, send: Send, scope: Scope) -> None:
         self.metrics.response(200, scope)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        index = 0
-        while not isinstance(event := await events.get(), BaseException):
-            data = orjson.dumps({**head, "output_ids": [event], "index": index})
-            await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
-            index += 1
-        if not isinstance(event, StopIteration):
-            error = orjson.dumps({"error": str(event)})
-            await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return isinstance(event, StopIteration)
+
+    @staticmethod
+    async def _event(send: Send, data: Any) -> None:
+        """One server-sent event (``data: JSON``)."""
+        body = data if isinstance(data, bytes) else orjson.dumps(data)
+        await send({"type": "http.response.body", "body": b"data: " + body + b"\n\n", "more_body": True})
+
+    async def _openai(self, scope: Scope, receive: Receive, send: Send, rest: list[str]) -> None:
+        """OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions`` (``openai.py``) over the models
+        that generate and store a tokenizer."""
+        from ..runtime.generate import before_stop
+        from . import openai
+
+        texts = {n: ep for n, ep in self.endpoints.items() if ep.tokenizer is not None}
+        if rest == ["models"]:
+            return await self._get(scope, send, lambda: openai.models(list(texts)))
+        if rest not in (["chat", "completions"], ["completions"]):
+            raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; OpenAI's API here: GET "
+                               "/v1/models, POST /v1/chat/completions, POST /v1/completions.")
+        self._method(scope["method"], b"POST")
+        req = openai.Request(await self._json(scope, receive), chat=rest[0] == "chat")
+        ep = texts.get(req.model)
+        if ep is None:
+            why = ("it has no tokenizer (token ids only: POST /v2/models/{0}/generate)" if req.model in self.endpoints
+                   else "it is not served here")
+            raise Refused(404, f"model {req.model[:200]!r}: {why.format(req.model)}; GET /v1/models lists the models "
+                               f"that take text: {', '.join(texts) or 'none'}.")
+        tok = ep.tokenizer
+        ids = tok.chat(req.prompt) if req.chat else tok.encode(req.prompt)
+        room = ep.generator.spec.max_length - len(ids)
+        seq, events, watcher = self._start(ep, scope, receive, ids, {
+            **req.options, "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
+        ok = False
+        try:
+            if not req.stream:
+                tokens = []
+                while not isinstance(event := await events.get(), BaseException):
+                    tokens.append(event)
+                if not isinstance(event, StopIteration):
+                    raise event
+                kept = before_stop(tokens, seq.eos_token_id)
+                answer = req.answer(tok.decode(kept), "stop" if len(kept) < len(tokens) else "length", len(ids),
+                                    len(tokens))
+                await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
+                ok = True
+                return
+            await self._start_events(send, scope)
+            await self._event(send, req.chunk(None, first=True))
+            detok, n, stopped = tok.stream(), 0, False
+            while not isinstance(event := await events.get(), BaseException):
+                n += 1
+                stopped = event in seq.eos_token_id
+                if not stopped and (text := detok.add(event)):
+                    await self._event(send, req.chunk(text))
+            if not isinstance(event, StopIteration):
+                await self._event(send, {"error": {"message": str(event), "type": "server_error"}})
+            else:
+                if rest_text := detok.flush():
+                    await self._event(send, req.chunk(rest_text))
+                await self._event(send, req.chunk(None, "stop" if stopped else "length"))
+                if req.include_usage:
+                    await self._event(send, req.usage_chunk(len(ids), n))
+                await self._event(send, b"[DONE]")
+                ok = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+            self.metrics.outcome(ep.name, "success" if ok else "failure")
 
     async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str) -> bytes:
         """The request body, refused (413) once it passes ``cap`` bytes, gzip undone; counted against

@@ -68,6 +68,8 @@ class Endpoint:
 
             steps = model.generation_steps()
             self.generator = Generator(steps, steps.spec(), self.name)
+        # the checkpoint's tokenizer, where the artifact stores one: text in and out (text_input, OpenAI's API)
+        self.tokenizer = model.tokenizer if self.generator is not None and self.generator.spec.tokenizer else None
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
         self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
@@ -80,6 +82,9 @@ class Endpoint:
         g = self.generator
         text = (f"POST {base}/generate and {base}/generate_stream (token ids in and out; requests share decode "
                 f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})")
+        if self.tokenizer is not None:
+            text += (f"; text in and out: text_input on /generate, and OpenAI's POST {url}/v1/chat/completions and "
+                     f"{url}/v1/completions with model {self.name!r}")
         if self.infer_served:
             text += f"; its {g.spec.prefill!r} entry on POST {base}/infer (--expose-entries), {self.batching}"
         return text
@@ -139,6 +144,13 @@ class Endpoint:
             out.update(entry=self.generator.spec.prefill, generate=self._generate_info())
         return out
 
+    def text(self) -> Any:
+        """The tokenizer that takes a request's text; a ``CallError`` where the artifact stores none."""
+        if self.tokenizer is None:
+            raise CallError(f"model {self.name!r} takes and gives token ids only (its checkpoint had no tokenizer.json): "
+                            'send "input_ids", or rebuild from a checkpoint with its tokenizer saved beside it.')
+        return self.tokenizer
+
     def generate_tensors(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """A generate artifact's inputs and outputs as its clients send and get them (``/generate``'s body)."""
         return ([{"name": "input_ids", "datatype": "INT32", "shape": [-1]}],
@@ -149,7 +161,10 @@ class Endpoint:
 
         spec = self.generator.spec
         base = f"/v2/models/{self.name}"
-        info = {"routes": [f"POST {base}/generate", f"POST {base}/generate_stream"], "max_length": spec.max_length,
+        routes = [f"POST {base}/generate", f"POST {base}/generate_stream"]
+        if self.tokenizer is not None:
+            routes += ["POST /v1/chat/completions", "POST /v1/completions"]
+        info = {"routes": routes, "text": self.tokenizer is not None, "max_length": spec.max_length,
                 "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS)}
         return {**info, "entries": [spec.prefill, spec.decode]} if self.infer_served else info
 

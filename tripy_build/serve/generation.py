@@ -198,22 +198,39 @@ class Generator:
 OPTIONS = {"max_new_tokens": int, "temperature": float, "top_k": int, "seed": int, "eos_token_id": list}
 
 
-def parse_request(request: Any) -> tuple[list[int], dict[str, Any]]:
-    """A generate request: its ``input_ids`` and options (top-level keys, or in ``parameters`` as Triton's
-    generate extension sends them), each checked; an unknown key is refused by name."""
+def parse_request(request: Any) -> tuple[list[int] | str, dict[str, Any]]:
+    """A generate request: its prompt (``input_ids``, or ``text_input``: text for the artifact's tokenizer, as
+    Triton's TensorRT-LLM models take it) and options (top-level keys, or in ``parameters`` as Triton's generate
+    extension sends them), each checked; an unknown key is refused by name."""
     if not isinstance(request, dict):
-        raise CallError('a generate request is a JSON object: {"input_ids": [464, 2068], "max_new_tokens": 20}.')
+        raise CallError('a generate request is a JSON object: {"input_ids": [464, 2068], "max_new_tokens": 20} or '
+                        '{"text_input": "Hello", "max_new_tokens": 20}.')
     params = request.get("parameters", {})
     if not isinstance(params, dict):
         raise CallError(f'"parameters" must be an object, got {str(params)[:80]}.')
-    unknown = [k for k in [*request, *params] if k not in (*OPTIONS, "input_ids", "parameters", "id")]
+    unknown = [k for k in [*request, *params] if k not in (*OPTIONS, "input_ids", "text_input", "parameters", "id")]
     if unknown:
-        raise CallError(f"{unknown[0]!r} is not a generate option; the request takes input_ids and "
+        raise CallError(f"{unknown[0]!r} is not a generate option; the request takes input_ids or text_input, and "
                         f"{', '.join(OPTIONS)} (top level or in parameters), and id.")
+    options = parse_options(request, params, {"max_new_tokens": 16})
+    if "id" in request and not isinstance(request["id"], str):
+        raise CallError(f'"id" must be a string, got {str(request["id"])[:40]}.')
+    if ("input_ids" in request) == ("text_input" in request):
+        raise CallError('a generate request has either "input_ids" (token ids) or "text_input" (text), not '
+                        f"{'both' if 'input_ids' in request else 'neither'}.")
+    if "text_input" in request:
+        text = request["text_input"]
+        if not isinstance(text, str) or not text:
+            raise CallError(f'"text_input" must be a non-empty string, got {str(text)[:80]}.')
+        return text, options
     ids = request.get("input_ids")
     if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise CallError(f'"input_ids" must be a non-empty list of integer token ids, got {str(ids)[:80]}.')
-    options: dict[str, Any] = {"max_new_tokens": 16}
+    return ids, options
+
+
+def parse_options(request: dict[str, Any], params: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` updated with the ``OPTIONS`` a request sets (top level, else in ``params``), each checked."""
     for key, kind in OPTIONS.items():
         value = request.get(key, params.get(key))
         if value is None:
@@ -225,6 +242,4 @@ def parse_request(request: Any) -> tuple[list[int], dict[str, Any]]:
         if not ok or isinstance(value, bool):
             raise CallError(f"{key!r} must be {'a number' if kind is float else 'an integer'}, got {str(value)[:40]}.")
         options[key] = kind(value)
-    if "id" in request and not isinstance(request["id"], str):
-        raise CallError(f'"id" must be a string, got {str(request["id"])[:40]}.')
-    return ids, options
+    return options

@@ -1,0 +1,114 @@
+"""``runtime/tokenizer.py`` against Hugging Face's own tokenizer (``transformers.AutoTokenizer``) on tokenizers saved with
+``save_pretrained``, of both kinds checkpoints have: byte-level BPE (GPT-2, Llama 3, Qwen) with a ChatML template, and
+sentencepiece-style (Llama 2, Gemma: a ``▁`` for spaces, a BOS added by the post-processor) with a template that
+writes the BOS itself and refuses a system message. Encoding, decoding, the chat template and the streamed text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from tripy_build.errors import CallError  # noqa: E402
+from tripy_build.runtime.tokenizer import FILES, Tokenizer  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+CORPUS = ["hello world, the quick brown fox jumps over the lazy dog. héllo wörld! 你好 don't"] * 20
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+LLAMA2 = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not "
+          "supported') }}{% endif %}{% generation %}[{{ m['role'] }}] {{ m['content'] | trim }}{{ eos_token }}"
+          "{% endgeneration %}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}")
+TEXTS = ["hello world", "héllo wörld 你好! the fox", "  two leading spaces", "don't . stop ,", "<|im_end|> in text", ""]
+MESSAGES = [[{"role": "user", "content": "hello fox"}],
+            [{"role": "user", "content": "the quick"}, {"role": "assistant", "content": "brown fox"},
+             {"role": "user", "content": " jumps "}]]
+
+
+def byte_level(path: Path) -> Path:
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS, tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    fast.save_pretrained(path)
+    return path
+
+
+def sentencepiece(path: Path) -> Path:
+    sp = tokenizers.SentencePieceBPETokenizer(unk_token="<unk>", add_prefix_space=True)
+    sp.train_from_iterator(CORPUS, vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=100)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=sp._tokenizer, bos_token="<s>", eos_token="</s>",
+                                                unk_token="<unk>", add_bos_token=True)
+    fast.chat_template = LLAMA2
+    fast.save_pretrained(path)
+    return path
+
+
+def ours(path: Path) -> Tokenizer:
+    return Tokenizer({n: (path / n).read_bytes() for n in FILES if (path / n).is_file()}, str(path))
+
+
+@pytest.fixture(scope="module", params=["byte_level", "sentencepiece"])
+def saved(request, tmp_path_factory) -> Path:
+    return {"byte_level": byte_level, "sentencepiece": sentencepiece}[request.param](tmp_path_factory.mktemp(request.param))
+
+
+def test_encode_decode_and_the_chat_template_equal_hugging_faces(saved):
+    hf, tok = transformers.AutoTokenizer.from_pretrained(saved), ours(saved)
+    for text in TEXTS:
+        assert tok.encode(text) == hf(text)["input_ids"], text
+        ids = tok.encode(text)
+        assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True), text
+    for messages in MESSAGES:
+        want = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
+        assert tok.chat(messages) == want
+        assert tok.render(messages, add_generation_prompt=False) == hf.apply_chat_template(messages, tokenize=False)
+    assert tok.vocab_size == len(hf)
+
+
+def test_streamed_text_equals_the_decoded_text_and_holds_split_characters(saved):
+    tok = ours(saved)
+    ids = tok.encode("héllo wörld 你好! the quick brown fox")
+    stream = tok.stream()
+    pieces = [stream.add(t) for t in ids] + [stream.flush()]
+    assert "".join(pieces) == tok.decode(ids)
+    assert all("\ufffd" not in p for p in pieces)
+    if "▁" not in json.loads((saved / "tokenizer.json").read_text())["model"]["vocab"]:  # byte-level: 你 is 3 bytes
+        assert any(p == "" for p in pieces[:-1])  # held back until its last byte came
+
+
+def test_what_a_template_or_a_message_refuses_is_one_line(tmp_path):
+    tok = ours(sentencepiece(tmp_path / "sp"))
+    with pytest.raises(CallError, match="the chat template refused the messages: System role not supported"):
+        tok.chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
+    with pytest.raises(CallError, match="every message needs a role"):
+        tok.chat([{"content": "hi"}])
+    with pytest.raises(CallError, match="messages must be a non-empty list"):
+        tok.chat([])
+    with pytest.raises(CallError, match="a chat message holds object"):
+        tok.chat([{"role": "user", "content": object()}])
+    (tmp_path / "sp" / "chat_template.jinja").unlink()
+    with pytest.raises(CallError, match="has no chat template"):
+        ours(tmp_path / "sp").chat(MESSAGES[0])
+    with pytest.raises(CallError, match="the tokenizer is not readable"):
+        Tokenizer({"tokenizer.json": b"{not json"}, "broken")
+
+
+def test_the_sandbox_keeps_a_template_from_python(tmp_path):
+    """A chat template is the checkpoint author's code: it renders in jinja2's immutable sandbox."""
+    path = byte_level(tmp_path / "bl")
+    (path / "chat_template.jinja").write_text("{{ messages.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(CallError, match="the chat template refused the messages"):
+        ours(path).chat(MESSAGES[0])
+    (path / "chat_template.jinja").write_text("{% set x = messages.append(1) %}{{ messages | length }}")
+    with pytest.raises(CallError, match="the chat template refused the messages"):
+        ours(path).chat(MESSAGES[0])

@@ -1,0 +1,219 @@
+"""Text in and out of a ``task=generate`` artifact built from a checkpoint with its tokenizer: the artifact stores
+the tokenizer (digested, part of the build key); both loaders, ``tripy-build generate --chat``, ``/generate`` with
+``text_input`` and OpenAI's ``/v1/chat/completions`` and ``/v1/completions`` give the text Hugging Face's tokenizer
+decodes from the ids a plain argmax loop over the PyTorch model's logits picks (from the ids of its
+``apply_chat_template``)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+import tripy_build as tb  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.errors import ArtifactError, CallError  # noqa: E402
+from tripy_build.serve.http import Server  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+from runtime.test_tokenizer import byte_level  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+BUILD = ["model=hf", "task=generate", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "generate.max_length=48"]
+HELLO = [{"role": "user", "content": "hello fox"}]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("text")
+    ckpt = byte_level(root / "ckpt")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=320, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id)
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    model.save_pretrained(ckpt)
+    proc = run_cli(*BUILD, f"params.checkpoint={ckpt}", f"artifacts_dir={root / 'arts'}", cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return next((root / "arts" / "qwen2").iterdir()), ckpt, model, hf_tok
+
+
+def argmax_loop(model, ids: list[int], n: int) -> list[int]:
+    out = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            out.append(int(model(input_ids=torch.tensor([out])).logits[0, -1].argmax()))
+    return out[len(ids):]
+
+
+@pytest.fixture(scope="module")
+def expected(built):
+    """The chat prompt's ids and the greedy reply's, by Hugging Face's tokenizer and PyTorch's model."""
+    _, _, model, hf_tok = built
+    prompt = hf_tok.apply_chat_template(HELLO, add_generation_prompt=True, tokenize=True)["input_ids"]
+    return prompt, argmax_loop(model, prompt, 12)
+
+
+@pytest.fixture(scope="module")
+def server(built):
+    with Server([built[0]], port=0).start() as srv:
+        yield srv
+
+
+def call(server, method: str, path: str, body=None) -> tuple[int, bytes]:
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request(method, path, body=None if body is None else json.dumps(body),
+                 headers={"content-type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, data
+
+
+def events(data: bytes) -> list:
+    return [e[len(b"data: "):] for e in data.split(b"\n\n") if e]
+
+
+def test_the_artifact_stores_the_tokenizer_and_both_loaders_speak_text(built, expected):
+    art, _, _, hf_tok = built
+    prompt, reply = expected
+    meta = json.loads((art / "manifest.json").read_text())
+    assert meta["metadata"]["generate"]["tokenizer"] == ["chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]
+    assert {f"tokenizer/{n}" for n in meta["metadata"]["generate"]["tokenizer"]} <= set(meta["files"])
+    for load in (tb.load, runtime.load):
+        exe = load(art)
+        tok = exe.tokenizer
+        assert tok.chat(HELLO) == prompt
+        new = [int(t) for t in exe.generate([prompt], 12, eos_token_id=[])[0]]
+        assert new == reply
+        assert tok.decode(new) == hf_tok.decode(reply, skip_special_tokens=True)
+
+
+def test_the_command_line_takes_a_chat_message_and_prints_the_reply(built, expected):
+    art, _, _, hf_tok = built
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--chat", "hello fox",
+                           "--max-new-tokens", "12", "--eos-token-id", "none", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {"text_output": hf_tok.decode(expected[1], skip_special_tokens=True),
+                                       "output_ids": expected[1]}
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--system", "x",
+                           "--input-ids", "5"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--system is the system message of a --chat" in proc.stderr
+
+
+def test_generate_takes_text_input_and_streams_text_output(server, built, expected):
+    _, _, _, hf_tok = built
+    prompt_text = hf_tok.apply_chat_template(HELLO, add_generation_prompt=True, tokenize=False)
+    want = hf_tok.decode(expected[1], skip_special_tokens=True)
+    status, data = call(server, "POST", "/v2/models/qwen2/generate",
+                        {"text_input": prompt_text, "max_new_tokens": 12, "eos_token_id": []})
+    assert status == 200, data
+    body = json.loads(data)
+    assert body["output_ids"] == expected[1] and body["text_output"] == want
+    status, data = call(server, "POST", "/v2/models/qwen2/generate_stream",
+                        {"text_input": prompt_text, "max_new_tokens": 12, "eos_token_id": []})
+    parts = [json.loads(e) for e in events(data)]
+    assert status == 200 and "".join(p["text_output"] for p in parts) == want
+    assert [t for p in parts for t in p["output_ids"]] == expected[1]
+    status, data = call(server, "POST", "/v2/models/qwen2/generate", {"text_input": "hi", "input_ids": [1]})
+    assert status == 400 and "either \"input_ids\" (token ids) or \"text_input\" (text), not both" in json.loads(data)["error"]
+
+
+def test_openai_chat_completions_answer_and_stream_the_reply(server, built, expected):
+    _, _, _, hf_tok = built
+    prompt, reply = expected
+    stop = reply[5]  # a row stops at the first end id it generates: here a token of the greedy reply
+    cut = reply[:reply.index(stop)]
+    for stops, n, text, finish in [([], 12, reply, "length"), ([stop], 12, cut, "stop")]:
+        status, data = call(server, "POST", "/v1/chat/completions", {
+            "model": "qwen2", "messages": HELLO, "max_tokens": n, "temperature": 0, "eos_token_id": stops, "n": 1})
+        assert status == 200, data
+        answer = json.loads(data)
+        assert answer["object"] == "chat.completion" and answer["model"] == "qwen2"
+        assert answer["choices"][0]["message"] == {"role": "assistant",
+                                                   "content": hf_tok.decode(text, skip_special_tokens=True)}
+        assert answer["choices"][0]["finish_reason"] == finish
+        generated = len(text) + (finish == "stop")
+        assert answer["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": generated,
+                                   "total_tokens": len(prompt) + generated}
+    status, data = call(server, "POST", "/v1/chat/completions", {
+        "model": "qwen2", "messages": HELLO, "max_tokens": 12, "temperature": 0, "eos_token_id": [], "stream": True,
+        "stream_options": {"include_usage": True}})
+    parts = events(data)
+    assert status == 200 and parts[-1] == b"[DONE]"
+    chunks = [json.loads(p) for p in parts[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1]) == hf_tok.decode(
+        reply, skip_special_tokens=True)
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-1]["usage"]["completion_tokens"] == 12
+    status, data = call(server, "POST", "/v1/completions", {"model": "qwen2", "prompt": "hello fox", "max_tokens": 4,
+                                                            "temperature": 0})
+    assert status == 200 and json.loads(data)["object"] == "text_completion"
+    assert json.loads(data)["usage"]["completion_tokens"] <= 4
+    sampled = [json.loads(call(server, "POST", "/v1/chat/completions", {
+        "model": "qwen2", "messages": HELLO, "max_tokens": 8, "seed": 3, "eos_token_id": []})[1])["choices"][0]
+        ["message"]["content"] for _ in range(2)]  # temperature 1 (OpenAI's default): the same seed, the same text
+    assert sampled[0] == sampled[1]
+    status, data = call(server, "GET", "/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(data)["data"]] == ["qwen2"]
+
+
+def test_what_the_openai_routes_refuse_is_one_line(server):
+    cases = [({"model": "qwen2", "messages": HELLO, "top_p": 0.5}, 400, "top_p=0.5: not supported here"),
+             ({"model": "qwen2", "messages": HELLO, "logit_scale": 2}, 400, "'logit_scale' is not an option"),
+             ({"model": "qwen2", "messages": []}, 400, '"messages" must be a non-empty list'),
+             ({"model": "qwen2", "messages": [{"content": "hi"}]}, 400, "every message needs a role"),
+             ({"model": "qwen2", "messages": HELLO, "max_tokens": 100}, 400, "generate.max_length=48"),
+             ({"model": "qwen2", "messages": HELLO, "temperature": 3}, 400, "must be a number in [0, 2]"),
+             ({"model": "gpt-4", "messages": HELLO}, 404, "'gpt-4': it is not served here; GET /v1/models lists"),
+             ({"model": "qwen2", "prompt": "hi"}, 400, "'prompt' belongs to /v1/completions")]
+    for body, code, fragment in cases:
+        status, data = call(server, "POST", "/v1/chat/completions", body)
+        message = json.loads(data)["error"]
+        assert status == code and fragment in message and "\n" not in message, (body, message)
+    status, data = call(server, "GET", "/v1/chat/completions")
+    assert status == 405
+
+
+def test_a_changed_chat_template_is_a_new_build_and_a_changed_stored_tokenizer_is_refused(built, tmp_path):
+    art, ckpt, _, _ = built
+    copy = tmp_path / "ckpt"
+    copy.mkdir()
+    for f in ckpt.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    (copy / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={art.parent.parent}", cwd=tmp_path,
+                   timeout=600)
+    assert proc.returncode == 0 and "cache hit" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    other = next(p for p in (art.parent).iterdir() if p != art)
+    assert runtime.load(other, warmup="none").tokenizer.render(HELLO) == "hello fox"
+    (other / "tokenizer" / "tokenizer.json").write_bytes((other / "tokenizer" / "tokenizer.json").read_bytes() + b" ")
+    with pytest.raises(ArtifactError, match=r"tokenizer/tokenizer.json: size \d+ does not match manifest.json"):
+        _ = runtime.load(other, warmup="none").tokenizer
+
+
+def test_an_artifact_without_a_tokenizer_says_so_and_takes_ids(tmp_path):
+    proc = run_cli("model=gpt2", "task=generate", "model.n_layer=1", "model.n_embd=16", "model.n_head=2",
+                   "model.vocab_size=64", "model.n_positions=32", "generate.max_length=16", "shapes.dims.batch=[1,1,1]",
+                   "shapes.dims.seq=[1,4,4]", f"artifacts_dir={tmp_path}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    art = next((tmp_path / "gpt2").iterdir())
+    rt = runtime.load(art, warmup="none")
+    with pytest.raises(CallError, match="has no tokenizer, so it takes and gives token ids only"):
+        _ = rt.tokenizer
+    assert np.asarray(rt.generate([[1, 2]], 3)).shape == (1, 3)
+    with Server([art], port=0).start() as srv:
+        status, data = call(srv, "POST", "/v2/models/gpt2/generate", {"text_input": "hello"})
+        assert status == 400 and "takes and gives token ids only" in json.loads(data)["error"]
+        status, data = call(srv, "POST", "/v1/chat/completions", {"model": "gpt2", "messages": HELLO})
+        assert status == 404 and "it has no tokenizer (token ids only" in json.loads(data)["error"]
