@@ -46,6 +46,8 @@ SMALLER = {
                                            "50 profiles of a tiny BERT up to (16, 512): ~20 s"),
     r"^python -m tripy_build model=gpt2 task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,16]",
                                   "36 profiles of a tiny GPT-2 (prompt chunks up to 128, batch up to 8): ~40 s"),
+    r"^python -m tripy_build model=hf task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,16]",
+                                                       "a tiny Qwen2's prompt chunks up to 127, batch up to 8: ~40 s"),
     r"tripy_build bench ": ("--stream 20 --shapes 1 --cold-rounds 1 --budget 0.05", "200 calls, 8 shapes: ~30 s"),
 }
 
@@ -56,7 +58,7 @@ MADE = {
     "docs/builds.md": [("generated/program.mlir",)],  # inspect --dump wrote the StableHLO
     "docs/own-model.md": [("artifacts/nnx_mlp", "artifacts/eqx_mlp")],
     "docs/huggingface.md": [("artifacts/bert",)],
-    "docs/generation.md": [("artifacts/gpt2",)],
+    "docs/generation.md": [("artifacts/gpt2",), ("artifacts/qwen2",)],
 }
 
 

@@ -13,14 +13,12 @@ import pytest
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
+from examples.chat_checkpoint import CORPUS, tokenizer as byte_level  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.runtime.tokenizer import FILES, Tokenizer  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
-CORPUS = ["hello world, the quick brown fox jumps over the lazy dog. héllo wörld! 你好 don't"] * 20
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 LLAMA2 = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not "
           "supported') }}{% endif %}{% generation %}[{{ m['role'] }}] {{ m['content'] | trim }}{{ eos_token }}"
           "{% endgeneration %}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}")
@@ -28,19 +26,6 @@ TEXTS = ["hello world", "héllo wörld 你好! the fox", "  two leading spaces",
 MESSAGES = [[{"role": "user", "content": "hello fox"}],
             [{"role": "user", "content": "the quick"}, {"role": "assistant", "content": "brown fox"},
              {"role": "user", "content": " jumps "}]]
-
-
-def byte_level(path: Path) -> Path:
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = tokenizers.decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS, tokenizers.trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHATML
-    fast.save_pretrained(path)
-    return path
 
 
 def sentencepiece(path: Path) -> Path:

@@ -76,7 +76,11 @@ class App:
         (what is left of it would have to be read and thrown away)."""
         if not scope.get("body_read") and any(n in (b"content-length", b"transfer-encoding") for n, _ in scope["headers"]):
             headers = [*headers, (b"connection", b"close")]
-        await self._send(send, status, orjson.dumps({"error": message}), headers, scope)
+        error: Any = message
+        if scope["path"].startswith("/v1/"):  # OpenAI's shape, which its clients read the message from
+            error = {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
+                     "param": None, "code": None}
+        await self._send(send, status, orjson.dumps({"error": error}), headers, scope)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
