@@ -163,8 +163,38 @@ def test_openai_chat_completions_answer_and_stream_the_reply(server, built, expe
     assert status == 200 and [m["id"] for m in json.loads(data)["data"]] == ["qwen2"]
 
 
+def test_a_stop_string_ends_the_reply_before_it_streamed_or_not(server, built, expected):
+    """OpenAI's ``stop``: the reply is the text before the first stop string (found across tokens), its generation
+    stops there (``finish_reason`` stop, fewer tokens than asked), and a stream never sends a part of it."""
+    _, _, _, hf_tok = built
+    reply = expected[1]
+    full = hf_tok.decode(reply, skip_special_tokens=True)
+    stop = hf_tok.decode(reply[:6], skip_special_tokens=True).rstrip("\ufffd")[-2:]  # ends within the 6th token
+    want = full[:full.index(stop)]
+    n = next(n for n in range(1, 13) if stop in hf_tok.decode(reply[:n], skip_special_tokens=True))  # tokens it took
+    body = {"model": "qwen2", "messages": HELLO, "max_tokens": 12, "temperature": 0, "eos_token_id": [],
+            "stop": ["never appears", stop]}
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", body)[1])
+    assert answer["choices"][0]["message"]["content"] == want and answer["choices"][0]["finish_reason"] == "stop"
+    assert answer["usage"]["completion_tokens"] == n <= 6
+    status, data = call(server, "POST", "/v1/chat/completions", {**body, "stream": True})
+    chunks = [json.loads(p) for p in events(data)[:-1]]
+    sent = [c["choices"][0]["delta"].get("content", "") for c in chunks]
+    assert "".join(sent) == want and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    nucleus = json.loads(call(server, "POST", "/v1/chat/completions", {**body, "temperature": 1, "top_p": 1e-6,
+                                                                      "stop": None})[1])
+    assert nucleus["choices"][0]["message"]["content"] == full  # top_p this small leaves the most likely token
+
+
+def test_openai_models_list(server):
+    status, data = call(server, "GET", "/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(data)["data"]] == ["qwen2"]
+
+
 def test_what_the_openai_routes_refuse_is_one_line(server):
-    cases = [({"model": "qwen2", "messages": HELLO, "top_p": 0.5}, 400, "top_p=0.5: not supported here"),
+    cases = [({"model": "qwen2", "messages": HELLO, "n": 2}, 400, "n=2: not supported here"),
+             ({"model": "qwen2", "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4"),
+             ({"model": "qwen2", "messages": HELLO, "top_p": 0}, 400, "top_p=0: must be a number in (0, 1]"),
              ({"model": "qwen2", "messages": HELLO, "logit_scale": 2}, 400, "'logit_scale' is not an option"),
              ({"model": "qwen2", "messages": []}, 400, '"messages" must be a non-empty list'),
              ({"model": "qwen2", "messages": [{"content": "hi"}]}, 400, "every message needs a role"),

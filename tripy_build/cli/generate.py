@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate per prompt (default 20)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampling")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    parser.add_argument("--top-p", type=float, default=1.0,
+                        help="then among the fewest most likely tokens whose probabilities add up to p (default 1)")
     parser.add_argument("--seed", type=int, default=None, help="the sampling's seed (the same seed, the same tokens)")
     parser.add_argument("--eos-token-id", type=_stops, default=None, metavar="IDS",
                         help="a prompt stops after generating one of these ids, comma-separated (default: the "
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         system = [] if args.system is None else [{"role": "system", "content": args.system}]
         prompts = (args.input_ids if tok is None else [tok.encode(t) for t in args.prompt] if args.prompt else
                    [tok.chat([*system, {"role": "user", "content": t}]) for t in args.chat])
-        out = rt.generate(prompts, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+        out = rt.generate(prompts, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                           seed=args.seed, eos_token_id=args.eos_token_id)
         rows = [[int(t) for t in row] for row in out]
         if tok is None:

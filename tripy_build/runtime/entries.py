@@ -103,7 +103,7 @@ class MultiEntry:
         return self.entries[name]
 
     def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int | None = None, eos_token_id: Any = None,
+                 top_k: int | None = None, top_p: float = 1.0, seed: int | None = None, eos_token_id: Any = None,
                  pad_token_id: int | None = None) -> np.ndarray:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
@@ -115,6 +115,8 @@ class MultiEntry:
                 in the artifact's ``generate.max_length``.
             temperature: 0 (default): greedy; above 0: sample from ``softmax(logits / temperature)``.
             top_k: sample among the ``top_k`` most likely tokens only.
+            top_p: then among the fewest most likely tokens whose probabilities add up to ``top_p`` (nucleus
+                sampling); 1 (default): every token.
             seed: the sampling's seed: the same seed, the same tokens.
             eos_token_id: a row stops after generating this id, or any of these ids (a list: an instruct model's
                 end of text and end of turn); None (the default): the build's ``generate.eos_token_id``, which
@@ -135,7 +137,7 @@ class MultiEntry:
 
         steps = self.generation_steps()
         return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, temperature, top_k,
-                        seed, eos_token_id, pad_token_id)
+                        seed, eos_token_id, pad_token_id, top_p)
 
     @property
     def tokenizer(self) -> Any:

@@ -167,14 +167,19 @@ def _ids(row: np.ndarray, where: str) -> np.ndarray:
 
 class Sampler:
     """Greedy (``temperature`` 0) or sampling from ``softmax(logits / temperature)`` over the ``top_k`` most
-    likely tokens, with a seeded generator: the same seed, the same tokens."""
+    likely tokens, then over the fewest most likely whose probabilities add up to ``top_p`` (nucleus sampling: in
+    this order, as Hugging Face's ``generate`` applies them), with a seeded generator: the same seed, the same
+    tokens."""
 
-    def __init__(self, temperature: float = 0.0, top_k: int | None = None, seed: int | None = None):
+    def __init__(self, temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
+                 top_p: float = 1.0):
         if not isinstance(temperature, (int, float)) or temperature < 0 or not np.isfinite(temperature):
             raise CallError(f"generate(): temperature={temperature!r}; it is 0 (greedy) or a positive number.")
         if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
             raise CallError(f"generate(): top_k={top_k!r}; it is a positive integer or None (every token).")
-        self.temperature, self.top_k = float(temperature), top_k
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise CallError(f"generate(): top_p={top_p!r}; it is a probability in (0, 1] (1: every token).")
+        self.temperature, self.top_k, self.top_p = float(temperature), top_k, float(top_p)
         self.rng = np.random.default_rng(seed)
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
@@ -186,6 +191,13 @@ class Sampler:
             scaled = np.where(scaled < kth, -np.inf, scaled)
         p = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
+        if self.top_p < 1.0:  # a token stays while the tokens more likely than it hold less than top_p
+            order = np.argsort(-p, axis=-1, kind="stable")
+            ranked = np.take_along_axis(p, order, axis=-1)
+            keep = np.zeros(p.shape, bool)
+            np.put_along_axis(keep, order, np.cumsum(ranked, axis=-1) - ranked < self.top_p, axis=-1)
+            p = np.where(keep, p, 0.0)
+            p /= p.sum(axis=-1, keepdims=True)
         u = self.rng.random((p.shape[0], 1))
         return np.minimum((np.cumsum(p, axis=-1) < u).sum(axis=-1), p.shape[-1] - 1).astype(np.int32)
 
@@ -310,13 +322,13 @@ class Session:
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
-             eos_token_id: Any = None, pad_token_id: int | None = None) -> np.ndarray:
+             eos_token_id: Any = None, pad_token_id: int | None = None, top_p: float = 1.0) -> np.ndarray:
     """The new tokens, int32 ``[batch, n]``: ``n = max_new_tokens``, or fewer when every row has stopped at one of
     the ``eos_token_id`` ids (``Spec.stops``; a stopped row is filled as ``Spec.fill`` says)."""
     rows = prompts(input_ids, attention_mask)
     for i, r in enumerate(rows):
         check_prompt(spec, r, max_new_tokens, f"input_ids[{i}]")
-    sampler = Sampler(temperature, top_k, seed)
+    sampler = Sampler(temperature, top_k, seed, top_p)
     eos_token_id = spec.stops(eos_token_id)
     pad = spec.fill(pad_token_id, eos_token_id)
     batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})

@@ -265,7 +265,6 @@ class App:
     async def _openai(self, scope: Scope, receive: Receive, send: Send, rest: list[str]) -> None:
         """OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions`` (``openai.py``) over the models
         that generate and store a tokenizer."""
-        from ..runtime.generate import before_stop
         from . import openai
 
         texts = {n: ep for n, ep in self.endpoints.items() if ep.tokenizer is not None}
@@ -287,39 +286,40 @@ class App:
         room = ep.generator.spec.max_length - len(ids)
         seq, events, watcher = self._start(ep, scope, receive, ids, {
             **req.options, "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
+        reply = openai.Reply(tok, seq.eos_token_id, req.stop)
         ok = False
         try:
-            if not req.stream:
-                tokens = []
-                while not isinstance(event := await events.get(), BaseException):
-                    tokens.append(event)
-                if not isinstance(event, StopIteration):
-                    raise event
-                kept = before_stop(tokens, seq.eos_token_id)
-                answer = req.answer(tok.decode(kept), "stop" if len(kept) < len(tokens) else "length", len(ids),
-                                    len(tokens))
-                await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
-                ok = True
-                return
-            await self._start_events(send, scope)
-            await self._event(send, req.chunk(None, first=True))
-            detok, n, stopped = tok.stream(), 0, False
+            if req.stream:
+                await self._start_events(send, scope)
+                await self._event(send, req.chunk(None, first=True))
+            pieces = []
             while not isinstance(event := await events.get(), BaseException):
-                n += 1
-                stopped = event in seq.eos_token_id
-                if not stopped and (text := detok.add(event)):
+                text = reply.take(event)
+                if req.stream and text:
                     await self._event(send, req.chunk(text))
-            if not isinstance(event, StopIteration):
+                pieces.append(text)
+                if reply.done:  # a stop string: the row is freed at the next step
+                    seq.cancelled = True
+                    break
+            if isinstance(event, BaseException) and not isinstance(event, StopIteration):
+                if not req.stream:
+                    raise event
                 await self._event(send, {"error": {"message": str(event), "type": "server_error"}})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            rest = reply.end()
+            if not req.stream:
+                answer = req.answer("".join(pieces) + rest, reply.finish, len(ids), reply.tokens)
+                await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
             else:
-                if rest_text := detok.flush():
-                    await self._event(send, req.chunk(rest_text))
-                await self._event(send, req.chunk(None, "stop" if stopped else "length"))
+                if rest:
+                    await self._event(send, req.chunk(rest))
+                await self._event(send, req.chunk(None, reply.finish))
                 if req.include_usage:
-                    await self._event(send, req.usage_chunk(len(ids), n))
+                    await self._event(send, req.usage_chunk(len(ids), reply.tokens))
                 await self._event(send, b"[DONE]")
-                ok = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            ok = True
         finally:
             watcher.cancel()
             self.metrics.outcome(ep.name, "success" if ok else "failure")

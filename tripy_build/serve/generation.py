@@ -76,13 +76,13 @@ class Generator:
 
     def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
                on_done: Callable[[BaseException | None], None], temperature: float = 0.0, top_k: int | None = None,
-               seed: int | None = None, eos_token_id: Any = None) -> Sequence:
+               seed: int | None = None, eos_token_id: Any = None, top_p: float = 1.0) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step."""
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
         check_prompt(self.spec, ids, max_new_tokens, "input_ids")
-        seq = Sequence(ids.astype(np.int32), int(max_new_tokens), Sampler(temperature, top_k, seed),
+        seq = Sequence(ids.astype(np.int32), int(max_new_tokens), Sampler(temperature, top_k, seed, top_p),
                        self.spec.stops(eos_token_id),
                        on_token, on_done)
         with self.cv:
@@ -195,7 +195,8 @@ class Generator:
 
 
 # eos_token_id: an id or a list of ids (none given: the artifact's generate.eos_token_id; []: none)
-OPTIONS = {"max_new_tokens": int, "temperature": float, "top_k": int, "seed": int, "eos_token_id": list}
+OPTIONS = {"max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float, "seed": int,
+           "eos_token_id": list}
 
 
 def parse_request(request: Any) -> tuple[list[int] | str, dict[str, Any]]:

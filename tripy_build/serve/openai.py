@@ -8,12 +8,13 @@ requests and answers, without the transport (``app.py`` runs them on ``generatio
   ``choices[0].text``.
 
 Options, as OpenAI names them: ``max_tokens`` (or ``max_completion_tokens``; default: what the cache has room
-for), ``temperature`` (OpenAI's default 1: sampling; 0: greedy), ``seed``, ``stream`` (server-sent events of
+for), ``temperature`` (OpenAI's default 1: sampling; 0: greedy), ``top_p``, ``seed``, ``stop`` (up to 4 strings:
+the reply ends before the first, and its generation stops there), ``stream`` (server-sent events of
 ``chat.completion.chunk``/``text_completion`` objects, then ``data: [DONE]``; ``stream_options.include_usage``
-adds the token counts), and this server's ``top_k`` and ``eos_token_id``. What the model here cannot do is
-refused by name rather than ignored: ``top_p`` below 1, ``n`` above 1, ``stop`` strings, penalties, log
-probabilities, tools. ``finish_reason`` is ``stop`` where the reply ended at one of the model's end ids, else
-``length``; ``usage`` counts the prompt's tokens and the reply's.
+adds the token counts; text that could begin a stop string is held back until it cannot), and this server's
+``top_k`` and ``eos_token_id``. What the model here cannot do is refused by name rather than ignored: ``n`` above
+1, penalties, log probabilities, tools. ``finish_reason`` is ``stop`` where the reply ended at one of the model's
+end ids or a stop string, else ``length``; ``usage`` counts the prompt's tokens and those generated.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from ..errors import CallError
 
 # Keys clients send at their neutral values (the OpenAI SDK leaves out what is not set; others send these):
 # accepted at that value, refused otherwise, naming what this server does instead.
-NEUTRAL = {"n": 1, "top_p": 1, "frequency_penalty": 0, "presence_penalty": 0, "logprobs": False,
-           "parallel_tool_calls": None, "tool_choice": "none", "user": None, "stop": None, "logit_bias": None,
-           "top_logprobs": None, "tools": None, "response_format": None}
-TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "seed", "stream",
-         "stream_options", "top_k", "eos_token_id")
+NEUTRAL = {"n": 1, "frequency_penalty": 0, "presence_penalty": 0, "logprobs": False, "parallel_tool_calls": None,
+           "tool_choice": "none", "user": None, "logit_bias": None, "top_logprobs": None, "tools": None,
+           "response_format": None}
+TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
+         "stop", "stream", "stream_options", "top_k", "eos_token_id")
+MAX_STOPS = 4  # OpenAI's bound on stop strings
 
 
 class Request:
@@ -50,7 +52,8 @@ class Request:
                                 f"it takes {', '.join(k for k in TAKEN if k != ('prompt' if chat else 'messages'))}.")
             if value is not None and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str)):
                 raise CallError(f"{key}={str(value)[:60]}: not supported here (the model samples from its logits with "
-                                "temperature, top_k and seed; rows stop at its end ids or max_tokens); leave it out.")
+                                "temperature, top_k, top_p and seed; a reply stops at its end ids, a stop string or "
+                                "max_tokens); leave it out.")
         if (other := "prompt" if chat else "messages") in body:
             raise CallError(f"{other!r} belongs to /v1/{'' if chat else 'chat/'}completions; this route takes {what!r}.")
         model = body.get("model")
@@ -68,6 +71,15 @@ class Request:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
             raise CallError(f"temperature={str(temperature)[:40]}: must be a number in [0, 2] (0: greedy).")
         self.options: dict[str, Any] = {"temperature": float(temperature)}
+        top_p = body.get("top_p", 1.0)
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise CallError(f"top_p={str(top_p)[:40]}: must be a number in (0, 1].")
+        self.options["top_p"] = float(top_p)
+        stop = body.get("stop")
+        self.stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+        if (not isinstance(self.stop, list) or len(self.stop) > MAX_STOPS
+                or not all(isinstance(s, str) and s for s in self.stop)):
+            raise CallError(f"stop={str(stop)[:60]}: must be a non-empty string or a list of at most {MAX_STOPS}.")
         for key in ("seed", "top_k"):
             if (n := self._int(body, key)) is not None:
                 self.options[key] = n
@@ -114,6 +126,42 @@ class Request:
     def usage_chunk(self, prompt_tokens: int, tokens: int) -> dict[str, Any]:
         """The stream's last event with ``stream_options.include_usage``: no choices, the counts."""
         return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, tokens)}
+
+
+class Reply:
+    """A reply's text as its tokens come: each ``take`` gives the text that may be sent now (none for an end id; a
+    character split over tokens held back until whole; text that could begin a stop string held back until it
+    cannot), ``done`` once a stop string appeared (the text before it is the reply), ``end`` what is left."""
+
+    def __init__(self, tokenizer: Any, eos: tuple[int, ...], stops: list[str]):
+        self.detok, self.eos, self.stops = tokenizer.stream(), eos, stops
+        self.hold = max(map(len, stops), default=1) - 1
+        self.text, self.sent = "", 0
+        self.tokens, self.done, self.finish = 0, False, "length"
+
+    def take(self, token: int) -> str:
+        self.tokens += 1
+        if token in self.eos:
+            self.finish = "stop"
+            return ""
+        return self._feed(self.detok.add(token))
+
+    def end(self) -> str:
+        if self.done:
+            return ""
+        out = self._feed(self.detok.flush())
+        rest = self.text[self.sent:]
+        self.sent = len(self.text)
+        return out + rest
+
+    def _feed(self, delta: str) -> str:
+        self.text += delta
+        found = [i for s in self.stops if (i := self.text.find(s, self.sent)) >= 0]  # none can start before sent
+        if found:
+            self.text, self.done, self.finish = self.text[:min(found)], True, "stop"
+        upto = len(self.text) if self.done else max(self.sent, len(self.text) - self.hold)
+        out, self.sent = self.text[self.sent:upto], upto
+        return out
 
 
 def usage(prompt_tokens: int, tokens: int) -> dict[str, int]:
