@@ -80,21 +80,7 @@ class Bert(Headed):
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by "
-                f"num_attention_heads ({self.num_attention_heads})."
-            )
-        activation(self.hidden_act, "hidden_act")
-        self.check_head()
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling={self.pooling!r} is not a pooling; one of {', '.join(POOLINGS)}.")
-        if self.pooling != "none" and self.task != "none":
-            raise ValueError(f"pooling={self.pooling} makes a sentence embedding of the encoder's states, and head="
-                             f"{self.task} replaces them with its own outputs: pool with head=none.")
-        if self.normalize and self.pooling == "none":
-            raise ValueError("normalize=true scales the sentence embedding, which pooling=none does not make: set "
-                             "pooling=mean (or cls).")
+        check_encoder(self)
 
     def position_ids(self, input_ids: jax.Array, table: jax.Array) -> jax.Array:
         """The position rows, ``[seq, d]`` (or ``[b, seq, d]``): ``0..seq-1`` (RoBERTa counts from its pad id)."""
@@ -103,14 +89,7 @@ class Bert(Headed):
     def init(self, key: jax.Array) -> Params:
         d, ff = self.hidden_size, self.intermediate_size
         k_word, k_pos, k_type, k_pool, *k_layers = jax.random.split(key, 4 + self.num_hidden_layers)
-        layers = []
-        for k in k_layers:
-            kq, kk, kv, ko, ki, kd = jax.random.split(k, 6)
-            layers.append({
-                "query": _linear(kq, d, d), "key": _linear(kk, d, d), "value": _linear(kv, d, d),
-                "attn_out": _linear(ko, d, d), "attn_ln": _ln(d),
-                "intermediate": _linear(ki, d, ff), "output": _linear(kd, ff, d), "output_ln": _ln(d),
-            })
+        layers = init_layers(k_layers, d, ff)
         embeddings = {"word": normal_init(k_word, (self.vocab_size, d)),
                       "position": normal_init(k_pos, (self.max_position_embeddings, d)), "ln": _ln(d)}
         if self.type_vocab_size:
@@ -125,27 +104,13 @@ class Bert(Headed):
 
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array,
               token_type_ids: jax.Array | None = None) -> dict[str, jax.Array]:
-        act = activation(self.hidden_act, "hidden_act")
-        eps = self.layer_norm_eps
-        n_heads = self.num_attention_heads
-        scale = 1.0 / math.sqrt(self.hidden_size // n_heads)
         emb = params["embeddings"]
         h = embed(emb["word"], input_ids) + self.position_ids(input_ids, emb["position"])
         if "token_type" in emb:
             h = h + embed(emb["token_type"], token_type_ids)
-        h = layer_norm(emb["ln"], h, eps)
-        bias = mask_bias(attention_mask != 0, h.dtype)[:, None, None, :]  # [b, 1, 1, s] over the keys
-        for p in params["layers"]:
-            w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
-            ctx = attend(jnp.matmul(h, w_qkv) + b_qkv, n_heads, bias)
-            a = layer_norm(p["attn_ln"], h + linear(p["attn_out"], ctx), eps)
-            ff = linear(p["output"], act(linear(p["intermediate"], a)))
-            h = layer_norm(p["output_ln"], a + ff, eps)
-        pooled = jnp.tanh(linear(params["pooler"], h[:, 0])) if "pooler" in params else None
-        out = apply_head(params.get("head", {}), self.task, self.style, h, pooled, emb["word"], self.hidden_act, eps)
-        if self.pooling != "none":
-            out["sentence_embedding"] = sentence_embedding(h, attention_mask, self.pooling, self.normalize)
-        return out
+        h = layer_norm(emb["ln"], h, self.layer_norm_eps)
+        h = encode(self, params["layers"], h, mask_bias(attention_mask != 0, h.dtype)[:, None, None, :])
+        return encoder_outputs(self, params, h, attention_mask)
 
     def _names(self) -> tuple[str, ...]:
         return ("input_ids", "attention_mask", "token_type_ids")[:3 if self.type_vocab_size else 2]
@@ -172,6 +137,74 @@ class Bert(Headed):
 
 
 POOLINGS = ("none", "mean", "cls")
+
+
+def check_encoder(model: Any) -> None:
+    """The settings of a BERT-like encoder (``Bert``, ``models/mpnet.MPNet``): its sizes, activation, head and
+    sentence embedding; ``ValueError`` naming the setting."""
+    if model.hidden_size % model.num_attention_heads:
+        raise ValueError(
+            f"hidden_size ({model.hidden_size}) must be divisible by "
+            f"num_attention_heads ({model.num_attention_heads})."
+        )
+    activation(model.hidden_act, "hidden_act")
+    model.check_head()
+    if model.pooling not in POOLINGS:
+        raise ValueError(f"pooling={model.pooling!r} is not a pooling; one of {', '.join(POOLINGS)}.")
+    if model.pooling != "none" and model.task != "none":
+        raise ValueError(f"pooling={model.pooling} makes a sentence embedding of the encoder's states, and head="
+                         f"{model.task} replaces them with its own outputs: pool with head=none.")
+    if model.normalize and model.pooling == "none":
+        raise ValueError("normalize=true scales the sentence embedding, which pooling=none does not make: set "
+                         "pooling=mean (or cls).")
+
+
+def init_layers(keys: list[jax.Array], d: int, ff: int) -> list[Params]:
+    """BERT's post-LN layers (``layers`` of the tree above), one per key."""
+    layers = []
+    for k in keys:
+        kq, kk, kv, ko, ki, kd = jax.random.split(k, 6)
+        layers.append({
+            "query": _linear(kq, d, d), "key": _linear(kk, d, d), "value": _linear(kv, d, d),
+            "attn_out": _linear(ko, d, d), "attn_ln": _ln(d),
+            "intermediate": _linear(ki, d, ff), "output": _linear(kd, ff, d), "output_ln": _ln(d),
+        })
+    return layers
+
+
+def encode(model: Any, layers: list[Params], h: jax.Array, bias: jax.Array) -> jax.Array:
+    """``h`` through BERT's post-LN layers, each attention's scores plus ``bias`` (broadcast to ``[b, heads, s,
+    s]``: the padding mask over the keys, and MPNet's relative position bias)."""
+    act = activation(model.hidden_act, "hidden_act")
+    eps = model.layer_norm_eps
+    n_heads = model.num_attention_heads
+    scale = 1.0 / math.sqrt(model.hidden_size // n_heads)
+    for p in layers:
+        w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
+        ctx = attend(jnp.matmul(h, w_qkv) + b_qkv, n_heads, bias)
+        a = layer_norm(p["attn_ln"], h + linear(p["attn_out"], ctx), eps)
+        ff = linear(p["output"], act(linear(p["intermediate"], a)))
+        h = layer_norm(p["output_ln"], a + ff, eps)
+    return h
+
+
+def encoder_outputs(model: Any, params: Params, h: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+    """The outputs from the last layer's states ``h``: the pooler's (where the tree has one), the head's, and the
+    sentence embedding (``pooling``)."""
+    pooled = jnp.tanh(linear(params["pooler"], h[:, 0])) if "pooler" in params else None
+    out = apply_head(params.get("head", {}), model.task, model.style, h, pooled, params["embeddings"]["word"],
+                     model.hidden_act, model.layer_norm_eps)
+    if model.pooling != "none":
+        out["sentence_embedding"] = sentence_embedding(h, attention_mask, model.pooling, model.normalize)
+    return out
+
+
+def counted_positions(table: jax.Array, input_ids: jax.Array, pad_id: int) -> jax.Array:
+    """The position rows ``[b, seq, d]`` counted from ``pad_id`` as fairseq counts them (Hugging Face's
+    ``create_position_ids_from_input_ids``): the first token that is not ``pad_id`` at ``pad_id + 1``, a pad token
+    at the pad row. Each position counts only the tokens before it: padding at the end moves no real one."""
+    real = (input_ids != pad_id).astype(jnp.int32)
+    return embed(table, jnp.cumsum(real, axis=1) * real + pad_id)
 
 
 def sentence_embedding(h: jax.Array, attention_mask: jax.Array, pooling: str, normalize: bool) -> jax.Array:
@@ -205,8 +238,7 @@ class Roberta(Bert):
     style: ClassVar[Style] = STYLES["roberta"]
 
     def position_ids(self, input_ids: jax.Array, table: jax.Array) -> jax.Array:
-        real = (input_ids != self.pad_token_id).astype(jnp.int32)
-        return embed(table, jnp.cumsum(real, axis=1) * real + self.pad_token_id)  # a pad token: the pad row
+        return counted_positions(table, input_ids, self.pad_token_id)
 
     def max_positions(self) -> int:
         return self.max_position_embeddings - self.pad_token_id - 1

@@ -1,5 +1,5 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
-XLM-RoBERTa, DistilBERT), with its output names.
+XLM-RoBERTa, DistilBERT, MPNet), with its output names.
 
 A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
 where the family has one, ``pooler_output``), ``sequence_classification`` (``logits [batch, num_labels]``, from
@@ -7,8 +7,8 @@ the first token), ``token_classification`` (``logits [batch, seq, num_labels]``)
 (``start_logits``, ``end_logits [batch, seq]``) and ``masked_lm`` (``logits [batch, seq, vocab_size]``: a dense
 layer, the activation, a LayerNorm, then the word embeddings transposed, tied as Hugging Face ties them, and a
 bias). The families differ only in how a sequence classifier reads the first token (``STYLES``): BERT through
-its pooler (``tanh(dense(h[:, 0]))``), RoBERTa through a dense layer and tanh of its own, DistilBERT through
-a dense layer and ReLU; and in which of them keep the pooler at all.
+its pooler (``tanh(dense(h[:, 0]))``), RoBERTa and MPNet through a dense layer and tanh of its own, DistilBERT
+through a dense layer and ReLU; and in which of them keep the pooler at all.
 
 Params of a head: ``{"dense": Linear, "ln": LayerNorm, "bias": [vocab]}`` as the head needs, and ``"out"``: the
 Linear that gives the logits (for ``masked_lm`` the word embeddings play it).
@@ -42,7 +42,7 @@ class Style:
 
 
 STYLES = {"bert": Style("pooler", True), "roberta": Style("dense_tanh", True, "gelu"),
-          "distilbert": Style("dense_relu", False)}
+          "distilbert": Style("dense_relu", False), "mpnet": Style("dense_tanh", True, "gelu")}
 
 
 class Headed:

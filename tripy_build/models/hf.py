@@ -164,6 +164,22 @@ _ROBERTA = dict(
     suffixes=_ENCODER_SUFFIXES,
 )
 
+_MPNET_BODY = (
+    ("embeddings.word_embeddings.weight", "embeddings.word"),
+    ("embeddings.position_embeddings.weight", "embeddings.position"),
+    *_ln("embeddings.LayerNorm", "embeddings.ln"),
+    ("encoder.relative_attention_bias.weight", "relative_attention_bias"),  # one table, shared by every layer
+    *_linear("encoder.layer.{i}.attention.attn.q", "layers.{i}.query"),
+    *_linear("encoder.layer.{i}.attention.attn.k", "layers.{i}.key"),
+    *_linear("encoder.layer.{i}.attention.attn.v", "layers.{i}.value"),
+    *_linear("encoder.layer.{i}.attention.attn.o", "layers.{i}.attn_out"),
+    *_ln("encoder.layer.{i}.attention.LayerNorm", "layers.{i}.attn_ln"),
+    *_linear("encoder.layer.{i}.intermediate.dense", "layers.{i}.intermediate"),
+    *_linear("encoder.layer.{i}.output.dense", "layers.{i}.output"),
+    *_ln("encoder.layer.{i}.output.LayerNorm", "layers.{i}.output_ln"),
+    *_linear("pooler.dense", "pooler"),
+)
+
 _ATTENTION = (*_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"), *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
               *_linear("layers.{i}.self_attn.v_proj", "layers.{i}.v"), *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o"),
               ("layers.{i}.self_attn.q_norm.weight", "layers.{i}.q_norm"),
@@ -213,6 +229,19 @@ NAMES: dict[str, Architecture] = {
         renames=(("dim", "hidden_size"), ("n_layers", "num_hidden_layers"), ("n_heads", "num_attention_heads"),
                  ("hidden_dim", "intermediate_size"), ("activation", "hidden_act")),
         classes="DistilBert", suffixes=_ENCODER_SUFFIXES,
+    ),
+    "mpnet": Architecture(
+        model_type="mpnet",
+        prefixes=("", "mpnet."),
+        names=_MPNET_BODY,
+        ignored=(r"embeddings\.position_ids",),  # a buffer older checkpoints saved
+        # an untied decoder would be read as the embeddings; relative_attention_num_buckets below 32: models/mpnet.py
+        unsupported=(("tie_word_embeddings", True),),
+        hints=_NO_POOLER,
+        heads=_encoder_heads((*_linear("classifier.dense", "head.dense"), *_linear("classifier.out_proj", "head.out")),
+                             "lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+        head_tensors=r"(classifier|qa_outputs|lm_head)\..*", tied=(r"lm_head\.decoder\.(weight|bias)",),
+        classes="MPNet", suffixes=_ENCODER_SUFFIXES,
     ),
     "gpt2": Architecture(
         model_type="gpt2",
@@ -479,10 +508,19 @@ def model_name(checkpoint_dir: str | os.PathLike) -> str:
 
 def model_from_config(model_class: type, checkpoint_dir: str | os.PathLike,
                       given_settings: Mapping[str, Any] | None = None) -> Any:
-    """The zoo model that ``config.json`` describes; ``given_settings`` fill in or must agree."""
+    """The zoo model that ``config.json`` describes; ``given_settings`` fill in or must agree. A sentence embedding
+    (``pooling``) with the head left to the checkpoint is the encoder alone (``head=none``): sentence-transformers
+    reads the bare model whatever ``architectures`` names (all-mpnet-base-v2's names MPNetForMaskedLM beside the
+    encoder's tensors alone)."""
     settings = read_config(model_class, checkpoint_dir)
+    given_settings = dict(given_settings or {})
+    if given_settings.get("pooling", "none") != "none" and "head" not in given_settings \
+            and settings.get("head", "none") != "none":
+        log.info("pooling=%s: the encoder alone (head=none), as sentence-transformers reads it; %s names the head %s",
+                 given_settings["pooling"], Path(checkpoint_dir) / CONFIG, settings["head"])
+        given_settings["head"] = "none"
     fields = {f.name for f in dataclasses.fields(model_class)}
-    for key, value in (given_settings or {}).items():
+    for key, value in given_settings.items():
         if key not in fields:
             raise CheckpointError(
                 f"{model_class.__name__} has no setting {key!r} (settings: {', '.join(sorted(fields))})."
@@ -495,7 +533,7 @@ def model_from_config(model_class: type, checkpoint_dir: str | os.PathLike,
                 f"{key}={settings[key]!r}: drop the setting or use a matching checkpoint."
             )
     try:
-        return model_class(**{**settings, **(given_settings or {})})
+        return model_class(**{**settings, **given_settings})
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{Path(checkpoint_dir) / CONFIG}: {str(e).splitlines()[0]}") from None
 
