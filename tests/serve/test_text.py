@@ -10,6 +10,7 @@ import http.client
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,8 +83,9 @@ def test_the_artifact_stores_the_tokenizer_and_both_loaders_speak_text(built, ex
     art, _, _, hf_tok = built
     prompt, reply = expected
     meta = json.loads((art / "manifest.json").read_text())
-    assert meta["metadata"]["generate"]["tokenizer"] == ["chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]
-    assert {f"tokenizer/{n}" for n in meta["metadata"]["generate"]["tokenizer"]} <= set(meta["files"])
+    assert meta["metadata"]["tokenizer"] == ["chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]
+    assert set(meta["metadata"]["build_key_parts"]["tokenizer"]) == set(meta["metadata"]["tokenizer"])
+    assert {f"tokenizer/{n}" for n in meta["metadata"]["tokenizer"]} <= set(meta["files"])
     for load in (tb.load, runtime.load):
         exe = load(art)
         tok = exe.tokenizer
@@ -242,3 +244,71 @@ def test_an_artifact_without_a_tokenizer_says_so_and_takes_ids(tmp_path):
         assert status == 400 and "takes and gives token ids only" in json.loads(data)["error"]
         status, data = call(srv, "POST", "/v1/chat/completions", {"model": "gpt2", "messages": HELLO})
         assert status == 404 and "it has no tokenizer (token ids only" in json.loads(data)["error"]["message"]
+
+
+def wordpiece_bert(path: Path) -> Path:
+    """A BERT checkpoint with its WordPiece tokenizer ([CLS] ... [SEP], [PAD] 0), as sentence-transformers' models are."""
+    from tokenizers import BertWordPieceTokenizer
+
+    from examples.chat_checkpoint import CORPUS
+
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator(CORPUS, vocab_size=200, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                           show_progress=False)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=wp._tokenizer, unk_token="[UNK]", sep_token="[SEP]",
+                                                pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+    fast.save_pretrained(path)
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(vocab_size=len(fast), hidden_size=32, num_hidden_layers=2,
+                                                   num_attention_heads=4, intermediate_size=48,
+                                                   max_position_embeddings=64)).eval().save_pretrained(path)
+    return path
+
+
+TEXTS = ["the quick brown fox", "hello", "héllo wörld, the lazy dog jumps", "don't", "fox"]
+
+
+def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
+    """``/v1/embeddings`` over a BERT built with ``model.pooling=mean model.normalize=true``: each text's vector
+    equals the mean of PyTorch's states over its tokens (Hugging Face's tokenizer, padded batch), unit length, as
+    sentence-transformers computes it; five texts run as calls of the batch dim's 2; floats or base64 (OpenAI's
+    client asks for base64); what the model cannot take is one line."""
+    import base64
+
+    ckpt = wordpiece_bert(tmp_path / "bert")
+    proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=mean", "model.normalize=true",
+                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "bert").iterdir())
+    hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
+    batch = hf_tok(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = transformers.BertModel.from_pretrained(ckpt).eval()(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    want = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+    with Server([art], port=0).start() as srv:
+        status, data = call(srv, "POST", "/v1/embeddings", {"model": "bert", "input": TEXTS})
+        assert status == 200, data
+        answer = json.loads(data)
+        got = np.array([d["embedding"] for d in answer["data"]])
+        assert np.abs(got - want).max() < 1e-5 and [d["index"] for d in answer["data"]] == list(range(5))
+        assert answer["usage"]["prompt_tokens"] == int(batch["attention_mask"].sum())
+        status, data = call(srv, "POST", "/v1/embeddings", {"model": "bert", "input": TEXTS[0],
+                                                            "encoding_format": "base64"})
+        vector = np.frombuffer(base64.b64decode(json.loads(data)["data"][0]["embedding"]), "<f4")
+        assert status == 200 and np.abs(vector - want[0]).max() < 1e-5
+        status, data = call(srv, "POST", "/v1/embeddings", {"model": "bert", "input": [hf_tok(TEXTS[1])["input_ids"]]})
+        assert status == 200 and np.abs(np.array(json.loads(data)["data"][0]["embedding"]) - want[1]).max() < 1e-5
+        assert [m["id"] for m in json.loads(call(srv, "GET", "/v1/models")[1])["data"]] == ["bert"]
+        for body, code, fragment in [
+                ({"model": "bert", "input": ["fox", "the fox " * 10]}, 400,
+                 "input 1 is 20 tokens, but model 'bert' takes at most 16 (the build's seq range)"),
+                ({"model": "bert", "input": TEXTS, "dimensions": 8}, 400, "embeds in 32 dimensions only"),
+                ({"model": "bert", "input": []}, 400, '"input" must be a non-empty text'),
+                ({"model": "bert", "messages": HELLO}, 400, "'messages' is not an option of /v1/embeddings")]:
+            status, data = call(srv, "POST", "/v1/embeddings", body)
+            message = json.loads(data)["error"]["message"]
+            assert status == code and fragment in message and "\n" not in message, (body, message)
+        status, data = call(srv, "POST", "/v1/chat/completions", {"model": "bert", "messages": HELLO})
+        assert status == 404 and "it does not generate (an encoder: POST /v1/embeddings)" in data.decode()

@@ -12,7 +12,6 @@ weights and their prep. The artifact records what ``runtime/generate.py`` needs 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from ..core.entry import Entry
@@ -54,24 +53,6 @@ def stop_tokens(generate: dict[str, Any], model: Any, checkpoint: str | None) ->
     return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None}
 
 
-def tokenizer_files(generate: dict[str, Any], checkpoint: str | None) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """``generate`` with its ``tokenizer`` (each of the checkpoint's tokenizer files by name -> its digest, so that a
-    changed tokenizer or chat template is a new build), and the files' bytes for the artifact's ``tokenizer/``
-    (``runtime/tokenizer.py``). None without a fast tokenizer (``tokenizer.json``): the artifact then takes and
-    gives token ids only, and the log says so."""
-    from ..artifact.digest import digest_bytes
-    from ..runtime.tokenizer import FILES
-
-    root = Path(checkpoint) if checkpoint is not None else None
-    if root is None or not (root / FILES[0]).is_file():
-        if root is not None:
-            log.info("%s has no %s (a fast tokenizer: tokenizer.save_pretrained(DIR) writes one): the artifact "
-                     "generates from token ids only, not from text.", root, FILES[0])
-        return generate, {}
-    files = {name: (root / name).read_bytes() for name in FILES if (root / name).is_file()}
-    return {**generate, "tokenizer": {n: digest_bytes(b) for n, b in files.items()}}, files
-
-
 def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buckets: dict[str, Any],
             max_profiles: int, generate: dict[str, Any]) -> tuple[dict[str, Entry], Spec]:
     """The two entries of a generation build, and what the artifact records for ``generate``."""
@@ -94,8 +75,7 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
                      buckets={d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size),
-                tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"),
-                tuple(sorted(generate.get("tokenizer") or {})))
+                tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"))
     return {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}, spec
 
 

@@ -20,7 +20,7 @@ from ..artifact.read import read_index, read_manifest, verify_files
 from ..artifact.write import remove_stale_temporaries
 from ..core.spec import DimSize, NamedDimension, undeclared_values
 from ..errors import ArtifactError, ConfigError
-from . import model as model_io
+from . import model as model_io, tokenizer as tokenizer_io
 from .init_cache import initial_params
 from .key import KEY_LENGTH, build_key, checkpoint_record, key_parts
 from .report import BuildResult, result_from_manifest, warn_first_use_compiles
@@ -48,13 +48,12 @@ def build(request: BuildRequest) -> BuildResult:
     else:
         model = model_io.instantiate(request.model, request.shapes)
     request = within_limits(request, model)
-    tokenizer: dict[str, bytes] = {}  # the checkpoint's tokenizer files, stored for text in and out
     if request.generate is not None:
-        from .generate import stop_tokens, tokenizer_files
+        from .generate import stop_tokens
 
-        generate = stop_tokens(request.generate, model, request.params_checkpoint if pretrained else None)
-        generate, tokenizer = tokenizer_files(generate, request.params_checkpoint if pretrained else None)
-        request = dataclasses.replace(request, generate=generate)
+        request = dataclasses.replace(request, generate=stop_tokens(
+            request.generate, model, request.params_checkpoint if pretrained else None))
+    tokenizer = tokenizer_io.files(request.params_checkpoint if pretrained else None)  # stored for text in and out
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)
     undeclared = undeclared_values(list(infos.items()))
@@ -79,6 +78,8 @@ def build(request: BuildRequest) -> BuildResult:
         timings["restore params"] = time.perf_counter() - t0
     sources = model_io.sources(model)
     parts = key_parts(request, sources, identity, model_io.framework_versions(model))
+    if tokenizer:
+        parts["tokenizer"] = tokenizer_io.key_part(tokenizer)
     key = build_key(parts)
     target = Path(request.artifacts_dir) / model_name / key[:KEY_LENGTH]
     inputs = {path: digest for _, path, digest in sources}
@@ -194,6 +195,8 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
     used = {d for info in infos.values() for d in info.dimension_names.values()}
     labels = model.output_labels() if hasattr(model, "output_labels") else {}
     metadata: dict[str, Any] = {"labels": labels} if labels else {}  # a classifier's class names (config.json's id2label)
+    if tokenizer:
+        metadata["tokenizer"] = sorted(tokenizer)  # its files under tokenizer/ (runtime/tokenizer.py)
     metadata.update(
         build_key=key, build_key_parts=parts, model=model_name,
         params={"sha256": params_io.digest(params), **{k: v for k, v in parts["params"].items() if k != "sha256"}},

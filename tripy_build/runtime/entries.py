@@ -150,14 +150,12 @@ class MultiEntry:
             ids = qwen.tokenizer.chat([{"role": "user", "content": "Name three primes."}])
             print(qwen.tokenizer.decode(qwen.generate([ids], max_new_tokens=64)[0]))
         """
-        from .generate import Spec
         from .tokenizer import load
 
         main = self._main
         with _STEPS_LOCK:
             if main._tokenizer is None:
-                spec = Spec.from_metadata(main.metadata, self.__name__)
-                main._tokenizer = load(main.artifact_dir, spec.tokenizer, self.__name__)
+                main._tokenizer = load(main.artifact_dir, main.metadata.get("tokenizer") or [], self.__name__)
             return main._tokenizer
 
     def generation_steps(self) -> Any:

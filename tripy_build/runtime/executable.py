@@ -565,8 +565,8 @@ class Executable(MultiEntry):
         from .save import save
         from .tokenizer import DIR, stored_files
 
-        main = self._main  # a generate artifact's tokenizer goes with it
-        names = ((main.metadata.get("generate") or {}).get("tokenizer") or []) if main.artifact_dir else []
+        main = self._main  # the checkpoint's tokenizer goes with it
+        names = (main.metadata.get("tokenizer") or []) if main.artifact_dir else []
         tokenizer = {DIR + n: b for n, b in stored_files(main.artifact_dir, names, self.__name__).items()}
         return str(save(self.compiled_entries, path, weights=weights, extra_files=tokenizer))
 

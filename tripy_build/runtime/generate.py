@@ -42,7 +42,6 @@ class Spec:
     vocab_size: int
     eos_token_id: tuple[int, ...] = ()  # where a row stops unless a call says otherwise (generate.eos_token_id)
     pad_token_id: int | None = None  # what a stopped row is filled with (the checkpoint's; else the first eos id)
-    tokenizer: tuple[str, ...] = ()  # the checkpoint's tokenizer files under tokenizer/ (runtime/tokenizer.py); () none
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -53,13 +52,12 @@ class Spec:
         pad = g.get("pad_token_id")
         return cls(str(g["prefill"]), str(g["decode"]), int(g["max_length"]), tuple(int(n) for n in g["cache_shape"]),
                    str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
-                   None if pad is None else int(pad), tuple(str(f) for f in g.get("tokenizer") or ()))
+                   None if pad is None else int(pad))
 
     def to_metadata(self) -> dict[str, Any]:
         return {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
                 "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
-                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id,
-                **({"tokenizer": list(self.tokenizer)} if self.tokenizer else {})}
+                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id}
 
     def stops(self, eos_token_id: Any) -> tuple[int, ...]:
         """The ids a call's rows stop at: ``eos_token_id`` as given (an id, or ids; () for none), or None: the

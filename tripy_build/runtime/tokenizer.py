@@ -80,6 +80,13 @@ class Tokenizer:
         self._template = None
 
     @property
+    def pad_token_id(self) -> int:
+        """The id that pads a batch of texts to one length (the config's ``pad_token``; 0 without one)."""
+        pad = self.special_tokens.get("pad_token")
+        found = self._fast.token_to_id(pad) if pad is not None else None
+        return 0 if found is None else found
+
+    @property
     def vocab_size(self) -> int:
         """The ids the tokenizer can give, its added tokens included."""
         return self._fast.get_vocab_size(with_added_tokens=True)

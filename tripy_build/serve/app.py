@@ -267,20 +267,27 @@ class App:
         that generate and store a tokenizer."""
         from . import openai
 
-        texts = {n: ep for n, ep in self.endpoints.items() if ep.tokenizer is not None}
+        texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or (ep.tokenizer and ep.generator)}
         if rest == ["models"]:
             return await self._get(scope, send, lambda: openai.models(list(texts)))
-        if rest not in (["chat", "completions"], ["completions"]):
+        if rest not in (["chat", "completions"], ["completions"], ["embeddings"]):
             raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; OpenAI's API here: GET "
-                               "/v1/models, POST /v1/chat/completions, POST /v1/completions.")
+                               "/v1/models, POST /v1/chat/completions, /v1/completions, /v1/embeddings.")
         self._method(scope["method"], b"POST")
-        req = openai.Request(await self._json(scope, receive), chat=rest[0] == "chat")
-        ep = texts.get(req.model)
-        if ep is None:
-            why = ("it has no tokenizer (token ids only: POST /v2/models/{0}/generate)" if req.model in self.endpoints
-                   else "it is not served here")
+        body = await self._json(scope, receive)
+        embed = rest == ["embeddings"]
+        req = openai.Embeddings(body) if embed else openai.Request(body, chat=rest[0] == "chat")
+        ep = self.endpoints.get(req.model)
+        if ep is None or not (ep.embeds if embed else ep.tokenizer and ep.generator):
+            why = ("it is not served here" if ep is None else
+                   "it has no tokenizer (token ids only: POST /v2/models/{0}/" + ("infer)" if embed else "generate)")
+                   if ep.tokenizer is None else
+                   "it does not make sentence embeddings (build it with model.pooling=mean)" if embed else
+                   "it does not generate (an encoder: POST /v1/embeddings)")
             raise Refused(404, f"model {req.model[:200]!r}: {why.format(req.model)}; GET /v1/models lists the models "
                                f"that take text: {', '.join(texts) or 'none'}.")
+        if embed:
+            return await self._embed(ep, scope, send, req)
         tok = ep.tokenizer
         ids = tok.chat(req.prompt) if req.chat else tok.encode(req.prompt)
         room = ep.generator.spec.max_length - len(ids)
@@ -323,6 +330,19 @@ class App:
         finally:
             watcher.cancel()
             self.metrics.outcome(ep.name, "success" if ok else "failure")
+
+    async def _embed(self, ep: Endpoint, scope: Scope, send: Send, req: Any) -> None:
+        """``/v1/embeddings``: the texts tokenized, padded into calls of the model's batch and run through its
+        batcher (beside ``/infer``'s requests), each row's ``sentence_embedding``."""
+        import numpy as np
+
+        rows = [ep.tokenizer.encode(x) if isinstance(x, str) else x for x in req.input]
+        calls = ep.text_rows(rows)
+        scope["queued"] = True  # counted by the batcher from here on
+        outs = [await asyncio.wrap_future(ep.batcher.submit(leaves)) for leaves in calls]
+        index = ep.output_names.index("sentence_embedding")
+        answer = req.answer(np.concatenate([o[index] for o in outs]), sum(map(len, rows)))
+        await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
 
     async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str) -> bytes:
         """The request body, refused (413) once it passes ``cap`` bytes, gzip undone; counted against

@@ -69,7 +69,9 @@ class Endpoint:
             steps = model.generation_steps()
             self.generator = Generator(steps, steps.spec(), self.name)
         # the checkpoint's tokenizer, where the artifact stores one: text in and out (text_input, OpenAI's API)
-        self.tokenizer = model.tokenizer if self.generator is not None and self.generator.spec.tokenizer else None
+        self.tokenizer = model.tokenizer if (getattr(model, "metadata", None) or {}).get("tokenizer") else None
+        # an encoder's sentence embedding from text: OpenAI's /v1/embeddings
+        self.embeds = self.tokenizer is not None and self.generator is None and "sentence_embedding" in self.output_names
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
         self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
@@ -78,7 +80,8 @@ class Endpoint:
         """What a client calls on this model, for the server's startup lines."""
         base = f"{url}/v2/models/{self.name}"
         if self.generator is None:
-            return f"POST {base}/infer; {self.batching}"
+            embeds = f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
+            return f"POST {base}/infer; {self.batching}{embeds}"
         g = self.generator
         text = (f"POST {base}/generate and {base}/generate_stream (token ids in and out; requests share decode "
                 f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})")
@@ -150,6 +153,30 @@ class Endpoint:
             raise CallError(f"model {self.name!r} takes and gives token ids only (its checkpoint had no tokenizer.json): "
                             'send "input_ids", or rebuild from a checkpoint with its tokenizer saved beside it.')
         return self.tokenizer
+
+    def text_rows(self, rows: list[list[int]]) -> list[list[np.ndarray]]:
+        """Texts' token ids as the model's flat inputs, in calls of at most the batch dim's size: ``input_ids``
+        padded with the tokenizer's pad id to the longest of the call, ``attention_mask`` 0 there, the other inputs
+        as a request that leaves them out gets them; each call checked against the declared ranges."""
+        bounds = dict(self.args)["input_ids"].shape_bounds
+        most, longest = bounds.max[0], bounds.max[1]
+        over = next((i for i, row in enumerate(rows) if len(row) > longest), None)
+        if over is not None:
+            raise CallError(f"input {over} is {len(rows[over])} tokens, but model {self.name!r} takes at most {longest} "
+                            "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
+        calls = []
+        for start in range(0, len(rows), most):
+            group = rows[start:start + most]
+            width = max(map(len, group))
+            ids = np.full((len(group), width), self.tokenizer.pad_token_id, np.int32)
+            mask = np.zeros((len(group), width), np.int32)
+            for i, row in enumerate(group):
+                ids[i, :len(row)], mask[i, :len(row)] = row, 1
+            given = {"input_ids": ids, "attention_mask": mask}
+            leaves = self.in_order((n, lambda info, a=a: a) for n, a in given.items() if n in dict(self.args))
+            self.runtime.check_flat(*leaves)
+            calls.append(leaves)
+        return calls
 
     def generate_tensors(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """A generate artifact's inputs and outputs as its clients send and get them (``/generate``'s body)."""

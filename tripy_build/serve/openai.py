@@ -5,7 +5,10 @@ requests and answers, without the transport (``app.py`` runs them on ``generatio
 - ``POST /v1/chat/completions``: ``{"model": NAME, "messages": [{"role": "user", "content": "Hi"}], ...}``: the
   messages in the checkpoint's chat template, the reply as ``choices[0].message.content``;
 - ``POST /v1/completions``: ``{"model": NAME, "prompt": "Once upon a time", ...}``: the continuation as
-  ``choices[0].text``.
+  ``choices[0].text``;
+- ``POST /v1/embeddings``: ``{"model": NAME, "input": ["a text", ...]}`` (or token ids) over an encoder built with
+  ``model.pooling`` (its ``sentence_embedding``): each text's embedding as floats, or base64 of little-endian
+  float32 (``encoding_format``, which OpenAI's client asks for).
 
 Options, as OpenAI names them: ``max_tokens`` (or ``max_completion_tokens``; default: what the cache has room
 for), ``temperature`` (OpenAI's default 1: sampling; 0: greedy), ``top_p``, ``seed``, ``stop`` (up to 4 strings:
@@ -162,6 +165,53 @@ class Reply:
         upto = len(self.text) if self.done else max(self.sent, len(self.text) - self.hold)
         out, self.sent = self.text[self.sent:upto], upto
         return out
+
+
+class Embeddings:
+    """A parsed ``/v1/embeddings`` request: its texts (or token ids) and how the answer writes the vectors."""
+
+    def __init__(self, body: Any):
+        if not isinstance(body, dict):
+            raise CallError('the request is a JSON object: {"model": NAME, "input": ["a text", "another"]}.')
+        unknown = [k for k in body if k not in ("model", "input", "encoding_format", "dimensions", "user")]
+        if unknown:
+            raise CallError(f"{unknown[0]!r} is not an option of /v1/embeddings; it takes model, input, "
+                            "encoding_format, dimensions and user.")
+        self.model = body.get("model")
+        if not isinstance(self.model, str):
+            raise CallError(f'"model" must name a served model (GET /v1/models lists them), got {str(self.model)[:60]}.')
+        given = body.get("input")
+        one = isinstance(given, str) or (isinstance(given, list) and given and all(_token(t) for t in given))
+        self.input = [given] if one else given
+        if (not isinstance(self.input, list) or not self.input
+                or not all((isinstance(x, str) and x) or (isinstance(x, list) and x and all(map(_token, x)))
+                           for x in self.input)):
+            raise CallError('"input" must be a non-empty text, a list of them, or token ids (a list of integers, or a '
+                            f"list of such lists), got {str(given)[:80]}.")
+        self.format = body.get("encoding_format") or "float"
+        if self.format not in ("float", "base64"):
+            raise CallError(f"encoding_format={str(self.format)[:40]}: float or base64.")
+        self.dimensions = body.get("dimensions")
+
+    def answer(self, vectors: Any, tokens: int) -> dict[str, Any]:
+        import base64
+
+        import numpy as np
+
+        width = vectors.shape[-1]
+        if self.dimensions is not None and self.dimensions != width:
+            raise CallError(f"dimensions={str(self.dimensions)[:20]}: model {self.model!r} embeds in {width} "
+                            "dimensions only; leave dimensions out.")
+        rows = np.ascontiguousarray(vectors, dtype="<f4")
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(row.tobytes()).decode() if self.format == "base64" else row.tolist()}
+                for i, row in enumerate(rows)]
+        return {"object": "list", "data": data, "model": self.model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _token(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def usage(prompt_tokens: int, tokens: int) -> dict[str, int]:
