@@ -249,12 +249,16 @@ def test_an_artifact_without_a_tokenizer_says_so_and_takes_ids(tmp_path):
 def wordpiece_bert(path: Path) -> Path:
     """A BERT checkpoint with its WordPiece tokenizer ([CLS] ... [SEP], [PAD] 0), as sentence-transformers' models are."""
     from tokenizers import BertWordPieceTokenizer
+    from tokenizers.processors import TemplateProcessing
 
     from examples.chat_checkpoint import CORPUS
 
     wp = BertWordPieceTokenizer(lowercase=True)
     wp.train_from_iterator(CORPUS, vocab_size=200, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
                            show_progress=False)
+    cls, sep = wp.token_to_id("[CLS]"), wp.token_to_id("[SEP]")
+    wp._tokenizer.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=wp._tokenizer, unk_token="[UNK]", sep_token="[SEP]",
                                                 pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
     fast.save_pretrained(path)
@@ -276,6 +280,7 @@ def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
     import base64
 
     ckpt = wordpiece_bert(tmp_path / "bert")
+    assert transformers.AutoTokenizer.from_pretrained(ckpt)("fox")["input_ids"][::2] == [2, 3]  # [CLS] fox [SEP]
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=mean", "model.normalize=true",
                    "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
                    cwd=tmp_path, timeout=600)
@@ -303,7 +308,7 @@ def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
         assert [m["id"] for m in json.loads(call(srv, "GET", "/v1/models")[1])["data"]] == ["bert"]
         for body, code, fragment in [
                 ({"model": "bert", "input": ["fox", "the fox " * 10]}, 400,
-                 "input 1 is 20 tokens, but model 'bert' takes at most 16 (the build's seq range)"),
+                 "input 1 is 22 tokens, but model 'bert' takes at most 16 (the build's seq range)"),
                 ({"model": "bert", "input": TEXTS, "dimensions": 8}, 400, "embeds in 32 dimensions only"),
                 ({"model": "bert", "input": []}, 400, '"input" must be a non-empty text'),
                 ({"model": "bert", "messages": HELLO}, 400, "'messages' is not an option of /v1/embeddings")]:
