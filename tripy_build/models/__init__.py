@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 from .bert import Bert, DistilBert, Roberta, XLMRoberta
 from .convnet import ConvNet
+from .deberta import DebertaV2
 from .geglu import GEGLU
 from .gpt2 import GPT2
 from .llama import Gemma2, Gemma3, Llama, Mistral, Phi3, Qwen2, Qwen3
@@ -47,6 +48,7 @@ MODELS: dict[str, type] = {
     "roberta": Roberta,
     "xlm-roberta": XLMRoberta,
     "distilbert": DistilBert,
+    "deberta-v2": DebertaV2,
     "gpt2": GPT2,
     "llama": Llama,
     "qwen2": Qwen2,
@@ -86,4 +88,4 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3", "ViT", "ResNet", "input_infos"]
+           "DebertaV2", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3", "ViT", "ResNet", "input_infos"]
