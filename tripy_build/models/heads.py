@@ -1,5 +1,5 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
-XLM-RoBERTa, DistilBERT), with its output names.
+XLM-RoBERTa, DistilBERT, DeBERTa-v2), with its output names.
 
 A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
 where the family has one, ``pooler_output``), ``sequence_classification`` (``logits [batch, num_labels]``, from

@@ -10,10 +10,13 @@ conv kernels OIHW), so loading is a rename. Each architecture's names are a decl
 ``NAMES``, of ``(checkpoint key, zoo path)`` templates: ``{i}``, ``{s}``, ``{l}``, ``{j}`` stand for
 list indices (layer, stage, layer in stage, conv in layer). The keys are relative to the model's
 prefix: none for the bare model (``BertModel.save_pretrained``), or the head model's
-``base_model_prefix`` (``bert.``, ``transformer.``, ``vit.``, ``resnet.``), found from the file.
+``base_model_prefix`` (``bert.``, ``deberta.``, ``transformer.``, ``vit.``, ``resnet.``), found from the file.
 
 Old checkpoints' ``LayerNorm.gamma``/``LayerNorm.beta`` are read as ``LayerNorm.weight``/``.bias``
 (``LEGACY_RENAMES``, as transformers does).
+
+A key ``config.json`` leaves out means Hugging Face's default (``Architecture.defaults``, where the zoo model's
+differs: DeBERTa's are deberta-v3-base's, ``DebertaV2Config``'s deberta-v2-xlarge's).
 
 Checked, each failure one line naming the tensor (or key), what was expected and what was found:
 
