@@ -98,7 +98,7 @@ class DebertaV2(Bert):
     conv_act: str = "tanh"
     pooler_hidden_act: str = "gelu"  # the sequence classifier's ContextPooler: act(dense(h[:, 0]))
     pooler_hidden_size: int | None = None  # None: hidden_size (the only one that runs)
-    legacy: bool = True  # the masked-LM head: cls.predictions (legacy) or lm_predictions
+    legacy: bool = True  # the masked-LM head's names: cls.predictions (legacy) or lm_predictions (the same math)
 
     name: ClassVar[str] = "deberta-v2"
     style: ClassVar[Style] = STYLES["deberta-v2"]
@@ -132,9 +132,17 @@ class DebertaV2(Bert):
                 raise ValueError(f"position_buckets={self.position_buckets} with max_relative_positions="
                                  f"{self._max_relative()}: log buckets need position_buckets >= 4 and "
                                  "max_relative_positions - 1 > position_buckets // 2.")
-        if self.task == "masked_lm" and not self.legacy:
-            raise ValueError("legacy=false: the masked-LM head lm_predictions.lm_head is not implemented; "
-                             "DebertaV2ForMaskedLM with legacy=true (cls.predictions) is.")
+        if self.task == "masked_lm" and not self.legacy and self._emb() != d:
+            raise ValueError(f"legacy=false with embedding_size={self._emb()}: the masked-LM head lm_predictions "
+                             f"multiplies hidden_size={d} wide states by the embeddings, which runs only with "
+                             "embedding_size = hidden_size (legacy=true transforms to embedding_size).")
+
+    @property
+    def checkpoint_head(self) -> str:
+        """The head's names in ``models/hf.py``'s table: ``DebertaV2ForMaskedLM`` with ``legacy=false`` saves its
+        masked-LM head (dense, activation, LayerNorm, the word embeddings and a bias, as the legacy one) as
+        ``lm_predictions.lm_head``."""
+        return "masked_lm:lm_predictions" if self.task == "masked_lm" and not self.legacy else self.task
 
     def _max_relative(self) -> int:
         return self.max_relative_positions if self.max_relative_positions >= 1 else self.max_position_embeddings

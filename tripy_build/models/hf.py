@@ -89,7 +89,9 @@ class Architecture:
     ignored: tuple[str, ...] = ()         # regexes of known non-parameter tensors under the prefix
     unsupported: tuple[tuple[str, Any], ...] = ()  # (config key, the only value the zoo model implements)
     hints: tuple[tuple[str, str], ...] = ()        # (key prefix, why such a tensor may be missing)
-    heads: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # (head, its (checkpoint key, zoo path)s)
+    # (head, its (checkpoint key, zoo path)s); a model whose head a setting saves under other names reads the entry
+    # its checkpoint_head names (DeBERTa's masked LM with legacy=false)
+    heads: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     head_tensors: str = ""                # regex of every head's tensors (outside the prefix), pre-training's too
     tied: tuple[str, ...] = ()            # regexes of tensors tied to another (a decoder = the word embeddings)
     renames: tuple[tuple[str, str], ...] = ()  # (config.json key, the zoo model's field) where the names differ
@@ -239,10 +241,13 @@ NAMES: dict[str, Architecture] = {
         # position_embeddings: a checkpoint without position_biased_input may hold them; Hugging Face skips them
         ignored=(r"embeddings\.position_ids", r"embeddings\.position_embeddings\.weight"),
         unsupported=(("tie_word_embeddings", True),),
-        heads=_encoder_heads((*_linear("pooler.dense", "head.dense"), *_linear("classifier", "head.out")),
-                             "cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
-                             "cls.predictions.bias"),
-        # lm_predictions: the masked-LM head with legacy=false; mask_predictions: DeBERTa-v3's pre-training
+        heads=(*_encoder_heads((*_linear("pooler.dense", "head.dense"), *_linear("classifier", "head.out")),
+                               "cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                               "cls.predictions.bias"),
+               ("masked_lm:lm_predictions", (*_linear("lm_predictions.lm_head.dense", "head.dense"),
+                                             *_ln("lm_predictions.lm_head.LayerNorm", "head.ln"),
+                                             ("lm_predictions.lm_head.bias", "head.bias")))),
+        # mask_predictions: DeBERTa-v3's pre-training (replaced token detection)
         head_tensors=r"(pooler|classifier|qa_outputs|cls|lm_predictions|mask_predictions)\..*",
         tied=(r"cls\.predictions\.decoder\.(weight|bias)",),
         classes="DebertaV2", suffixes=_ENCODER_SUFFIXES,
@@ -376,7 +381,8 @@ def checkpoint_names(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     """
     arch = architecture(type(model))
     rules = [(_template_regex(zoo), hf) for hf, zoo in arch.names]
-    rules += [(_template_regex(zoo), "/" + hf) for hf, zoo in arch.head_names(getattr(model, "task", "none"))]
+    head = getattr(model, "checkpoint_head", getattr(model, "task", "none"))
+    rules += [(_template_regex(zoo), "/" + hf) for hf, zoo in arch.head_names(head)]
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(shapes):
