@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+import jax  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 from transformers.models.deberta_v2 import modeling_deberta_v2 as torch_deberta  # noqa: E402
@@ -220,3 +221,24 @@ def test_the_command_line_refuses_one_in_one_line_and_builds_at_random(tmp_path_
     assert random.returncode == 0, random.stderr[-3000:]  # no absolute positions: past max_position_embeddings
     exe = runtime.load(next((tmp_path / "b" / "deberta-v2").iterdir()))
     assert exe.output_names == ["last_hidden_state"]
+
+
+def test_the_defaults_are_deberta_v3_bases(tmp_path):
+    """microsoft/deberta-v3-base's config.json (as published: a string pos_att_type) reads as the zoo's defaults,
+    and every parameter of the full-size model has a checkpoint name (shapes only, nothing allocated)."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "deberta-v2", "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1, "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
+        "max_position_embeddings": 512, "relative_attention": True, "position_buckets": 256,
+        "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": "p2c|c2p", "layer_norm_eps": 1e-7,
+        "max_relative_positions": -1, "position_biased_input": False, "num_attention_heads": 12,
+        "num_hidden_layers": 12, "type_vocab_size": 0, "vocab_size": 128100}))
+    assert hf.model_from_config(DebertaV2, tmp_path) == DebertaV2(head="none")  # no architectures: the encoder
+    model = DebertaV2(head="sequence_classification")
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+    names = hf.checkpoint_names(model)
+    assert len(names) == len(jax.tree_util.tree_leaves(shapes))
+    assert names["encoder.rel_embeddings.weight"] == ("rel_embeddings", (512, 768))
+    assert names["/pooler.dense.weight"] == ("head.dense.weight", (768, 768))
+    assert model.inputs() == {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
+    assert model.max_positions() is None
