@@ -103,6 +103,8 @@ class GenerateConfig:
 
 
 TASKS = ("forward", "generate")
+LEAST = {"type_vocab_size": 0, "max_window_layers": 0, "conv_kernel_size": 0, "position_buckets": -1,
+         "max_relative_positions": -1}  # model settings whose smallest value is not 1
 
 
 @dataclass
@@ -207,8 +209,9 @@ def validate(cfg: DictConfig) -> BuildRequest:
     for key, value in plain["model"].items():
         if key == "padding":
             continue
-        # ids, DistilBERT's no token types, a window from the first layer on (Mistral's max_window_layers)
-        least = 0 if key.endswith("_id") or key in ("type_vocab_size", "max_window_layers") else 1
+        # ids, DistilBERT's no token types, a window from the first layer on (Mistral's max_window_layers), DeBERTa's
+        # no convolution, and its -1 for "none" (position_buckets) and "max_position_embeddings" (max_relative_positions)
+        least = 0 if key.endswith("_id") else LEAST.get(key, 1)
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, int) and not isinstance(v, bool) and v < least:
                 raise ConfigError(f"model.{key}: must be at least {least}, got {value}.")

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 from .bert import Bert, DistilBert, Roberta, XLMRoberta
 from .convnet import ConvNet
+from .deberta import DebertaV2
 from .geglu import GEGLU
 from .gpt2 import GPT2
 from .llama import Gemma2, Gemma3, Llama, Mistral, Phi3, Qwen2, Qwen3
@@ -49,6 +50,7 @@ MODELS: dict[str, type] = {
     "xlm-roberta": XLMRoberta,
     "distilbert": DistilBert,
     "mpnet": MPNet,
+    "deberta-v2": DebertaV2,
     "gpt2": GPT2,
     "llama": Llama,
     "qwen2": Qwen2,
@@ -88,4 +90,5 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "MPNet", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3", "ViT", "ResNet", "input_infos"]
+           "MPNet", "DebertaV2", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3", "ViT", "ResNet",
+           "input_infos"]

@@ -1,5 +1,5 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
-XLM-RoBERTa, DistilBERT, MPNet), with its output names.
+XLM-RoBERTa, DistilBERT, MPNet, DeBERTa-v2), with its output names.
 
 A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
 where the family has one, ``pooler_output``), ``sequence_classification`` (``logits [batch, num_labels]``, from
@@ -8,7 +8,8 @@ the first token), ``token_classification`` (``logits [batch, seq, num_labels]``)
 layer, the activation, a LayerNorm, then the word embeddings transposed, tied as Hugging Face ties them, and a
 bias). The families differ only in how a sequence classifier reads the first token (``STYLES``): BERT through
 its pooler (``tanh(dense(h[:, 0]))``), RoBERTa and MPNet through a dense layer and tanh of its own, DistilBERT
-through a dense layer and ReLU; and in which of them keep the pooler at all.
+through a dense layer and ReLU, DeBERTa-v2 through a dense layer and the model's ``pooler_hidden_act`` (its
+``ContextPooler``); and in which of them keep the pooler at all.
 
 Params of a head: ``{"dense": Linear, "ln": LayerNorm, "bias": [vocab]}`` as the head needs, and ``"out"``: the
 Linear that gives the logits (for ``masked_lm`` the word embeddings play it).
@@ -36,13 +37,14 @@ SUFFIXES = {"Model": "none", "ForSequenceClassification": "sequence_classificati
 class Style:
     """How a family builds its heads."""
 
-    classifier: str  # how a sequence classifier reads the first token: pooler | dense_tanh | dense_relu
+    classifier: str  # how a sequence classifier reads the first token: pooler | dense_tanh | dense_relu | dense_act
     pooler: bool  # whether the bare model (head none) has a pooler
     mlm_act: str | None = None  # the masked-LM head's activation where it is not the model's own
 
 
 STYLES = {"bert": Style("pooler", True), "roberta": Style("dense_tanh", True, "gelu"),
-          "distilbert": Style("dense_relu", False), "mpnet": Style("dense_tanh", True, "gelu")}
+          "distilbert": Style("dense_relu", False), "mpnet": Style("dense_tanh", True, "gelu"),
+          "deberta-v2": Style("dense_act", False)}
 
 
 class Headed:
@@ -85,13 +87,15 @@ def outputs(head: str, style: Style) -> tuple[str, ...]:
 
 
 def init(key: jax.Array, head: str, style: Style, d: int, num_labels: int, vocab: int,
-         linear_init: Any, ln_init: Any) -> Params:
-    """A head's params (none for ``none``); ``linear_init(key, din, dout)`` and ``ln_init(d)``: the family's."""
+         linear_init: Any, ln_init: Any, embedding_size: int | None = None) -> Params:
+    """A head's params (none for ``none``); ``linear_init(key, din, dout)`` and ``ln_init(d)``: the family's. The
+    masked-LM head transforms to ``embedding_size`` (the word embeddings' width; ``d`` by default)."""
     k_dense, k_out = jax.random.split(key)
     if head == "none":
         return {}
     if head == "masked_lm":
-        return {"dense": linear_init(k_dense, d, d), "ln": ln_init(d), "bias": jnp.zeros((vocab,), jnp.float32)}
+        e = embedding_size or d
+        return {"dense": linear_init(k_dense, d, e), "ln": ln_init(e), "bias": jnp.zeros((vocab,), jnp.float32)}
     if head == "question_answering":
         return {"out": linear_init(k_out, d, 2)}
     out = {"out": linear_init(k_out, d, num_labels)}
@@ -101,16 +105,18 @@ def init(key: jax.Array, head: str, style: Style, d: int, num_labels: int, vocab
 
 
 def apply(params: Params, head: str, style: Style, h: jax.Array, pooled: jax.Array | None, word: jax.Array,
-          act: str, eps: float) -> dict[str, jax.Array]:
+          act: str, eps: float, pooler_act: str = "tanh") -> dict[str, jax.Array]:
     """The head's outputs from hidden states ``h: [b, s, d]`` (``pooled``: the pooler's output, where the
-    encoder kept it; ``word``: the word embeddings, which the masked-LM head's decoder is tied to)."""
+    encoder kept it; ``word``: the word embeddings, which the masked-LM head's decoder is tied to; ``pooler_act``:
+    the ``dense_act`` classifier's activation)."""
     if head == "none":
         return {"last_hidden_state": h, **({"pooler_output": pooled} if pooled is not None else {})}
     if head == "sequence_classification":
         if style.classifier == "pooler":
             first = pooled
         else:
-            squash = jnp.tanh if style.classifier == "dense_tanh" else jax.nn.relu
+            squash = {"dense_tanh": jnp.tanh, "dense_relu": jax.nn.relu}.get(style.classifier) or \
+                activation(pooler_act, "pooler_hidden_act")
             first = squash(linear(params["dense"], h[:, 0]))
         return {"logits": linear(params["out"], first)}
     if head == "token_classification":

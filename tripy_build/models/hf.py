@@ -10,10 +10,13 @@ conv kernels OIHW), so loading is a rename. Each architecture's names are a decl
 ``NAMES``, of ``(checkpoint key, zoo path)`` templates: ``{i}``, ``{s}``, ``{l}``, ``{j}`` stand for
 list indices (layer, stage, layer in stage, conv in layer). The keys are relative to the model's
 prefix: none for the bare model (``BertModel.save_pretrained``), or the head model's
-``base_model_prefix`` (``bert.``, ``transformer.``, ``vit.``, ``resnet.``), found from the file.
+``base_model_prefix`` (``bert.``, ``deberta.``, ``transformer.``, ``vit.``, ``resnet.``), found from the file.
 
 Old checkpoints' ``LayerNorm.gamma``/``LayerNorm.beta`` are read as ``LayerNorm.weight``/``.bias``
 (``LEGACY_RENAMES``, as transformers does).
+
+A key ``config.json`` leaves out means Hugging Face's default (``Architecture.defaults``, where the zoo model's
+differs: DeBERTa's are deberta-v3-base's, ``DebertaV2Config``'s deberta-v2-xlarge's).
 
 Checked, each failure one line naming the tensor (or key), what was expected and what was found:
 
@@ -92,12 +95,15 @@ class Architecture:
     ignored: tuple[str, ...] = ()         # regexes of known non-parameter tensors under the prefix
     unsupported: tuple[tuple[str, Any], ...] = ()  # (config key, the only value the zoo model implements)
     hints: tuple[tuple[str, str], ...] = ()        # (key prefix, why such a tensor may be missing)
-    heads: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # (head, its (checkpoint key, zoo path)s)
+    # (head, its (checkpoint key, zoo path)s); a model whose head a setting saves under other names reads the entry
+    # its checkpoint_head names (DeBERTa's masked LM with legacy=false)
+    heads: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     head_tensors: str = ""                # regex of every head's tensors (outside the prefix), pre-training's too
     tied: tuple[str, ...] = ()            # regexes of tensors tied to another (a decoder = the word embeddings)
     renames: tuple[tuple[str, str], ...] = ()  # (config.json key, the zoo model's field) where the names differ
     classes: str = ""                     # Hugging Face's class-name stem: BertForSequenceClassification -> Bert
     suffixes: tuple[tuple[str, str], ...] = ()  # (class-name suffix, the head it has): ForMaskedLM -> masked_lm
+    defaults: tuple[tuple[str, Any], ...] = ()  # (config.json key, Hugging Face's value where config.json lacks it)
 
     def head_names(self, head: str) -> tuple[tuple[str, str], ...]:
         """The (checkpoint key, zoo path) pairs of ``head``: keys absolute (outside the model's prefix)."""
@@ -243,6 +249,50 @@ NAMES: dict[str, Architecture] = {
         head_tensors=r"(classifier|qa_outputs|lm_head)\..*", tied=(r"lm_head\.decoder\.(weight|bias)",),
         classes="MPNet", suffixes=_ENCODER_SUFFIXES,
     ),
+    "deberta-v2": Architecture(
+        model_type="deberta-v2",
+        prefixes=("", "deberta."),
+        names=(
+            ("embeddings.word_embeddings.weight", "embeddings.word"),
+            ("embeddings.position_embeddings.weight", "embeddings.position"),
+            ("embeddings.token_type_embeddings.weight", "embeddings.token_type"),
+            *_linear("embeddings.embed_proj", "embeddings.proj", bias=False),
+            *_ln("embeddings.LayerNorm", "embeddings.ln"),
+            ("encoder.rel_embeddings.weight", "rel_embeddings"),
+            *_ln("encoder.LayerNorm", "rel_ln"),
+            *_linear("encoder.layer.{i}.attention.self.query_proj", "layers.{i}.query"),
+            *_linear("encoder.layer.{i}.attention.self.key_proj", "layers.{i}.key"),
+            *_linear("encoder.layer.{i}.attention.self.value_proj", "layers.{i}.value"),
+            *_linear("encoder.layer.{i}.attention.self.pos_key_proj", "layers.{i}.pos_key"),
+            *_linear("encoder.layer.{i}.attention.self.pos_query_proj", "layers.{i}.pos_query"),
+            *_linear("encoder.layer.{i}.attention.output.dense", "layers.{i}.attn_out"),
+            *_ln("encoder.layer.{i}.attention.output.LayerNorm", "layers.{i}.attn_ln"),
+            *_linear("encoder.layer.{i}.intermediate.dense", "layers.{i}.intermediate"),
+            *_linear("encoder.layer.{i}.output.dense", "layers.{i}.output"),
+            *_ln("encoder.layer.{i}.output.LayerNorm", "layers.{i}.output_ln"),
+            *_linear("encoder.conv.conv", "conv"),
+            *_ln("encoder.conv.LayerNorm", "conv_ln"),
+        ),
+        # position_embeddings: a checkpoint without position_biased_input may hold them; Hugging Face skips them
+        ignored=(r"embeddings\.position_ids", r"embeddings\.position_embeddings\.weight"),
+        unsupported=(("tie_word_embeddings", True),),
+        heads=(*_encoder_heads((*_linear("pooler.dense", "head.dense"), *_linear("classifier", "head.out")),
+                               "cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                               "cls.predictions.bias"),
+               ("masked_lm:lm_predictions", (*_linear("lm_predictions.lm_head.dense", "head.dense"),
+                                             *_ln("lm_predictions.lm_head.LayerNorm", "head.ln"),
+                                             ("lm_predictions.lm_head.bias", "head.bias")))),
+        # mask_predictions: DeBERTa-v3's pre-training (replaced token detection)
+        head_tensors=r"(pooler|classifier|qa_outputs|cls|lm_predictions|mask_predictions)\..*",
+        tied=(r"cls\.predictions\.decoder\.(weight|bias)",),
+        classes="DebertaV2", suffixes=_ENCODER_SUFFIXES,
+        # DebertaV2Config's defaults (deberta-v2-xlarge's, and what its modules read with getattr) where the zoo's
+        # (deberta-v3-base's) differ: a config.json that leaves a key out means these
+        defaults=(("hidden_size", 1536), ("num_hidden_layers", 24), ("num_attention_heads", 24),
+                  ("intermediate_size", 6144), ("relative_attention", False), ("position_buckets", -1),
+                  ("position_biased_input", True), ("pos_att_type", None), ("share_att_key", False),
+                  ("norm_rel_ebd", "none")),
+    ),
     "gpt2": Architecture(
         model_type="gpt2",
         prefixes=("", "transformer."),
@@ -366,7 +416,8 @@ def checkpoint_names(model: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     """
     arch = architecture(type(model))
     rules = [(_template_regex(zoo), hf) for hf, zoo in arch.names]
-    rules += [(_template_regex(zoo), "/" + hf) for hf, zoo in arch.head_names(getattr(model, "task", "none"))]
+    head = getattr(model, "checkpoint_head", getattr(model, "task", "none"))
+    rules += [(_template_regex(zoo), "/" + hf) for hf, zoo in arch.head_names(head)]
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(shapes):
@@ -436,7 +487,7 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
             raise CheckpointError(
                 f"{path}: {key}={value!r}, but {model_class.__name__} implements only {key}={only!r}."
             )
-    config = {dict(arch.renames).get(k, k): v for k, v in config.items()}
+    config = {dict(arch.renames).get(k, k): v for k, v in {**dict(arch.defaults), **config}.items()}
     fields = {f.name for f in dataclasses.fields(model_class)}
     settings = {k: v for k, v in config.items() if k in fields and k not in ("head", "num_labels", "labels")}
     if "head" in fields:
