@@ -1,12 +1,16 @@
 """Real models: tripy_build next to Hugging Face transformers on PyTorch and ONNX Runtime.
 
-Five models at their real size (``--quick``: 2 layers, hidden 64), each a Hugging Face model built
-from its default config with ``torch.manual_seed(0)``, put in eval mode and written once with
-``save_pretrained`` (``config.json`` + ``model.safetensors``); every contender starts from that
+Seven models at their real size (``--quick``: 2 layers, hidden 64), each a Hugging Face model built
+from its default config (or the published checkpoint's, ``real``) with ``torch.manual_seed(0)``, put in
+eval mode and written once with ``save_pretrained`` (``config.json`` + ``model.safetensors``); every contender starts from that
 directory, so all run the same random weights:
 
 - ``bert``      ``BertModel(BertConfig())``          input_ids, attention_mask, token_type_ids -> last_hidden_state, pooler_output
 - ``bert-classifier`` ``BertForSequenceClassification(BertConfig())`` the same inputs -> logits (``model=hf``)
+- ``deberta-classifier`` ``DebertaV2ForSequenceClassification`` at deberta-v3-base's config: input_ids,
+                attention_mask -> logits (``model=hf``)
+- ``mpnet``     ``MPNetModel(MPNetConfig(...))`` at all-mpnet-base-v2's: input_ids, attention_mask ->
+                last_hidden_state, pooler_output
 - ``gpt2``      ``GPT2LMHeadModel(GPT2Config())``    input_ids, attention_mask -> logits (``use_cache=False``)
 - ``vit``       ``ViTModel(ViTConfig())``            pixel_values [batch, 3, 224, 224] -> last_hidden_state, pooler_output
 - ``resnet50``  ``ResNetModel(ResNetConfig())``      pixel_values [batch, 3, 224, 224] -> last_hidden_state, pooler_output
@@ -108,6 +112,24 @@ MODELS = {
                         "outputs": ("logits",), "ort_type": "bert", "tb_model": "hf",
                         "quick": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
                                   "intermediate_size": 128}},
+    # a fine-tuned DeBERTa-v3-base classifier (NLI, rerankers): relative attention over 256 log buckets, no token
+    # types; DebertaV2Config's own defaults are v2-xlarge's, so the real size is v3-base's config.json
+    "deberta-classifier": {"kind": "text", "hf": "DebertaV2ForSequenceClassification", "config": "DebertaV2Config",
+                           "inputs": TEXT[:2], "outputs": ("logits",), "ort_type": None, "tb_model": "hf",
+                           "real": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                                    "intermediate_size": 3072, "vocab_size": 128100, "relative_attention": True,
+                                    "position_buckets": 256, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+                                    "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
+                                    "type_vocab_size": 0, "layer_norm_eps": 1e-7, "max_relative_positions": -1},
+                           "quick": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                     "intermediate_size": 128, "relative_attention": True, "position_buckets": 32,
+                                     "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
+                                     "position_biased_input": False, "type_vocab_size": 0}},
+    # all-mpnet-base-v2's encoder (mpnet-base's sizes): T5's relative position bias in every layer
+    "mpnet": {"kind": "text", "hf": "MPNetModel", "config": "MPNetConfig", "inputs": TEXT[:2],
+              "outputs": ("last_hidden_state", "pooler_output"), "ort_type": "bert",
+              "real": {"max_position_embeddings": 514, "layer_norm_eps": 1e-5},
+              "quick": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}},
     "gpt2": {"kind": "text", "hf": "GPT2LMHeadModel", "config": "GPT2Config", "inputs": TEXT[:2],
              "outputs": ("logits",), "ort_type": "gpt2", "call": {"use_cache": False},
              "quick": {"n_layer": 2, "n_embd": 64, "n_head": 2}},
@@ -337,7 +359,7 @@ def child_prepare(job, send, t0):
     import transformers
     torch.set_num_threads(threads())
     spec, work = MODELS[job["model"]], Path(job["work"])
-    config = getattr(transformers, spec["config"])(**(spec["quick"] if job["quick"] else {}))
+    config = getattr(transformers, spec["config"])(**(spec["quick"] if job["quick"] else spec.get("real", {})))
     torch.manual_seed(0)
     model = getattr(transformers, spec["hf"])(config).eval()
     model.save_pretrained(job["hf_dir"])
