@@ -71,6 +71,20 @@ def test_streamed_text_equals_the_decoded_text_and_holds_split_characters(saved)
         assert any(p == "" for p in pieces[:-1])  # held back until its last byte came
 
 
+def test_truncation_and_padding_saved_in_tokenizer_json_do_not_cut_a_text(tmp_path):
+    """sentence-transformers save their tokenizer.json with truncation (and padding) on: as transformers' tokenizer
+    does for a call that does not ask for them, every token of a text is kept, none added."""
+    path = byte_level(tmp_path / "bl")
+    spec = json.loads((path / "tokenizer.json").read_text())
+    spec["truncation"] = {"direction": "Right", "max_length": 4, "strategy": "LongestFirst", "stride": 0}
+    spec["padding"] = {"strategy": {"Fixed": 32}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                       "pad_type_id": 0, "pad_token": "<|endoftext|>"}
+    (path / "tokenizer.json").write_text(json.dumps(spec))
+    hf, tok = transformers.AutoTokenizer.from_pretrained(path), ours(path)
+    text = "the quick brown fox jumps over the lazy dog"
+    assert tok.encode(text) == hf(text)["input_ids"] and len(tok.encode(text)) > 4 and 0 not in tok.encode(text)
+
+
 def test_what_a_template_or_a_message_refuses_is_one_line(tmp_path):
     tok = ours(sentencepiece(tmp_path / "sp"))
     with pytest.raises(CallError, match="the chat template refused the messages: System role not supported"):

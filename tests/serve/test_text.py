@@ -86,6 +86,10 @@ def test_the_artifact_stores_the_tokenizer_and_both_loaders_speak_text(built, ex
     assert meta["metadata"]["tokenizer"] == ["chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]
     assert set(meta["metadata"]["build_key_parts"]["tokenizer"]) == set(meta["metadata"]["tokenizer"])
     assert {f"tokenizer/{n}" for n in meta["metadata"]["tokenizer"]} <= set(meta["files"])
+    shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(art)], capture_output=True, text=True)
+    assert "tokenizer: the checkpoint's, for text in and out (chat_template.jinja, tokenizer.json" in shown.stdout
+    resaved = runtime.load(tb.load(art).save(art.parent.parent / "resaved"), warmup="none")  # the tokenizer goes along
+    assert resaved.tokenizer.chat(HELLO) == prompt
     for load in (tb.load, runtime.load):
         exe = load(art)
         tok = exe.tokenizer

@@ -137,6 +137,9 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
         chunks = f"; precompiled in {len(m.prep.chunks)} chunk(s)" if m.prep and m.prep.chunks else ""
         chunks += f", {rest} stored prepared (placed at load as stored)" if rest else ""
         out.append(f"  prep program: {'yes (' + m.prep.file + chunks + ')' if m.prep else 'none (weights used as stored)'}")
+    tokenizer = m.metadata.get("tokenizer") or []
+    if tokenizer:
+        out += ["", f"tokenizer: the checkpoint's, for text in and out ({', '.join(tokenizer)} under tokenizer/)"]
     sizes = file_sizes(m, index)
     out += ["", f"files ({human_size(sum(sizes.values()))})"] + table(
         ["file", "size"], [[k, human_size(v)] for k, v in sorted(sizes.items())])

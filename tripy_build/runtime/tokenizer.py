@@ -67,6 +67,10 @@ class Tokenizer:
             specials = json.loads(bytes(files.get("special_tokens_map.json", b"{}")).decode())
         except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
             raise CallError(f"{where}: the tokenizer is not readable: {str(e).splitlines()[0][:200]}.") from None
+        # a tokenizer.json may carry truncation and padding (sentence-transformers' save theirs): transformers turns
+        # both off for a call that does not ask for them, and so does this, so that no text is cut without a word
+        self._fast.no_truncation()
+        self._fast.no_padding()
         if not isinstance(config, dict) or not isinstance(specials, dict):
             raise CallError(f"{where}: tokenizer_config.json and special_tokens_map.json must be JSON objects.")
         self.special_tokens = {k: t for k in SPECIALS if (t := _content(config.get(k, specials.get(k)))) is not None}
