@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from ._tokens import TokenInputs
 from .heads import Headed, STYLES, Style, apply as apply_head, has_pooler, init as init_head
 from ._layers import (
     Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, normal_init, positions,
@@ -59,7 +60,7 @@ def _ln(dim: int) -> Params:
 
 
 @dataclass(frozen=True)
-class Bert(Headed):
+class Bert(Headed, TokenInputs):
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -114,22 +115,6 @@ class Bert(Headed):
 
     def _names(self) -> tuple[str, ...]:
         return ("input_ids", "attention_mask", "token_type_ids")[:3 if self.type_vocab_size else 2]
-
-    def inputs(self) -> dict[str, list]:
-        return {n: ["batch", "seq"] for n in self._names()}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {n: "int32" for n in self._names()}
-
-    def input_values(self) -> dict[str, tuple[int, int]]:
-        """The values each integer input may hold, ``[lo, hi)``: a call outside is refused."""
-        values = {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2),
-                  "token_type_ids": (0, self.type_vocab_size)}
-        return {n: values[n] for n in self._names()}
-
-    def input_defaults(self) -> dict[str, int]:
-        """What a call may leave out, as Hugging Face fills it: ``attention_mask`` ones, ``token_type_ids`` zeros."""
-        return {n: v for n, v in (("attention_mask", 1), ("token_type_ids", 0)) if n in self._names()}
 
     def max_positions(self) -> int:
         """The longest sequence the position table holds: a build's ``seq`` beyond it is refused."""

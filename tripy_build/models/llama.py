@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.spec import InputInfo
+from ._tokens import TokenInputs
 from ._layers import (Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
                       grouped_attention, mask_bias, normal_init, softcap, within_window)
 
@@ -66,7 +67,7 @@ def _rotate_half(x: jax.Array) -> jax.Array:
 
 
 @dataclass(frozen=True)
-class Llama:
+class Llama(TokenInputs):
     vocab_size: int = 32000
     hidden_size: int = 4096
     intermediate_size: int = 11008
@@ -286,18 +287,6 @@ class Llama:
                                     self.attn_logit_softcapping)
             h = self._mlp(p, self._attended(p, h, ctx.reshape(b, s, self.heads * self.hd)))
         return {"logits": self._logits(params, h)}
-
-    def inputs(self) -> dict[str, list]:
-        return {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {"input_ids": "int32", "attention_mask": "int32"}
-
-    def input_values(self) -> dict[str, tuple[int, int]]:
-        return {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2)}
-
-    def input_defaults(self) -> dict[str, int]:
-        return {"attention_mask": 1}
 
     def max_positions(self) -> int:
         """The longest sequence served: the position range trained (``max_position_embeddings``); with

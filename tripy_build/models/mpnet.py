@@ -51,6 +51,7 @@ import numpy as np
 from .bert import (
     _linear, _ln, check_encoder, counted_positions, encode, encoder_outputs, init_layers,
 )
+from ._tokens import TokenInputs
 from .heads import Headed, STYLES, Style, has_pooler, init as init_head
 from ._layers import Params, embed, layer_norm, mask_bias, normal_init
 
@@ -87,7 +88,7 @@ def position_bias(table: jax.Array, seq: Any) -> jax.Array:
 
 
 @dataclass(frozen=True)
-class MPNet(Headed):
+class MPNet(Headed, TokenInputs):
     vocab_size: int = 30527
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -137,20 +138,6 @@ class MPNet(Headed):
                 + mask_bias(attention_mask != 0, h.dtype)[:, None, None, :])  # [b, heads, s, s]
         h = encode(self, params["layers"], h, bias)
         return encoder_outputs(self, params, h, attention_mask)
-
-    def inputs(self) -> dict[str, list]:
-        return {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {"input_ids": "int32", "attention_mask": "int32"}
-
-    def input_values(self) -> dict[str, tuple[int, int]]:
-        """The values each integer input may hold, ``[lo, hi)``: a call outside is refused."""
-        return {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2)}
-
-    def input_defaults(self) -> dict[str, int]:
-        """What a call may leave out, as Hugging Face fills it: ``attention_mask`` ones."""
-        return {"attention_mask": 1}
 
     def max_positions(self) -> int:
         """The longest sequence the position table holds (its first ``PADDING_IDX + 1`` rows hold none)."""
