@@ -254,3 +254,20 @@ def call_in_flight():
     yield release
     release.set()
     caller.join(30)
+
+
+def compare_outputs(ours: dict, theirs: object, mask: np.ndarray, names: tuple[str, ...], tol: float = 1e-4) -> float:
+    """Each output of ours against the PyTorch model's output of the same name, within ``tol`` of its scale (max abs
+    error / max abs reference), at the real positions (``mask``'s 1s) of per-position outputs; ours has exactly the
+    ``names`` PyTorch's has. The worst error."""
+    assert set(ours) == {k for k in names if getattr(theirs, k, None) is not None}
+    worst = 0.0
+    for name, got in ours.items():
+        got, want = np.asarray(got), getattr(theirs, name).numpy()
+        assert got.shape == want.shape, name
+        if got.ndim >= 2 and got.shape[1] == mask.shape[1]:  # per position: only the real ones
+            got, want = got[mask.astype(bool)], want[mask.astype(bool)]
+        error = float(np.abs(got - want).max() / np.abs(want).max())
+        assert error <= tol, (name, error)
+        worst = max(worst, error)
+    return worst

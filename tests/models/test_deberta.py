@@ -32,7 +32,7 @@ from tripy_build import runtime  # noqa: E402
 from tripy_build.models import MODELS, DebertaV2, hf  # noqa: E402
 from tripy_build.models.deberta import log_buckets  # noqa: E402
 
-from conftest import run_cli  # noqa: E402
+from conftest import compare_outputs, run_cli  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
@@ -81,19 +81,7 @@ def torch_run(model, x: dict) -> object:
 
 
 def compare(ours: dict, theirs, mask: np.ndarray) -> float:
-    """Each output against PyTorch's within SCALE_TOL of its scale, at the real positions; the largest error."""
-    assert set(ours) == {k for k in ("last_hidden_state", "logits", "start_logits", "end_logits")
-                         if getattr(theirs, k, None) is not None}
-    worst = 0.0
-    for name, got in ours.items():
-        got, want = np.asarray(got), getattr(theirs, name).numpy()
-        assert got.shape == want.shape, name
-        if got.ndim >= 2 and got.shape[1] == mask.shape[1]:  # per position: only the real ones
-            got, want = got[mask.astype(bool)], want[mask.astype(bool)]
-        error = np.abs(got - want).max() / np.abs(want).max()
-        assert error <= SCALE_TOL, (name, error)
-        worst = max(worst, error)
-    return worst
+    return compare_outputs(ours, theirs, mask, ("last_hidden_state", "logits", "start_logits", "end_logits"), SCALE_TOL)
 
 
 @pytest.mark.parametrize("config,suffix,changes", [(c, s, {}) for c in CONFIGS for s in HEADS]

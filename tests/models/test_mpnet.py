@@ -32,7 +32,7 @@ from tripy_build import runtime  # noqa: E402
 from tripy_build.models import MODELS, MPNet, hf  # noqa: E402
 from tripy_build.models.mpnet import position_bias, relative_position_bucket  # noqa: E402
 
-from conftest import run_cli  # noqa: E402
+from conftest import compare_outputs, run_cli  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
@@ -77,20 +77,9 @@ def torch_run(model, x: dict) -> object:
         return model(**{k: torch.tensor(v, dtype=torch.long) for k, v in x.items()})
 
 
-def compare(ours: dict, theirs, mask: np.ndarray, names=("last_hidden_state", "pooler_output", "logits",
-                                                         "start_logits", "end_logits")) -> float:
-    """Each output against PyTorch's within SCALE_TOL of its scale, at the real positions; the worst error."""
-    assert set(ours) == {k for k in names if getattr(theirs, k, None) is not None}
-    worst = 0.0
-    for name, got in ours.items():
-        got, want = np.asarray(got), getattr(theirs, name).numpy()
-        assert got.shape == want.shape, name
-        if got.ndim >= 2 and got.shape[1] == mask.shape[1]:  # per position: only the real ones
-            got, want = got[mask.astype(bool)], want[mask.astype(bool)]
-        error = float(np.abs(got - want).max() / np.abs(want).max())
-        assert error <= SCALE_TOL, (name, error)
-        worst = max(worst, error)
-    return worst
+def compare(ours: dict, theirs, mask: np.ndarray) -> float:
+    return compare_outputs(ours, theirs, mask, ("last_hidden_state", "pooler_output", "logits", "start_logits",
+                                                "end_logits"), SCALE_TOL)
 
 
 def sentence_transformers_embedding(states: np.ndarray, mask: np.ndarray) -> np.ndarray:
