@@ -250,8 +250,9 @@ def test_an_artifact_without_a_tokenizer_says_so_and_takes_ids(tmp_path):
         assert status == 404 and "it has no tokenizer (token ids only" in json.loads(data)["error"]["message"]
 
 
-def wordpiece_bert(path: Path) -> Path:
-    """A BERT checkpoint with its WordPiece tokenizer ([CLS] ... [SEP], [PAD] 0), as sentence-transformers' models are."""
+def wordpiece_bert(path: Path, model_class=None, **config) -> Path:
+    """A BERT checkpoint (``BertModel``, or ``model_class``) with its WordPiece tokenizer ([CLS] ... [SEP], [PAD] 0),
+    as sentence-transformers' models and fine-tuned classifiers are."""
     from tokenizers import BertWordPieceTokenizer
     from tokenizers.processors import TemplateProcessing
 
@@ -267,9 +268,9 @@ def wordpiece_bert(path: Path) -> Path:
                                                 pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
     fast.save_pretrained(path)
     torch.manual_seed(0)
-    transformers.BertModel(transformers.BertConfig(vocab_size=len(fast), hidden_size=32, num_hidden_layers=2,
-                                                   num_attention_heads=4, intermediate_size=48,
-                                                   max_position_embeddings=64)).eval().save_pretrained(path)
+    (model_class or transformers.BertModel)(transformers.BertConfig(
+        vocab_size=len(fast), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        max_position_embeddings=64, **config)).eval().save_pretrained(path)
     return path
 
 
@@ -321,3 +322,54 @@ def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
             assert status == code and fragment in message and "\n" not in message, (body, message)
         status, data = call(srv, "POST", "/v1/chat/completions", {"model": "bert", "messages": HELLO})
         assert status == 404 and "it does not generate (an encoder: POST /v1/embeddings)" in data.decode()
+
+
+def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(tmp_path):
+    """``/infer`` with a BYTES input ``text`` (JSON strings, Triton's binary form, gRPC's bytes_contents): the texts
+    tokenized by the checkpoint's tokenizer and padded as Hugging Face pads a batch, the logits PyTorch's, and
+    Triton's classification extension names the classes; what cannot be taken is one line."""
+    import tritonclient.grpc as triton_grpc
+    import tritonclient.http as triton_http
+
+    ckpt = wordpiece_bert(tmp_path / "cls", transformers.BertForSequenceClassification,
+                          id2label={0: "negative", 1: "positive"})
+    proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "bert").iterdir())
+    hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
+    texts = TEXTS[:3]
+    with torch.no_grad():
+        want = transformers.BertForSequenceClassification.from_pretrained(ckpt).eval()(
+            **hf_tok(texts, padding=True, return_tensors="pt")).logits.numpy()
+    with Server([art], port=0, grpc_port=0).start() as srv:
+        text = {"name": "text", "datatype": "BYTES", "shape": [3], "data": texts}
+        status, data = call(srv, "POST", "/v2/models/bert/infer", {"inputs": [text]})
+        assert status == 200, data
+        got = np.array(json.loads(data)["outputs"][0]["data"]).reshape(3, 2)
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+        status, data = call(srv, "POST", "/v2/models/bert/infer", {
+            "inputs": [text], "outputs": [{"name": "logits", "parameters": {"classification": 1}}]})
+        top = json.loads(data)["outputs"][0]["data"]
+        assert [t.split(":")[2] for t in top] == [["negative", "positive"][i] for i in want.argmax(1)]
+        meta = json.loads(call(srv, "GET", "/v2/models/bert")[1])
+        assert meta["text_input"] == {"name": "text", "datatype": "BYTES", "shape": [-1],
+                                      "stands_for": ["input_ids", "attention_mask"]}
+        host = srv.url.split("//")[1]
+        for client, module in ((triton_http.InferenceServerClient(host), triton_http),
+                               (triton_grpc.InferenceServerClient(srv.grpc.address), triton_grpc)):
+            inp = module.InferInput("text", [3], "BYTES")
+            inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))  # binary over HTTP
+            out = client.infer("bert", [inp]).as_numpy("logits")
+            assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max(), module.__name__
+            client.close()
+        for body, fragment in [
+                ({"inputs": [text, {"name": "token_type_ids", "datatype": "INT32", "shape": [3, 1], "data": [0] * 3}]},
+                 "input 'text' stands for input_ids and attention_mask (the texts tokenized): send it alone"),
+                ({"inputs": [{**text, "shape": [5], "data": TEXTS}]}, "5 texts, but model 'bert' takes at most 4 rows"),
+                ({"inputs": [{**text, "datatype": "INT32"}]}, "input 'text': BYTES of shape [n] (or [n, 1])"),
+                ({"inputs": [{**text, "shape": [1], "data": ["fox " * 20]}]}, "input 0 is 22 tokens, but model 'bert' "
+                                                                              "takes at most 16")]:
+            status, data = call(srv, "POST", "/v2/models/bert/infer", body)
+            message = json.loads(data)["error"]
+            assert status == 400 and fragment in message and "\n" not in message, (body, message)

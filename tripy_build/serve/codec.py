@@ -88,6 +88,21 @@ def from_json_data(name: str, data: Any, dtype: Any) -> np.ndarray:
     return out
 
 
+def length_prefixed(data: bytes | memoryview, name: str) -> list[bytes]:
+    """A BYTES tensor's elements from their binary form (Triton's: each a 4-byte little-endian length, then its
+    bytes), as HTTP's binary data and gRPC's raw_input_contents carry them."""
+    out, at = [], 0
+    while at < len(data):
+        if at + 4 > len(data):
+            raise CallError(f"input {name!r}: its BYTES data ends inside an element's 4-byte length.")
+        n = int.from_bytes(data[at:at + 4], "little")
+        if at + 4 + n > len(data):
+            raise CallError(f"input {name!r}: a BYTES element of {n} bytes runs past the data's end.")
+        out.append(bytes(data[at + 4:at + 4 + n]))
+        at += 4 + n
+    return out
+
+
 def _first_unlike(flat: np.ndarray, kinds: str) -> str:
     """The first element of ``flat`` whose kind is not among ``kinds``, said for an error message."""
     for i, v in enumerate(flat.tolist()):

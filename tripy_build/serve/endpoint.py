@@ -16,8 +16,10 @@ import numpy as np
 from ..core.signature import Parameter, declared, defaults
 from ..errors import CallError, ConfigError, TripyBuildError
 from . import batching
-from .codec import datatype, from_json_data, metadata_shape, quote as _quote, ranges, to_json_data
+from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
 from .request import InputTensor, check
+
+TEXT = "text"  # the BYTES input that stands for a text model's token ids on /infer (``Endpoint.from_text``)
 
 
 LOADERS = ("auto", "runtime", "jax")  # which loader serves an artifact (``loader_for``)
@@ -72,6 +74,9 @@ class Endpoint:
         self.tokenizer = model.tokenizer if (getattr(model, "metadata", None) or {}).get("tokenizer") else None
         # an encoder's sentence embedding from text: OpenAI's /v1/embeddings
         self.embeds = self.tokenizer is not None and self.generator is None and "sentence_embedding" in self.output_names
+        # texts on /infer: a BYTES input named "text" stands for the token ids (a classifier: text in, labels out)
+        self.takes_text = (self.tokenizer is not None and self.generator is None and TEXT not in dict(self.args)
+                           and "input_ids" in dict(self.args))
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
         self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
@@ -80,8 +85,9 @@ class Endpoint:
         """What a client calls on this model, for the server's startup lines."""
         base = f"{url}/v2/models/{self.name}"
         if self.generator is None:
-            embeds = f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
-            return f"POST {base}/infer; {self.batching}{embeds}"
+            text = f"; texts as a BYTES input {TEXT!r} instead of token ids" if self.takes_text else ""
+            text += f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
+            return f"POST {base}/infer; {self.batching}{text}"
         g = self.generator
         text = (f"POST {base}/generate and {base}/generate_stream (token ids in and out; requests share decode "
                 f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})")
@@ -143,6 +149,9 @@ class Endpoint:
                "batching_note": self.batching}
         if self.labels:  # a classifier's class names, by output; an output's "classification": k answers with them
             out["labels"] = self.labels
+        if self.takes_text:  # texts instead of token ids, tokenized here
+            out["text_input"] = {"name": TEXT, "datatype": "BYTES", "shape": [-1], "stands_for": [
+                n for n in ("input_ids", "attention_mask") if n in dict(self.args)]}
         if self.generator is not None:  # its entry exposed (expose_entries)
             out.update(entry=self.generator.spec.prefill, generate=self._generate_info())
         return out
@@ -153,6 +162,34 @@ class Endpoint:
             raise CallError(f"model {self.name!r} takes and gives token ids only (its checkpoint had no tokenizer.json): "
                             'send "input_ids", or rebuild from a checkpoint with its tokenizer saved beside it.')
         return self.tokenizer
+
+    def from_text(self, tensor: InputTensor, given: int) -> list[np.ndarray]:
+        """An inference's inputs from its ``text`` input: BYTES ``[n]`` (or ``[n, 1]``), one text per row, tokenized
+        by the checkpoint's tokenizer and padded as ``text_rows`` pads them, in one call."""
+        name = tensor.name
+        if given != 1:
+            raise CallError(f"input {name!r} stands for input_ids and attention_mask (the texts tokenized): send it "
+                            f"alone, or send token ids instead of it.")
+        shape = tensor.shape
+        if tensor.datatype != "BYTES" or not (isinstance(shape, list) and 1 <= len(shape) <= 2 and all(
+                isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape) and shape[1:] in ([], [1])):
+            raise CallError(f"input {name!r}: BYTES of shape [n] (or [n, 1]), one text per row, got "
+                            f"{_quote(tensor.datatype)} of shape {_quote(shape)}.")
+        texts = tensor.strings()
+        if len(texts) != shape[0]:
+            raise CallError(f"input {name!r}: shape {shape} holds {shape[0]} texts, but its data has {len(texts)}.")
+        try:
+            texts = [t.decode() if isinstance(t, bytes) else t for t in texts]
+        except UnicodeDecodeError:
+            raise CallError(f"input {name!r}: a text is not UTF-8.") from None
+        if not all(isinstance(t, str) for t in texts):
+            raise CallError(f"input {name!r}: every element must be a string (a text), got {_quote(texts)}.")
+        calls = self.text_rows([self.tokenizer.encode(t) for t in texts])
+        if len(calls) > 1:
+            most = dict(self.args)["input_ids"].shape_bounds.max[0]
+            raise CallError(f"input {name!r}: {len(texts)} texts, but model {self.name!r} takes at most {most} rows "
+                            "a call (the build's batch range): send at most that many.")
+        return calls[0]
 
     def text_rows(self, rows: list[list[int]]) -> list[list[np.ndarray]]:
         """Texts' token ids as the model's flat inputs, in calls of at most the batch dim's size: ``input_ids``
@@ -209,6 +246,14 @@ class Endpoint:
             raise CallError('the request must be a JSON object with an "inputs" list '
                             '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')
         _parameters(request, "the request")
+        if self.takes_text and any(isinstance(i, dict) and i.get("name") == TEXT for i in request["inputs"]):
+            item = next(i for i in request["inputs"] if i.get("name") == TEXT)
+            tensor, after = self._tensor(item, binary, 0)
+            leaves = self.from_text(tensor, len(request["inputs"]))
+            if after() != len(binary):
+                raise CallError(f"the request carries {len(binary)} bytes of binary data but its text input's "
+                                f"binary_data_size is {after()}.")
+            return leaves
         offset = 0
 
         def read(item: dict[str, Any]) -> Callable[[Any], np.ndarray]:
@@ -282,7 +327,16 @@ class Endpoint:
                 raise CallError(f"input {name!r}: shape {item.get('shape')} holds {count} values, but \"data\" has "
                                 f"{array.size}.")
             return array.ravel()
-        return InputTensor(name, item.get("datatype"), item.get("shape"), values), lambda: end[0]
+        def strings() -> list[Any]:
+            if size is not None:
+                if isinstance(size, bool) or not isinstance(size, int) or offset + size > len(binary):
+                    raise CallError(f"input {name!r}: binary_data_size {_quote(size)} with {len(binary) - offset} "
+                                    "bytes left in the request.")
+                end[0] = offset + size
+                return length_prefixed(binary[offset:offset + size], name)
+            data = item.get("data")
+            return np.asarray(data, dtype=object).ravel().tolist() if isinstance(data, list) else [data]
+        return InputTensor(name, item.get("datatype"), item.get("shape"), values, strings=strings), lambda: end[0]
 
     def prepare(self, request: Any, binary: memoryview) -> tuple[list[np.ndarray], list[tuple[str, bool]]]:
         """A request checked: its flat inputs, and (output name, as binary) for each output it wants."""

@@ -31,8 +31,8 @@ import numpy as np
 
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
-from .codec import datatype, metadata_shape, quote as _quote
-from .endpoint import classification_count, classify
+from .codec import datatype, length_prefixed, metadata_shape, quote as _quote
+from .endpoint import TEXT, classification_count, classify
 from .request import InputTensor, check
 
 if TYPE_CHECKING:
@@ -139,10 +139,12 @@ def _tensor(item: Any, raw: bytes | None) -> InputTensor:
             return np.array(given, dtype=dtype)
         except (OverflowError, ValueError) as e:
             raise CallError(f"input {name!r}: contents.{field} has a value that is no {want} ({e}).") from None
+    def strings() -> list[Any]:
+        return length_prefixed(raw, name) if raw is not None else list(item.contents.bytes_contents)
     shared = "shared_memory_region" in item.parameters
     return InputTensor(name, item.datatype, [int(n) for n in item.shape], values,
                        "shared memory (Triton's extension) is not served here; send the tensor in the request."
-                       if shared else None)
+                       if shared else None, strings)
 
 
 def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
@@ -151,6 +153,9 @@ def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
     if raw and len(raw) != len(request.inputs):
         raise CallError(f"the request has {len(raw)} raw_input_contents for its {len(request.inputs)} inputs; give one "
                         "per input, in the inputs' order (or every input's typed contents instead).")
+    text = next((k for k, item in enumerate(request.inputs) if item.name == TEXT), None)
+    if ep.takes_text and text is not None:
+        return ep.from_text(_tensor(request.inputs[text], raw[text] if raw else None), len(request.inputs))
     leaves = ep.in_order((item.name, functools.partial(check, _tensor(item, raw[k] if raw else None)))
                          for k, item in enumerate(request.inputs))
     ep.runtime.check_flat(*leaves)

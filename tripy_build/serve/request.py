@@ -31,6 +31,8 @@ class InputTensor:
     # refuses (CallError) what is wrong with it (a size that disagrees, a value that is no number of the type)
     values: Callable[[np.dtype, int, str], np.ndarray]
     refusal: str | None = None  # what the protocol asked for that is not served (Triton's shared memory)
+    # BYTES: the elements as the protocol carries them (JSON strings, or binary: ``codec.length_prefixed``)
+    strings: Callable[[], list[Any]] | None = None
 
 
 def check(tensor: InputTensor, info: Any) -> np.ndarray:
