@@ -233,6 +233,23 @@ def test_a_changed_chat_template_is_a_new_build_and_a_changed_stored_tokenizer_i
         _ = runtime.load(other, warmup="none").tokenizer
 
 
+def test_an_unreadable_tokenizer_is_left_out_saying_so(built, tmp_path):
+    """A checkpoint whose tokenizer.json the tokenizers library cannot read builds an artifact of token ids only, and
+    the build log says why (a server would otherwise refuse every text)."""
+    _, ckpt, _, _ = built
+    copy = tmp_path / "ckpt"
+    copy.mkdir()
+    for f in ckpt.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    (copy / "tokenizer.json").write_text('{"model": {"type": "NoSuchModel"}}')
+    proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path,
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "the artifact takes and gives token ids only, not text: " in proc.stdout + proc.stderr
+    art = next((tmp_path / "arts" / "qwen2").iterdir())
+    assert "tokenizer" not in json.loads((art / "manifest.json").read_text())["metadata"]
+
+
 def test_an_artifact_without_a_tokenizer_says_so_and_takes_ids(tmp_path):
     proc = run_cli("model=gpt2", "task=generate", "model.n_layer=1", "model.n_embd=16", "model.n_head=2",
                    "model.vocab_size=64", "model.n_positions=32", "generate.max_length=16", "shapes.dims.batch=[1,1,1]",

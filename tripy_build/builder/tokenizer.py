@@ -7,14 +7,16 @@ import logging
 from pathlib import Path
 
 from ..artifact.digest import digest_bytes
-from ..runtime.tokenizer import FILES
+from ..errors import CallError
+from ..runtime.tokenizer import FILES, Tokenizer
 
 log = logging.getLogger(__name__)
 
 
 def files(checkpoint: str | None) -> dict[str, bytes]:
     """A Hugging Face directory's tokenizer files by name (``FILES``: ``tokenizer.json``, its config and chat
-    template); none without a fast tokenizer (``tokenizer.json``), and the log says what the artifact then takes."""
+    template), read once as the loaders will read them; none without a fast tokenizer (``tokenizer.json``) or with
+    one that cannot be read, and the log says what the artifact then takes."""
     root = Path(checkpoint) if checkpoint is not None else None
     if root is None:
         return {}
@@ -22,7 +24,13 @@ def files(checkpoint: str | None) -> dict[str, bytes]:
         log.info("%s has no %s (a fast tokenizer: tokenizer.save_pretrained(DIR) writes one): the artifact takes and "
                  "gives token ids only, not text.", root, FILES[0])
         return {}
-    return {name: (root / name).read_bytes() for name in FILES if (root / name).is_file()}
+    stored = {name: (root / name).read_bytes() for name in FILES if (root / name).is_file()}
+    try:
+        Tokenizer(stored, str(root))  # read as the artifact's loaders will read it
+    except CallError as e:
+        log.warning("%s: the artifact takes and gives token ids only, not text: %s", root, e)
+        return {}
+    return stored
 
 
 def key_part(stored: dict[str, bytes]) -> dict[str, str]:

@@ -7,6 +7,7 @@ its entries (``prefill``, ``decode``: a step each, with the cache and the positi
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -19,6 +20,7 @@ from . import batching
 from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
 from .request import InputTensor, check
 
+log = logging.getLogger(__name__)
 TEXT = "text"  # the BYTES input that stands for a text model's token ids on /infer (``Endpoint.from_text``)
 
 
@@ -71,7 +73,7 @@ class Endpoint:
             steps = model.generation_steps()
             self.generator = Generator(steps, steps.spec(), self.name)
         # the checkpoint's tokenizer, where the artifact stores one: text in and out (text_input, OpenAI's API)
-        self.tokenizer = model.tokenizer if (getattr(model, "metadata", None) or {}).get("tokenizer") else None
+        self.tokenizer = self._tokenizer(model)
         # an encoder's sentence embedding from text: OpenAI's /v1/embeddings
         self.embeds = self.tokenizer is not None and self.generator is None and "sentence_embedding" in self.output_names
         # texts on /infer: a BYTES input named "text" stands for the token ids (a classifier: text in, labels out)
@@ -80,6 +82,17 @@ class Endpoint:
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
         self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
+
+    def _tokenizer(self, model: Any) -> Any:
+        """The tokenizer the artifact stores, or None: without one, or where it cannot be read here (the model
+        still serves token ids; the log says why it takes no text)."""
+        if not (getattr(model, "metadata", None) or {}).get("tokenizer"):
+            return None
+        try:
+            return model.tokenizer
+        except CallError as e:
+            log.warning("model %s takes token ids only: %s", self.name, e)
+            return None
 
     def routes(self, url: str) -> str:
         """What a client calls on this model, for the server's startup lines."""
