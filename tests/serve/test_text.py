@@ -10,7 +10,6 @@ import http.client
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 import tripy_build as tb  # noqa: E402
 from examples.chat_checkpoint import checkpoint  # noqa: E402
+from examples.classifier_checkpoint import checkpoint as classifier_checkpoint  # noqa: E402
 from tripy_build import runtime  # noqa: E402
 from tripy_build.errors import ArtifactError, CallError  # noqa: E402
 from tripy_build.serve.http import Server  # noqa: E402
@@ -267,30 +267,6 @@ def test_an_artifact_without_a_tokenizer_says_so_and_takes_ids(tmp_path):
         assert status == 404 and "it has no tokenizer (token ids only" in json.loads(data)["error"]["message"]
 
 
-def wordpiece_bert(path: Path, model_class=None, **config) -> Path:
-    """A BERT checkpoint (``BertModel``, or ``model_class``) with its WordPiece tokenizer ([CLS] ... [SEP], [PAD] 0),
-    as sentence-transformers' models and fine-tuned classifiers are."""
-    from tokenizers import BertWordPieceTokenizer
-    from tokenizers.processors import TemplateProcessing
-
-    from examples.chat_checkpoint import CORPUS
-
-    wp = BertWordPieceTokenizer(lowercase=True)
-    wp.train_from_iterator(CORPUS, vocab_size=200, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-                           show_progress=False)
-    cls, sep = wp.token_to_id("[CLS]"), wp.token_to_id("[SEP]")
-    wp._tokenizer.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                                      special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=wp._tokenizer, unk_token="[UNK]", sep_token="[SEP]",
-                                                pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
-    fast.save_pretrained(path)
-    torch.manual_seed(0)
-    (model_class or transformers.BertModel)(transformers.BertConfig(
-        vocab_size=len(fast), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=64, **config)).eval().save_pretrained(path)
-    return path
-
-
 TEXTS = ["the quick brown fox", "hello", "héllo wörld, the lazy dog jumps", "don't", "fox"]
 
 
@@ -301,7 +277,7 @@ def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
     client asks for base64); what the model cannot take is one line."""
     import base64
 
-    ckpt = wordpiece_bert(tmp_path / "bert")
+    ckpt = classifier_checkpoint(tmp_path / "bert", transformers.BertModel)
     assert transformers.AutoTokenizer.from_pretrained(ckpt)("fox")["input_ids"][::2] == [2, 3]  # [CLS] fox [SEP]
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=mean", "model.normalize=true",
                    "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
@@ -348,7 +324,7 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
     import tritonclient.grpc as triton_grpc
     import tritonclient.http as triton_http
 
-    ckpt = wordpiece_bert(tmp_path / "cls", transformers.BertForSequenceClassification,
+    ckpt = classifier_checkpoint(tmp_path / "cls", transformers.BertForSequenceClassification,
                           id2label={0: "negative", 1: "positive"})
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]",
                    f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
