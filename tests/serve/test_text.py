@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -216,13 +218,16 @@ def test_what_the_openai_routes_refuse_is_one_line(server):
     assert status == 405
 
 
+def copied(ckpt: Path, to: Path, name: str, text: str) -> Path:
+    """A copy of the checkpoint ``ckpt`` with its file ``name`` holding ``text``."""
+    shutil.copytree(ckpt, to)
+    (to / name).write_text(text)
+    return to
+
+
 def test_a_changed_chat_template_is_a_new_build_and_a_changed_stored_tokenizer_is_refused(built, tmp_path):
     art, ckpt, _, _ = built
-    copy = tmp_path / "ckpt"
-    copy.mkdir()
-    for f in ckpt.iterdir():
-        (copy / f.name).write_bytes(f.read_bytes())
-    (copy / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    copy = copied(ckpt, tmp_path / "ckpt", "chat_template.jinja", "{% for m in messages %}{{ m['content'] }}{% endfor %}")
     proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={art.parent.parent}", cwd=tmp_path,
                    timeout=600)
     assert proc.returncode == 0 and "cache hit" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
@@ -236,12 +241,7 @@ def test_a_changed_chat_template_is_a_new_build_and_a_changed_stored_tokenizer_i
 def test_an_unreadable_tokenizer_is_left_out_saying_so(built, tmp_path):
     """A checkpoint whose tokenizer.json the tokenizers library cannot read builds an artifact of token ids only, and
     the build log says why (a server would otherwise refuse every text)."""
-    _, ckpt, _, _ = built
-    copy = tmp_path / "ckpt"
-    copy.mkdir()
-    for f in ckpt.iterdir():
-        (copy / f.name).write_bytes(f.read_bytes())
-    (copy / "tokenizer.json").write_text('{"model": {"type": "NoSuchModel"}}')
+    copy = copied(built[1], tmp_path / "ckpt", "tokenizer.json", '{"model": {"type": "NoSuchModel"}}')
     proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path,
                    timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
