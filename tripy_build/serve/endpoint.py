@@ -340,6 +340,7 @@ class Endpoint:
                 raise CallError(f"input {name!r}: shape {item.get('shape')} holds {count} values, but \"data\" has "
                                 f"{array.size}.")
             return array.ravel()
+
         def strings() -> list[Any]:
             if size is not None:
                 if isinstance(size, bool) or not isinstance(size, int) or offset + size > len(binary):
