@@ -163,6 +163,13 @@ def test_openai_chat_completions_answer_and_stream_the_reply(server, built, expe
                                                             "temperature": 0})
     assert status == 200 and json.loads(data)["object"] == "text_completion"
     assert json.loads(data)["usage"]["completion_tokens"] <= 4
+    parts = {"model": "qwen2", "max_tokens": 12, "temperature": 0, "eos_token_id": [], "logit_bias": {}, "tools": [],
+             "stop": [], "response_format": {"type": "text"}, "presence_penalty": 0, "seed": None,
+             "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "fox"}]}]}
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", parts)[1])  # as chat UIs send it: parts, neutrals
+    split = argmax_loop(built[2], hf_tok.apply_chat_template([{"role": "user", "content": "hello\nfox"}],
+                                                             add_generation_prompt=True, tokenize=True)["input_ids"], 12)
+    assert answer["choices"][0]["message"]["content"] == hf_tok.decode(split, skip_special_tokens=True), answer
     sampled = [json.loads(call(server, "POST", "/v1/chat/completions", {
         "model": "qwen2", "messages": HELLO, "max_tokens": 8, "seed": 3, "eos_token_id": []})[1])["choices"][0]
         ["message"]["content"] for _ in range(2)]  # temperature 1 (OpenAI's default): the same seed, the same text
@@ -201,6 +208,8 @@ def test_openai_models_list(server):
 
 def test_what_the_openai_routes_refuse_is_one_line(server):
     cases = [({"model": "qwen2", "messages": HELLO, "n": 2}, 400, "n=2: not supported here"),
+             ({"model": "qwen2", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+              400, "a message's content part of type 'image_url': this model takes text only"),
              ({"model": "qwen2", "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4"),
              ({"model": "qwen2", "messages": HELLO, "top_p": 0}, 400, "top_p=0: must be a number in (0, 1]"),
              ({"model": "qwen2", "messages": HELLO, "logit_scale": 2}, 400, "'logit_scale' is not an option"),

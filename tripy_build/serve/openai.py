@@ -16,7 +16,8 @@ the reply ends before the first, and its generation stops there), ``stream`` (se
 ``chat.completion.chunk``/``text_completion`` objects, then ``data: [DONE]``; ``stream_options.include_usage``
 adds the token counts; text that could begin a stop string is held back until it cannot), and this server's
 ``top_k`` and ``eos_token_id``. What the model here cannot do is refused by name rather than ignored: ``n`` above
-1, penalties, log probabilities, tools. ``finish_reason`` is ``stop`` where the reply ended at one of the model's
+1, penalties, log probabilities, tools, image parts (a message's ``content`` may be a list of text parts: joined by
+newlines, as vLLM joins them). ``finish_reason`` is ``stop`` where the reply ended at one of the model's
 end ids or a stop string, else ``length``; ``usage`` counts the prompt's tokens and those generated.
 """
 
@@ -53,7 +54,8 @@ class Request:
             if key not in NEUTRAL:
                 raise CallError(f"{key!r} is not an option of this server's /v1/{'chat/' if chat else ''}completions; "
                                 f"it takes {', '.join(k for k in TAKEN if k != ('prompt' if chat else 'messages'))}.")
-            if value is not None and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str)):
+            if (value not in (None, [], {}) and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str))
+                    and value != {"type": "text"}):  # response_format: plain text is what it gives
                 raise CallError(f"{key}={str(value)[:60]}: not supported here (the model samples from its logits with "
                                 "temperature, top_k, top_p and seed; a reply stops at its end ids, a stop string or "
                                 "max_tokens); leave it out.")
@@ -67,6 +69,7 @@ class Request:
         if chat:
             if not isinstance(self.prompt, list) or not self.prompt:
                 raise CallError('"messages" must be a non-empty list such as [{"role": "user", "content": "Hi"}].')
+            self.prompt = [_flat(m) for m in self.prompt]
         elif not isinstance(self.prompt, str) or not self.prompt:
             raise CallError(f'"prompt" must be a non-empty string, got {str(self.prompt)[:60]}.')
         self.max_tokens = self._int(body, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
@@ -208,6 +211,21 @@ class Embeddings:
                 for i, row in enumerate(rows)]
         return {"object": "list", "data": data, "model": self.model,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _flat(message: Any) -> Any:
+    """A message whose ``content`` is OpenAI's list of parts, with the text parts joined by newlines (as vLLM joins
+    them for a text-only model): chat templates read a string. A part of another type (an image) is refused."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return message
+    parts = message["content"]
+    other = next((p for p in parts if not (isinstance(p, dict) and p.get("type") == "text"
+                                           and isinstance(p.get("text"), str))), None)
+    if other is not None:
+        kind = other.get("type") if isinstance(other, dict) else type(other).__name__
+        raise CallError(f"a message's content part of type {str(kind)[:40]!r}: this model takes text only "
+                        '({"type": "text", "text": "..."} parts, or a string).')
+    return {**message, "content": "\n".join(p["text"] for p in parts)}
 
 
 def _token(x: Any) -> bool:
