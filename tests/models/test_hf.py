@@ -444,3 +444,18 @@ def test_shapes_inputs_and_activation_errors():
                                                                        if k not in ("bos_token_id", "eos_token_id")})):
         leaves = jax.tree_util.tree_leaves(model.init(jax.random.PRNGKey(0)))
         assert {leaf.dtype for leaf in leaves} == {jnp.dtype(jnp.float32)}
+
+
+def test_gpt2s_attention_mask_may_be_left_out_as_hugging_face_fills_it(ckpt):
+    """GPT-2 takes input_ids alone, its attention_mask ones (GPT2Model's default), as the BERT and Llama families do."""
+    import tripy_build as tb
+    from tripy_build.models import input_infos
+
+    hf_model, _, model, params = ckpt("gpt2")
+    infos = input_infos(model, {"batch": (1, 2, 2), "seq": (1, 5, 5)})
+    assert infos["attention_mask"].default == 1
+    exe = tb.compile(model.apply, args=[params, *infos.values()])
+    ids = np.random.default_rng(3).integers(0, model.vocab_size, (2, 5)).astype(np.int32)
+    with torch.no_grad():
+        want = hf_model(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    assert scale_error(np.asarray(exe(input_ids=ids)["logits"]), want) <= 1e-4

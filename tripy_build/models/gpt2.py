@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.spec import InputInfo
+from ._tokens import TokenInputs
 from ._layers import (
     Params, activation, attend, attend_cache, cache_step, embed, embed_columns, extend_inputs, layer_norm, mask_bias,
     normal_init, positions,
@@ -63,7 +64,7 @@ def _ln(dim: int) -> Params:
 
 
 @dataclass(frozen=True)
-class GPT2:
+class GPT2(TokenInputs):
     vocab_size: int = 50257
     n_positions: int = 1024
     n_embd: int = 768
@@ -198,12 +199,3 @@ class GPT2:
         last = layer_norm(params["ln_f"], h[:, -1], eps)
         return {"logits": jnp.matmul(last, params["wte"].T), "cache": cache}
 
-    def inputs(self) -> dict[str, list]:
-        return {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
-
-    def input_values(self) -> dict[str, tuple[int, int]]:
-        """The values each integer input may hold, ``[lo, hi)``: a call outside is refused."""
-        return {"input_ids": (0, self.vocab_size), "attention_mask": (0, 2)}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {"input_ids": "int32", "attention_mask": "int32"}
