@@ -33,6 +33,7 @@ from ..errors import CallError, TripyBuildError
 from ..version import __version__
 from .access import Access, Refused
 from .endpoint import Endpoint
+from .generation import Reply
 from .limits import Limits
 
 Scope = dict[str, Any]
@@ -238,13 +239,13 @@ class App:
             await self._send(send, 200, orjson.dumps({**head, **text, "output_ids": tokens}), [_JSON], scope)
             return True
         await self._start_events(send, scope)
-        detok = tok.stream() if tok is not None else None
+        reply = Reply(tok, stops, []) if tok is not None else None
         index = 0
         while not isinstance(event := await events.get(), BaseException):
-            text = {} if detok is None else {"text_output": "" if event in stops else detok.add(event)}
+            text = {} if reply is None else {"text_output": reply.take(event)}
             await self._event(send, {**head, **text, "output_ids": [event], "index": index})
             index += 1
-        if detok is not None and (rest := detok.flush()):
+        if reply is not None and (rest := reply.end()):
             await self._event(send, {**head, "text_output": rest, "output_ids": [], "index": index})
         if not isinstance(event, StopIteration):
             await self._event(send, {"error": str(event)})
@@ -293,7 +294,7 @@ class App:
         room = ep.generator.spec.max_length - len(ids)
         seq, events, watcher = self._start(ep, scope, receive, ids, {
             **req.options, "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
-        reply = openai.Reply(tok, seq.eos_token_id, req.stop)
+        reply = Reply(tok, seq.eos_token_id, req.stop)
         ok = False
         try:
             if req.stream:

@@ -134,42 +134,6 @@ class Request:
         return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, tokens)}
 
 
-class Reply:
-    """A reply's text as its tokens come: each ``take`` gives the text that may be sent now (none for an end id; a
-    character split over tokens held back until whole; text that could begin a stop string held back until it
-    cannot), ``done`` once a stop string appeared (the text before it is the reply), ``end`` what is left."""
-
-    def __init__(self, tokenizer: Any, eos: tuple[int, ...], stops: list[str]):
-        self.detok, self.eos, self.stops = tokenizer.stream(), eos, stops
-        self.hold = max(map(len, stops), default=1) - 1
-        self.text, self.sent = "", 0
-        self.tokens, self.done, self.finish = 0, False, "length"
-
-    def take(self, token: int) -> str:
-        self.tokens += 1
-        if token in self.eos:
-            self.finish = "stop"
-            return ""
-        return self._feed(self.detok.add(token))
-
-    def end(self) -> str:
-        if self.done:
-            return ""
-        out = self._feed(self.detok.flush())
-        rest = self.text[self.sent:]
-        self.sent = len(self.text)
-        return out + rest
-
-    def _feed(self, delta: str) -> str:
-        self.text += delta
-        found = [i for s in self.stops if (i := self.text.find(s, self.sent)) >= 0]  # none can start before sent
-        if found:
-            self.text, self.done, self.finish = self.text[:min(found)], True, "stop"
-        upto = len(self.text) if self.done else max(self.sent, len(self.text) - self.hold)
-        out, self.sent = self.text[self.sent:upto], upto
-        return out
-
-
 class Embeddings:
     """A parsed ``/v1/embeddings`` request: its texts (or token ids) and how the answer writes the vectors."""
 
