@@ -268,7 +268,7 @@ class App:
         that generate and store a tokenizer."""
         from . import openai
 
-        texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or (ep.tokenizer and ep.generator)}
+        texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or ep.chats}
         if rest == ["models"]:
             return await self._get(scope, send, lambda: openai.models(list(texts)))
         if rest not in (["chat", "completions"], ["completions"], ["embeddings"]):
@@ -279,14 +279,9 @@ class App:
         embed = rest == ["embeddings"]
         req = openai.Embeddings(body) if embed else openai.Request(body, chat=rest[0] == "chat")
         ep = self.endpoints.get(req.model)
-        if ep is None or not (ep.embeds if embed else ep.tokenizer and ep.generator):
-            why = ("it is not served here" if ep is None else
-                   "it has no tokenizer (token ids only: POST /v2/models/{0}/" + ("infer)" if embed else "generate)")
-                   if ep.tokenizer is None else
-                   "it does not make sentence embeddings (build it with model.pooling=mean)" if embed else
-                   "it does not generate (an encoder: POST /v1/embeddings)")
-            raise Refused(404, f"model {req.model[:200]!r}: {why.format(req.model)}; GET /v1/models lists the models "
-                               f"that take text: {', '.join(texts) or 'none'}.")
+        if ep is None or not (ep.embeds if embed else ep.chats):
+            raise Refused(404, f"model {req.model[:200]!r}: {_why_not(ep, req.model, embed)}; GET /v1/models lists the "
+                               f"models that take text: {', '.join(texts) or 'none'}.")
         if embed:
             return await self._embed(ep, scope, send, req)
         tok = ep.tokenizer
@@ -404,6 +399,17 @@ async def _cancel_on_disconnect(receive: Receive, seq: Any) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     seq.cancelled = True
+
+
+def _why_not(ep: Endpoint | None, name: str, embed: bool) -> str:
+    """Why OpenAI's embeddings (``embed``) or chat and completions routes do not serve the model ``name``."""
+    if ep is None:
+        return "it is not served here"
+    if ep.tokenizer is None:
+        return f"it has no tokenizer (token ids only: POST /v2/models/{name}/{'infer' if embed else 'generate'})"
+    if embed:
+        return "it does not make sentence embeddings (build it with model.pooling=mean)"
+    return "it does not generate (an encoder: POST /v1/embeddings)"
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:

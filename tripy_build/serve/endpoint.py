@@ -74,6 +74,8 @@ class Endpoint:
             self.generator = Generator(steps, steps.spec(), self.name)
         # the checkpoint's tokenizer, where the artifact stores one: text in and out (text_input, OpenAI's API)
         self.tokenizer = self._tokenizer(model)
+        # text in and out of a generate artifact: text_input on /generate, OpenAI's chat and completions
+        self.chats = self.tokenizer is not None and self.generator is not None
         # an encoder's sentence embedding from text: OpenAI's /v1/embeddings
         self.embeds = self.tokenizer is not None and self.generator is None and "sentence_embedding" in self.output_names
         # texts on /infer: a BYTES input named "text" stands for the token ids (a classifier: text in, labels out)
@@ -104,7 +106,7 @@ class Endpoint:
         g = self.generator
         text = (f"POST {base}/generate and {base}/generate_stream (token ids in and out; requests share decode "
                 f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})")
-        if self.tokenizer is not None:
+        if self.chats:
             text += (f"; text in and out: text_input on /generate, and OpenAI's POST {url}/v1/chat/completions and "
                      f"{url}/v1/completions with model {self.name!r}")
         if self.infer_served:
@@ -239,9 +241,9 @@ class Endpoint:
         spec = self.generator.spec
         base = f"/v2/models/{self.name}"
         routes = [f"POST {base}/generate", f"POST {base}/generate_stream"]
-        if self.tokenizer is not None:
+        if self.chats:
             routes += ["POST /v1/chat/completions", "POST /v1/completions"]
-        info = {"routes": routes, "text": self.tokenizer is not None, "max_length": spec.max_length,
+        info = {"routes": routes, "text": self.chats, "max_length": spec.max_length,
                 "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS)}
         return {**info, "entries": [spec.prefill, spec.decode]} if self.infer_served else info
 
