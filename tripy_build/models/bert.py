@@ -173,12 +173,13 @@ def encode(model: Any, layers: list[Params], h: jax.Array, bias: jax.Array) -> j
     return h
 
 
-def encoder_outputs(model: Any, params: Params, h: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
-    """The outputs from the last layer's states ``h``: the pooler's (where the tree has one), the head's, and the
-    sentence embedding (``pooling``)."""
+def encoder_outputs(model: Any, params: Params, h: jax.Array, attention_mask: jax.Array,
+                    pooler_act: str = "tanh") -> dict[str, jax.Array]:
+    """The outputs from the last layer's states ``h``: the pooler's (where the tree has one), the head's (``pooler_act``:
+    a ``dense_act`` classifier's activation), and the sentence embedding (``pooling``)."""
     pooled = jnp.tanh(linear(params["pooler"], h[:, 0])) if "pooler" in params else None
     out = apply_head(params.get("head", {}), model.task, model.style, h, pooled, params["embeddings"]["word"],
-                     model.hidden_act, model.layer_norm_eps)
+                     model.hidden_act, model.layer_norm_eps, pooler_act)
     if model.pooling != "none":
         out["sentence_embedding"] = sentence_embedding(h, attention_mask, model.pooling, model.normalize)
     return out

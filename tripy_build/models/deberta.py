@@ -46,8 +46,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .bert import Bert, _linear, _ln, sentence_embedding
-from .heads import STYLES, Style, apply as apply_head, init as init_head
+from .bert import Bert, _linear, _ln, encoder_outputs
+from .heads import STYLES, Style, init as init_head
 from ._layers import Params, activation, embed, fused_qkv, layer_norm, linear, normal_init, positions
 
 POS_ATT_TYPES = ("c2p", "p2c")
@@ -267,11 +267,7 @@ class DebertaV2(Bert):
             h = layer_norm(p["output_ln"], a + linear(p["output"], act(linear(p["intermediate"], a))), eps)
             if i == 0 and "conv" in params:
                 h = self._conv(params, e, h, real)
-        out = apply_head(params.get("head", {}), self.task, self.style, h, None, emb["word"], self.hidden_act, eps,
-                         self.pooler_hidden_act)
-        if self.pooling != "none":
-            out["sentence_embedding"] = sentence_embedding(h, attention_mask, self.pooling, self.normalize)
-        return out
+        return encoder_outputs(self, params, h, attention_mask, self.pooler_hidden_act)
 
     def max_positions(self) -> int | None:
         """The absolute position table's size where the input has one (``position_biased_input``); else None:
