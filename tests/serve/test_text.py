@@ -211,7 +211,7 @@ def test_what_the_openai_routes_refuse_is_one_line(server):
              ({"model": "qwen2", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
               400, "a message's content part of type 'image_url': this model takes text only"),
              ({"model": "qwen2", "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4"),
-             ({"model": "qwen2", "messages": HELLO, "top_p": 0}, 400, "top_p=0: must be a number in (0, 1]"),
+             ({"model": "qwen2", "messages": HELLO, "top_p": 0}, 400, "top_p=0: it is a probability in (0, 1]"),
              ({"model": "qwen2", "messages": HELLO, "logit_scale": 2}, 400, "'logit_scale' is not an option"),
              ({"model": "qwen2", "messages": []}, 400, '"messages" must be a non-empty list'),
              ({"model": "qwen2", "messages": [{"content": "hi"}]}, 400, "every message needs a role"),
@@ -232,6 +232,85 @@ def copied(ckpt: Path, to: Path, name: str, text: str) -> Path:
     shutil.copytree(ckpt, to)
     (to / name).write_text(text)
     return to
+
+
+def test_penalties_equal_transformers_generate_through_every_route(server, built, expected):
+    """Greedy under ``repetition_penalty`` (transformers' ``RepetitionPenaltyLogitsProcessor`` over the prompt and the
+    reply) gives ``generate(do_sample=False, repetition_penalty=...)``'s tokens through both loaders, the command
+    line, ``/generate`` and OpenAI's route (where a greedy reply of this noise model repeats itself)."""
+    art, _, model, hf_tok = built
+    prompt = expected[0]
+    with torch.no_grad():
+        want = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, repetition_penalty=1.5,
+                              eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+    assert want != expected[1]  # the penalty changes this reply
+    for load in (tb.load, runtime.load):
+        got = load(art).generate([prompt], 12, repetition_penalty=1.5, temperature=0, eos_token_id=[])
+        assert [int(t) for t in got[0]] == want
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--chat", "hello fox", "--json",
+                           "--max-new-tokens", "12", "--eos-token-id", "none", "--repetition-penalty", "1.5"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["output_ids"] == want, proc.stderr[-2000:]
+    status, data = call(server, "POST", "/v2/models/qwen2/generate", {
+        "input_ids": prompt, "max_new_tokens": 12, "eos_token_id": [], "parameters": {"repetition_penalty": 1.5}})
+    assert status == 200 and json.loads(data)["output_ids"] == want, data
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", {
+        "model": "qwen2", "messages": HELLO, "max_tokens": 12, "temperature": 0, "eos_token_id": [],
+        "repetition_penalty": 1.5})[1])
+    assert answer["choices"][0]["message"]["content"] == hf_tok.decode(want, skip_special_tokens=True)
+    status, data = call(server, "POST", "/v1/chat/completions", {"model": "qwen2", "messages": HELLO,
+                                                                 "frequency_penalty": 2.5})
+    assert status == 400 and "frequency_penalty=2.5: it is a number in [-2, 2]" in json.loads(data)["error"]["message"]
+
+
+QWEN_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
+
+
+def test_the_checkpoints_sampling_defaults_are_recorded_and_serve_calls_that_leave_them_out(built, expected, tmp_path):
+    """A ``generation_config.json`` that samples (Qwen2.5-Instruct's) is recorded in the artifact and its build key,
+    said in the build's log, and picks the tokens of every call that leaves the options out: ``generate``, the
+    command line and OpenAI's route draw what the same options given draw; a call's own options replace them;
+    ``generate.sampling`` replaces them at build (null: greedy)."""
+    art, ckpt, _, _ = built
+    config = {**json.loads((ckpt / "generation_config.json").read_text()), **QWEN_SAMPLING}
+    copy = copied(ckpt, tmp_path / "ckpt", "generation_config.json", json.dumps(config))
+    proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("generate.sampling: temperature=0.7 top_k=20 top_p=0.8 repetition_penalty=1.05 from "
+            f"{copy / 'generation_config.json'}") in proc.stdout + proc.stderr
+    sampled = next((tmp_path / "arts" / "qwen2").iterdir())
+    assert sampled.name != art.name  # a new build key
+    recorded = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "min_p": 0.0, "repetition_penalty": 1.05}
+    assert json.loads((sampled / "manifest.json").read_text())["metadata"]["generate"]["sampling"] == recorded
+    shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(sampled)], capture_output=True, text=True)
+    assert ("calls that leave them out pick tokens by temperature=0.7 min_p=0 repetition_penalty=1.05 top_k=20 "
+            "top_p=0.8") in shown.stdout
+    prompt = expected[0]
+    exe = runtime.load(sampled, warmup="none")
+    drawn = [int(t) for t in exe.generate([prompt], 12, seed=5, eos_token_id=[])[0]]
+    assert drawn == [int(t) for t in exe.generate([prompt], 12, seed=5, eos_token_id=[], **recorded)[0]]
+    assert drawn != [int(t) for t in exe.generate([prompt], 12, seed=5, eos_token_id=[], temperature=0)[0]]
+    greedy = [int(t) for t in exe.generate([prompt], 12, eos_token_id=[], temperature=0, repetition_penalty=1)[0]]
+    assert greedy == expected[1]  # a call's own options replace the defaults
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(sampled), "--input-ids",
+                           ",".join(map(str, prompt)), "--max-new-tokens", "12", "--eos-token-id", "none", "--seed",
+                           "5", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["output_ids"] == drawn, proc.stderr[-2000:]
+    with Server([sampled], port=0).start() as srv:
+        answer = json.loads(call(srv, "POST", "/v1/chat/completions", {
+            "model": "qwen2", "messages": HELLO, "max_tokens": 12, "seed": 5, "eos_token_id": []})[1])
+        assert answer["choices"][0]["message"]["content"] == built[3].decode(drawn, skip_special_tokens=True)
+        assert json.loads(call(srv, "GET", "/v2/models/qwen2")[1])["generate"]["sampling"] == recorded
+    proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'null'}", "generate.sampling=null",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plain = runtime.load(next((tmp_path / "null" / "qwen2").iterdir()), warmup="none")
+    assert plain.metadata["generate"]["sampling"] == {}
+    assert [int(t) for t in plain.generate([prompt], 12, eos_token_id=[])[0]] == expected[1]
+    proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'bad'}",
+                   "generate.sampling={temperature: 0.7, top_p: 0}", cwd=tmp_path, timeout=600)
+    assert proc.returncode != 0 and "generate.sampling: top_p=0: it is a probability in (0, 1]" in proc.stderr
+    assert not (tmp_path / "bad" / "qwen2").exists()
 
 
 def test_a_changed_chat_template_is_a_new_build_and_a_changed_stored_tokenizer_is_refused(built, tmp_path):

@@ -137,6 +137,12 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
         chunks = f"; precompiled in {len(m.prep.chunks)} chunk(s)" if m.prep and m.prep.chunks else ""
         chunks += f", {rest} stored prepared (placed at load as stored)" if rest else ""
         out.append(f"  prep program: {'yes (' + m.prep.file + chunks + ')' if m.prep else 'none (weights used as stored)'}")
+    g = m.metadata.get("generate")
+    if isinstance(g, dict):
+        recorded = sorted((g.get("sampling") or {}).items(), key=lambda kv: kv[0] != "temperature")
+        picked = " ".join(f"{k}={v:g}" for k, v in recorded) or "greedy"
+        out += ["", f"generation: {g['max_length']} cache positions; stops at {g.get('eos_token_id') or 'no id'}; "
+                    f"calls that leave them out pick tokens by {picked}"]
     tokenizer = m.metadata.get("tokenizer") or []
     if tokenizer:
         out += ["", f"tokenizer: the checkpoint's, for text in and out ({', '.join(tokenizer)} under tokenizer/)"]

@@ -17,7 +17,7 @@ from typing import Any
 from ..core.entry import Entry
 from ..core.profiles import DEFAULT_BUCKETS
 from ..core.spec import NamedDimension
-from ..errors import ConfigError
+from ..errors import CallError, ConfigError
 from ..runtime.generate import Spec
 
 log = logging.getLogger(__name__)
@@ -26,18 +26,20 @@ PREFILL, DECODE = "prefill", "decode"
 METHODS = ("extend", "extend_inputs", "cache_shape")
 
 
-def stop_tokens(generate: dict[str, Any], model: Any, checkpoint: str | None) -> dict[str, Any]:
-    """``generate`` with its ``eos_token_id`` resolved (a list) and the ``pad_token_id`` a stopped row is filled
-    with: ``auto`` takes the checkpoint's (``checkpoint``: a Hugging Face directory; none without one). Resolved
-    before the build key is made, so a checkpoint whose generation config changed is a new build. An id the
-    vocabulary cannot hold could never be generated: given, it is refused; from the checkpoint (transformers'
-    tiny configs keep GPT-2's 50256), it is left out, and said."""
+def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> dict[str, Any]:
+    """``generate`` with what ``auto`` leaves to the checkpoint (``checkpoint``: a Hugging Face directory; none
+    without one) resolved: its ``eos_token_id`` (a list), the ``pad_token_id`` a stopped row is filled with, and
+    its ``sampling`` defaults (``runtime/sampling.py``). Resolved before the build key is made, so a checkpoint
+    whose generation config changed is a new build. An id the vocabulary cannot hold could never be generated:
+    given, it is refused; from the checkpoint (transformers' tiny configs keep GPT-2's 50256), it is left out, and
+    said."""
     from ..models import hf
 
     if not all(callable(getattr(model, m, None)) for m in METHODS):
         return generate  # ``entries`` refuses it, naming what it lacks
     eos = generate.get("eos_token_id", "auto")
-    found = hf.generation_defaults(checkpoint) if checkpoint is not None else {"eos_token_id": [], "pad_token_id": None}
+    found = (hf.generation_defaults(checkpoint) if checkpoint is not None else
+             {"eos_token_id": [], "pad_token_id": None, "sampling": {}, "source": None})
     vocab = int(model.vocab_size)
     outside = [t for t in (found["eos_token_id"] if eos == "auto" else eos) if not 0 <= t < vocab]
     if eos != "auto" and outside:
@@ -50,7 +52,32 @@ def stop_tokens(generate: dict[str, Any], model: Any, checkpoint: str | None) ->
                         "is" if len(outside) == 1 else "are", vocab)
         eos = [t for t in found["eos_token_id"] if t not in outside]
     pad = found["pad_token_id"]
-    return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None}
+    return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None,
+            "sampling": _sampling(generate.get("sampling", "auto"), found)}
+
+
+def _sampling(given: Any, found: dict[str, Any]) -> dict[str, Any]:
+    """The sampling defaults the artifact records: ``generate.sampling`` as given (null: none, greedy), or for
+    ``auto`` the checkpoint's, said in the build's log where it samples or penalizes."""
+    from ..models.hf import CheckpointError
+    from ..runtime.sampling import Options, from_generation_config, recorded
+
+    if given != "auto":
+        if given is not None and not isinstance(given, dict):
+            raise ConfigError(f"generate.sampling: {str(given)[:60]!r}: give auto (the checkpoint's), null (greedy) or "
+                              "defaults such as {temperature: 0.7, top_p: 0.9}.")
+        try:
+            return recorded(given or {})
+        except CallError as e:
+            raise ConfigError(f"generate.sampling: {e}") from None
+    try:
+        defaults = from_generation_config(found["sampling"])
+    except CallError as e:
+        raise CheckpointError(f"{found['source']}: {e} Fix the file, or set generate.sampling (null: greedy).") from None
+    if defaults:
+        log.info("generate.sampling: %s from %s, for calls that leave them out (generate.sampling=null: greedy)",
+                 Options(**defaults).described(), found["source"])
+    return defaults
 
 
 def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buckets: dict[str, Any],
@@ -75,7 +102,7 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
                      buckets={d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size),
-                tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"))
+                tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"), dict(generate.get("sampling", {})))
     return {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}, spec
 
 

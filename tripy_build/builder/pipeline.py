@@ -49,9 +49,9 @@ def build(request: BuildRequest) -> BuildResult:
         model = model_io.instantiate(request.model, request.shapes)
     request = within_limits(request, model)
     if request.generate is not None:
-        from .generate import stop_tokens
+        from .generate import resolved
 
-        request = dataclasses.replace(request, generate=stop_tokens(
+        request = dataclasses.replace(request, generate=resolved(
             request.generate, model, request.params_checkpoint if pretrained else None))
     tokenizer = tokenizer_io.files(request.params_checkpoint if pretrained else None)  # stored for text in and out
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()

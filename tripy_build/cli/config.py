@@ -100,6 +100,10 @@ class GenerateConfig:
     eos_token_id: Any = setting("auto", "the token ids a generated row stops at, by default: auto: the checkpoint's "
                                        "(generation_config.json, else config.json; none without a checkpoint); an id "
                                        "or a list [128001,128009]; null or []: rows run to max_new_tokens")
+    sampling: Any = setting("auto", "how calls that leave them out pick tokens: auto: the checkpoint's "
+                                    "generation_config.json as transformers' generate reads it (greedy without one); "
+                                    "null: greedy; or {temperature: 0.7, top_k: 20, top_p: 0.8, min_p: 0.05, "
+                                    "repetition_penalty: 1.05} (any of these)")
 
 
 TASKS = ("forward", "generate")
@@ -330,7 +334,8 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
                                                             for t in eos)):
         raise ConfigError(f"generate.eos_token_id: {eos!r} is not a token id; give auto (the checkpoint's), an id, a "
                           "list of ids ([128001,128009]) or null (none).")
-    return {"max_length": max_length, "eos_token_id": eos}
+    return {"max_length": max_length, "eos_token_id": eos, "sampling": plain["generate"]["sampling"]}
+
 
 
 def derivable(plain: dict[str, Any]) -> tuple[str, ...]:

@@ -43,10 +43,19 @@ def main(argv: list[str] | None = None) -> int:
                          help="a user's message, in the checkpoint's chat template; repeat for a batch")
     parser.add_argument("--system", metavar="TEXT", help="with --chat: a system message before each user message")
     parser.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate per prompt (default 20)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampling")
-    parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    parser.add_argument("--top-p", type=float, default=1.0,
-                        help="then among the fewest most likely tokens whose probabilities add up to p (default 1)")
+    # the sampling options; left out: the artifact's defaults (its checkpoint's generation_config.json's, else greedy)
+    parser.add_argument("--temperature", type=float, help="0: greedy; above 0: sampling")
+    parser.add_argument("--top-k", type=int, help="sample among the k most likely tokens (0: every token)")
+    parser.add_argument("--top-p", type=float,
+                        help="then among the fewest most likely tokens whose probabilities add up to p (1: every token)")
+    parser.add_argument("--min-p", type=float,
+                        help="then among the tokens at least this fraction as likely as the most likely (0: every token)")
+    parser.add_argument("--repetition-penalty", type=float,
+                        help="divide the logits of tokens already in the prompt or the reply by this (1: none)")
+    parser.add_argument("--frequency-penalty", type=float,
+                        help="subtract this from a token's logit per time the reply holds it (0: none)")
+    parser.add_argument("--presence-penalty", type=float,
+                        help="subtract this from the logit of each token the reply holds (0: none)")
     parser.add_argument("--seed", type=int, default=None, help="the sampling's seed (the same seed, the same tokens)")
     parser.add_argument("--eos-token-id", type=_stops, default=None, metavar="IDS",
                         help="a prompt stops after generating one of these ids, comma-separated (default: the "
@@ -57,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> None:
         from ..runtime.generate import before_stop
         from ..runtime.runtime import load
+        from ..runtime.sampling import NAMES
 
         if args.max_new_tokens < 1:
             raise CallError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1.")
@@ -67,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         system = [] if args.system is None else [{"role": "system", "content": args.system}]
         prompts = (args.input_ids if tok is None else [tok.encode(t) for t in args.prompt] if args.prompt else
                    [tok.chat([*system, {"role": "user", "content": t}]) for t in args.chat])
-        out = rt.generate(prompts, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                          seed=args.seed, eos_token_id=args.eos_token_id)
+        out = rt.generate(prompts, args.max_new_tokens, seed=args.seed, eos_token_id=args.eos_token_id,
+                          **{k: getattr(args, k) for k in NAMES})
         rows = [[int(t) for t in row] for row in out]
         if tok is None:
             answers = [{"output_ids": r} for r in rows]

@@ -59,6 +59,8 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
+# generation_config.json's keys for how transformers' generate picks tokens (runtime/sampling.from_generation_config)
+SAMPLING = ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty")
 
 
 # The dtypes a checkpoint's tensors are read from, each widened to float32 exactly (the zoo computes in float32;
@@ -453,17 +455,20 @@ def _json_object(path: Path) -> dict[str, Any]:
 
 def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """The token ids generation stops at and fills stopped rows with, as Hugging Face's ``generate`` takes them:
-    ``generation_config.json``'s, or where there is none, ``config.json``'s. ``{"eos_token_id": [ids] (an instruct
-    model has several: Llama 3's end of text and end of turn), "pad_token_id": id or None}``."""
+    ``generation_config.json``'s, or where there is none, ``config.json``'s; and how it picks tokens
+    (``generation_config.json``'s ``SAMPLING`` keys, as it sets them). ``{"eos_token_id": [ids] (an instruct model
+    has several: Llama 3's end of text and end of turn), "pad_token_id": id or None, "sampling": {key: value},
+    "source": the file read}``."""
     root = Path(checkpoint_dir)
     path = root / GENERATION_CONFIG if (root / GENERATION_CONFIG).is_file() else root / CONFIG
     config = _json_object(path)
+    sampling = {k: config[k] for k in SAMPLING if config.get(k) is not None} if path.name == GENERATION_CONFIG else {}
     eos, pad = config.get("eos_token_id"), config.get("pad_token_id")
     eos = [] if eos is None else eos if isinstance(eos, list) else [eos]
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in [*eos, *([] if pad is None else [pad])]):
         raise CheckpointError(f"{path}: eos_token_id={config.get('eos_token_id')!r}, pad_token_id={pad!r}: token ids "
                               "must be integers (eos_token_id: one or a list).")
-    return {"eos_token_id": eos, "pad_token_id": pad}
+    return {"eos_token_id": eos, "pad_token_id": pad, "sampling": sampling, "source": str(path)}
 
 
 def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[str, Any]:

@@ -102,21 +102,32 @@ class MultiEntry:
                             f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
         return self.entries[name]
 
-    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None, temperature: float = 0.0,
-                 top_k: int | None = None, top_p: float = 1.0, seed: int | None = None, eos_token_id: Any = None,
-                 pad_token_id: int | None = None) -> np.ndarray:
+    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None,
+                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 min_p: float | None = None, repetition_penalty: float | None = None,
+                 frequency_penalty: float | None = None, presence_penalty: float | None = None,
+                 seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None) -> np.ndarray:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
+
+        How each token is picked: the options given; those left out (None) take the artifact's defaults
+        (``metadata["generate"]["sampling"]``: the checkpoint's ``generation_config.json`` as transformers'
+        ``generate`` reads it, unless the build set ``generate.sampling``; greedy where it does not sample).
 
         Args:
             input_ids: the prompts: a list of token-id lists (any lengths), or an int array ``[batch, prompt]``
                 whose padding (either side) ``attention_mask`` marks with 0.
             max_new_tokens: how many tokens to generate per prompt; the longest prompt plus these must fit
                 in the artifact's ``generate.max_length``.
-            temperature: 0 (default): greedy; above 0: sample from ``softmax(logits / temperature)``.
-            top_k: sample among the ``top_k`` most likely tokens only.
+            temperature: 0: greedy; above 0: sample from ``softmax(logits / temperature)``.
+            top_k: sample among the ``top_k`` most likely tokens only; 0: every token.
             top_p: then among the fewest most likely tokens whose probabilities add up to ``top_p`` (nucleus
-                sampling); 1 (default): every token.
+                sampling); 1: every token.
+            min_p: then among the tokens at least ``min_p`` times as likely as the most likely; 0: every token.
+            repetition_penalty: a token of the prompt or the reply has its logit divided by this (multiplied,
+                where negative), as transformers' ``repetition_penalty``; 1: none.
+            frequency_penalty, presence_penalty: OpenAI's: subtracted from a token's logit per time the reply
+                holds it, and once if it holds it; in [-2, 2], 0 (the default): none.
             seed: the sampling's seed: the same seed, the same tokens.
             eos_token_id: a row stops after generating this id, or any of these ids (a list: an instruct model's
                 end of text and end of turn); None (the default): the build's ``generate.eos_token_id``, which
@@ -132,12 +143,15 @@ class MultiEntry:
 
             gpt2 = tripy_build.load("artifacts/gpt2/1c2f...")
             new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
+            varied = gpt2.generate([[464, 2068, 318]], max_new_tokens=20, temperature=0.8, top_p=0.95, seed=1)
         """
         from .generate import generate
 
         steps = self.generation_steps()
-        return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, temperature, top_k,
-                        seed, eos_token_id, pad_token_id, top_p)
+        return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, seed,
+                        eos_token_id, pad_token_id, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                        repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+                        presence_penalty=presence_penalty)
 
     @property
     def tokenizer(self) -> Any:

@@ -21,6 +21,7 @@ the device, read the logits back).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -28,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CallError
+from .sampling import Options, Sampler
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Spec:
     vocab_size: int
     eos_token_id: tuple[int, ...] = ()  # where a row stops unless a call says otherwise (generate.eos_token_id)
     pad_token_id: int | None = None  # what a stopped row is filled with (the checkpoint's; else the first eos id)
+    sampling: dict[str, Any] = dataclasses.field(default_factory=dict)  # the defaults of calls' options (sampling.Options)
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -52,12 +55,16 @@ class Spec:
         pad = g.get("pad_token_id")
         return cls(str(g["prefill"]), str(g["decode"]), int(g["max_length"]), tuple(int(n) for n in g["cache_shape"]),
                    str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
-                   None if pad is None else int(pad))
+                   None if pad is None else int(pad), dict(g.get("sampling") or {}))
 
     def to_metadata(self) -> dict[str, Any]:
         return {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
                 "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
-                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id}
+                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id, "sampling": self.sampling}
+
+    def options(self, **given: Any) -> Options:
+        """A call's sampling options: those it gives (None: not given) over this artifact's defaults."""
+        return Options.of(self.sampling, **given)
 
     def stops(self, eos_token_id: Any) -> tuple[int, ...]:
         """The ids a call's rows stop at: ``eos_token_id`` as given (an id, or ids; () for none), or None: the
@@ -161,43 +168,6 @@ def _ids(row: np.ndarray, where: str) -> np.ndarray:
     if not np.issubdtype(row.dtype, np.integer):
         raise CallError(f"generate(): {where} has dtype {row.dtype}; token ids are integers.")
     return row.astype(np.int32)
-
-
-class Sampler:
-    """Greedy (``temperature`` 0) or sampling from ``softmax(logits / temperature)`` over the ``top_k`` most
-    likely tokens, then over the fewest most likely whose probabilities add up to ``top_p`` (nucleus sampling: in
-    this order, as Hugging Face's ``generate`` applies them), with a seeded generator: the same seed, the same
-    tokens."""
-
-    def __init__(self, temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
-                 top_p: float = 1.0):
-        if not isinstance(temperature, (int, float)) or temperature < 0 or not np.isfinite(temperature):
-            raise CallError(f"generate(): temperature={temperature!r}; it is 0 (greedy) or a positive number.")
-        if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
-            raise CallError(f"generate(): top_k={top_k!r}; it is a positive integer or None (every token).")
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-            raise CallError(f"generate(): top_p={top_p!r}; it is a probability in (0, 1] (1: every token).")
-        self.temperature, self.top_k, self.top_p = float(temperature), top_k, float(top_p)
-        self.rng = np.random.default_rng(seed)
-
-    def __call__(self, logits: np.ndarray) -> np.ndarray:
-        if self.temperature == 0.0:
-            return np.argmax(logits, axis=-1).astype(np.int32)
-        scaled = logits.astype(np.float64) / self.temperature
-        if self.top_k is not None and self.top_k < scaled.shape[-1]:
-            kth = np.partition(scaled, -self.top_k, axis=-1)[:, -self.top_k][:, None]
-            scaled = np.where(scaled < kth, -np.inf, scaled)
-        p = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        if self.top_p < 1.0:  # a token stays while the tokens more likely than it hold less than top_p
-            order = np.argsort(-p, axis=-1, kind="stable")
-            ranked = np.take_along_axis(p, order, axis=-1)
-            keep = np.zeros(p.shape, bool)
-            np.put_along_axis(keep, order, np.cumsum(ranked, axis=-1) - ranked < self.top_p, axis=-1)
-            p = np.where(keep, p, 0.0)
-            p /= p.sum(axis=-1, keepdims=True)
-        u = self.rng.random((p.shape[0], 1))
-        return np.minimum((np.cumsum(p, axis=-1) < u).sum(axis=-1), p.shape[-1] - 1).astype(np.int32)
 
 
 def before_stop(row: Sequence[int], stops: Sequence[int]) -> list[int]:
@@ -319,21 +289,24 @@ class Session:
 
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
-             temperature: float = 0.0, top_k: int | None = None, seed: int | None = None,
-             eos_token_id: Any = None, pad_token_id: int | None = None, top_p: float = 1.0) -> np.ndarray:
+             seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
+             **sampling: Any) -> np.ndarray:
     """The new tokens, int32 ``[batch, n]``: ``n = max_new_tokens``, or fewer when every row has stopped at one of
-    the ``eos_token_id`` ids (``Spec.stops``; a stopped row is filled as ``Spec.fill`` says)."""
+    the ``eos_token_id`` ids (``Spec.stops``; a stopped row is filled as ``Spec.fill`` says); each token picked
+    by the ``sampling`` options given (``sampling.Options``; those left out or None: the artifact's defaults)."""
     rows = prompts(input_ids, attention_mask)
     for i, r in enumerate(rows):
         check_prompt(spec, r, max_new_tokens, f"input_ids[{i}]")
-    sampler = Sampler(temperature, top_k, seed, top_p)
+    options = spec.options(**sampling)
     eos_token_id = spec.stops(eos_token_id)
     pad = spec.fill(pad_token_id, eos_token_id)
     batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
+    rng = np.random.default_rng(seed)
     out = []
     for start in range(0, len(rows), batches[-1]):
         group = rows[start:start + batches[-1]]
         session = Session(steps, spec, next(b for b in batches if b >= len(group)))
+        sampler = Sampler(options, rng, group)
         out.append(_group(session, group, max_new_tokens, sampler, eos_token_id, pad))
         session.close()
     n = max(o.shape[1] for o in out)

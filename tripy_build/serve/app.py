@@ -288,7 +288,8 @@ class App:
         ids = tok.chat(req.prompt) if req.chat else tok.encode(req.prompt)
         room = ep.generator.spec.max_length - len(ids)
         seq, events, watcher = self._start(ep, scope, receive, ids, {
-            **req.options, "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
+            **req.generation(ep.generator.spec.sampling),
+            "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
         reply = Reply(tok, seq.eos_token_id, req.stop)
         ok = False
         try:

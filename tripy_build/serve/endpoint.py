@@ -244,7 +244,8 @@ class Endpoint:
         if self.chats:
             routes += ["POST /v1/chat/completions", "POST /v1/completions"]
         info = {"routes": routes, "text": self.chats, "max_length": spec.max_length,
-                "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS)}
+                "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS),
+                "sampling": spec.sampling}
         return {**info, "entries": [spec.prefill, spec.decode]} if self.infer_served else info
 
     def not_served(self) -> str:

@@ -32,7 +32,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import CallError
-from ..runtime.generate import Sampler, Session, Spec, check_prompt
+from ..runtime.generate import Session, Spec, check_prompt
+from ..runtime.sampling import NAMES, Sampler
 
 log = logging.getLogger(__name__)
 JOIN_WINDOW_S = 0.003
@@ -76,16 +77,18 @@ class Generator:
         self.thread.start()
 
     def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
-               on_done: Callable[[BaseException | None], None], temperature: float = 0.0, top_k: int | None = None,
-               seed: int | None = None, eos_token_id: Any = None, top_p: float = 1.0) -> Sequence:
-        """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step."""
+               on_done: Callable[[BaseException | None], None], seed: int | None = None, eos_token_id: Any = None,
+               **sampling: Any) -> Sequence:
+        """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
+        tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
+        defaults."""
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
         check_prompt(self.spec, ids, max_new_tokens, "input_ids")
-        seq = Sequence(ids.astype(np.int32), int(max_new_tokens), Sampler(temperature, top_k, seed, top_p),
-                       self.spec.stops(eos_token_id),
-                       on_token, on_done)
+        ids = ids.astype(np.int32)
+        sampler = Sampler(self.spec.options(**sampling), seed, [ids])
+        seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done)
         with self.cv:
             if self.closed:
                 raise CallError(f"{self.name}: the server is shutting down.")
@@ -231,8 +234,9 @@ class Reply:
         return out
 
 
-# eos_token_id: an id or a list of ids (none given: the artifact's generate.eos_token_id; []: none)
-OPTIONS = {"max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float, "seed": int,
+# eos_token_id: an id or a list of ids (none given: the artifact's generate.eos_token_id; []: none); the sampling
+# options left out take the artifact's defaults (runtime/sampling.py)
+OPTIONS = {"max_new_tokens": int, **{k: int if k == "top_k" else float for k in NAMES}, "seed": int,
            "eos_token_id": list}
 
 

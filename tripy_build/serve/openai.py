@@ -11,14 +11,18 @@ requests and answers, without the transport (``app.py`` runs them on ``generatio
   float32 (``encoding_format``, which OpenAI's client asks for).
 
 Options, as OpenAI names them: ``max_tokens`` (or ``max_completion_tokens``; default: what the cache has room
-for), ``temperature`` (OpenAI's default 1: sampling; 0: greedy), ``top_p``, ``seed``, ``stop`` (up to 4 strings:
-the reply ends before the first, and its generation stops there), ``stream`` (server-sent events of
+for), ``temperature`` (0: greedy), ``top_p``, ``frequency_penalty``, ``presence_penalty``, ``seed``, ``stop`` (up
+to 4 strings: the reply ends before the first, and its generation stops there), ``stream`` (server-sent events of
 ``chat.completion.chunk``/``text_completion`` objects, then ``data: [DONE]``; ``stream_options.include_usage``
-adds the token counts; text that could begin a stop string is held back until it cannot), and this server's
-``top_k`` and ``eos_token_id``. What the model here cannot do is refused by name rather than ignored: ``n`` above
-1, penalties, log probabilities, tools, image parts (a message's ``content`` may be a list of text parts: joined by
-newlines, as vLLM joins them). ``finish_reason`` is ``stop`` where the reply ended at one of the model's
-end ids or a stop string, else ``length``; ``usage`` counts the prompt's tokens and those generated.
+adds the token counts; text that could begin a stop string is held back until it cannot), and, as vLLM takes
+them, ``top_k``, ``min_p``, ``repetition_penalty`` and this server's ``eos_token_id``. The sampling options a
+request leaves out take the artifact's defaults, as vLLM takes them from the checkpoint's
+``generation_config.json`` (``runtime/sampling.py``: Qwen2.5-Instruct's temperature 0.7, top_p 0.8, top_k 20,
+repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's temperature 1. What the model here cannot
+do is refused by name rather than ignored: ``n`` above 1, log probabilities, tools, image parts (a message's
+``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``finish_reason`` is ``stop``
+where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage`` counts the
+prompt's tokens and those generated.
 """
 
 from __future__ import annotations
@@ -28,14 +32,16 @@ import uuid
 from typing import Any
 
 from ..errors import CallError
+from ..runtime.sampling import NAMES
 
 # Keys clients send at their neutral values (the OpenAI SDK leaves out what is not set; others send these):
 # accepted at that value, refused otherwise, naming what this server does instead.
-NEUTRAL = {"n": 1, "frequency_penalty": 0, "presence_penalty": 0, "logprobs": False, "parallel_tool_calls": None,
+NEUTRAL = {"n": 1, "logprobs": False, "parallel_tool_calls": None,
            "tool_choice": "none", "user": None, "logit_bias": None, "top_logprobs": None, "tools": None,
            "response_format": None}
-TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-         "stop", "stream", "stream_options", "top_k", "eos_token_id")
+SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
+TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
+         "stream_options", "eos_token_id")
 MAX_STOPS = 4  # OpenAI's bound on stop strings
 
 
@@ -57,7 +63,7 @@ class Request:
             if (value not in (None, [], {}) and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str))
                     and value != {"type": "text"}):  # response_format: plain text is what it gives
                 raise CallError(f"{key}={str(value)[:60]}: not supported here (the model samples from its logits with "
-                                "temperature, top_k, top_p and seed; a reply stops at its end ids, a stop string or "
+                                f"{', '.join(SAMPLING)} and seed; a reply stops at its end ids, a stop string or "
                                 "max_tokens); leave it out.")
         if (other := "prompt" if chat else "messages") in body:
             raise CallError(f"{other!r} belongs to /v1/{'' if chat else 'chat/'}completions; this route takes {what!r}.")
@@ -73,22 +79,18 @@ class Request:
         elif not isinstance(self.prompt, str) or not self.prompt:
             raise CallError(f'"prompt" must be a non-empty string, got {str(self.prompt)[:60]}.')
         self.max_tokens = self._int(body, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
-        temperature = body.get("temperature", 1.0)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+        temperature = body.get("temperature")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                        or not 0 <= temperature <= 2):
             raise CallError(f"temperature={str(temperature)[:40]}: must be a number in [0, 2] (0: greedy).")
-        self.options: dict[str, Any] = {"temperature": float(temperature)}
-        top_p = body.get("top_p", 1.0)
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-            raise CallError(f"top_p={str(top_p)[:40]}: must be a number in (0, 1].")
-        self.options["top_p"] = float(top_p)
+        self.options: dict[str, Any] = {k: body[k] for k in SAMPLING if body.get(k) is not None}
         stop = body.get("stop")
         self.stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
         if (not isinstance(self.stop, list) or len(self.stop) > MAX_STOPS
                 or not all(isinstance(s, str) and s for s in self.stop)):
             raise CallError(f"stop={str(stop)[:60]}: must be a non-empty string or a list of at most {MAX_STOPS}.")
-        for key in ("seed", "top_k"):
-            if (n := self._int(body, key)) is not None:
-                self.options[key] = n
+        if (seed := self._int(body, "seed")) is not None:
+            self.options["seed"] = seed
         if body.get("eos_token_id") is not None:
             stops = body["eos_token_id"]
             self.options["eos_token_id"] = stops if isinstance(stops, list) else [stops]
@@ -101,6 +103,12 @@ class Request:
         self.include_usage = bool(extra.get("include_usage", False))
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
+
+    def generation(self, recorded: dict[str, Any]) -> dict[str, Any]:
+        """The options the request is generated with: its own, over OpenAI's default temperature 1 where the
+        artifact records no default temperature (its checkpoint does not sample); the rest left to the artifact's
+        ``recorded`` defaults."""
+        return {**({} if "temperature" in recorded else {"temperature": 1.0}), **self.options}
 
     @staticmethod
     def _int(body: dict[str, Any], key: str) -> int | None:
