@@ -10,7 +10,9 @@ batch buckets 1 2 4 8):
     python -m tripy_build model=gpt2 task=generate params.checkpoint=DIR
 
 Prompts: ``--prompt`` (128) random token ids per row from a seeded numpy RNG; ``--new`` (128) new tokens,
-greedy, no early stop (Hugging Face's ``eos_token_id`` set to None, ``min_new_tokens`` = ``max_new_tokens``).
+greedy, no early stop (Hugging Face's ``eos_token_id`` set to None, ``min_new_tokens`` = ``max_new_tokens``);
+``--sampling qwen``: every contender samples with Qwen2.5-Instruct's options (temperature 0.7, top_k 20, top_p 0.8,
+repetition_penalty 1.05: transformers' processors on torch and ONNX Runtime, ``runtime/sampling.py`` here).
 
 Contenders, each measured in a process of its own (one XLA client, or torch's pool, at a time: two
 clients' thread pools in one process fight over the cores), each using every core it may run on:
@@ -60,6 +62,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# --sampling: how every contender picks tokens (None: greedy); the ids are then not compared (different generators)
+SAMPLING = {"greedy": None, "qwen": {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05}}
 
 
 def log(msg: str) -> None:
@@ -139,7 +145,7 @@ class Torch:
         with self.torch.inference_mode():
             x = self.torch.from_numpy(ids.astype(np.int64))
             out = self.model.generate(x, attention_mask=self.torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
-                                      do_sample=False, use_cache=True)
+                                      use_cache=True, **hf_options(self.sampling))
         return out[:, ids.shape[1]:].numpy()
 
 
@@ -152,7 +158,7 @@ class Tripy:
         self.model = (rt.load if runtime else tb.load)(art, warmup="now")
 
     def generate(self, ids: np.ndarray, n: int) -> np.ndarray:
-        return self.model.generate(ids, n, eos_token_id=[])  # no early stop, as the peers
+        return self.model.generate(ids, n, eos_token_id=[], seed=0, **(self.sampling or {"temperature": 0}))
 
 
 class Ort:
@@ -170,8 +176,13 @@ class Ort:
 
         x = torch.from_numpy(ids.astype(np.int64))
         out = self.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
-                                  do_sample=False)
+                                  **hf_options(self.sampling))
         return out[:, ids.shape[1]:].numpy()
+
+
+def hf_options(sampling: dict | None) -> dict:
+    """Hugging Face's ``generate`` options for ``--sampling`` (None: greedy)."""
+    return {"do_sample": True, **sampling} if sampling else {"do_sample": False}
 
 
 def ort_dir(ckpt: Path) -> Path:
@@ -255,6 +266,7 @@ CONTENDERS = {"torch": lambda ckpt, art: Torch(ckpt), "tripy_build": lambda ckpt
 def worker(args: argparse.Namespace) -> None:
     """One contender at one batch in this process: its ids, then the timed TTFT and full generation, as JSON."""
     contender = CONTENDERS[args.worker](Path(args.ckpt), Path(args.art))
+    contender.sampling = SAMPLING.get(args.sampling)
     ids = np.random.default_rng(args.batch).integers(0, vocab(Path(args.ckpt)), (args.batch, args.prompt)).astype(np.int32)
     out = contender.generate(ids, args.new)  # untimed: the first call's costs, and the ids compared
     ttft = timed(contender.generate, ids, 1)
@@ -265,7 +277,7 @@ def worker(args: argparse.Namespace) -> None:
 def spawn(name: str, batch: int, args: argparse.Namespace, ckpt: Path, art: Path) -> dict:
     python = args.ort if name == "ort" else sys.executable
     cmd = [python, __file__, "--worker", name, "--batch", str(batch), "--prompt", str(args.prompt),
-           "--new", str(args.new), "--ckpt", str(ckpt), "--art", str(art)]
+           "--new", str(args.new), "--ckpt", str(ckpt), "--art", str(art), "--sampling", args.sampling]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         lines = [line for line in r.stderr.splitlines() if line.strip()]
@@ -284,6 +296,9 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--ort", metavar="PYTHON", help="add ONNX Runtime through optimum, run by this interpreter "
                     "(one with optimum-onnx[onnxruntime] installed)")
+    ap.add_argument("--sampling", choices=list(SAMPLING), default="greedy",
+                    help="how tokens are picked, by every contender: greedy (the default), or qwen: Qwen2.5-Instruct's "
+                         "generation_config.json (temperature 0.7, top_k 20, top_p 0.8, repetition_penalty 1.05)")
     ap.add_argument("--export-ort", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -326,10 +341,11 @@ def main() -> None:
             t1, tn = statistics.median(x["ttft"] for x in ok), statistics.median(x["total"] for x in ok)
             ids = np.array(ok[0]["ids"])
             same = int((ids == ref).all(axis=1).sum()) if ref is not None else 0
-            rows.append((batch, name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9), f"{same}/{batch}"))
+            rows.append((batch, name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9),
+                         f"{same}/{batch}" if args.sampling == "greedy" else "sampled"))
     title = {"gpt2": "GPT-2 small", "qwen2": "Qwen2.5-0.5B's shape (Qwen2ForCausalLM)",
              "gemma3": "gemma-3-270m's shape (Gemma3ForCausalLM)"}[args.model]
-    print(f"\n{title}{' (quick)' if args.quick else ''}: prompt {args.prompt}, {args.new} new tokens, greedy; "
+    print(f"\n{title}{' (quick)' if args.quick else ''}: prompt {args.prompt}, {args.new} new tokens, {args.sampling}; "
           f"{len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
     print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")
     by = {(b, n): (t, d) for b, n, t, d, _ in rows}
