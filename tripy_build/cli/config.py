@@ -337,7 +337,6 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
     return {"max_length": max_length, "eos_token_id": eos, "sampling": plain["generate"]["sampling"]}
 
 
-
 def derivable(plain: dict[str, Any]) -> tuple[str, ...]:
     """The settings of ``request.DERIVABLE`` the command line leaves at their defaults: the build derives them
     from the model where they would contradict it (none where there is no command line: the Python API)."""
