@@ -93,13 +93,32 @@ def test_what_a_template_or_a_message_refuses_is_one_line(tmp_path):
         tok.chat([{"content": "hi"}])
     with pytest.raises(CallError, match="messages must be a non-empty list"):
         tok.chat([])
-    with pytest.raises(CallError, match="a chat message holds object"):
+    with pytest.raises(CallError, match="a chat message or template argument holds object"):
         tok.chat([{"role": "user", "content": object()}])
     (tmp_path / "sp" / "chat_template.jinja").unlink()
     with pytest.raises(CallError, match="has no chat template"):
         ours(tmp_path / "sp").chat(MESSAGES[0])
     with pytest.raises(CallError, match="the tokenizer is not readable"):
         Tokenizer({"tokenizer.json": b"{not json"}, "broken")
+
+
+THINKING = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+            "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")  # Qwen3's switch
+
+
+def test_template_arguments_reach_the_template_as_apply_chat_templates_do(tmp_path):
+    """Qwen3's ``enable_thinking=False`` (vLLM's ``chat_template_kwargs``): the template reads it as it reads
+    ``apply_chat_template``'s keyword arguments; the call's own variables cannot be replaced."""
+    path = byte_level(tmp_path / "bl")
+    (path / "chat_template.jinja").write_text(THINKING)
+    hf, tok = transformers.AutoTokenizer.from_pretrained(path), ours(path)
+    for kwargs in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
+        want = hf.apply_chat_template(MESSAGES[0], add_generation_prompt=True, tokenize=True, **kwargs)["input_ids"]
+        assert tok.chat(MESSAGES[0], **kwargs) == want, kwargs
+    assert tok.chat(MESSAGES[0], enable_thinking=False) != tok.chat(MESSAGES[0])
+    with pytest.raises(CallError, match="the chat template's variable 'messages' is set by the call itself"):
+        tok.render(MESSAGES[0], messages=[])
 
 
 def test_the_sandbox_keeps_a_template_from_python(tmp_path):

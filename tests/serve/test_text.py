@@ -218,7 +218,11 @@ def test_what_the_openai_routes_refuse_is_one_line(server):
              ({"model": "qwen2", "messages": HELLO, "max_tokens": 100}, 400, "generate.max_length=48"),
              ({"model": "qwen2", "messages": HELLO, "temperature": 3}, 400, "must be a number in [0, 2]"),
              ({"model": "gpt-4", "messages": HELLO}, 404, "'gpt-4': it is not served here; GET /v1/models lists"),
-             ({"model": "qwen2", "prompt": "hi"}, 400, "'prompt' belongs to /v1/completions")]
+             ({"model": "qwen2", "prompt": "hi"}, 400, "'prompt' belongs to /v1/completions"),
+             ({"model": "qwen2", "messages": HELLO, "chat_template_kwargs": [1]}, 400,
+              "chat_template_kwargs=[1]: an object of the chat template's variables"),
+             ({"model": "qwen2", "messages": HELLO, "chat_template_kwargs": {"tools": 1}}, 400,
+              "the chat template's variable 'tools' is set by the call itself")]
     for body, code, fragment in cases:
         status, data = call(server, "POST", "/v1/chat/completions", body)
         message = json.loads(data)["error"]["message"]  # OpenAI's shape
@@ -315,12 +319,18 @@ def test_the_checkpoints_sampling_defaults_are_recorded_and_serve_calls_that_lea
 
 def test_a_changed_chat_template_is_a_new_build_and_a_changed_stored_tokenizer_is_refused(built, tmp_path):
     art, ckpt, _, _ = built
-    copy = copied(ckpt, tmp_path / "ckpt", "chat_template.jinja", "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    copy = copied(ckpt, tmp_path / "ckpt", "chat_template.jinja",
+                  "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if suffix is defined %}{{ suffix }}{% endif %}")
     proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={art.parent.parent}", cwd=tmp_path,
                    timeout=600)
     assert proc.returncode == 0 and "cache hit" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
     other = next(p for p in (art.parent).iterdir() if p != art)
     assert runtime.load(other, warmup="none").tokenizer.render(HELLO) == "hello fox"
+    with Server([other], port=0).start() as srv:  # vLLM's chat_template_kwargs: variables the template reads
+        for kwargs, text in (({}, "hello fox"), ({"suffix": " the lazy dog"}, "hello fox the lazy dog")):
+            status, data = call(srv, "POST", "/v1/chat/completions", {"model": "qwen2", "messages": HELLO,
+                                                                      "max_tokens": 1, "chat_template_kwargs": kwargs})
+            assert status == 200 and json.loads(data)["usage"]["prompt_tokens"] == len(built[3].encode(text)), data
     (other / "tokenizer" / "tokenizer.json").write_bytes((other / "tokenizer" / "tokenizer.json").read_bytes() + b" ")
     with pytest.raises(ArtifactError, match=r"tokenizer/tokenizer.json: size \d+ does not match manifest.json"):
         _ = runtime.load(other, warmup="none").tokenizer

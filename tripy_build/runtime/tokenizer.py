@@ -48,8 +48,8 @@ def _plain(value: Any, where: str) -> Any:
         return {k: _plain(v, where) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v, where) for v in value]
-    raise CallError(f"{where}: a chat message holds {type(value).__name__}; messages are JSON data (strings, numbers, "
-                    "lists and objects).")
+    raise CallError(f"{where}: a chat message or template argument holds {type(value).__name__}; they are JSON data "
+                    "(strings, numbers, lists and objects).")
 
 
 class Tokenizer:
@@ -110,8 +110,10 @@ class Tokenizer:
                 text = text.replace(before, after)
         return text
 
-    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
-        """The chat template applied to ``messages`` (``[{"role": "user", "content": "Hi"}, ...]``), as text."""
+    def render(self, messages: Sequence[Mapping[str, Any]], /, add_generation_prompt: bool = True, **kwargs: Any) -> str:
+        """The chat template applied to ``messages`` (``[{"role": "user", "content": "Hi"}, ...]``), as text;
+        ``kwargs`` are variables the template reads, as ``apply_chat_template`` passes its own (Qwen3's
+        ``enable_thinking=False``)."""
         if not self.chat_template:
             raise CallError(f"{self.where}: the checkpoint's tokenizer has no chat template (tokenizer_config.json's "
                             "chat_template or chat_template.jinja), so messages cannot be put into the model's chat "
@@ -124,17 +126,23 @@ class Tokenizer:
                 raise CallError(f"{self.where}: every message needs a role (system, user or assistant): "
                                 f"{str(dict(m))[:80]}.")
         chat = [{k: v for k, v in _plain(dict(m), self.where).items() if v is not None} for m in messages]
+        taken = sorted(set(kwargs) & {"messages", "add_generation_prompt", "tools", "documents"})
+        if taken:
+            raise CallError(f"{self.where}: the chat template's variable {taken[0]!r} is set by the call itself, not "
+                            "by its template arguments.")
         import jinja2
 
         try:
             return self._compiled().render(messages=chat, add_generation_prompt=add_generation_prompt, tools=None,
-                                           documents=None, **self.special_tokens)
+                                           documents=None, **{**self.special_tokens, **_plain(kwargs, self.where)})
         except jinja2.TemplateError as e:
             raise CallError(f"{self.where}: the chat template refused the messages: {str(e)[:300]}") from None
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> list[int]:
-        """The ids of ``messages`` in the chat template, ready to generate the assistant's reply."""
-        return self._fast.encode(self.render(messages, add_generation_prompt), add_special_tokens=False).ids
+    def chat(self, messages: Sequence[Mapping[str, Any]], /, add_generation_prompt: bool = True,
+             **kwargs: Any) -> list[int]:
+        """The ids of ``messages`` in the chat template (``kwargs``: its variables, as ``render``'s), ready to
+        generate the assistant's reply."""
+        return self._fast.encode(self.render(messages, add_generation_prompt, **kwargs), add_special_tokens=False).ids
 
     def stream(self) -> "Detokenizer":
         """A ``Detokenizer`` for one sequence's new tokens."""

@@ -285,7 +285,7 @@ class App:
         if embed:
             return await self._embed(ep, scope, send, req)
         tok = ep.tokenizer
-        ids = tok.chat(req.prompt) if req.chat else tok.encode(req.prompt)
+        ids = tok.chat(req.prompt, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
         room = ep.generator.spec.max_length - len(ids)
         seq, events, watcher = self._start(ep, scope, receive, ids, {
             **req.generation(ep.generator.spec.sampling),

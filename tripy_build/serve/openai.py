@@ -18,9 +18,11 @@ adds the token counts; text that could begin a stop string is held back until it
 them, ``top_k``, ``min_p``, ``repetition_penalty`` and this server's ``eos_token_id``. The sampling options a
 request leaves out take the artifact's defaults, as vLLM takes them from the checkpoint's
 ``generation_config.json`` (``runtime/sampling.py``: Qwen2.5-Instruct's temperature 0.7, top_p 0.8, top_k 20,
-repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's temperature 1. What the model here cannot
-do is refused by name rather than ignored: ``n`` above 1, log probabilities, tools, image parts (a message's
-``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``finish_reason`` is ``stop``
+repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's temperature 1. A chat request's
+``chat_template_kwargs`` (vLLM's) are variables for the chat template: Qwen3's ``{"enable_thinking": false}``.
+What the model here cannot do is refused by name rather than ignored: ``n`` above 1, ``logit_bias``, log
+probabilities, tools, image parts (a message's ``content`` may be a list of text parts: joined by newlines, as
+vLLM joins them). ``finish_reason`` is ``stop``
 where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage`` counts the
 prompt's tokens and those generated.
 """
@@ -41,7 +43,7 @@ NEUTRAL = {"n": 1, "logprobs": False, "parallel_tool_calls": None,
            "response_format": None}
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
-         "stream_options", "eos_token_id")
+         "stream_options", "eos_token_id", "chat_template_kwargs")
 MAX_STOPS = 4  # OpenAI's bound on stop strings
 
 
@@ -78,6 +80,11 @@ class Request:
             self.prompt = [_flat(m) for m in self.prompt]
         elif not isinstance(self.prompt, str) or not self.prompt:
             raise CallError(f'"prompt" must be a non-empty string, got {str(self.prompt)[:60]}.')
+        self.template_kwargs = body.get("chat_template_kwargs") or {}
+        if (not isinstance(self.template_kwargs, dict) or (self.template_kwargs and not chat)
+                or "add_generation_prompt" in self.template_kwargs):
+            raise CallError(f"chat_template_kwargs={str(self.template_kwargs)[:60]}: an object of the chat template's "
+                            'variables, such as {"enable_thinking": false}, on /v1/chat/completions.')
         self.max_tokens = self._int(body, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
         temperature = body.get("temperature")
         if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
