@@ -267,6 +267,49 @@ def test_penalties_equal_transformers_generate_through_every_route(server, built
     assert status == 400 and "frequency_penalty=2.5: it is a number in [-2, 2]" in json.loads(data)["error"]["message"]
 
 
+def test_openai_logprobs_are_the_models_log_softmax_with_each_tokens_bytes(server, built, expected):
+    """Each generated token's log probability and its most likely alternatives equal ``log_softmax`` of PyTorch's
+    logits at that step; the tokens' ``bytes`` join into the reply's text; a stream sends the same entries, a
+    completion OpenAI's legacy shape."""
+    _, _, model, hf_tok = built
+    prompt, reply = expected
+    n = 6
+    with torch.no_grad():
+        logp = [model(input_ids=torch.tensor([prompt + reply[:i]])).logits[0, -1].double().log_softmax(-1)
+                for i in range(n)]
+    body = {"model": "qwen2", "messages": HELLO, "max_tokens": n, "temperature": 0, "eos_token_id": [],
+            "logprobs": True, "top_logprobs": 3}
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", body)[1])
+    content = answer["choices"][0]["logprobs"]["content"]
+    assert len(content) == n
+    for entry, token, lp in zip(content, reply, logp):
+        assert abs(entry["logprob"] - float(lp[token])) < 1e-4
+        top = lp.topk(3)
+        assert [a["logprob"] for a in entry["top_logprobs"]] == pytest.approx(top.values.tolist(), abs=1e-4)
+        assert [a["token"] for a in entry["top_logprobs"]][0] == entry["token"]  # greedy: the most likely
+    special = set(hf_tok.all_special_ids)
+    joined = b"".join(bytes(e["bytes"]) for e, t in zip(content, reply) if t not in special)
+    text = answer["choices"][0]["message"]["content"]  # the noise model's bytes need not be whole characters
+    assert joined.decode(errors="replace") == text == hf_tok.decode(reply[:n], skip_special_tokens=True)
+    stream = call(server, "POST", "/v1/chat/completions", {**body, "stream": True})[1]
+    chunks = [json.loads(p) for p in events(stream)[:-1]]
+    streamed = [e for c in chunks if c["choices"] and c["choices"][0]["logprobs"]
+                for e in c["choices"][0]["logprobs"]["content"]]
+    assert [e["token"] for e in streamed] == [e["token"] for e in content]
+    assert [e["logprob"] for e in streamed] == pytest.approx([e["logprob"] for e in content], abs=1e-9)
+    done = json.loads(call(server, "POST", "/v1/completions", {"model": "qwen2", "prompt": "hello fox", "max_tokens": 4,
+                                                               "temperature": 0, "eos_token_id": [], "logprobs": 2})[1])
+    legacy = done["choices"][0]["logprobs"]
+    assert len(legacy["tokens"]) == len(legacy["token_logprobs"]) == len(legacy["top_logprobs"]) == 4
+    assert legacy["text_offset"][0] == 0 and all(len(t) == 2 for t in legacy["top_logprobs"])
+    assert legacy["text_offset"] == [sum(len(t) for t in legacy["tokens"][:i]) for i in range(4)]
+    for bad, fragment in [({"top_logprobs": 2}, "top_logprobs=2 needs logprobs: true"),
+                          ({"logprobs": True, "top_logprobs": 21}, "top_logprobs=21: an integer in [0, 20]"),
+                          ({"logprobs": 3}, "logprobs=3: true or false")]:
+        status, data = call(server, "POST", "/v1/chat/completions", {**body, "logprobs": None, **bad})
+        assert status == 400 and fragment in json.loads(data)["error"]["message"], (bad, data)
+
+
 QWEN_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
 
 

@@ -23,6 +23,7 @@ Llama 3 and Qwen have; sentencepiece-style with byte fallback as Llama 2 and Gem
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
@@ -82,6 +83,8 @@ class Tokenizer:
         self._cleanup = bool(config.get("clean_up_tokenization_spaces")) and \
             type(self._fast.model).__name__ != "BPE"  # transformers skips it for BPE: it strips real spaces
         self._template = None
+        self._added = set(self._fast.get_added_tokens_decoder())
+        self._bytes: dict[int, bytes] = {}
 
     @property
     def pad_token_id(self) -> int:
@@ -109,6 +112,27 @@ class Tokenizer:
                                   (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
                 text = text.replace(before, after)
         return text
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes ``token`` stands for in the text (OpenAI's log probabilities report them: a character that
+        spans tokens is in none of their strings whole): a byte-level BPE token's characters mapped back to
+        bytes (GPT-2's table, as Llama 3's and Qwen's tokenizers use it), a byte-fallback token (``<0x0A>``) its
+        byte, a sentencepiece token's ``▁`` a space; an added or special token its text."""
+        found = self._bytes.get(token)
+        if found is None:
+            piece = self._fast.id_to_token(int(token))
+            if piece is None:
+                raise CallError(f"{self.where}: token id {token} is outside the tokenizer's vocabulary.")
+            if int(token) in self._added:
+                found = piece.encode()
+            elif type(self._fast.decoder).__name__ == "ByteLevel":
+                found = bytes(_BYTE_OF.get(c, 0) for c in piece) if all(c in _BYTE_OF for c in piece) else piece.encode()
+            elif re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):
+                found = bytes([int(piece[3:5], 16)])
+            else:
+                found = piece.replace("\u2581", " ").encode()
+            self._bytes[token] = found
+        return found
 
     def render(self, messages: Sequence[Mapping[str, Any]], /, add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """The chat template applied to ``messages`` (``[{"role": "user", "content": "Hi"}, ...]``), as text;
@@ -182,6 +206,23 @@ def _environment() -> Any:
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet: the character each byte is written as in its vocabulary, inverted."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+_BYTE_OF = _byte_level_alphabet()
 
 
 class Detokenizer:

@@ -288,9 +288,15 @@ class App:
         ids = tok.chat(req.prompt, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
         room = ep.generator.spec.max_length - len(ids)
         seq, events, watcher = self._start(ep, scope, receive, ids, {
-            **req.generation(ep.generator.spec.sampling),
+            **req.generation(ep.generator.spec.sampling), "logprobs": req.logprobs,
             "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
         reply = Reply(tok, seq.eos_token_id, req.stop)
+        scored: list[int] = []  # the tokens whose log probabilities go out with the next event (every one: no stream)
+
+        def scores() -> Any:
+            out = req.scores(tok, [seq.scored[i] for i in scored], [seq.tokens[i] for i in scored])
+            scored.clear()
+            return out
         ok = False
         try:
             if req.stream:
@@ -299,8 +305,10 @@ class App:
             pieces = []
             while not isinstance(event := await events.get(), BaseException):
                 text = reply.take(event)
+                if req.logprobs is not None and event not in seq.eos_token_id:
+                    scored.append(reply.tokens - 1)
                 if req.stream and text:
-                    await self._event(send, req.chunk(text))
+                    await self._event(send, req.chunk(text, logprobs=scores()))
                 pieces.append(text)
                 if reply.done:  # a stop string: the row is freed at the next step
                     seq.cancelled = True
@@ -313,11 +321,11 @@ class App:
                 return
             rest = reply.end()
             if not req.stream:
-                answer = req.answer("".join(pieces) + rest, reply.finish, len(ids), reply.tokens)
+                answer = req.answer("".join(pieces) + rest, reply.finish, len(ids), reply.tokens, scores())
                 await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
             else:
-                if rest:
-                    await self._event(send, req.chunk(rest))
+                if rest or scored:
+                    await self._event(send, req.chunk(rest, logprobs=scores()))
                 await self._event(send, req.chunk(None, reply.finish))
                 if req.include_usage:
                     await self._event(send, req.usage_chunk(len(ids), reply.tokens))

@@ -51,12 +51,32 @@ class Sequence:
     on_done: Callable[[BaseException | None], None]  # called once, at the end (an error, or None)
     tokens: list[int] = field(default_factory=list)
     cancelled: bool = False
+    logprobs: int | None = None  # score each token (``scored``), with this many most likely alternatives
+    scored: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # per token, before on_token
+
+    def next(self, logits: np.ndarray) -> bool:
+        """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done."""
+        token = int(self.sampler(logits[None])[0])
+        if self.logprobs is not None:
+            self.scored.append(scored(logits, token, self.logprobs))
+        return self.take(token)
 
     def take(self, token: int) -> bool:
         """Record and hand out a token; whether the sequence is done."""
         self.tokens.append(token)
         self.on_token(token)
         return (len(self.tokens) >= self.max_new_tokens or token in self.eos_token_id) or self.cancelled
+
+
+def scored(logits: np.ndarray, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
+    """``token``'s log probability under the model (``log_softmax`` of its logits, before any sampling option, as
+    vLLM reports them) and the ``n`` most likely tokens' ``(id, log probability)``, most likely first."""
+    x = logits.astype(np.float64)
+    top = x.max()
+    logp = x - (top + np.log(np.exp(x - top).sum()))
+    best = np.argpartition(-logp, n)[:n] if n < logp.size else np.arange(logp.size)
+    best = best[np.argsort(-logp[best], kind="stable")]
+    return float(logp[token]), [(int(t), float(logp[t])) for t in best]
 
 
 class Generator:
@@ -78,7 +98,7 @@ class Generator:
 
     def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
                on_done: Callable[[BaseException | None], None], seed: int | None = None, eos_token_id: Any = None,
-               **sampling: Any) -> Sequence:
+               logprobs: int | None = None, **sampling: Any) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
         defaults."""
@@ -88,7 +108,8 @@ class Generator:
         check_prompt(self.spec, ids, max_new_tokens, "input_ids")
         ids = ids.astype(np.int32)
         sampler = Sampler(self.spec.options(**sampling), seed, [ids])
-        seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done)
+        seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
+                       logprobs=logprobs)
         with self.cv:
             if self.closed:
                 raise CallError(f"{self.name}: the server is shutting down.")
@@ -150,7 +171,7 @@ class Generator:
             logits = self.session.admit_all([seq.prompt for seq in joining])
             self.rows.update(enumerate(joining))
             for row, seq in enumerate(joining):
-                if seq.take(int(seq.sampler(logits[row][None])[0])):
+                if seq.next(logits[row]):
                     self._finish(row)
             return
         for seq in joining:
@@ -160,7 +181,7 @@ class Generator:
                 row = self.session.free_row()
             logits = self.session.admit(row, seq.prompt)
             self.rows[row] = seq
-            if seq.take(int(seq.sampler(logits[None])[0])):
+            if seq.next(logits):
                 self._finish(row)
 
     def _step(self) -> None:
@@ -169,7 +190,7 @@ class Generator:
         self.steps_run += 1
         self.rows_run += len(self.rows)
         for row, seq in list(self.rows.items()):
-            if seq.take(int(seq.sampler(logits[row][None])[0])):
+            if seq.next(logits[row]):
                 self._finish(row)
 
     def _finish(self, row: int) -> None:

@@ -20,11 +20,13 @@ request leaves out take the artifact's defaults, as vLLM takes them from the che
 ``generation_config.json`` (``runtime/sampling.py``: Qwen2.5-Instruct's temperature 0.7, top_p 0.8, top_k 20,
 repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's temperature 1. A chat request's
 ``chat_template_kwargs`` (vLLM's) are variables for the chat template: Qwen3's ``{"enable_thinking": false}``.
-What the model here cannot do is refused by name rather than ignored: ``n`` above 1, ``logit_bias``, log
-probabilities, tools, image parts (a message's ``content`` may be a list of text parts: joined by newlines, as
-vLLM joins them). ``finish_reason`` is ``stop``
-where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage`` counts the
-prompt's tokens and those generated.
+``logprobs`` (chat: ``logprobs: true`` with ``top_logprobs`` up to 20; a completion: ``logprobs: N``) gives
+each generated token's log probability under the model (its logits' ``log_softmax``, before the sampling options,
+as vLLM's default) and the N most likely alternatives, every token but an end id, with its ``bytes``. What the
+model here cannot do is refused by name rather than ignored: ``n`` above 1, ``logit_bias``, tools, image parts
+(a message's ``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``finish_reason``
+is ``stop`` where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage``
+counts the prompt's tokens and those generated.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ from ..runtime.sampling import NAMES
 
 # Keys clients send at their neutral values (the OpenAI SDK leaves out what is not set; others send these):
 # accepted at that value, refused otherwise, naming what this server does instead.
-NEUTRAL = {"n": 1, "logprobs": False, "parallel_tool_calls": None,
-           "tool_choice": "none", "user": None, "logit_bias": None, "top_logprobs": None, "tools": None,
+NEUTRAL = {"n": 1, "parallel_tool_calls": None,
+           "tool_choice": "none", "user": None, "logit_bias": None, "tools": None,
            "response_format": None}
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
-         "stream_options", "eos_token_id", "chat_template_kwargs")
+         "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs")
 MAX_STOPS = 4  # OpenAI's bound on stop strings
+MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs (vLLM's on a completion's logprobs too)
 
 
 class Request:
@@ -101,6 +104,7 @@ class Request:
         if body.get("eos_token_id") is not None:
             stops = body["eos_token_id"]
             self.options["eos_token_id"] = stops if isinstance(stops, list) else [stops]
+        self.logprobs = self._logprobs(body, chat)
         self.stream = body.get("stream", False)
         if not isinstance(self.stream, bool):
             raise CallError(f"stream={str(self.stream)[:40]}: must be true or false.")
@@ -108,6 +112,7 @@ class Request:
         if not isinstance(extra, dict) or set(extra) - {"include_usage"}:
             raise CallError(f'stream_options={str(extra)[:60]}: this server takes {{"include_usage": true}}.')
         self.include_usage = bool(extra.get("include_usage", False))
+        self.offset = 0  # a completion's text_offset: where the next scored token's text starts in the reply
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
 
@@ -116,6 +121,48 @@ class Request:
         artifact records no default temperature (its checkpoint does not sample); the rest left to the artifact's
         ``recorded`` defaults."""
         return {**({} if "temperature" in recorded else {"temperature": 1.0}), **self.options}
+
+    @staticmethod
+    def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
+        """How many alternatives each token's log probability comes with; None: no log probabilities. Chat asks with
+        ``logprobs: true`` and ``top_logprobs: n``, a completion with ``logprobs: n``."""
+        want, top = body.get("logprobs"), body.get("top_logprobs")
+        if chat:
+            if want is not None and not isinstance(want, bool):
+                raise CallError(f"logprobs={str(want)[:40]}: true or false (top_logprobs: how many alternatives).")
+            if top is not None and not want:
+                raise CallError(f"top_logprobs={str(top)[:40]} needs logprobs: true.")
+            want, top = (top or 0) if want else None, "top_logprobs"
+        else:
+            if top is not None:
+                raise CallError("top_logprobs belongs to /v1/chat/completions; a completion asks with logprobs: N.")
+            top = "logprobs"
+        if want is not None and (isinstance(want, bool) or not isinstance(want, int) or not 0 <= want <= MAX_LOGPROBS):
+            raise CallError(f"{top}={str(want)[:40]}: an integer in [0, {MAX_LOGPROBS}] (the alternatives per token).")
+        return want
+
+    def scores(self, tok: Any, scored: list[tuple[float, list[tuple[int, float]]]], tokens: list[int]) -> Any:
+        """The ``logprobs`` of a choice or chunk for ``tokens`` and their ``scored`` (``generation.scored``), in
+        OpenAI's shape: chat's ``{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}``, a completion's
+        ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``; None where the request asked for none."""
+        if self.logprobs is None:
+            return None
+
+        def text(t: int) -> str:
+            return tok.token_bytes(t).decode("utf-8", errors="replace")
+
+        if self.chat:
+            def entry(t: int, logprob: float) -> dict[str, Any]:
+                return {"token": text(t), "logprob": logprob, "bytes": list(tok.token_bytes(t))}
+            return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in top]}
+                                for t, (lp, top) in zip(tokens, scored)], "refusal": None}
+        offsets, at = [], self.offset
+        for t in tokens:
+            offsets.append(at)
+            at += len(text(t))
+        self.offset = at
+        return {"tokens": [text(t) for t in tokens], "token_logprobs": [lp for lp, _ in scored],
+                "top_logprobs": [{text(a): alp for a, alp in top} for _, top in scored], "text_offset": offsets}
 
     @staticmethod
     def _int(body: dict[str, Any], key: str) -> int | None:
@@ -128,21 +175,23 @@ class Request:
         kind = ("chat.completion" + (".chunk" if chunk else "")) if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def answer(self, text: str, finish: str, prompt_tokens: int, tokens: int) -> dict[str, Any]:
-        """The whole answer (``stream`` false)."""
+    def answer(self, text: str, finish: str, prompt_tokens: int, tokens: int, logprobs: Any = None) -> dict[str, Any]:
+        """The whole answer (``stream`` false); ``logprobs``: ``scores``'."""
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if self.chat
                   else {"index": 0, "text": text})
-        return {**self._object(False), "choices": [{**choice, "finish_reason": finish, "logprobs": None}],
+        return {**self._object(False), "choices": [{**choice, "finish_reason": finish, "logprobs": logprobs}],
                 "usage": usage(prompt_tokens, tokens)}
 
-    def chunk(self, text: str | None, finish: str | None = None, first: bool = False) -> dict[str, Any]:
-        """One server-sent event of a stream: the first names the assistant's role, the last has ``finish``."""
+    def chunk(self, text: str | None, finish: str | None = None, first: bool = False,
+              logprobs: Any = None) -> dict[str, Any]:
+        """One server-sent event of a stream: the first names the assistant's role, the last has ``finish``;
+        ``logprobs``: ``scores``' of the tokens since the last event."""
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
             choice = {"index": 0, "delta": delta}
         else:
             choice = {"index": 0, "text": text or ""}
-        return {**self._object(True), "choices": [{**choice, "finish_reason": finish, "logprobs": None}]}
+        return {**self._object(True), "choices": [{**choice, "finish_reason": finish, "logprobs": logprobs}]}
 
     def usage_chunk(self, prompt_tokens: int, tokens: int) -> dict[str, Any]:
         """The stream's last event with ``stream_options.include_usage``: no choices, the counts."""
