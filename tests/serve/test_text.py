@@ -310,6 +310,48 @@ def test_openai_logprobs_are_the_models_log_softmax_with_each_tokens_bytes(serve
         assert status == 400 and fragment in json.loads(data)["error"]["message"], (bad, data)
 
 
+ANSWER = {"type": "object", "properties": {"a": {"type": "string", "enum": ["yes", "no"]}, "b": {"type": "boolean"}},
+          "required": ["a", "b"], "additionalProperties": False}  # 22 characters: within the tiny build's cache
+
+
+def test_a_reply_held_to_a_json_schema_is_that_json_whole(server, built, expected):
+    """``response_format`` (OpenAI's; ``json_schema=`` from Python): each step masks the tokens that cannot continue
+    the schema's JSON, so the noise model's reply, greedy or sampled, streamed or not, is an object the schema
+    accepts, and it ends there (``finish_reason`` stop) without an end id."""
+    art, _, _, hf_tok = built
+    prompt = expected[0]
+    for load in (tb.load, runtime.load):
+        exe = load(art)
+        rows = exe.generate([prompt, prompt[:3]], 26, json_schema=ANSWER, temperature=0.9, seed=2)
+        for row in rows:
+            reply = json.loads(hf_tok.decode(row, skip_special_tokens=True))
+            assert set(reply) == {"a", "b"} and reply["a"] in ("yes", "no") and isinstance(reply["b"], bool)
+        assert rows.shape[1] < 26  # every row stopped when its JSON was whole
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
+    body = {"model": "qwen2", "messages": HELLO, "max_tokens": 26, "temperature": 0, "response_format": fmt}
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", body)[1])
+    content = answer["choices"][0]["message"]["content"]
+    assert answer["choices"][0]["finish_reason"] == "stop" and json.loads(content)["a"] in ("yes", "no")
+    assert content == hf_tok.decode(runtime.load(art).generate([prompt], 26, json_schema=ANSWER, temperature=0)[0],
+                                    skip_special_tokens=True)
+    chunks = [json.loads(p) for p in events(call(server, "POST", "/v1/chat/completions", {**body, "stream": True})[1])[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == content
+    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--chat", "hello fox", "--json",
+                           "--max-new-tokens", "26", "--temperature", "0", "--json-schema", json.dumps(ANSWER)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["text_output"] == content, proc.stderr[-2000:]
+    anything = json.loads(call(server, "POST", "/v1/chat/completions", {
+        **body, "response_format": {"type": "json_object"}, "max_tokens": 26})[1])["choices"][0]
+    assert anything["message"]["content"].startswith("{")
+    if anything["finish_reason"] == "stop":
+        assert isinstance(json.loads(anything["message"]["content"]), dict)
+    for fmt, fragment in [({"type": "xml"}, 'response_format={"type": "xml"}: it is {"type": "text"}'),
+                          ({"type": "json_schema", "json_schema": {"schema": {"type": "object", "minProperties": "x"}}},
+                           "the JSON schema is not usable")]:
+        status, data = call(server, "POST", "/v1/chat/completions", {**body, "response_format": fmt})
+        assert status == 400 and fragment in json.loads(data)["error"]["message"], data
+
+
 QWEN_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ..errors import CallError, exit_status
 
@@ -25,6 +26,16 @@ def _ids(text: str) -> list[int]:
     if not ids:
         raise argparse.ArgumentTypeError("an empty prompt; give at least one token id")
     return ids
+
+
+def _schema(text: str) -> dict:
+    try:
+        schema = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a JSON schema (JSON text, or @FILE): {e}") from None
+    if not isinstance(schema, dict):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: a JSON schema is an object, such as {{\"type\": \"object\"}}")
+    return schema
 
 
 def _stops(text: str) -> list[int]:
@@ -60,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eos-token-id", type=_stops, default=None, metavar="IDS",
                         help="a prompt stops after generating one of these ids, comma-separated (default: the "
                              "artifact's generate.eos_token_id, from its checkpoint); none: run to --max-new-tokens")
+    parser.add_argument("--json-schema", type=_schema, metavar="SCHEMA",
+                        help='hold each reply to this JSON schema (JSON text, or @FILE); {"type": "object"}: any object')
     parser.add_argument("--json", action="store_true", help='print {"output_ids": [...]} (new tokens only)')
     args = parser.parse_args(argv)
 
@@ -78,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts = (args.input_ids if tok is None else [tok.encode(t) for t in args.prompt] if args.prompt else
                    [tok.chat([*system, {"role": "user", "content": t}]) for t in args.chat])
         out = rt.generate(prompts, args.max_new_tokens, seed=args.seed, eos_token_id=args.eos_token_id,
-                          **{k: getattr(args, k) for k in NAMES})
+                          json_schema=args.json_schema, **{k: getattr(args, k) for k in NAMES})
         rows = [[int(t) for t in row] for row in out]
         if tok is None:
             answers = [{"output_ids": r} for r in rows]

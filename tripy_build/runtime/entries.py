@@ -106,7 +106,8 @@ class MultiEntry:
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
                  min_p: float | None = None, repetition_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
-                 seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None) -> np.ndarray:
+                 seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
+                 json_schema: dict[str, Any] | None = None) -> np.ndarray:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
 
@@ -135,6 +136,9 @@ class MultiEntry:
                 generates ``max_new_tokens``.
             pad_token_id: what a stopped row is filled with (default: the checkpoint's pad id, else the first
                 ``eos_token_id``).
+            json_schema: hold each reply to this JSON schema (``{"type": "object"}``: any JSON object): at each
+                step the tokens that cannot continue it are masked out (``runtime/grammar.py``, with the
+                artifact's tokenizer), and a row stops once its JSON is whole.
 
         Returns:
             The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.
@@ -148,8 +152,14 @@ class MultiEntry:
         from .generate import generate
 
         steps = self.generation_steps()
-        return generate(steps, steps.spec(), self.__name__, input_ids, max_new_tokens, attention_mask, seed,
-                        eos_token_id, pad_token_id, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        spec = steps.spec()
+        held = None
+        if json_schema is not None:
+            from .grammar import constraints
+
+            held = constraints(self.tokenizer, json_schema, spec.vocab_size)
+        return generate(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
+                        eos_token_id, pad_token_id, held, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                         presence_penalty=presence_penalty)
 

@@ -290,10 +290,12 @@ class Session:
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
-             **sampling: Any) -> np.ndarray:
+             constraints: Any = None, **sampling: Any) -> np.ndarray:
     """The new tokens, int32 ``[batch, n]``: ``n = max_new_tokens``, or fewer when every row has stopped at one of
-    the ``eos_token_id`` ids (``Spec.stops``; a stopped row is filled as ``Spec.fill`` says); each token picked
-    by the ``sampling`` options given (``sampling.Options``; those left out or None: the artifact's defaults)."""
+    the ``eos_token_id`` ids (``Spec.stops``; a stopped row is filled as ``Spec.fill`` says) or its grammar ended;
+    each token picked by the ``sampling`` options given (``sampling.Options``; those left out or None: the
+    artifact's defaults), among those ``constraints(eos)`` (a function giving a ``grammar.Constraint`` per call,
+    None: any token) allows."""
     rows = prompts(input_ids, attention_mask)
     for i, r in enumerate(rows):
         check_prompt(spec, r, max_new_tokens, f"input_ids[{i}]")
@@ -306,7 +308,8 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     for start in range(0, len(rows), batches[-1]):
         group = rows[start:start + batches[-1]]
         session = Session(steps, spec, next(b for b in batches if b >= len(group)))
-        sampler = Sampler(options, rng, group)
+        sampler = Sampler(options, rng, group, None if constraints is None else [constraints(eos_token_id)
+                                                                              for _ in group])
         out.append(_group(session, group, max_new_tokens, sampler, eos_token_id, pad))
         session.close()
     n = max(o.shape[1] for o in out)
@@ -324,10 +327,9 @@ def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sample
         if pad is not None:
             token = np.where(done, pad, token)
         tokens[:, step] = token
-        if eos:
-            done |= np.isin(token, eos)
-            if done.all():
-                return tokens[:, :step + 1]
+        done |= np.isin(token, eos) | sampler.ended()  # an end id, or a reply its grammar holds whole
+        if done.all():
+            return tokens[:, :step + 1]
         if step + 1 == max_new_tokens:
             break
         logits = session.step({i: int(t) for i, t in enumerate(token)})[:len(rows)]

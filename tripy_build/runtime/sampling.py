@@ -120,9 +120,10 @@ class Sampler:
     FIRST = 64  # the most likely tokens the nucleus is first looked for among
 
     def __init__(self, options: Options, seed: int | np.random.Generator | None = None,
-                 prompts: Sequence[np.ndarray] = ()):
+                 prompts: Sequence[np.ndarray] = (), constraints: Sequence[Any] | None = None):
         self.options = options
         self.rng = np.random.default_rng(seed)
+        self.constraints = constraints  # per row, a grammar.Constraint (or None): the tokens it allows
         self.prompts = self.replies = None
         if options.needs_history():
             self.prompts = [np.unique(np.asarray(p, np.int64)) for p in prompts]
@@ -140,7 +141,17 @@ class Sampler:
         if self.replies is not None:
             for row, token in enumerate(tokens):
                 self.replies[row].append(int(token))
+        for row, constraint in enumerate(self.constraints or ()):
+            if constraint is not None and not constraint.ended:
+                constraint.advance(tokens[row])
         return tokens
+
+    def ended(self) -> np.ndarray | bool:
+        """Per row, whether its grammar can take no more tokens (the reply is whole; its row's tokens from then on
+        are not its own: a caller stops or fills it); False for every row where there is no grammar."""
+        if not self.constraints:
+            return False
+        return np.array([c is not None and c.ended for c in self.constraints], bool)
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """Each row's distribution the next token is drawn from (``temperature`` above 0), float64 ``[rows, vocab]``."""
@@ -172,10 +183,13 @@ class Sampler:
         if o.min_p > 0.0:
             kept = p >= o.min_p * p.max()
             ids, p = ids[kept], _normalized(p[kept])
-        return ids, p
+        return ids[p > 0], p[p > 0]  # none a grammar masked out, whatever the draw's rounding
 
     def _penalized(self, logits: np.ndarray) -> np.ndarray:
         out = logits.astype(np.float64)
+        for row, constraint in enumerate(self.constraints or ()):
+            if constraint is not None and not constraint.ended:
+                out[row] = constraint.mask(out[row])
         if self.replies is None:
             return out
         o = self.options

@@ -84,6 +84,8 @@ class Tokenizer:
             type(self._fast.model).__name__ != "BPE"  # transformers skips it for BPE: it strips real spaces
         self._template = None
         self._added = set(self._fast.get_added_tokens_decoder())
+        self.source = self._fast.to_str()  # tokenizer.json as read (truncation and padding off), for llguidance
+        self.derived: dict[Any, Any] = {}  # what other modules make of this tokenizer once (runtime/grammar.py)
         self._bytes: dict[int, bytes] = {}
 
     @property

@@ -286,9 +286,15 @@ class App:
             return await self._embed(ep, scope, send, req)
         tok = ep.tokenizer
         ids = tok.chat(req.prompt, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
-        room = ep.generator.spec.max_length - len(ids)
+        spec = ep.generator.spec
+        room = spec.max_length - len(ids)
+        held = None
+        if req.schema is not None:  # response_format: the reply held to a JSON schema
+            from ..runtime.grammar import constraints
+
+            held = constraints(tok, req.schema, spec.vocab_size)(spec.stops(req.options.get("eos_token_id")))
         seq, events, watcher = self._start(ep, scope, receive, ids, {
-            **req.generation(ep.generator.spec.sampling), "logprobs": req.logprobs,
+            **req.generation(spec.sampling), "logprobs": req.logprobs, "constraint": held,
             "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
         reply = Reply(tok, seq.eos_token_id, req.stop)
         scored: list[int] = []  # the tokens whose log probabilities go out with the next event (every one: no stream)
@@ -320,6 +326,8 @@ class App:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             rest = reply.end()
+            if seq.ended:  # its grammar took its last token: the reply is whole
+                reply.finish = "stop"
             if not req.stream:
                 answer = req.answer("".join(pieces) + rest, reply.finish, len(ids), reply.tokens, scores())
                 await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)

@@ -52,14 +52,17 @@ class Sequence:
     tokens: list[int] = field(default_factory=list)
     cancelled: bool = False
     logprobs: int | None = None  # score each token (``scored``), with this many most likely alternatives
+    ended: bool = False  # its grammar (runtime/grammar.Constraint) took its last token: the reply is whole
     scored: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # per token, before on_token
 
     def next(self, logits: np.ndarray) -> bool:
-        """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done."""
+        """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done (its
+        grammar, if it has one, ``ended`` too)."""
         token = int(self.sampler(logits[None])[0])
         if self.logprobs is not None:
             self.scored.append(scored(logits, token, self.logprobs))
-        return self.take(token)
+        self.ended = bool(np.any(self.sampler.ended()))
+        return self.take(token) or self.ended
 
     def take(self, token: int) -> bool:
         """Record and hand out a token; whether the sequence is done."""
@@ -98,16 +101,16 @@ class Generator:
 
     def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
                on_done: Callable[[BaseException | None], None], seed: int | None = None, eos_token_id: Any = None,
-               logprobs: int | None = None, **sampling: Any) -> Sequence:
+               logprobs: int | None = None, constraint: Any = None, **sampling: Any) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
-        defaults."""
+        defaults, among those its ``constraint`` (``runtime.grammar.Constraint``) allows."""
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
         check_prompt(self.spec, ids, max_new_tokens, "input_ids")
         ids = ids.astype(np.int32)
-        sampler = Sampler(self.spec.options(**sampling), seed, [ids])
+        sampler = Sampler(self.spec.options(**sampling), seed, [ids], None if constraint is None else [constraint])
         seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
                        logprobs=logprobs)
         with self.cv:

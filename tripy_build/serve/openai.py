@@ -36,16 +36,16 @@ import uuid
 from typing import Any
 
 from ..errors import CallError
+from ..runtime.grammar import schema_of
 from ..runtime.sampling import NAMES
 
 # Keys clients send at their neutral values (the OpenAI SDK leaves out what is not set; others send these):
 # accepted at that value, refused otherwise, naming what this server does instead.
 NEUTRAL = {"n": 1, "parallel_tool_calls": None,
-           "tool_choice": "none", "user": None, "logit_bias": None, "tools": None,
-           "response_format": None}
+           "tool_choice": "none", "user": None, "logit_bias": None, "tools": None}
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
-         "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs")
+         "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format")
 MAX_STOPS = 4  # OpenAI's bound on stop strings
 MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs (vLLM's on a completion's logprobs too)
 
@@ -65,8 +65,7 @@ class Request:
             if key not in NEUTRAL:
                 raise CallError(f"{key!r} is not an option of this server's /v1/{'chat/' if chat else ''}completions; "
                                 f"it takes {', '.join(k for k in TAKEN if k != ('prompt' if chat else 'messages'))}.")
-            if (value not in (None, [], {}) and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str))
-                    and value != {"type": "text"}):  # response_format: plain text is what it gives
+            if value not in (None, [], {}) and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str)):
                 raise CallError(f"{key}={str(value)[:60]}: not supported here (the model samples from its logits with "
                                 f"{', '.join(SAMPLING)} and seed; a reply stops at its end ids, a stop string or "
                                 "max_tokens); leave it out.")
@@ -105,6 +104,7 @@ class Request:
             stops = body["eos_token_id"]
             self.options["eos_token_id"] = stops if isinstance(stops, list) else [stops]
         self.logprobs = self._logprobs(body, chat)
+        self.schema = schema_of(body.get("response_format"))
         self.stream = body.get("stream", False)
         if not isinstance(self.stream, bool):
             raise CallError(f"stream={str(self.stream)[:40]}: must be true or false.")
