@@ -289,10 +289,11 @@ class App:
         spec = ep.generator.spec
         room = spec.max_length - len(ids)
         held = None
-        if req.schema is not None:  # response_format: the reply held to a JSON schema
-            from ..runtime.grammar import constraints
+        if req.schema is not None:  # response_format: the reply held to a JSON schema (off the event loop: the
+            from ..runtime.grammar import constraints  # first one reads the vocabulary, ~1 s for 150k tokens)
 
-            held = constraints(tok, req.schema, spec.vocab_size)(spec.stops(req.options.get("eos_token_id")))
+            held = await asyncio.to_thread(constraints(tok, req.schema, spec.vocab_size),
+                                           spec.stops(req.options.get("eos_token_id")))
         seq, events, watcher = self._start(ep, scope, receive, ids, {
             **req.generation(spec.sampling), "logprobs": req.logprobs, "constraint": held,
             "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
