@@ -340,6 +340,11 @@ def test_a_reply_held_to_a_json_schema_is_that_json_whole(server, built, expecte
                            "--max-new-tokens", "26", "--temperature", "0", "--json-schema", json.dumps(ANSWER)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and json.loads(proc.stdout)["text_output"] == content, proc.stderr[-2000:]
+    status, data = call(server, "POST", "/v2/models/qwen2/generate", {  # Triton's generate: json_schema
+        "input_ids": prompt, "max_new_tokens": 26, "temperature": 0, "parameters": {"json_schema": ANSWER}})
+    assert status == 200 and hf_tok.decode(json.loads(data)["output_ids"], skip_special_tokens=True) == content, data
+    status, data = call(server, "POST", "/v2/models/qwen2/generate", {"input_ids": prompt, "json_schema": "{}"})
+    assert status == 400 and "'json_schema' must be a JSON schema (an object)" in json.loads(data)["error"]
     anything = json.loads(call(server, "POST", "/v1/chat/completions", {
         **body, "response_format": {"type": "json_object"}, "max_tokens": 26})[1])["choices"][0]
     assert anything["message"]["content"].startswith("{")

@@ -205,6 +205,15 @@ class App:
         scope["queued"] = True  # its outcome is counted when it ends
         return seq, events, asyncio.ensure_future(_cancel_on_disconnect(receive, seq))
 
+    @staticmethod
+    async def _constraint(ep: Endpoint, schema: dict[str, Any], eos_token_id: Any) -> Any:
+        """A reply's ``runtime.grammar.Constraint`` to ``schema``, made off the event loop (the first one reads the
+        vocabulary: ~0.3 s for 50k tokens)."""
+        from ..runtime.grammar import constraints
+
+        spec = ep.generator.spec
+        return await asyncio.to_thread(constraints(ep.text(), schema, spec.vocab_size), spec.stops(eos_token_id))
+
     async def _generate(self, ep: Endpoint, scope: Scope, receive: Receive, send: Send, stream: bool) -> None:
         """Triton's generate extension: token ids (or text, ``text_input``) in, the new ids (and ``text_output``) in
         one answer, or (``stream``) one server-sent event per token as the batch makes it. The request joins the
@@ -214,6 +223,8 @@ class App:
         request = await self._json(scope, receive)
         prompt, options = parse_request(request)
         tok = ep.text() if isinstance(prompt, str) else None
+        if "json_schema" in options:
+            options["constraint"] = await self._constraint(ep, options.pop("json_schema"), options.get("eos_token_id"))
         seq, events, watcher = self._start(ep, scope, receive, prompt if tok is None else tok.encode(prompt), options)
         head = {"model_name": ep.name, "model_version": ep.version, **({"id": request["id"]} if "id" in request else {})}
         ok = False
@@ -288,12 +299,7 @@ class App:
         ids = tok.chat(req.prompt, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
         spec = ep.generator.spec
         room = spec.max_length - len(ids)
-        held = None
-        if req.schema is not None:  # response_format: the reply held to a JSON schema (off the event loop: the
-            from ..runtime.grammar import constraints  # first one reads the vocabulary, ~1 s for 150k tokens)
-
-            held = await asyncio.to_thread(constraints(tok, req.schema, spec.vocab_size),
-                                           spec.stops(req.options.get("eos_token_id")))
+        held = None if req.schema is None else await self._constraint(ep, req.schema, req.options.get("eos_token_id"))
         seq, events, watcher = self._start(ep, scope, receive, ids, {
             **req.generation(spec.sampling), "logprobs": req.logprobs, "constraint": held,
             "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})

@@ -260,8 +260,9 @@ class Reply:
 
 # eos_token_id: an id or a list of ids (none given: the artifact's generate.eos_token_id; []: none); the sampling
 # options left out take the artifact's defaults (runtime/sampling.py)
+# json_schema: the reply held to this JSON schema (runtime/grammar.py; it needs the artifact's tokenizer)
 OPTIONS = {"max_new_tokens": int, **{k: int if k == "top_k" else float for k in NAMES}, "seed": int,
-           "eos_token_id": list}
+           "eos_token_id": list, "json_schema": dict}
 
 
 def parse_request(request: Any) -> tuple[list[int] | str, dict[str, Any]]:
@@ -303,6 +304,11 @@ def parse_options(request: dict[str, Any], params: dict[str, Any], options: dict
             continue
         if kind is list:  # its ids are checked where they are read (``Spec.stops``, in ``Generator.submit``)
             options[key] = value if isinstance(value, list) else [value]
+            continue
+        if kind is dict:  # a schema: checked where it is compiled (``grammar.Constraint``)
+            if not isinstance(value, dict):
+                raise CallError(f"{key!r} must be a JSON schema (an object), got {str(value)[:40]}.")
+            options[key] = value
             continue
         ok = isinstance(value, (int, float)) if kind is float else isinstance(value, int)
         if not ok or isinstance(value, bool):
