@@ -207,7 +207,8 @@ def test_openai_models_list(server):
 
 
 def test_what_the_openai_routes_refuse_is_one_line(server):
-    cases = [({"model": "qwen2", "messages": HELLO, "n": 2}, 400, "n=2: not supported here"),
+    cases = [({"model": "qwen2", "messages": HELLO, "n": 0}, 400, "n=0: the number of replies, an integer in [1, 128]"),
+             ({"model": "qwen2", "messages": HELLO, "logit_bias": {"5": 1}}, 400, "logit_bias={'5': 1}: not supported"),
              ({"model": "qwen2", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
               400, "a message's content part of type 'image_url': this model takes text only"),
              ({"model": "qwen2", "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4"),
@@ -308,6 +309,30 @@ def test_openai_logprobs_are_the_models_log_softmax_with_each_tokens_bytes(serve
                           ({"logprobs": 3}, "logprobs=3: true or false")]:
         status, data = call(server, "POST", "/v1/chat/completions", {**body, "logprobs": None, **bad})
         assert status == 400 and fragment in json.loads(data)["error"]["message"], (bad, data)
+
+
+def test_n_replies_each_sample_with_their_own_seed_streamed_or_not(server, built, expected):
+    """``n`` replies to one request: each a row of the running batch, choice i sampled with ``seed + i`` (what
+    ``generate`` draws with that seed), streamed as chunks of their own index; ``usage`` counts every reply's
+    tokens."""
+    art, _, _, hf_tok = built
+    prompt = expected[0]
+    exe = runtime.load(art, warmup="none")
+    want = [hf_tok.decode(exe.generate([prompt], 8, temperature=1.0, seed=7 + i, eos_token_id=[])[0],
+                          skip_special_tokens=True) for i in range(3)]
+    assert len(set(want)) == 3
+    body = {"model": "qwen2", "messages": HELLO, "max_tokens": 8, "temperature": 1.0, "seed": 7, "n": 3,
+            "eos_token_id": []}
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", body)[1])
+    assert [c["index"] for c in answer["choices"]] == [0, 1, 2]
+    assert [c["message"]["content"] for c in answer["choices"]] == want
+    assert answer["usage"]["completion_tokens"] == 24
+    chunks = [json.loads(p) for p in events(call(server, "POST", "/v1/chat/completions", {
+        **body, "stream": True, "stream_options": {"include_usage": True}})[1])[:-1]]
+    texts = ["".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]
+                     and c["choices"][0]["index"] == i) for i in range(3)]
+    assert texts == want and chunks[-1]["usage"]["completion_tokens"] == 24
+    assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] == "length") == 3
 
 
 ANSWER = {"type": "object", "properties": {"a": {"type": "string", "enum": ["yes", "no"]}, "b": {"type": "boolean"}},

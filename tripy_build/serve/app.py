@@ -194,16 +194,20 @@ class App:
         except orjson.JSONDecodeError as e:
             raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
 
-    def _start(self, ep: Endpoint, scope: Scope, receive: Receive, ids: Any, options: dict[str, Any]) -> tuple:
-        """A generation joined to ``ep``'s running batch: its ``Sequence``, the queue its tokens arrive on (then
-        ``StopIteration`` or the error), and the task that cancels it when the client goes away."""
+    def _start(self, ep: Endpoint, scope: Scope, receive: Receive, ids: Any, options: list[dict[str, Any]]) -> tuple:
+        """Generations of ``ids`` joined to ``ep``'s running batch, one per ``options``: their sequences (``Sequence``), the
+        queue their tokens arrive on as ``(index, token)`` (then ``(index, StopIteration or the error)``), and the
+        task that cancels them when the client goes away."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
-        seq = ep.generator.submit(ids, on_token=lambda t: loop.call_soon_threadsafe(events.put_nowait, t),
-                                  on_done=lambda e: loop.call_soon_threadsafe(events.put_nowait, e or StopIteration()),
-                                  **options)
+
+        def put(*item: Any) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, item)
+        seqs = [ep.generator.submit(ids, on_token=lambda t, i=i: put(i, t),
+                                    on_done=lambda e, i=i: put(i, e or StopIteration()), **o)
+                for i, o in enumerate(options)]
         scope["queued"] = True  # its outcome is counted when it ends
-        return seq, events, asyncio.ensure_future(_cancel_on_disconnect(receive, seq))
+        return seqs, events, asyncio.ensure_future(_cancel_on_disconnect(receive, seqs))
 
     @staticmethod
     async def _constraint(ep: Endpoint, schema: dict[str, Any], eos_token_id: Any) -> Any:
@@ -225,7 +229,8 @@ class App:
         tok = ep.text() if isinstance(prompt, str) else None
         if "json_schema" in options:
             options["constraint"] = await self._constraint(ep, options.pop("json_schema"), options.get("eos_token_id"))
-        seq, events, watcher = self._start(ep, scope, receive, prompt if tok is None else tok.encode(prompt), options)
+        (seq,), events, watcher = self._start(ep, scope, receive, prompt if tok is None else tok.encode(prompt),
+                                              [options])
         head = {"model_name": ep.name, "model_version": ep.version, **({"id": request["id"]} if "id" in request else {})}
         ok = False
         try:
@@ -242,7 +247,7 @@ class App:
 
         if not stream:
             tokens = []
-            while not isinstance(event := await events.get(), BaseException):
+            while not isinstance(event := (await events.get())[1], BaseException):
                 tokens.append(event)
             if not isinstance(event, StopIteration):
                 raise event
@@ -252,7 +257,7 @@ class App:
         await self._start_events(send, scope)
         reply = Reply(tok, stops, []) if tok is not None else None
         index = 0
-        while not isinstance(event := await events.get(), BaseException):
+        while not isinstance(event := (await events.get())[1], BaseException):
             text = {} if reply is None else {"text_output": reply.take(event)}
             await self._event(send, {**head, **text, "output_ids": [event], "index": index})
             index += 1
@@ -299,51 +304,54 @@ class App:
         ids = tok.chat(req.prompt, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
         spec = ep.generator.spec
         room = spec.max_length - len(ids)
-        held = None if req.schema is None else await self._constraint(ep, req.schema, req.options.get("eos_token_id"))
-        seq, events, watcher = self._start(ep, scope, receive, ids, {
-            **req.generation(spec.sampling), "logprobs": req.logprobs, "constraint": held,
-            "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)})
-        reply = Reply(tok, seq.eos_token_id, req.stop)
-        scored: list[int] = []  # the tokens whose log probabilities go out with the next event (every one: no stream)
-
-        def scores() -> Any:
-            out = req.scores(tok, [seq.scored[i] for i in scored], [seq.tokens[i] for i in scored])
-            scored.clear()
-            return out
+        options = {**req.generation(spec.sampling), "logprobs": req.logprobs,
+                   "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)}
+        seeds = [None if "seed" not in options else options["seed"] + i for i in range(req.n)]
+        helds = [None if req.schema is None else await self._constraint(ep, req.schema, req.options.get("eos_token_id"))
+                 for _ in range(req.n)]
+        seqs, events, watcher = self._start(ep, scope, receive, ids, [
+            {**options, "seed": seed, "constraint": held} for seed, held in zip(seeds, helds)])
+        choices = [openai.Choice(i, seq, Reply(tok, seq.eos_token_id, req.stop)) for i, seq in enumerate(seqs)]
         ok = False
         try:
             if req.stream:
                 await self._start_events(send, scope)
-                await self._event(send, req.chunk(None, first=True))
-            pieces = []
-            while not isinstance(event := await events.get(), BaseException):
-                text = reply.take(event)
-                if req.logprobs is not None and event not in seq.eos_token_id:
-                    scored.append(reply.tokens - 1)
-                if req.stream and text:
-                    await self._event(send, req.chunk(text, logprobs=scores()))
-                pieces.append(text)
-                if reply.done:  # a stop string: the row is freed at the next step
-                    seq.cancelled = True
-                    break
-            if isinstance(event, BaseException) and not isinstance(event, StopIteration):
-                if not req.stream:
-                    raise event
-                await self._event(send, {"error": {"message": str(event), "type": "server_error"}})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
-            rest = reply.end()
-            if seq.ended:  # its grammar took its last token: the reply is whole
-                reply.finish = "stop"
+                for c in choices:
+                    await self._event(send, req.chunk(None, first=True, index=c.index))
+            live = len(choices)
+            while live:
+                index, event = await events.get()
+                c = choices[index]
+                if c.finished:  # a stop string ended it: what its row made after is not sent
+                    continue
+                if isinstance(event, BaseException) and not isinstance(event, StopIteration):
+                    for other in choices:
+                        other.seq.cancelled = True
+                    if not req.stream:
+                        raise event
+                    await self._event(send, {"error": {"message": str(event), "type": "server_error"}})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                if not isinstance(event, StopIteration):
+                    text = c.take(event, req.logprobs is not None)
+                    if req.stream and text:
+                        await self._event(send, req.chunk(text, logprobs=c.scores(req, tok), index=c.index))
+                    if not c.reply.done:
+                        continue
+                    c.seq.cancelled = True  # a stop string: the row is freed at the next step
+                live -= 1
+                rest = c.end()
+                if req.stream:
+                    if rest or c.scored:
+                        await self._event(send, req.chunk(rest, logprobs=c.scores(req, tok), index=c.index))
+                    await self._event(send, req.chunk(None, c.reply.finish, index=c.index))
+            made = sum(c.reply.tokens for c in choices)
             if not req.stream:
-                answer = req.answer("".join(pieces) + rest, reply.finish, len(ids), reply.tokens, scores())
+                answer = req.answer([(c.text, c.reply.finish, c.scores(req, tok)) for c in choices], len(ids), made)
                 await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
             else:
-                if rest or scored:
-                    await self._event(send, req.chunk(rest, logprobs=scores()))
-                await self._event(send, req.chunk(None, reply.finish))
                 if req.include_usage:
-                    await self._event(send, req.usage_chunk(len(ids), reply.tokens))
+                    await self._event(send, req.usage_chunk(len(ids), made))
                 await self._event(send, b"[DONE]")
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             ok = True
@@ -418,11 +426,13 @@ class _Gone(Exception):
     """The client went away (or the protocol answered it) before its body arrived: nothing to answer."""
 
 
-async def _cancel_on_disconnect(receive: Receive, seq: Any) -> None:
-    """Cancel a generation whose client goes away (its row is freed at the next step, not at its last token)."""
+async def _cancel_on_disconnect(receive: Receive, seqs: list[Any]) -> None:
+    """Cancel the generations whose client goes away (their rows are freed at the next step, not at their last
+    token)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-    seq.cancelled = True
+    for seq in seqs:
+        seq.cancelled = True
 
 
 def _why_not(ep: Endpoint | None, name: str, embed: bool) -> str:

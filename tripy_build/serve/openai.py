@@ -20,10 +20,12 @@ request leaves out take the artifact's defaults, as vLLM takes them from the che
 ``generation_config.json`` (``runtime/sampling.py``: Qwen2.5-Instruct's temperature 0.7, top_p 0.8, top_k 20,
 repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's temperature 1. A chat request's
 ``chat_template_kwargs`` (vLLM's) are variables for the chat template: Qwen3's ``{"enable_thinking": false}``.
+``n`` replies (up to 128) run as rows of the batch, choice i sampled with ``seed + i``. ``response_format``
+(``json_object``, ``json_schema``) holds the reply to JSON (``runtime/grammar.py``).
 ``logprobs`` (chat: ``logprobs: true`` with ``top_logprobs`` up to 20; a completion: ``logprobs: N``) gives
 each generated token's log probability under the model (its logits' ``log_softmax``, before the sampling options,
 as vLLM's default) and the N most likely alternatives, every token but an end id, with its ``bytes``. What the
-model here cannot do is refused by name rather than ignored: ``n`` above 1, ``logit_bias``, tools, image parts
+model here cannot do is refused by name rather than ignored: ``logit_bias``, tools, image parts
 (a message's ``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``finish_reason``
 is ``stop`` where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage``
 counts the prompt's tokens and those generated.
@@ -41,13 +43,14 @@ from ..runtime.sampling import NAMES
 
 # Keys clients send at their neutral values (the OpenAI SDK leaves out what is not set; others send these):
 # accepted at that value, refused otherwise, naming what this server does instead.
-NEUTRAL = {"n": 1, "parallel_tool_calls": None,
+NEUTRAL = {"parallel_tool_calls": None,
            "tool_choice": "none", "user": None, "logit_bias": None, "tools": None}
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
-         "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format")
+         "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format", "n")
 MAX_STOPS = 4  # OpenAI's bound on stop strings
 MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs (vLLM's on a completion's logprobs too)
+MAX_N = 128  # OpenAI's bound on n
 
 
 class Request:
@@ -104,6 +107,9 @@ class Request:
             stops = body["eos_token_id"]
             self.options["eos_token_id"] = stops if isinstance(stops, list) else [stops]
         self.logprobs = self._logprobs(body, chat)
+        self.n = body.get("n", 1) if body.get("n") is not None else 1
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
+            raise CallError(f"n={str(self.n)[:40]}: the number of replies, an integer in [1, {MAX_N}].")
         self.schema = schema_of(body.get("response_format"))
         self.stream = body.get("stream", False)
         if not isinstance(self.stream, bool):
@@ -175,27 +181,65 @@ class Request:
         kind = ("chat.completion" + (".chunk" if chunk else "")) if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def answer(self, text: str, finish: str, prompt_tokens: int, tokens: int, logprobs: Any = None) -> dict[str, Any]:
-        """The whole answer (``stream`` false); ``logprobs``: ``scores``'."""
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if self.chat
-                  else {"index": 0, "text": text})
-        return {**self._object(False), "choices": [{**choice, "finish_reason": finish, "logprobs": logprobs}],
-                "usage": usage(prompt_tokens, tokens)}
+    def answer(self, choices: list[tuple[str, str, Any]], prompt_tokens: int, tokens: int) -> dict[str, Any]:
+        """The whole answer (``stream`` false): per choice its text, ``finish_reason`` and ``logprobs`` (``scores``');
+        ``tokens``: those generated, all choices together."""
+        def choice(i: int, text: str) -> dict[str, Any]:
+            return ({"index": i, "message": {"role": "assistant", "content": text}} if self.chat
+                    else {"index": i, "text": text})
+        return {**self._object(False), "usage": usage(prompt_tokens, tokens), "choices": [
+            {**choice(i, text), "finish_reason": finish, "logprobs": logprobs}
+            for i, (text, finish, logprobs) in enumerate(choices)]}
 
     def chunk(self, text: str | None, finish: str | None = None, first: bool = False,
-              logprobs: Any = None) -> dict[str, Any]:
-        """One server-sent event of a stream: the first names the assistant's role, the last has ``finish``;
-        ``logprobs``: ``scores``' of the tokens since the last event."""
+              logprobs: Any = None, index: int = 0) -> dict[str, Any]:
+        """One server-sent event of choice ``index``'s stream: the first names the assistant's role, the last has
+        ``finish``; ``logprobs``: ``scores``' of the tokens since the last event."""
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
-            choice = {"index": 0, "delta": delta}
+            choice = {"index": index, "delta": delta}
         else:
-            choice = {"index": 0, "text": text or ""}
+            choice = {"index": index, "text": text or ""}
         return {**self._object(True), "choices": [{**choice, "finish_reason": finish, "logprobs": logprobs}]}
 
     def usage_chunk(self, prompt_tokens: int, tokens: int) -> dict[str, Any]:
         """The stream's last event with ``stream_options.include_usage``: no choices, the counts."""
         return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, tokens)}
+
+
+class Choice:
+    """One of a request's ``n`` replies as its tokens come: its ``Sequence``, its text (``Reply``), and the tokens
+    whose log probabilities are still to go out."""
+
+    def __init__(self, index: int, seq: Any, reply: Any):
+        self.index, self.seq, self.reply = index, seq, reply
+        self.pieces: list[str] = []
+        self.scored: list[int] = []  # positions in seq.tokens
+        self.finished = False
+        self.text = ""
+
+    def take(self, token: int, scoring: bool) -> str:
+        """The text ``token`` lets out now (``Reply.take``), the token kept for its log probability (an end id not)."""
+        text = self.reply.take(token)
+        if scoring and token not in self.seq.eos_token_id:
+            self.scored.append(self.reply.tokens - 1)
+        self.pieces.append(text)
+        return text
+
+    def end(self) -> str:
+        """Done: what is left of the text; the whole is ``text``. A reply its grammar held whole ended well."""
+        self.finished = True
+        rest = self.reply.end()
+        if self.seq.ended:
+            self.reply.finish = "stop"
+        self.text = "".join(self.pieces) + rest
+        return rest
+
+    def scores(self, req: Request, tok: Any) -> Any:
+        """``req.scores`` of the tokens kept since the last call."""
+        out = req.scores(tok, [self.seq.scored[i] for i in self.scored], [self.seq.tokens[i] for i in self.scored])
+        self.scored.clear()
+        return out
 
 
 class Embeddings:
