@@ -314,50 +314,57 @@ class App:
         choices = [openai.Choice(i, seq, Reply(tok, seq.eos_token_id, req.stop)) for i, seq in enumerate(seqs)]
         ok = False
         try:
-            if req.stream:
-                await self._start_events(send, scope)
-                for c in choices:
-                    await self._event(send, req.chunk(None, first=True, index=c.index))
-            live = len(choices)
-            while live:
-                index, event = await events.get()
-                c = choices[index]
-                if c.finished:  # a stop string ended it: what its row made after is not sent
-                    continue
-                if isinstance(event, BaseException) and not isinstance(event, StopIteration):
-                    for other in choices:
-                        other.seq.cancelled = True
-                    if not req.stream:
-                        raise event
-                    await self._event(send, {"error": {"message": str(event), "type": "server_error"}})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return
-                if not isinstance(event, StopIteration):
-                    text = c.take(event, req.logprobs is not None)
-                    if req.stream and text:
-                        await self._event(send, req.chunk(text, logprobs=c.scores(req, tok), index=c.index))
-                    if not c.reply.done:
-                        continue
-                    c.seq.cancelled = True  # a stop string: the row is freed at the next step
-                live -= 1
-                rest = c.end()
-                if req.stream:
-                    if rest or c.scored:
-                        await self._event(send, req.chunk(rest, logprobs=c.scores(req, tok), index=c.index))
-                    await self._event(send, req.chunk(None, c.reply.finish, index=c.index))
-            made = sum(c.reply.tokens for c in choices)
-            if not req.stream:
-                answer = req.answer([(c.text, c.reply.finish, c.scores(req, tok)) for c in choices], len(ids), made)
-                await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
-            else:
-                if req.include_usage:
-                    await self._event(send, req.usage_chunk(len(ids), made))
-                await self._event(send, b"[DONE]")
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            ok = True
+            ok = await self._answer_openai(send, scope, req, choices, events, tok, len(ids))
         finally:
             watcher.cancel()
             self.metrics.outcome(ep.name, "success" if ok else "failure")
+
+    async def _answer_openai(self, send: Send, scope: Scope, req: Any, choices: list[Any], events: asyncio.Queue,
+                             tok: Any, prompt_tokens: int) -> bool:
+        """A chat or completion answer as its choices' tokens come (``events``: ``(index, token)``, then ``(index,
+        StopIteration or the error)``): one JSON answer, or a stream of chunks; whether it ended well (an error is
+        raised, or sent as a stream's last event)."""
+        if req.stream:
+            await self._start_events(send, scope)
+            for c in choices:
+                await self._event(send, req.chunk(None, first=True, index=c.index))
+        live = len(choices)
+        while live:
+            index, event = await events.get()
+            c = choices[index]
+            if c.finished:  # a stop string ended it: what its row made after is not sent
+                continue
+            if isinstance(event, BaseException) and not isinstance(event, StopIteration):
+                for other in choices:
+                    other.seq.cancelled = True
+                if not req.stream:
+                    raise event
+                await self._event(send, {"error": {"message": str(event), "type": "server_error"}})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return False
+            if not isinstance(event, StopIteration):
+                text = c.take(event, req.logprobs is not None)
+                if req.stream and text:
+                    await self._event(send, req.chunk(text, logprobs=c.scores(req, tok), index=c.index))
+                if not c.reply.done:
+                    continue
+                c.seq.cancelled = True  # a stop string: the row is freed at the next step
+            live -= 1
+            rest = c.end()
+            if req.stream:
+                if rest or c.scored:
+                    await self._event(send, req.chunk(rest, logprobs=c.scores(req, tok), index=c.index))
+                await self._event(send, req.chunk(None, c.reply.finish, index=c.index))
+        made = sum(c.reply.tokens for c in choices)
+        if not req.stream:
+            answer = req.answer([(c.text, c.reply.finish, c.scores(req, tok)) for c in choices], prompt_tokens, made)
+            await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
+            return True
+        if req.include_usage:
+            await self._event(send, req.usage_chunk(prompt_tokens, made))
+        await self._event(send, b"[DONE]")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
 
     async def _embed(self, ep: Endpoint, scope: Scope, send: Send, req: Any) -> None:
         """``/v1/embeddings``: the texts tokenized, padded into calls of the model's batch and run through its
