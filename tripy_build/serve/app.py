@@ -195,9 +195,9 @@ class App:
             raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
 
     def _start(self, ep: Endpoint, scope: Scope, receive: Receive, ids: Any, options: list[dict[str, Any]]) -> tuple:
-        """Generations of ``ids`` joined to ``ep``'s running batch, one per ``options``: their sequences (``Sequence``), the
-        queue their tokens arrive on as ``(index, token)`` (then ``(index, StopIteration or the error)``), and the
-        task that cancels them when the client goes away."""
+        """Generations of ``ids`` joined to ``ep``'s running batch, one per ``options``: their ``Sequence`` objects,
+        the queue their tokens arrive on as ``(index, token)`` (then ``(index, StopIteration or the error)``), and
+        the task that cancels them when the client goes away."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
