@@ -1,6 +1,6 @@
 """Real models: tripy_build next to Hugging Face transformers on PyTorch and ONNX Runtime.
 
-Seven models at their real size (``--quick``: 2 layers, hidden 64), each a Hugging Face model built
+Eight models at their real size (``--quick``: 2 layers, hidden 64), each a Hugging Face model built
 from its default config (or the published checkpoint's, ``real``) with ``torch.manual_seed(0)``, put in
 eval mode and written once with ``save_pretrained`` (``config.json`` + ``model.safetensors``); every contender starts from that
 directory, so all run the same random weights:
@@ -11,6 +11,8 @@ directory, so all run the same random weights:
                 attention_mask -> logits (``model=hf``)
 - ``mpnet``     ``MPNetModel(MPNetConfig(...))`` at all-mpnet-base-v2's: input_ids, attention_mask ->
                 last_hidden_state, pooler_output
+- ``modernbert-classifier`` ``ModernBertForSequenceClassification`` at ModernBERT-base's config: input_ids,
+                attention_mask -> logits (``model=hf``)
 - ``gpt2``      ``GPT2LMHeadModel(GPT2Config())``    input_ids, attention_mask -> logits (``use_cache=False``)
 - ``vit``       ``ViTModel(ViTConfig())``            pixel_values [batch, 3, 224, 224] -> last_hidden_state, pooler_output
 - ``resnet50``  ``ResNetModel(ResNetConfig())``      pixel_values [batch, 3, 224, 224] -> last_hidden_state, pooler_output
@@ -130,6 +132,14 @@ MODELS = {
               "outputs": ("last_hidden_state", "pooler_output"), "ort_type": "bert",
               "real": {"max_position_embeddings": 514, "layer_norm_eps": 1e-5},
               "quick": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}},
+    # a fine-tuned ModernBERT-base classifier (rerankers such as gte-reranker-modernbert-base): rotary positions, a
+    # 128-token window in two layers of three, GLU MLPs; ModernBertConfig's defaults are base's sizes, but its
+    # classifier_pooling is cls where ModernBERT-base's config.json says mean. ORT's optimizer has no ModernBERT type
+    "modernbert-classifier": {"kind": "text", "hf": "ModernBertForSequenceClassification", "config": "ModernBertConfig",
+                              "inputs": TEXT[:2], "outputs": ("logits",), "ort_type": None, "tb_model": "hf",
+                              "real": {"classifier_pooling": "mean"},
+                              "quick": {"num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 2,
+                                        "intermediate_size": 96, "local_attention": 8, "classifier_pooling": "mean"}},
     "gpt2": {"kind": "text", "hf": "GPT2LMHeadModel", "config": "GPT2Config", "inputs": TEXT[:2],
              "outputs": ("logits",), "ort_type": "gpt2", "call": {"use_cache": False},
              "quick": {"n_layer": 2, "n_embd": 64, "n_head": 2}},

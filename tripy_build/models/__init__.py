@@ -35,6 +35,7 @@ from .geglu import GEGLU
 from .gpt2 import GPT2
 from .llama import Gemma2, Gemma3, Llama, Mistral, Phi3, Qwen2, Qwen3
 from .mlp import MLP
+from .modernbert import ModernBert
 from .mpnet import MPNet
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -51,6 +52,7 @@ MODELS: dict[str, type] = {
     "distilbert": DistilBert,
     "mpnet": MPNet,
     "deberta-v2": DebertaV2,
+    "modernbert": ModernBert,
     "gpt2": GPT2,
     "llama": Llama,
     "qwen2": Qwen2,
@@ -90,5 +92,5 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "MPNet", "DebertaV2", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3", "ViT", "ResNet",
-           "input_infos"]
+           "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3",
+           "ViT", "ResNet", "input_infos"]

@@ -27,8 +27,10 @@ def linear_init(key: jax.Array, dim_in: int, dim_out: int) -> Params:
 
 
 def linear(params: Params, x: jax.Array) -> jax.Array:
-    """``x @ weight.T + bias`` over the last axis of ``x`` (any leading dims, static or symbolic)."""
-    return jnp.matmul(x, params["weight"].T) + params["bias"]
+    """``x @ weight.T + bias`` over the last axis of ``x`` (any leading dims, static or symbolic); a Linear without
+    ``bias`` (``nn.Linear(..., bias=False)``: ModernBERT's) adds none."""
+    y = jnp.matmul(x, params["weight"].T)
+    return y + params["bias"] if "bias" in params else y
 
 
 def layer_norm_init(dim: int) -> Params:
@@ -36,9 +38,11 @@ def layer_norm_init(dim: int) -> Params:
 
 
 def layer_norm(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
+    """LayerNorm over the last axis; without ``bias`` (``nn.LayerNorm(..., bias=False)``: ModernBERT's) it adds none."""
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"] + params["bias"]
+    y = (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"]
+    return y + params["bias"] if "bias" in params else y
 
 
 def conv_init(key: jax.Array, kernel: int, c_in: int, c_out: int) -> Params:
@@ -186,6 +190,13 @@ def within_window(keep: jax.Array, query_at: jax.Array, window: int | None) -> j
     if window is None:
         return keep
     return keep & (jnp.arange(keep.shape[-1]) > query_at[..., None] - window)
+
+
+def rotate_half(x: jax.Array) -> jax.Array:
+    """The rotary embedding's partner of each feature: ``[-x2, x1]`` of the halves ``[x1, x2]`` of the last axis (Hugging
+    Face's ``rotate_half``)."""
+    half = x.shape[-1] // 2
+    return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
 def softcap(x: jax.Array, cap: float | None) -> jax.Array:

@@ -125,8 +125,8 @@ POOLINGS = ("none", "mean", "cls")
 
 
 def check_encoder(model: Any) -> None:
-    """The settings of a BERT-like encoder (``Bert``, ``models/mpnet.MPNet``): its sizes, activation, head and
-    sentence embedding; ``ValueError`` naming the setting."""
+    """The settings of a BERT-like encoder (``Bert``, ``models/mpnet.MPNet``, ``models/modernbert.ModernBert``): its
+    sizes, activation, head and sentence embedding; ``ValueError`` naming the setting."""
     if model.hidden_size % model.num_attention_heads:
         raise ValueError(
             f"hidden_size ({model.hidden_size}) must be divisible by "
@@ -174,10 +174,12 @@ def encode(model: Any, layers: list[Params], h: jax.Array, bias: jax.Array) -> j
 
 
 def encoder_outputs(model: Any, params: Params, h: jax.Array, attention_mask: jax.Array,
-                    pooler_act: str = "tanh") -> dict[str, jax.Array]:
+                    pooler_act: str = "tanh", pooled: jax.Array | None = None) -> dict[str, jax.Array]:
     """The outputs from the last layer's states ``h``: the pooler's (where the tree has one), the head's (``pooler_act``:
-    a ``dense_act`` classifier's activation), and the sentence embedding (``pooling``)."""
-    pooled = jnp.tanh(linear(params["pooler"], h[:, 0])) if "pooler" in params else None
+    a ``dense_act`` or ``transform`` head's activation; ``pooled``: what a ``transform`` sequence classifier reads,
+    ModernBERT's pooling of ``h``), and the sentence embedding (``pooling``)."""
+    if "pooler" in params:
+        pooled = jnp.tanh(linear(params["pooler"], h[:, 0]))
     out = apply_head(params.get("head", {}), model.task, model.style, h, pooled, params["embeddings"]["word"],
                      model.hidden_act, model.layer_norm_eps, pooler_act)
     if model.pooling != "none":

@@ -1,5 +1,5 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
-XLM-RoBERTa, DistilBERT, MPNet, DeBERTa-v2), with its output names.
+XLM-RoBERTa, DistilBERT, MPNet, DeBERTa-v2, ModernBERT), with its output names.
 
 A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
 where the family has one, ``pooler_output``), ``sequence_classification`` (``logits [batch, num_labels]``, from
@@ -9,7 +9,10 @@ layer, the activation, a LayerNorm, then the word embeddings transposed, tied as
 bias). The families differ only in how a sequence classifier reads the first token (``STYLES``): BERT through
 its pooler (``tanh(dense(h[:, 0]))``), RoBERTa and MPNet through a dense layer and tanh of its own, DistilBERT
 through a dense layer and ReLU, DeBERTa-v2 through a dense layer and the model's ``pooler_hidden_act`` (its
-``ContextPooler``); and in which of them keep the pooler at all.
+``ContextPooler``); and in which of them keep the pooler at all. ModernBERT (``transform``) reads every head's input
+through the masked-LM head's transform (its ``ModernBertPredictionHead``: dense, ``classifier_activation``, LayerNorm),
+its sequence classifier's input the model's pooling of the states (``classifier_pooling``: the first token's, or
+the mean over the real ones), its question-answering Linear named ``classifier``.
 
 Params of a head: ``{"dense": Linear, "ln": LayerNorm, "bias": [vocab]}`` as the head needs, and ``"out"``: the
 Linear that gives the logits (for ``masked_lm`` the word embeddings play it).
@@ -38,13 +41,14 @@ class Style:
     """How a family builds its heads."""
 
     classifier: str  # how a sequence classifier reads the first token: pooler | dense_tanh | dense_relu | dense_act
+    #                  | transform (every head through dense, activation, LayerNorm: ModernBERT's)
     pooler: bool  # whether the bare model (head none) has a pooler
     mlm_act: str | None = None  # the masked-LM head's activation where it is not the model's own
 
 
 STYLES = {"bert": Style("pooler", True), "roberta": Style("dense_tanh", True, "gelu"),
           "distilbert": Style("dense_relu", False), "mpnet": Style("dense_tanh", True, "gelu"),
-          "deberta-v2": Style("dense_act", False)}
+          "deberta-v2": Style("dense_act", False), "modernbert": Style("transform", False)}
 
 
 class Headed:
@@ -96,10 +100,10 @@ def init(key: jax.Array, head: str, style: Style, d: int, num_labels: int, vocab
     if head == "masked_lm":
         e = embedding_size or d
         return {"dense": linear_init(k_dense, d, e), "ln": ln_init(e), "bias": jnp.zeros((vocab,), jnp.float32)}
-    if head == "question_answering":
-        return {"out": linear_init(k_out, d, 2)}
-    out = {"out": linear_init(k_out, d, num_labels)}
-    if head == "sequence_classification" and style.classifier != "pooler":
+    out = {"out": linear_init(k_out, d, 2 if head == "question_answering" else num_labels)}
+    if style.classifier == "transform":
+        out.update(dense=linear_init(k_dense, d, d), ln=ln_init(d))
+    elif head == "sequence_classification" and style.classifier != "pooler":
         out["dense"] = linear_init(k_dense, d, d)
     return out
 
@@ -107,10 +111,20 @@ def init(key: jax.Array, head: str, style: Style, d: int, num_labels: int, vocab
 def apply(params: Params, head: str, style: Style, h: jax.Array, pooled: jax.Array | None, word: jax.Array,
           act: str, eps: float, pooler_act: str = "tanh") -> dict[str, jax.Array]:
     """The head's outputs from hidden states ``h: [b, s, d]`` (``pooled``: the pooler's output, where the
-    encoder kept it; ``word``: the word embeddings, which the masked-LM head's decoder is tied to; ``pooler_act``:
-    the ``dense_act`` classifier's activation)."""
+    encoder kept it, or the ``transform`` style's pooling of the states; ``word``: the word embeddings, which the
+    masked-LM head's decoder is tied to; ``pooler_act``: the ``dense_act`` classifier's activation, and the
+    ``transform``'s). A masked-LM ``bias`` left out of ``params`` adds none (ModernBERT's ``decoder_bias: false``)."""
     if head == "none":
         return {"last_hidden_state": h, **({"pooler_output": pooled} if pooled is not None else {})}
+    if style.classifier == "transform":
+        x = pooled if head == "sequence_classification" else h
+        t = layer_norm(params["ln"], activation(pooler_act, "classifier_activation")(linear(params["dense"], x)), eps)
+        if head == "masked_lm":
+            logits = jnp.matmul(t, word.T)
+            return {"logits": logits + params["bias"] if "bias" in params else logits}
+        out = linear(params["out"], t)
+        return {"start_logits": out[..., 0], "end_logits": out[..., 1]} if head == "question_answering" else \
+            {"logits": out}
     if head == "sequence_classification":
         if style.classifier == "pooler":
             first = pooled

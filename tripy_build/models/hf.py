@@ -10,13 +10,15 @@ conv kernels OIHW), so loading is a rename. Each architecture's names are a decl
 ``NAMES``, of ``(checkpoint key, zoo path)`` templates: ``{i}``, ``{s}``, ``{l}``, ``{j}`` stand for
 list indices (layer, stage, layer in stage, conv in layer). The keys are relative to the model's
 prefix: none for the bare model (``BertModel.save_pretrained``), or the head model's
-``base_model_prefix`` (``bert.``, ``deberta.``, ``transformer.``, ``vit.``, ``resnet.``), found from the file.
+``base_model_prefix`` (``bert.``, ``deberta.``, ``model.``, ``transformer.``, ``vit.``, ``resnet.``), found from
+the file.
 
 Old checkpoints' ``LayerNorm.gamma``/``LayerNorm.beta`` are read as ``LayerNorm.weight``/``.bias``
 (``LEGACY_RENAMES``, as transformers does).
 
 A key ``config.json`` leaves out means Hugging Face's default (``Architecture.defaults``, where the zoo model's
-differs: DeBERTa's are deberta-v3-base's, ``DebertaV2Config``'s deberta-v2-xlarge's).
+differs: DeBERTa's are deberta-v3-base's, ``DebertaV2Config``'s deberta-v2-xlarge's; ModernBERT-base's
+``classifier_pooling`` is mean, ``ModernBertConfig``'s cls).
 
 Checked, each failure one line naming the tensor (or key), what was expected and what was found:
 
@@ -294,6 +296,34 @@ NAMES: dict[str, Architecture] = {
                   ("intermediate_size", 6144), ("relative_attention", False), ("position_buckets", -1),
                   ("position_biased_input", True), ("pos_att_type", None), ("share_att_key", False),
                   ("norm_rel_ebd", "none")),
+    ),
+    "modernbert": Architecture(
+        model_type="modernbert",
+        prefixes=("", "model."),
+        names=(
+            ("embeddings.tok_embeddings.weight", "embeddings.word"),
+            *_ln("embeddings.norm", "embeddings.ln"),
+            *_ln("layers.{i}.attn_norm", "layers.{i}.attn_norm"),  # none in layer 0 (nn.Identity)
+            *_linear("layers.{i}.attn.Wqkv", "layers.{i}.qkv"),
+            *_linear("layers.{i}.attn.Wo", "layers.{i}.attn_out"),
+            *_ln("layers.{i}.mlp_norm", "layers.{i}.mlp_norm"),
+            *_linear("layers.{i}.mlp.Wi", "layers.{i}.wi"),
+            *_linear("layers.{i}.mlp.Wo", "layers.{i}.wo"),
+            *_ln("final_norm", "final_norm"),
+        ),
+        # an untied decoder would be read as the embeddings; rotary types and classifier_pooling: models/modernbert.py
+        unsupported=(("tie_word_embeddings", True),),
+        # every head through ModernBertPredictionHead (head.dense, head.norm); the classifiers' and QA's Linear is
+        # classifier, the masked LM's decoder the embeddings (tied) with decoder.bias
+        heads=tuple((head, (*_linear("head.dense", "head.dense"), *_ln("head.norm", "head.ln"),
+                            *(_linear("classifier", "head.out") if head != "masked_lm" else
+                              (("decoder.bias", "head.bias"),))))
+                    for head in ("sequence_classification", "token_classification", "question_answering",
+                                 "masked_lm")),
+        head_tensors=r"(head|classifier|decoder)\..*", tied=(r"decoder\.weight",),
+        classes="ModernBert", suffixes=_ENCODER_SUFFIXES,
+        # ModernBertConfig's default where the zoo's (ModernBERT-base's config.json) differs
+        defaults=(("classifier_pooling", "cls"),),
     ),
     "gpt2": Architecture(
         model_type="gpt2",

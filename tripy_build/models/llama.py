@@ -50,7 +50,7 @@ import numpy as np
 from ..core.spec import InputInfo
 from ._tokens import TokenInputs
 from ._layers import (Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
-                      grouped_attention, mask_bias, normal_init, softcap, within_window)
+                      grouped_attention, mask_bias, normal_init, rotate_half, softcap, within_window)
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types the family implements
@@ -59,11 +59,6 @@ LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_ty
 def rms_norm(weight: jax.Array, x: jax.Array, eps: float) -> jax.Array:
     """Hugging Face's RMSNorm: ``x / sqrt(mean(x^2) + eps) * weight`` over the last axis."""
     return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * weight
-
-
-def _rotate_half(x: jax.Array) -> jax.Array:
-    half = x.shape[-1] // 2
-    return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
 @dataclass(frozen=True)
@@ -222,7 +217,7 @@ class Llama(TokenInputs):
         if position_ids.ndim == 1:
             cos, sin = cos[None], sin[None]
         rot, rest = x[..., :2 * inv.size], x[..., 2 * inv.size:]
-        return jnp.concatenate([rot * cos[:, :, None, :] + _rotate_half(rot) * sin[:, :, None, :], rest], axis=-1)
+        return jnp.concatenate([rot * cos[:, :, None, :] + rotate_half(rot) * sin[:, :, None, :], rest], axis=-1)
 
     def _qkv(self, p: Params, x: jax.Array, position_ids: jax.Array,
              layer: int) -> tuple[jax.Array, jax.Array, jax.Array]:
