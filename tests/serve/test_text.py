@@ -6,6 +6,7 @@ decodes from the ids a plain argmax loop over the PyTorch model's logits picks (
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import shutil
@@ -23,6 +24,8 @@ import tripy_build as tb  # noqa: E402
 from examples.chat_checkpoint import checkpoint  # noqa: E402
 from examples.classifier_checkpoint import checkpoint as classifier_checkpoint  # noqa: E402
 from tripy_build import runtime  # noqa: E402
+from tripy_build.builder.generate import resolved  # noqa: E402
+from tripy_build.models.llama import Qwen2  # noqa: E402
 from tripy_build.errors import ArtifactError, CallError  # noqa: E402
 from tripy_build.serve.http import Server  # noqa: E402
 
@@ -420,12 +423,10 @@ def test_the_checkpoints_sampling_defaults_are_recorded_and_serve_calls_that_lea
             "model": "qwen2", "messages": HELLO, "max_tokens": 12, "seed": 5, "eos_token_id": []})[1])
         assert answer["choices"][0]["message"]["content"] == built[3].decode(drawn, skip_special_tokens=True)
         assert json.loads(call(srv, "GET", "/v2/models/qwen2")[1])["generate"]["sampling"] == recorded
-    proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'null'}", "generate.sampling=null",
-                   cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    plain = runtime.load(next((tmp_path / "null" / "qwen2").iterdir()), warmup="none")
-    assert plain.metadata["generate"]["sampling"] == {}
-    assert [int(t) for t in plain.generate([prompt], 12, eos_token_id=[])[0]] == expected[1]
+    model = Qwen2(**{k: v for k, v in json.loads((copy / "config.json").read_text()).items()  # what the build resolves
+                     if k in {f.name for f in dataclasses.fields(Qwen2)}})
+    for given, want in (("auto", recorded), (None, {}), ({"top_p": 0.9}, {"top_p": 0.9})):
+        assert resolved({"max_length": 48, "sampling": given}, model, str(copy))["sampling"] == want, given
     proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'bad'}",
                    "generate.sampling={temperature: 0.7, top_p: 0}", cwd=tmp_path, timeout=600)
     assert proc.returncode != 0 and "generate.sampling: top_p=0: it is a probability in (0, 1]" in proc.stderr
