@@ -39,7 +39,7 @@ def tokenizer_for(tokenizer: Any, eos: Sequence[int], vocab: int) -> Any:
             if not eos:
                 raise CallError(f"{tokenizer.where}: this artifact has no end ids (generate.eos_token_id), so a reply "
                                 "held to a schema could not end; build with generate.eos_token_id set.")
-            made[key] = llguidance.LLTokenizer(tokenizer.source, n_vocab=int(vocab), eos_token=list(key[0]))
+            made[key] = llguidance.LLTokenizer(tokenizer.serialized(), n_vocab=int(vocab), eos_token=list(key[0]))
         return made[key]
 
 
@@ -62,31 +62,41 @@ def schema_of(response_format: Any) -> dict[str, Any] | None:
 
 
 def constraints(tokenizer: Any, schema: dict[str, Any], vocab: int) -> Any:
-    """A function of a call's end ids giving each row a new ``Constraint`` to ``schema`` (checked here, once)."""
+    """A function of a call's end ids giving each row a new ``Constraint`` to ``schema``: the schema is compiled
+    once per end ids (the first row's), the other rows get copies of its fresh matcher."""
     if not isinstance(schema, dict):
         raise CallError(f"json_schema={str(schema)[:60]}: a JSON schema is an object, such as {{\"type\": \"object\"}}.")
-    json.dumps(schema)  # JSON data only
+    compiled: dict[tuple[int, ...], Any] = {}
 
     def make(eos: Sequence[int]) -> Constraint:
-        return Constraint(tokenizer_for(tokenizer, eos, vocab), schema)
+        key = tuple(int(t) for t in eos)
+        if key not in compiled:
+            compiled[key] = _matcher(tokenizer_for(tokenizer, key, vocab), schema)
+        return Constraint(compiled[key].deep_copy())
     return make
 
 
+def _matcher(guidance: Any, schema: dict[str, Any]) -> Any:
+    """llguidance's matcher of ``schema`` over ``guidance``'s vocabulary, at its start; a ``CallError`` saying
+    why where the schema cannot be compiled."""
+    import llguidance
+
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=LAYOUT)
+    except (ValueError, TypeError) as e:
+        raise CallError(f"the JSON schema is not usable: {str(e)[:200]}") from None
+    matcher = llguidance.LLMatcher(guidance, grammar, log_level=0)
+    if matcher.is_error():
+        raise CallError(f"the JSON schema is not usable: {matcher.get_error()[:300]}")
+    return matcher
+
+
 class Constraint:
-    """One reply's grammar: ``mask`` the logits of its next token, ``advance`` by the token picked; ``ended`` once
-    the grammar can take no more tokens."""
+    """One reply's grammar (``matcher``: llguidance's, at its start): ``mask`` the logits of its next token,
+    ``advance`` by the token picked; ``ended`` once the grammar can take no more tokens."""
 
-    def __init__(self, guidance: Any, schema: dict[str, Any]):
-        import llguidance
-
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=LAYOUT)
-        except (ValueError, TypeError) as e:
-            raise CallError(f"the JSON schema is not usable: {str(e)[:200]}") from None
-        self.matcher = llguidance.LLMatcher(guidance, grammar, log_level=0)
-        if self.matcher.is_error():
-            raise CallError(f"the JSON schema is not usable: {self.matcher.get_error()[:300]}")
-        self.vocab = guidance.vocab_size
+    def __init__(self, matcher: Any):
+        self.matcher = matcher
 
     def mask(self, scores: np.ndarray) -> np.ndarray:
         """``scores`` (one row's logits, float64) with every token the grammar refuses at ``-inf``."""

@@ -84,7 +84,6 @@ class Tokenizer:
             type(self._fast.model).__name__ != "BPE"  # transformers skips it for BPE: it strips real spaces
         self._template = None
         self._added = set(self._fast.get_added_tokens_decoder())
-        self.source = self._fast.to_str()  # tokenizer.json as read (truncation and padding off), for llguidance
         self.derived: dict[Any, Any] = {}  # what other modules make of this tokenizer once (runtime/grammar.py)
         self._bytes: dict[int, bytes] = {}
 
@@ -115,6 +114,11 @@ class Tokenizer:
                 text = text.replace(before, after)
         return text
 
+    def serialized(self) -> str:
+        """``tokenizer.json`` as read (truncation and padding off), for llguidance (``runtime/grammar.py``): made
+        when a grammar needs it, not at load (a 150k vocabulary serializes to ~10 MB)."""
+        return self._fast.to_str()
+
     def token_bytes(self, token: int) -> bytes:
         """The bytes ``token`` stands for in the text (OpenAI's log probabilities report them: a character that
         spans tokens is in none of their strings whole): a byte-level BPE token's characters mapped back to
@@ -128,7 +132,7 @@ class Tokenizer:
             if int(token) in self._added:
                 found = piece.encode()
             elif type(self._fast.decoder).__name__ == "ByteLevel":
-                found = bytes(_BYTE_OF.get(c, 0) for c in piece) if all(c in _BYTE_OF for c in piece) else piece.encode()
+                found = bytes(_BYTE_OF[c] for c in piece) if all(c in _BYTE_OF for c in piece) else piece.encode()
             elif re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):
                 found = bytes([int(piece[3:5], 16)])
             else:

@@ -210,13 +210,14 @@ class App:
         return seqs, events, asyncio.ensure_future(_cancel_on_disconnect(receive, seqs))
 
     @staticmethod
-    async def _constraint(ep: Endpoint, schema: dict[str, Any], eos_token_id: Any) -> Any:
-        """A reply's ``runtime.grammar.Constraint`` to ``schema``, made off the event loop (the first one reads the
-        vocabulary: ~0.3 s for 50k tokens)."""
+    async def _constraints(ep: Endpoint, schema: dict[str, Any], eos_token_id: Any, n: int = 1) -> list[Any]:
+        """``n`` replies' ``runtime.grammar.Constraint`` to ``schema`` (compiled once), made off the event loop (the
+        first for a tokenizer reads its vocabulary: ~0.3 s for 50k tokens)."""
         from ..runtime.grammar import constraints
 
         spec = ep.generator.spec
-        return await asyncio.to_thread(constraints(ep.text(), schema, spec.vocab_size), spec.stops(eos_token_id))
+        make, stops = constraints(ep.text(), schema, spec.vocab_size), spec.stops(eos_token_id)
+        return await asyncio.to_thread(lambda: [make(stops) for _ in range(n)])
 
     async def _generate(self, ep: Endpoint, scope: Scope, receive: Receive, send: Send, stream: bool) -> None:
         """Triton's generate extension: token ids (or text, ``text_input``) in, the new ids (and ``text_output``) in
@@ -228,7 +229,7 @@ class App:
         prompt, options = parse_request(request)
         tok = ep.text() if isinstance(prompt, str) else None
         if "json_schema" in options:
-            options["constraint"] = await self._constraint(ep, options.pop("json_schema"), options.get("eos_token_id"))
+            options["constraint"], = await self._constraints(ep, options.pop("json_schema"), options.get("eos_token_id"))
         (seq,), events, watcher = self._start(ep, scope, receive, prompt if tok is None else tok.encode(prompt),
                                               [options])
         head = {"model_name": ep.name, "model_version": ep.version, **({"id": request["id"]} if "id" in request else {})}
@@ -307,8 +308,8 @@ class App:
         options = {**req.generation(spec.sampling), "logprobs": req.logprobs,
                    "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)}
         seeds = [None if "seed" not in options else options["seed"] + i for i in range(req.n)]
-        helds = [None if req.schema is None else await self._constraint(ep, req.schema, req.options.get("eos_token_id"))
-                 for _ in range(req.n)]
+        helds = ([None] * req.n if req.schema is None else
+                 await self._constraints(ep, req.schema, req.options.get("eos_token_id"), req.n))
         seqs, events, watcher = self._start(ep, scope, receive, ids, [
             {**options, "seed": seed, "constraint": held} for seed, held in zip(seeds, helds)])
         choices = [openai.Choice(i, seq, Reply(tok, seq.eos_token_id, req.stop)) for i, seq in enumerate(seqs)]
