@@ -61,8 +61,6 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
-# generation_config.json's keys for how transformers' generate picks tokens (runtime/sampling.from_generation_config)
-SAMPLING = ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty")
 
 
 # The dtypes a checkpoint's tensors are read from, each widened to float32 exactly (the zoo computes in float32;
@@ -485,14 +483,14 @@ def _json_object(path: Path) -> dict[str, Any]:
 
 def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """The token ids generation stops at and fills stopped rows with, as Hugging Face's ``generate`` takes them:
-    ``generation_config.json``'s, or where there is none, ``config.json``'s; and how it picks tokens
-    (``generation_config.json``'s ``SAMPLING`` keys, as it sets them). ``{"eos_token_id": [ids] (an instruct model
-    has several: Llama 3's end of text and end of turn), "pad_token_id": id or None, "sampling": {key: value},
+    ``generation_config.json``'s, or where there is none, ``config.json``'s; and how it picks tokens. ``{"eos_token_id":
+    [ids] (an instruct model has several: Llama 3's end of text and end of turn), "pad_token_id": id or None,
+    "sampling": generation_config.json's object (runtime/sampling.from_generation_config reads it; {} without one),
     "source": the file read}``."""
     root = Path(checkpoint_dir)
     path = root / GENERATION_CONFIG if (root / GENERATION_CONFIG).is_file() else root / CONFIG
     config = _json_object(path)
-    sampling = {k: config[k] for k in SAMPLING if config.get(k) is not None} if path.name == GENERATION_CONFIG else {}
+    sampling = config if path.name == GENERATION_CONFIG else {}
     eos, pad = config.get("eos_token_id"), config.get("pad_token_id")
     eos = [] if eos is None else eos if isinstance(eos, list) else [eos]
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in [*eos, *([] if pad is None else [pad])]):
