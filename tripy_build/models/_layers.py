@@ -192,6 +192,21 @@ def within_window(keep: jax.Array, query_at: jax.Array, window: int | None) -> j
     return keep & (jnp.arange(keep.shape[-1]) > query_at[..., None] - window)
 
 
+ATTENTION_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types: every key, or a window
+
+
+def layer_types(given: Any, layers: int, family: str) -> tuple[str, ...]:
+    """A config's ``layer_types`` checked as a tuple (``()`` where it names none): one of ``ATTENTION_TYPES`` per
+    layer; ``ValueError`` naming what is wrong and what ``family`` implements."""
+    types = tuple(given or ())
+    if types and len(types) != layers:
+        raise ValueError(f"layer_types names {len(types)} layers, but num_hidden_layers is {layers}: one type per layer.")
+    if set(types) - set(ATTENTION_TYPES):
+        raise ValueError(f"layer_types holds {sorted(set(types) - set(ATTENTION_TYPES))}; {family} implements "
+                         f"{', '.join(ATTENTION_TYPES)}.")
+    return types
+
+
 def rotate_half(x: jax.Array) -> jax.Array:
     """The rotary embedding's partner of each feature: ``[-x2, x1]`` of the halves ``[x1, x2]`` of the last axis (Hugging
     Face's ``rotate_half``)."""

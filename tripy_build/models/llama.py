@@ -49,11 +49,12 @@ import numpy as np
 
 from ..core.spec import InputInfo
 from ._tokens import TokenInputs
-from ._layers import (Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
-                      grouped_attention, mask_bias, normal_init, rotate_half, softcap, within_window)
+from ._layers import (ATTENTION_TYPES, Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
+                      grouped_attention, layer_types, mask_bias, normal_init, rotate_half, softcap,
+                      within_window)
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope")
-LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's layer_types the family implements
+LAYER_TYPES = ATTENTION_TYPES  # Hugging Face's layer_types: global (every key) and local (a window) layers
 
 
 def rms_norm(weight: jax.Array, x: jax.Array, eps: float) -> jax.Array:
@@ -102,13 +103,7 @@ class Llama(TokenInputs):
         object.__setattr__(self, "rope_parameters", tuple(sorted(rope.items())))  # hashable, as every zoo model
         object.__setattr__(self, "rope_scaling", None)
         object.__setattr__(self, "rope_theta", None)
-        object.__setattr__(self, "layer_types", tuple(self.layer_types or ()))
-        if self.layer_types and len(self.layer_types) != self.num_hidden_layers:
-            raise ValueError(f"layer_types names {len(self.layer_types)} layers, but num_hidden_layers is "
-                             f"{self.num_hidden_layers}: one type per layer.")
-        if set(self.layer_types) - set(LAYER_TYPES):
-            raise ValueError(f"layer_types holds {sorted(set(self.layer_types) - set(LAYER_TYPES))}; the Llama family "
-                             f"implements {', '.join(LAYER_TYPES)}.")
+        object.__setattr__(self, "layer_types", layer_types(self.layer_types, self.num_hidden_layers, "the Llama family"))
         if self.heads % self.kv_heads:
             raise ValueError(f"num_attention_heads ({self.heads}) must be a multiple of num_key_value_heads "
                              f"({self.kv_heads}).")

@@ -61,9 +61,10 @@ import numpy as np
 from .bert import _linear, _ln, check_encoder, encoder_outputs, sentence_embedding
 from ._tokens import TokenInputs
 from .heads import Headed, STYLES, Style, init as init_head
-from ._layers import Params, activation, embed, layer_norm, linear, mask_bias, normal_init, rotate_half
+from ._layers import (ATTENTION_TYPES, Params, activation, embed, layer_norm, layer_types, linear, mask_bias,
+                      normal_init, rotate_half)
 
-LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names: global and local (windowed) layers
+LAYER_TYPES = ATTENTION_TYPES  # Hugging Face's layer_types: global (every key) and local (a window) layers
 THETA_KEYS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
 CLASSIFIER_POOLINGS = ("cls", "mean")
 
@@ -114,13 +115,7 @@ class ModernBert(Headed, TokenInputs):
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise ValueError(f"classifier_pooling={self.classifier_pooling!r} is not implemented; one of "
                              f"{', '.join(CLASSIFIER_POOLINGS)} (ModernBertForSequenceClassification's).")
-        object.__setattr__(self, "layer_types", tuple(self.layer_types or ()))
-        if self.layer_types and len(self.layer_types) != self.num_hidden_layers:
-            raise ValueError(f"layer_types names {len(self.layer_types)} layers, but num_hidden_layers is "
-                             f"{self.num_hidden_layers}: one type per layer.")
-        if set(self.layer_types) - set(LAYER_TYPES):
-            raise ValueError(f"layer_types holds {sorted(set(self.layer_types) - set(LAYER_TYPES))}; ModernBERT "
-                             f"implements {', '.join(LAYER_TYPES)}.")
+        object.__setattr__(self, "layer_types", layer_types(self.layer_types, self.num_hidden_layers, "ModernBERT"))
         self._read_rope()
 
     def _read_rope(self) -> None:
