@@ -1,5 +1,5 @@
 """A tiny chat model as a Hugging Face checkpoint: a ``Qwen2ForCausalLM`` of random weights with a byte-level BPE
-tokenizer and a ChatML chat template (Qwen2.5-Instruct's format), saved with ``save_pretrained``::
+tokenizer and a ChatML chat template with tool calls (Qwen2.5-Instruct's format), saved with ``save_pretrained``::
 
     python examples/chat_checkpoint.py my-chat
     python -m tripy_build model=hf task=generate params.checkpoint=my-chat
@@ -14,12 +14,18 @@ import sys
 from pathlib import Path
 
 CORPUS = ["hello world, the quick brown fox jumps over the lazy dog. héllo wörld! 你好 don't"] * 20
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# ChatML with tool calls written as Qwen2.5's and Qwen3's templates write them (<tool_call> JSON lines, runtime/tools.py's
+# "hermes"); its list of tools is short (names only) so that a tiny test cache holds it
+CHATML = ("{% if tools %}<|im_start|>system\ntools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}"
+          "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+          "{% if m['content'] %}{{ m['content'] }}{% endif %}{% for c in m['tool_calls'] or [] %}<tool_call>\n"
+          '{"name": "{{ c[\'function\'][\'name\'] }}", "arguments": {{ c[\'function\'][\'arguments\'] | tojson }}}\n'
+          "</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def tokenizer(path: str | Path) -> Path:
-    """A byte-level BPE tokenizer (as GPT-2's, Llama 3's and Qwen's) with ChatML's special tokens and template."""
+def tokenizer(path: str | Path, tool_tokens: bool = True) -> Path:
+    """A byte-level BPE tokenizer (as GPT-2's, Llama 3's and Qwen's) with ChatML's special tokens, Qwen's tool-call
+    tags as tokens of their own (unless not ``tool_tokens``) and the template."""
     import tokenizers
     import transformers
 
@@ -29,6 +35,9 @@ def tokenizer(path: str | Path) -> Path:
     tok.train_from_iterator(CORPUS, tokenizers.trainers.BpeTrainer(
         vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    # as in Qwen's vocabulary: the tool-call tags are tokens of their own that are not special (a decoded reply keeps them)
+    if tool_tokens:
+        tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in ("<tool_call>", "</tool_call>")])
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHATML
     fast.save_pretrained(path)

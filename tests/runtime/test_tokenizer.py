@@ -58,6 +58,8 @@ def test_encode_decode_and_the_chat_template_equal_hugging_faces(saved):
         assert tok.chat(messages) == want
         assert tok.render(messages, add_generation_prompt=False) == hf.apply_chat_template(messages, tokenize=False)
     assert tok.vocab_size == len(hf)
+    past = tok.vocab_size + 3  # a model's logits padded past its tokenizer: an id the tokenizer has no text for
+    assert tok.decode([past]) == hf.decode([past], skip_special_tokens=True) == "" and tok.token_bytes(past) == b""
 
 
 def test_streamed_text_equals_the_decoded_text_and_holds_split_characters(saved):

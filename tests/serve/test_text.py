@@ -32,7 +32,7 @@ from tripy_build.serve.http import Server  # noqa: E402
 from conftest import run_cli  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-BUILD = ["model=hf", "task=generate", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "generate.max_length=48"]
+BUILD = ["model=hf", "task=generate", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "generate.max_length=96"]
 HELLO = [{"role": "user", "content": "hello fox"}]
 
 
@@ -219,20 +219,28 @@ def test_what_the_openai_routes_refuse_is_one_line(server):
              ({"model": "qwen2", "messages": HELLO, "logit_scale": 2}, 400, "'logit_scale' is not an option"),
              ({"model": "qwen2", "messages": []}, 400, '"messages" must be a non-empty list'),
              ({"model": "qwen2", "messages": [{"content": "hi"}]}, 400, "every message needs a role"),
-             ({"model": "qwen2", "messages": HELLO, "max_tokens": 100}, 400, "generate.max_length=48"),
+             ({"model": "qwen2", "messages": HELLO, "max_tokens": 100}, 400, "generate.max_length=96"),
              ({"model": "qwen2", "messages": HELLO, "temperature": 3}, 400, "must be a number in [0, 2]"),
              ({"model": "gpt-4", "messages": HELLO}, 404, "'gpt-4': it is not served here; GET /v1/models lists"),
              ({"model": "qwen2", "prompt": "hi"}, 400, "'prompt' belongs to /v1/completions"),
              ({"model": "qwen2", "messages": HELLO, "chat_template_kwargs": [1]}, 400,
               "chat_template_kwargs=[1]: an object of the chat template's variables"),
              ({"model": "qwen2", "messages": HELLO, "chat_template_kwargs": {"tools": 1}}, 400,
-              "the chat template's variable 'tools' is set by the call itself")]
+              "the chat template's variable 'tools' is set by the call itself"),
+             ({"model": "qwen2", "messages": HELLO, "tools": [WX], "response_format": {"type": "json_object"}}, 400,
+              "response_format and tools together"),
+             ({"model": "qwen2", "messages": HELLO, "tool_choice": "required"}, 400, "tool_choice=required needs tools"),
+             ({"model": "qwen2", "messages": HELLO, "tools": [WX], "tool_choice": {"type": "function", "function": {
+                 "name": "add"}}}, 400, "tool_choice names function 'add', which is not among the tools: wx"),
+             ({"model": "qwen2", "messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools[0]={'type': 'function'}")]
     for body, code, fragment in cases:
         status, data = call(server, "POST", "/v1/chat/completions", body)
         message = json.loads(data)["error"]["message"]  # OpenAI's shape
         assert status == code and fragment in message and "\n" not in message, (body, message)
     status, data = call(server, "GET", "/v1/chat/completions")
     assert status == 405
+    status, data = call(server, "POST", "/v1/completions", {"model": "qwen2", "prompt": "hi", "tools": [WX]})
+    assert status == 400 and "tools belong to /v1/chat/completions" in json.loads(data)["error"]["message"]
 
 
 def copied(ckpt: Path, to: Path, name: str, text: str) -> Path:
@@ -336,6 +344,67 @@ def test_n_replies_each_sample_with_their_own_seed_streamed_or_not(server, built
                      and c["choices"][0]["index"] == i) for i in range(3)]
     assert texts == want and chunks[-1]["usage"]["completion_tokens"] == 24
     assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] == "length") == 3
+
+
+# two tools whose calls fit the tiny build's cache (a call is ~43 of its tokens)
+WX = {"type": "function", "function": {"name": "wx", "parameters": {
+    "type": "object", "properties": {"u": {"enum": ["c", "f"]}}, "required": ["u"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False}}}
+
+
+def test_tool_calls_are_held_to_the_tools_and_read_back_streamed_or_not(server, built, expected):
+    """``tools``: the chat template shows them to the model (the prompt is ``apply_chat_template``'s with tools), the
+    reply is held to calls of them in the template's format (Qwen's ``<tool_call>`` JSON lines, the marks written as
+    the tokens the tokenizer has for them), and the calls come back as ``message.tool_calls`` (``finish_reason``
+    tool_calls, no content), streamed as whole calls in the deltas; a conversation with calls and their results
+    goes back in as transformers renders it."""
+    _, _, _, hf_tok = built
+    body = {"model": "qwen2", "messages": HELLO, "tools": [WX, ADD], "max_tokens": 50, "temperature": 1.0, "seed": 4,
+            "tool_choice": "required", "parallel_tool_calls": False, "logprobs": True}
+    prompt = hf_tok.apply_chat_template(HELLO, tools=[WX, ADD], add_generation_prompt=True, tokenize=True)["input_ids"]
+    seen = set()
+    for seed in range(4):
+        answer = json.loads(call(server, "POST", "/v1/chat/completions", {**body, "seed": seed})[1])
+        choice = answer["choices"][0]
+        assert answer["usage"]["prompt_tokens"] == len(prompt), answer
+        assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None, choice
+        (made,) = choice["message"]["tool_calls"]
+        arguments = json.loads(made["function"]["arguments"])
+        assert made["type"] == "function" and made["id"].startswith("call_")
+        assert arguments in ({"u": "c"}, {"u": "f"}) if made["function"]["name"] == "wx" else (
+            made["function"]["name"] == "add" and arguments in ({"a": True}, {"a": False})), made
+        tokens = [t["token"] for t in choice["logprobs"]["content"]]
+        assert tokens[0] == "<tool_call>" and tokens[-1] == "</tool_call>"  # one token each, as Qwen writes them
+        seen.add(made["function"]["name"])
+        chunks = [json.loads(p) for p in events(call(server, "POST", "/v1/chat/completions", {
+            **body, "seed": seed, "stream": True})[1])[:-1]]
+        deltas = [c["choices"][0]["delta"] for c in chunks]
+        streamed = [t for d in deltas for t in d.get("tool_calls", [])]
+        assert [(t["index"], t["function"]) for t in streamed] == [(0, made["function"])]
+        assert "".join(d.get("content") or "" for d in deltas) == ""
+        assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    named = json.loads(call(server, "POST", "/v1/chat/completions", {
+        **body, "tool_choice": {"type": "function", "function": {"name": "add"}}})[1])["choices"][0]
+    assert [c["function"]["name"] for c in named["message"]["tool_calls"]] == ["add"]
+    none = json.loads(call(server, "POST", "/v1/chat/completions", {  # "none": the model is not shown the tools
+        **body, "tool_choice": "none", "temperature": 0, "max_tokens": 12, "eos_token_id": [], "logprobs": False})[1])
+    assert none["usage"]["prompt_tokens"] == len(expected[0])
+    assert none["choices"][0]["message"] == {"role": "assistant", "content": hf_tok.decode(expected[1],
+                                                                                           skip_special_tokens=True)}
+    auto = json.loads(call(server, "POST", "/v1/chat/completions", {**body, "tool_choice": "auto"})[1])["choices"][0]
+    assert "<tool_call>" not in (auto["message"]["content"] or "")  # text, or calls read out of it
+    history = [*HELLO, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "wx", "arguments": '{"u": "c"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    again = json.loads(call(server, "POST", "/v1/chat/completions", {**body, "messages": history, "max_tokens": 1,
+                                                                     "tool_choice": "none"})[1])
+    rendered = [*history[:1], {**history[1], "tool_calls": [{**history[1]["tool_calls"][0], "function": {
+        "name": "wx", "arguments": {"u": "c"}}}]}, history[2]]
+    assert "usage" in again, again
+    assert again["usage"]["prompt_tokens"] == len(hf_tok.apply_chat_template(
+        rendered, add_generation_prompt=True, tokenize=True)["input_ids"]), again
+    assert len(seen) == 2, seen  # the seeds' calls went to both tools
 
 
 ANSWER = {"type": "object", "properties": {"a": {"type": "string", "enum": ["yes", "no"]}, "b": {"type": "boolean"}},

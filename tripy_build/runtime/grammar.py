@@ -1,4 +1,5 @@
-"""Structured output: a reply held to a JSON schema (OpenAI's ``response_format``), token by token.
+"""Structured output: a reply held to a JSON schema (OpenAI's ``response_format``) or to tool calls
+(``runtime/tools.py``), token by token.
 
 At each step the tokens that cannot continue a text the schema accepts are masked out of the logits before a
 token is picked (greedy or sampled, with every sampling option), and the token picked advances the grammar;
@@ -61,33 +62,41 @@ def schema_of(response_format: Any) -> dict[str, Any] | None:
                     '{"type": "json_object"} or {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}.')
 
 
-def constraints(tokenizer: Any, schema: dict[str, Any], vocab: int) -> Any:
-    """A function of a call's end ids giving each row a new ``Constraint`` to ``schema``: the schema is compiled
-    once per end ids (the first row's), the other rows get copies of its fresh matcher."""
-    if not isinstance(schema, dict):
-        raise CallError(f"json_schema={str(schema)[:60]}: a JSON schema is an object, such as {{\"type\": \"object\"}}.")
+class Lark(str):
+    """A grammar in llguidance's Lark dialect (``runtime/tools.py`` writes them for tool calls), told apart from a
+    caller's string where a JSON schema is expected."""
+
+
+def constraints(tokenizer: Any, grammar: dict[str, Any] | Lark, vocab: int) -> Any:
+    """A function of a call's end ids giving each row a new ``Constraint`` to ``grammar``: a JSON schema (a dict) or
+    a ``Lark`` grammar. It is compiled once per end ids (the first row's); the other rows get copies of its fresh
+    matcher."""
+    if not isinstance(grammar, (dict, Lark)):
+        raise CallError(f"json_schema={str(grammar)[:60]}: a JSON schema is an object, such as {{\"type\": \"object\"}}.")
     compiled: dict[tuple[int, ...], Any] = {}
 
     def make(eos: Sequence[int]) -> Constraint:
         key = tuple(int(t) for t in eos)
         if key not in compiled:
-            compiled[key] = _matcher(tokenizer_for(tokenizer, key, vocab), schema)
+            compiled[key] = _matcher(tokenizer_for(tokenizer, key, vocab), grammar)
         return Constraint(compiled[key].deep_copy())
     return make
 
 
-def _matcher(guidance: Any, schema: dict[str, Any]) -> Any:
-    """llguidance's matcher of ``schema`` over ``guidance``'s vocabulary, at its start; a ``CallError`` saying
-    why where the schema cannot be compiled."""
+def _matcher(guidance: Any, grammar: dict[str, Any] | Lark) -> Any:
+    """llguidance's matcher of ``grammar`` (``constraints``') over ``guidance``'s vocabulary, at its start; a
+    ``CallError`` saying why where it cannot be compiled."""
     import llguidance
 
+    what = "the JSON schema" if isinstance(grammar, dict) else "the tool-call grammar"
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=LAYOUT)
+        text = (llguidance.LLMatcher.grammar_from_json_schema(grammar, defaults=LAYOUT) if isinstance(grammar, dict)
+                else llguidance.LLMatcher.grammar_from_lark(grammar))
     except (ValueError, TypeError) as e:
-        raise CallError(f"the JSON schema is not usable: {str(e)[:200]}") from None
-    matcher = llguidance.LLMatcher(guidance, grammar, log_level=0)
+        raise CallError(f"{what} is not usable: {str(e)[:200]}") from None
+    matcher = llguidance.LLMatcher(guidance, text, log_level=0)
     if matcher.is_error():
-        raise CallError(f"the JSON schema is not usable: {matcher.get_error()[:300]}")
+        raise CallError(f"{what} is not usable: {matcher.get_error()[:300]}")
     return matcher
 
 

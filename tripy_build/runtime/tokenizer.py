@@ -114,6 +114,14 @@ class Tokenizer:
                 text = text.replace(before, after)
         return text
 
+    def token_id(self, text: str) -> int | None:
+        """The id of the token that is exactly ``text`` (an added token such as ``<tool_call>``); None if none is."""
+        return self._fast.token_to_id(text)
+
+    def text_tokens(self) -> list[int]:
+        """The added tokens that are text, not special (decoding keeps them): Qwen's ``<tool_call>``, ``<think>``."""
+        return sorted(i for i, t in self._fast.get_added_tokens_decoder().items() if not t.special)
+
     def serialized(self) -> str:
         """``tokenizer.json`` as read (truncation and padding off), for llguidance (``runtime/grammar.py``): made
         when a grammar needs it, not at load (a 150k vocabulary serializes to ~10 MB)."""
@@ -123,13 +131,14 @@ class Tokenizer:
         """The bytes ``token`` stands for in the text (OpenAI's log probabilities report them: a character that
         spans tokens is in none of their strings whole): a byte-level BPE token's characters mapped back to
         bytes (GPT-2's table, as Llama 3's and Qwen's tokenizers use it), a byte-fallback token (``<0x0A>``) its
-        byte, a sentencepiece token's ``▁`` a space; an added or special token its text."""
+        byte, a sentencepiece token's ``▁`` a space; an added or special token its text; an id past the tokenizer's
+        vocabulary (a model's logits padded past it), which decoding leaves out too, none."""
         found = self._bytes.get(token)
         if found is None:
             piece = self._fast.id_to_token(int(token))
-            if piece is None:
-                raise CallError(f"{self.where}: token id {token} is outside the tokenizer's vocabulary.")
-            if int(token) in self._added:
+            if piece is None:  # a model's logits padded past its tokenizer (Qwen2.5's 151936 over 151665 tokens)
+                found = b""
+            elif int(token) in self._added:
                 found = piece.encode()
             elif type(self._fast.decoder).__name__ == "ByteLevel":
                 found = bytes(_BYTE_OF[c] for c in piece) if all(c in _BYTE_OF for c in piece) else piece.encode()
@@ -140,10 +149,12 @@ class Tokenizer:
             self._bytes[token] = found
         return found
 
-    def render(self, messages: Sequence[Mapping[str, Any]], /, add_generation_prompt: bool = True, **kwargs: Any) -> str:
+    def render(self, messages: Sequence[Mapping[str, Any]], /, add_generation_prompt: bool = True,
+               tools: Sequence[Mapping[str, Any]] | None = None, **kwargs: Any) -> str:
         """The chat template applied to ``messages`` (``[{"role": "user", "content": "Hi"}, ...]``), as text;
-        ``kwargs`` are variables the template reads, as ``apply_chat_template`` passes its own (Qwen3's
-        ``enable_thinking=False``)."""
+        ``tools``: the functions the model may call, as OpenAI's API and ``apply_chat_template`` take them
+        (``[{"type": "function", "function": {"name": ..., "parameters": {...}}}]``); ``kwargs`` are variables the
+        template reads, as ``apply_chat_template`` passes its own (Qwen3's ``enable_thinking=False``)."""
         if not self.chat_template:
             raise CallError(f"{self.where}: the checkpoint's tokenizer has no chat template (tokenizer_config.json's "
                             "chat_template or chat_template.jinja), so messages cannot be put into the model's chat "
@@ -156,23 +167,28 @@ class Tokenizer:
                 raise CallError(f"{self.where}: every message needs a role (system, user or assistant): "
                                 f"{str(dict(m))[:80]}.")
         chat = [{k: v for k, v in _plain(dict(m), self.where).items() if v is not None} for m in messages]
-        taken = sorted(set(kwargs) & {"messages", "add_generation_prompt", "tools", "documents"})
+        if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, Mapping) for t in tools)):
+            raise CallError(f"{self.where}: tools must be a list of objects such as "
+                            '{"type": "function", "function": {"name": ..., "parameters": {...}}}.')
+        taken = sorted(set(kwargs) & {"messages", "documents"})
         if taken:
             raise CallError(f"{self.where}: the chat template's variable {taken[0]!r} is set by the call itself, not "
                             "by its template arguments.")
         import jinja2
 
         try:
-            return self._compiled().render(messages=chat, add_generation_prompt=add_generation_prompt, tools=None,
+            return self._compiled().render(messages=chat, add_generation_prompt=add_generation_prompt,
+                                           tools=None if tools is None else _plain(list(tools), self.where),
                                            documents=None, **{**self.special_tokens, **_plain(kwargs, self.where)})
         except jinja2.TemplateError as e:
             raise CallError(f"{self.where}: the chat template refused the messages: {str(e)[:300]}") from None
 
     def chat(self, messages: Sequence[Mapping[str, Any]], /, add_generation_prompt: bool = True,
-             **kwargs: Any) -> list[int]:
-        """The ids of ``messages`` in the chat template (``kwargs``: its variables, as ``render``'s), ready to
+             tools: Sequence[Mapping[str, Any]] | None = None, **kwargs: Any) -> list[int]:
+        """The ids of ``messages`` in the chat template (``tools`` and ``kwargs``: as ``render``'s), ready to
         generate the assistant's reply."""
-        return self._fast.encode(self.render(messages, add_generation_prompt, **kwargs), add_special_tokens=False).ids
+        text = self.render(messages, add_generation_prompt, tools, **kwargs)
+        return self._fast.encode(text, add_special_tokens=False).ids
 
     def stream(self) -> "Detokenizer":
         """A ``Detokenizer`` for one sequence's new tokens."""

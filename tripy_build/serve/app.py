@@ -210,13 +210,14 @@ class App:
         return seqs, events, asyncio.ensure_future(_cancel_on_disconnect(receive, seqs))
 
     @staticmethod
-    async def _constraints(ep: Endpoint, schema: dict[str, Any], eos_token_id: Any, n: int = 1) -> list[Any]:
-        """``n`` replies' ``runtime.grammar.Constraint`` to ``schema`` (compiled once), made off the event loop (the
-        first for a tokenizer reads its vocabulary: ~0.3 s for 50k tokens)."""
+    async def _constraints(ep: Endpoint, grammar: Any, eos_token_id: Any, n: int = 1) -> list[Any]:
+        """``n`` replies' ``runtime.grammar.Constraint`` to ``grammar`` (a JSON schema or a tool-call grammar,
+        compiled once), made off the event loop (the first for a tokenizer reads its vocabulary: ~0.3 s for 50k
+        tokens)."""
         from ..runtime.grammar import constraints
 
         spec = ep.generator.spec
-        make, stops = constraints(ep.text(), schema, spec.vocab_size), spec.stops(eos_token_id)
+        make, stops = constraints(ep.text(), grammar, spec.vocab_size), spec.stops(eos_token_id)
         return await asyncio.to_thread(lambda: [make(stops) for _ in range(n)])
 
     async def _generate(self, ep: Endpoint, scope: Scope, receive: Receive, send: Send, stream: bool) -> None:
@@ -283,6 +284,7 @@ class App:
     async def _openai(self, scope: Scope, receive: Receive, send: Send, rest: list[str]) -> None:
         """OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions`` (``openai.py``) over the models
         that generate and store a tokenizer."""
+        from ..runtime.tools import Calls, tokens_of
         from . import openai
 
         texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or ep.chats}
@@ -302,17 +304,23 @@ class App:
         if embed:
             return await self._embed(ep, scope, send, req)
         tok = ep.tokenizer
-        ids = tok.chat(req.prompt, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
+        fmt = None if req.tools is None else _tool_format(tok, req.model)
+        ids = (tok.chat(req.prompt, tools=None if fmt is None else req.tools.definitions, **req.template_kwargs)
+               if req.chat else tok.encode(req.prompt))
         spec = ep.generator.spec
         room = spec.max_length - len(ids)
         options = {**req.generation(spec.sampling), "logprobs": req.logprobs,
                    "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)}
         seeds = [None if "seed" not in options else options["seed"] + i for i in range(req.n)]
-        helds = ([None] * req.n if req.schema is None else
-                 await self._constraints(ep, req.schema, req.options.get("eos_token_id"), req.n))
+        tags, words = ({}, []) if fmt is None else tokens_of(tok, fmt)
+        grammar = req.schema if fmt is None else req.tools.grammar(fmt, tags, words)
+        marks = {i: t for t, i in tags.items() if not tok.decode([i])}  # special tokens: their text is not decoded
+        helds = ([None] * req.n if grammar is None else
+                 await self._constraints(ep, grammar, req.options.get("eos_token_id"), req.n))
         seqs, events, watcher = self._start(ep, scope, receive, ids, [
             {**options, "seed": seed, "constraint": held} for seed, held in zip(seeds, helds)])
-        choices = [openai.Choice(i, seq, Reply(tok, seq.eos_token_id, req.stop)) for i, seq in enumerate(seqs)]
+        choices = [openai.Choice(i, seq, Reply(tok, seq.eos_token_id, req.stop, marks), None if fmt is None else Calls(fmt))
+                   for i, seq in enumerate(seqs)]
         ok = False
         try:
             ok = await self._answer_openai(send, scope, req, choices, events, tok, len(ids))
@@ -344,21 +352,24 @@ class App:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return False
             if not isinstance(event, StopIteration):
-                text = c.take(event, req.logprobs is not None)
-                if req.stream and text:
-                    await self._event(send, req.chunk(text, logprobs=c.scores(req, tok), index=c.index))
+                text, calls = c.take(event, req.logprobs is not None), c.new_calls()
+                if req.stream and (text or calls):
+                    await self._event(send, req.chunk(text or None, logprobs=c.scores(req, tok), index=c.index,
+                                                      calls=calls))
                 if not c.reply.done:
                     continue
                 c.seq.cancelled = True  # a stop string: the row is freed at the next step
             live -= 1
-            rest = c.end()
+            rest, calls = c.end(), c.new_calls()
             if req.stream:
-                if rest or c.scored:
-                    await self._event(send, req.chunk(rest, logprobs=c.scores(req, tok), index=c.index))
+                if rest or c.scored or calls:
+                    await self._event(send, req.chunk(rest or (None if calls else ""), logprobs=c.scores(req, tok),
+                                                      index=c.index, calls=calls))
                 await self._event(send, req.chunk(None, c.reply.finish, index=c.index))
         made = sum(c.reply.tokens for c in choices)
         if not req.stream:
-            answer = req.answer([(c.text, c.reply.finish, c.scores(req, tok)) for c in choices], prompt_tokens, made)
+            answer = req.answer([(c.text, c.reply.finish, c.scores(req, tok), c.all_calls()) for c in choices],
+                                prompt_tokens, made)
             await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
             return True
         if req.include_usage:
@@ -441,6 +452,19 @@ async def _cancel_on_disconnect(receive: Receive, seqs: list[Any]) -> None:
         pass
     for seq in seqs:
         seq.cancelled = True
+
+
+def _tool_format(tok: Any, model: str) -> Any:
+    """The tool-call format ``model``'s chat template teaches (``runtime/tools.format_of``); a ``CallError`` naming
+    the formats this server reads where it teaches none of them."""
+    from ..runtime.tools import format_of
+
+    fmt = format_of(tok.chat_template)
+    if fmt is None:
+        raise CallError(f"model {model!r}: its chat template shows the model no tools in a format this server reads "
+                        "(hermes' <tool_call> as Qwen2.5 and Qwen3 write it; Llama 3.1's JSON), so tools cannot be "
+                        "offered to it; leave tools out.")
+    return fmt
 
 
 def _why_not(ep: Endpoint | None, name: str, embed: bool) -> str:

@@ -225,10 +225,12 @@ class Generator:
 class Reply:
     """A reply's text as its tokens come: each ``take`` gives the text that may be sent now (none for an end id; a
     character split over tokens held back until whole; text that could begin a stop string held back until it
-    cannot), ``done`` once a stop string appeared (the text before it is the reply), ``end`` what is left."""
+    cannot), ``done`` once a stop string appeared (the text before it is the reply), ``end`` what is left.
+    ``marks``: special tokens that stand in the text all the same (a tool call's ``<tool_call>`` where the
+    checkpoint's tokenizer makes it special, so decoding leaves it out), by id."""
 
-    def __init__(self, tokenizer: Any, eos: tuple[int, ...], stops: list[str]):
-        self.detok, self.eos, self.stops = tokenizer.stream(), eos, stops
+    def __init__(self, tokenizer: Any, eos: tuple[int, ...], stops: list[str], marks: dict[int, str] | None = None):
+        self.detok, self.eos, self.stops, self.marks = tokenizer.stream(), eos, stops, marks or {}
         self.hold = max(map(len, stops), default=1) - 1
         self.text, self.sent = "", 0
         self.tokens, self.done, self.finish = 0, False, "length"
@@ -238,6 +240,8 @@ class Reply:
         if token in self.eos:
             self.finish = "stop"
             return ""
+        if token in self.marks:
+            return self._feed(self.detok.flush() + self.marks[token])
         return self._feed(self.detok.add(token))
 
     def end(self) -> str:

@@ -40,14 +40,16 @@ from typing import Any
 from ..errors import CallError
 from ..runtime.grammar import schema_of
 from ..runtime.sampling import NAMES
+from ..runtime.tools import Tools, messages_for_template
 
 # Keys clients send at their neutral values (the OpenAI SDK leaves out what is not set; others send these):
 # accepted at that value, refused otherwise, naming what this server does instead.
-NEUTRAL = {"parallel_tool_calls": None,
-           "tool_choice": "none", "user": None, "logit_bias": None, "tools": None}
+NEUTRAL = {"user": None, "logit_bias": None}
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
-         "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format", "n")
+         "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format", "n",
+         "tools", "tool_choice", "parallel_tool_calls")
+CHAT_ONLY = ("messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls")
 MAX_STOPS = 4  # OpenAI's bound on stop strings
 MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs (vLLM's on a completion's logprobs too)
 MAX_N = 128  # OpenAI's bound on n
@@ -67,7 +69,7 @@ class Request:
                 continue
             if key not in NEUTRAL:
                 raise CallError(f"{key!r} is not an option of this server's /v1/{'chat/' if chat else ''}completions; "
-                                f"it takes {', '.join(k for k in TAKEN if k != ('prompt' if chat else 'messages'))}.")
+                                f"it takes {', '.join(k for k in TAKEN if k != 'prompt' if chat or k not in CHAT_ONLY)}.")
             if value not in (None, [], {}) and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str)):
                 raise CallError(f"{key}={str(value)[:60]}: not supported here (the model samples from its logits with "
                                 f"{', '.join(SAMPLING)} and seed; a reply stops at its end ids, a stop string or "
@@ -82,7 +84,7 @@ class Request:
         if chat:
             if not isinstance(self.prompt, list) or not self.prompt:
                 raise CallError('"messages" must be a non-empty list such as [{"role": "user", "content": "Hi"}].')
-            self.prompt = [_flat(m) for m in self.prompt]
+            self.prompt = messages_for_template([_flat(m) for m in self.prompt])
         elif not isinstance(self.prompt, str) or not self.prompt:
             raise CallError(f'"prompt" must be a non-empty string, got {str(self.prompt)[:60]}.')
         self.template_kwargs = body.get("chat_template_kwargs") or {}
@@ -90,6 +92,8 @@ class Request:
                 or "add_generation_prompt" in self.template_kwargs):
             raise CallError(f"chat_template_kwargs={str(self.template_kwargs)[:60]}: an object of the chat template's "
                             'variables, such as {"enable_thinking": false}, on /v1/chat/completions.')
+        if "tools" in self.template_kwargs:
+            raise CallError("the chat template's variable 'tools' is set by the call itself: send the request's tools.")
         self.max_tokens = self._int(body, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
         temperature = body.get("temperature")
         if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
@@ -111,6 +115,7 @@ class Request:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
             raise CallError(f"n={str(self.n)[:40]}: the number of replies, an integer in [1, {MAX_N}].")
         self.schema = schema_of(body.get("response_format"))
+        self.tools = self._tools(body, chat)
         self.stream = body.get("stream", False)
         if not isinstance(self.stream, bool):
             raise CallError(f"stream={str(self.stream)[:40]}: must be true or false.")
@@ -121,6 +126,22 @@ class Request:
         self.offset = 0  # a completion's text_offset: where the next scored token's text starts in the reply
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
+
+    def _tools(self, body: dict[str, Any], chat: bool) -> Tools | None:
+        """The request's tools (``runtime/tools.Tools``); None where it has none, or ``tool_choice`` is ``none``
+        (the model is not shown them)."""
+        tools, choice = body.get("tools"), body.get("tool_choice")
+        if not chat and any(body.get(k) is not None for k in ("tools", "tool_choice", "parallel_tool_calls")):
+            raise CallError("tools belong to /v1/chat/completions (a chat template shows the model its tools).")
+        if tools in (None, []):
+            if choice not in (None, "none"):
+                raise CallError(f"tool_choice={str(choice)[:60]} needs tools: the functions the model may call.")
+            return None
+        read = Tools(tools, choice, body.get("parallel_tool_calls"))
+        if read.active and self.schema is not None:
+            raise CallError("response_format and tools together: a reply is either held to the JSON schema or may call "
+                            'the tools; leave one out (or send tool_choice: "none").')
+        return read if read.active else None
 
     def generation(self, recorded: dict[str, Any]) -> dict[str, Any]:
         """The options the request is generated with: its own, over OpenAI's default temperature 1 where the
@@ -181,22 +202,29 @@ class Request:
         kind = ("chat.completion" + (".chunk" if chunk else "")) if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def answer(self, choices: list[tuple[str, str, Any]], prompt_tokens: int, tokens: int) -> dict[str, Any]:
-        """The whole answer (``stream`` false): per choice its text, ``finish_reason`` and ``logprobs`` (``scores``');
-        ``tokens``: those generated, all choices together."""
-        def choice(i: int, text: str) -> dict[str, Any]:
-            return ({"index": i, "message": {"role": "assistant", "content": text}} if self.chat
-                    else {"index": i, "text": text})
+    def answer(self, choices: list[tuple[str, str, Any, list[Any]]], prompt_tokens: int, tokens: int) -> dict[str, Any]:
+        """The whole answer (``stream`` false): per choice its text, ``finish_reason``, ``logprobs`` (``scores``')
+        and tool calls (a message with calls and no text has ``content`` null); ``tokens``: those generated, all
+        choices together."""
+        def choice(i: int, text: str, calls: list[Any]) -> dict[str, Any]:
+            if not self.chat:
+                return {"index": i, "text": text}
+            if not calls:
+                return {"index": i, "message": {"role": "assistant", "content": text}}
+            return {"index": i, "message": {"role": "assistant", "content": text.strip() or None, "tool_calls": calls}}
         return {**self._object(False), "usage": usage(prompt_tokens, tokens), "choices": [
-            {**choice(i, text), "finish_reason": finish, "logprobs": logprobs}
-            for i, (text, finish, logprobs) in enumerate(choices)]}
+            {**choice(i, text, calls), "finish_reason": finish, "logprobs": logprobs}
+            for i, (text, finish, logprobs, calls) in enumerate(choices)]}
 
     def chunk(self, text: str | None, finish: str | None = None, first: bool = False,
-              logprobs: Any = None, index: int = 0) -> dict[str, Any]:
+              logprobs: Any = None, index: int = 0, calls: list[Any] = ()) -> dict[str, Any]:
         """One server-sent event of choice ``index``'s stream: the first names the assistant's role, the last has
-        ``finish``; ``logprobs``: ``scores``' of the tokens since the last event."""
+        ``finish``; ``logprobs``: ``scores``' of the tokens since the last event; ``calls``: the tool calls made
+        since (each whole, with its ``index`` among the reply's calls)."""
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
+            if calls:
+                delta["tool_calls"] = list(calls)
             choice = {"index": index, "delta": delta}
         else:
             choice = {"index": index, "text": text or ""}
@@ -208,32 +236,48 @@ class Request:
 
 
 class Choice:
-    """One of a request's ``n`` replies as its tokens come: its ``Sequence``, its text (``Reply``), and the tokens
-    whose log probabilities are still to go out."""
+    """One of a request's ``n`` replies as its tokens come: its ``Sequence``, its text (``Reply``), its tool calls
+    read out of that text (``runtime/tools.Calls``, where the request has tools), and the tokens whose log
+    probabilities are still to go out."""
 
-    def __init__(self, index: int, seq: Any, reply: Any):
-        self.index, self.seq, self.reply = index, seq, reply
+    def __init__(self, index: int, seq: Any, reply: Any, calls: Any = None):
+        self.index, self.seq, self.reply, self.calls = index, seq, reply, calls
         self.pieces: list[str] = []
         self.scored: list[int] = []  # positions in seq.tokens
         self.finished = False
         self.text = ""
 
     def take(self, token: int, scoring: bool) -> str:
-        """The text ``token`` lets out now (``Reply.take``), the token kept for its log probability (an end id not)."""
+        """The content ``token`` lets out now (``Reply.take``, less what is a tool call's), the token kept for its
+        log probability (an end id not)."""
         text = self.reply.take(token)
+        if self.calls is not None:
+            text = self.calls.feed(text)
         if scoring and token not in self.seq.eos_token_id:
             self.scored.append(self.reply.tokens - 1)
         self.pieces.append(text)
         return text
 
     def end(self) -> str:
-        """Done: what is left of the text; the whole is ``text``. A reply its grammar held whole ended well."""
+        """Done: what is left of the content; the whole is ``text``. A reply its grammar held whole ended well; one
+        that ended well after calling tools ends with ``tool_calls``."""
         self.finished = True
         rest = self.reply.end()
+        if self.calls is not None:
+            rest = self.calls.feed(rest) + self.calls.end()
         if self.seq.ended:
             self.reply.finish = "stop"
+        if self.calls is not None and self.calls.calls and self.reply.finish == "stop":
+            self.reply.finish = "tool_calls"
         self.text = "".join(self.pieces) + rest
         return rest
+
+    def new_calls(self) -> list[Any]:
+        """The tool calls made since the last call (``Calls.new``)."""
+        return [] if self.calls is None else self.calls.new()
+
+    def all_calls(self) -> list[Any]:
+        return [] if self.calls is None else self.calls.calls
 
     def scores(self, req: Request, tok: Any) -> Any:
         """``req.scores`` of the tokens kept since the last call."""
