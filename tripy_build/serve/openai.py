@@ -25,8 +25,10 @@ repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's tempera
 ``logprobs`` (chat: ``logprobs: true`` with ``top_logprobs`` up to 20; a completion: ``logprobs: N``) gives
 each generated token's log probability under the model (its logits' ``log_softmax``, before the sampling options,
 as vLLM's default) and the N most likely alternatives, every token but an end id, with its ``bytes``. What the
-model here cannot do is refused by name rather than ignored: ``logit_bias``, tools, image parts
-(a message's ``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``finish_reason``
+model here cannot do is refused by name rather than ignored: ``logit_bias``, image parts (a message's
+``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``tools``, ``tool_choice`` and
+``parallel_tool_calls``: the reply held to calls in the chat template's own format and read back as
+``message.tool_calls`` (``runtime/tools.py``). ``finish_reason``
 is ``stop`` where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage``
 counts the prompt's tokens and those generated.
 """
