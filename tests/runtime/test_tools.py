@@ -49,6 +49,7 @@ def ours(path: Path) -> Tokenizer:
 
 def test_the_format_is_read_off_real_templates(saved):
     assert format_of((TEMPLATES / "qwen2.5.jinja").read_text()) is HERMES
+    assert format_of((TEMPLATES / "qwen3.jinja").read_text()) is HERMES
     assert format_of((TEMPLATES / "llama3.1.jinja").read_text()) is LLAMA3_JSON
     chatml = ours(saved).chat_template
     assert format_of(chatml) is HERMES  # the test checkpoint's: ChatML with Qwen's calls
@@ -56,7 +57,7 @@ def test_the_format_is_read_off_real_templates(saved):
     assert format_of("{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}{% endif %}[TOOL_CALLS]") is None  # another way
 
 
-@pytest.mark.parametrize("name", ["qwen2.5.jinja", "llama3.1.jinja"])
+@pytest.mark.parametrize("name", ["qwen2.5.jinja", "qwen3.jinja", "llama3.1.jinja"])
 def test_tools_and_a_conversation_with_calls_render_as_apply_chat_template(saved, tmp_path, name):
     path = with_template(saved, tmp_path, name)
     hf, tok = transformers.AutoTokenizer.from_pretrained(path), ours(path)

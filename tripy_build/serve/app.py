@@ -284,7 +284,6 @@ class App:
     async def _openai(self, scope: Scope, receive: Receive, send: Send, rest: list[str]) -> None:
         """OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions`` (``openai.py``) over the models
         that generate and store a tokenizer."""
-        from ..runtime.tools import Calls, tokens_of
         from . import openai
 
         texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or ep.chats}
@@ -304,26 +303,20 @@ class App:
         if embed:
             return await self._embed(ep, scope, send, req)
         tok = ep.tokenizer
-        fmt = None if req.tools is None else _tool_format(tok, req.model)
-        ids = (tok.chat(req.prompt, tools=None if fmt is None else req.tools.definitions, **req.template_kwargs)
-               if req.chat else tok.encode(req.prompt))
+        plan = openai.Plan(req, tok)
         spec = ep.generator.spec
-        room = spec.max_length - len(ids)
+        room = spec.max_length - len(plan.ids)
         options = {**req.generation(spec.sampling), "logprobs": req.logprobs,
                    "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)}
         seeds = [None if "seed" not in options else options["seed"] + i for i in range(req.n)]
-        tags, words = ({}, []) if fmt is None else tokens_of(tok, fmt)
-        grammar = req.schema if fmt is None else req.tools.grammar(fmt, tags, words)
-        marks = {i: t for t, i in tags.items() if not tok.decode([i])}  # special tokens: their text is not decoded
-        helds = ([None] * req.n if grammar is None else
-                 await self._constraints(ep, grammar, req.options.get("eos_token_id"), req.n))
-        seqs, events, watcher = self._start(ep, scope, receive, ids, [
+        helds = ([None] * req.n if plan.grammar is None else
+                 await self._constraints(ep, plan.grammar, req.options.get("eos_token_id"), req.n))
+        seqs, events, watcher = self._start(ep, scope, receive, plan.ids, [
             {**options, "seed": seed, "constraint": held} for seed, held in zip(seeds, helds)])
-        choices = [openai.Choice(i, seq, Reply(tok, seq.eos_token_id, req.stop, marks), None if fmt is None else Calls(fmt))
-                   for i, seq in enumerate(seqs)]
+        choices = [plan.choice(i, seq, Reply(tok, seq.eos_token_id, req.stop, plan.marks)) for i, seq in enumerate(seqs)]
         ok = False
         try:
-            ok = await self._answer_openai(send, scope, req, choices, events, tok, len(ids))
+            ok = await self._answer_openai(send, scope, req, choices, events, tok, len(plan.ids))
         finally:
             watcher.cancel()
             self.metrics.outcome(ep.name, "success" if ok else "failure")
@@ -352,24 +345,23 @@ class App:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return False
             if not isinstance(event, StopIteration):
-                text, calls = c.take(event, req.logprobs is not None), c.new_calls()
-                if req.stream and (text or calls):
+                (thought, text), calls = c.take(event, req.logprobs is not None), c.new_calls()
+                if req.stream and (thought or text or calls):
                     await self._event(send, req.chunk(text or None, logprobs=c.scores(req, tok), index=c.index,
-                                                      calls=calls))
+                                                      calls=calls, reasoning=thought))
                 if not c.reply.done:
                     continue
                 c.seq.cancelled = True  # a stop string: the row is freed at the next step
             live -= 1
-            rest, calls = c.end(), c.new_calls()
+            (thought, rest), calls = c.end(), c.new_calls()
             if req.stream:
-                if rest or c.scored or calls:
-                    await self._event(send, req.chunk(rest or (None if calls else ""), logprobs=c.scores(req, tok),
-                                                      index=c.index, calls=calls))
+                if rest or thought or c.scored or calls:
+                    await self._event(send, req.chunk(rest or (None if calls or thought else ""), index=c.index,
+                                                      logprobs=c.scores(req, tok), calls=calls, reasoning=thought))
                 await self._event(send, req.chunk(None, c.reply.finish, index=c.index))
         made = sum(c.reply.tokens for c in choices)
         if not req.stream:
-            answer = req.answer([(c.text, c.reply.finish, c.scores(req, tok), c.all_calls()) for c in choices],
-                                prompt_tokens, made)
+            answer = req.answer(choices, tok, prompt_tokens, made)
             await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
             return True
         if req.include_usage:
@@ -452,19 +444,6 @@ async def _cancel_on_disconnect(receive: Receive, seqs: list[Any]) -> None:
         pass
     for seq in seqs:
         seq.cancelled = True
-
-
-def _tool_format(tok: Any, model: str) -> Any:
-    """The tool-call format ``model``'s chat template teaches (``runtime/tools.format_of``); a ``CallError`` naming
-    the formats this server reads where it teaches none of them."""
-    from ..runtime.tools import format_of
-
-    fmt = format_of(tok.chat_template)
-    if fmt is None:
-        raise CallError(f"model {model!r}: its chat template shows the model no tools in a format this server reads "
-                        "(hermes' <tool_call> as Qwen2.5 and Qwen3 write it; Llama 3.1's JSON), so tools cannot be "
-                        "offered to it; leave tools out.")
-    return fmt
 
 
 def _why_not(ep: Endpoint | None, name: str, embed: bool) -> str:

@@ -28,7 +28,8 @@ as vLLM's default) and the N most likely alternatives, every token but an end id
 model here cannot do is refused by name rather than ignored: ``logit_bias``, image parts (a message's
 ``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``tools``, ``tool_choice`` and
 ``parallel_tool_calls``: the reply held to calls in the chat template's own format and read back as
-``message.tool_calls`` (``runtime/tools.py``). ``finish_reason``
+``message.tool_calls`` (``runtime/tools.py``). A reasoning model's thinking (a chat template that writes
+``<think>``) comes apart from the answer, as ``reasoning_content`` (``runtime/reasoning.py``). ``finish_reason``
 is ``stop`` where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage``
 counts the prompt's tokens and those generated.
 """
@@ -204,27 +205,32 @@ class Request:
         kind = ("chat.completion" + (".chunk" if chunk else "")) if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def answer(self, choices: list[tuple[str, str, Any, list[Any]]], prompt_tokens: int, tokens: int) -> dict[str, Any]:
-        """The whole answer (``stream`` false): per choice its text, ``finish_reason``, ``logprobs`` (``scores``')
-        and tool calls (a message with calls and no text has ``content`` null); ``tokens``: those generated, all
-        choices together."""
-        def choice(i: int, text: str, calls: list[Any]) -> dict[str, Any]:
+    def answer(self, choices: list[Choice], tok: Any, prompt_tokens: int, tokens: int) -> dict[str, Any]:
+        """The whole answer (``stream`` false): per choice its text, ``finish_reason``, ``logprobs`` (``scores``'),
+        a reasoning model's thinking (``reasoning_content``) and tool calls (a message with calls and no text has
+        ``content`` null); ``tokens``: those generated, all choices together."""
+        def choice(c: Choice) -> dict[str, Any]:
             if not self.chat:
-                return {"index": i, "text": text}
-            if not calls:
-                return {"index": i, "message": {"role": "assistant", "content": text}}
-            return {"index": i, "message": {"role": "assistant", "content": text.strip() or None, "tool_calls": calls}}
+                return {"text": c.text}
+            message = {"role": "assistant", "content": c.text}
+            if c.reasoning is not None:
+                message["reasoning_content"] = c.reasoning or None
+            if calls := c.all_calls():
+                message.update(content=c.text.strip() or None, tool_calls=calls)
+            return {"message": message}
         return {**self._object(False), "usage": usage(prompt_tokens, tokens), "choices": [
-            {**choice(i, text, calls), "finish_reason": finish, "logprobs": logprobs}
-            for i, (text, finish, logprobs, calls) in enumerate(choices)]}
+            {"index": c.index, **choice(c), "finish_reason": c.reply.finish, "logprobs": c.scores(self, tok)}
+            for c in choices]}
 
-    def chunk(self, text: str | None, finish: str | None = None, first: bool = False,
-              logprobs: Any = None, index: int = 0, calls: list[Any] = ()) -> dict[str, Any]:
+    def chunk(self, text: str | None, finish: str | None = None, first: bool = False, logprobs: Any = None,
+              index: int = 0, calls: list[Any] = (), reasoning: str = "") -> dict[str, Any]:
         """One server-sent event of choice ``index``'s stream: the first names the assistant's role, the last has
         ``finish``; ``logprobs``: ``scores``' of the tokens since the last event; ``calls``: the tool calls made
-        since (each whole, with its ``index`` among the reply's calls)."""
+        since (each whole, with its ``index`` among the reply's calls); ``reasoning``: the thinking since."""
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
+            if reasoning:
+                delta["reasoning_content"] = reasoning
             if calls:
                 delta["tool_calls"] = list(calls)
             choice = {"index": index, "delta": delta}
@@ -237,42 +243,107 @@ class Request:
         return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, tokens)}
 
 
-class Choice:
-    """One of a request's ``n`` replies as its tokens come: its ``Sequence``, its text (``Reply``), its tool calls
-    read out of that text (``runtime/tools.Calls``, where the request has tools), and the tokens whose log
-    probabilities are still to go out."""
+class Plan:
+    """How a request is generated, from its ``Request`` and the model's tokenizer: its prompt's ``ids`` (the chat
+    template given the tools, where the request has any), the ``grammar`` its replies are held to (a JSON schema,
+    the tools' calls; after a reasoning model's thinking), the special tokens whose text a reply keeps (``marks``,
+    for ``generation.Reply``), and each reply's ``choice``."""
 
-    def __init__(self, index: int, seq: Any, reply: Any, calls: Any = None):
-        self.index, self.seq, self.reply, self.calls = index, seq, reply, calls
+    def __init__(self, req: Request, tok: Any):
+        from ..runtime import reasoning
+        from ..runtime.tools import tokens_of
+
+        self.fmt = None if req.tools is None else _tool_format(tok, req.model)
+        tools = None if self.fmt is None else req.tools.definitions
+        self.thinking = req.chat and reasoning.thinks(tok.chat_template)
+        self.inside = self.thinking and reasoning.opened(tok.render(req.prompt, tools=tools, **req.template_kwargs))
+        self.ids = tok.chat(req.prompt, tools=tools, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
+        tags, words = ({}, []) if self.fmt is None else tokens_of(tok, self.fmt)
+        self.grammar = req.schema if self.fmt is None else req.tools.grammar(self.fmt, tags, words)
+        thought = (tok.token_id(reasoning.OPEN), tok.token_id(reasoning.CLOSE))
+        if self.grammar is not None and self.thinking and None not in thought:  # the model thinks, then the grammar
+            self.grammar = reasoning.after_thinking(self.grammar, thought, self.inside)
+        named = {**tags, **({reasoning.OPEN: thought[0], reasoning.CLOSE: thought[1]} if self.thinking else {})}
+        self.marks = {i: t for t, i in named.items() if i is not None and not tok.decode([i])}  # special: not decoded
+
+    def choice(self, index: int, seq: Any, reply: Any) -> Choice:
+        """Reply ``index``'s ``Choice`` over its ``Sequence`` and ``Reply``."""
+        from ..runtime.reasoning import Thoughts
+        from ..runtime.tools import Calls
+
+        return Choice(index, seq, reply, None if self.fmt is None else Calls(self.fmt),
+                      Thoughts(self.inside) if self.thinking else None)
+
+
+def _tool_format(tok: Any, model: str) -> Any:
+    """The tool-call format ``model``'s chat template teaches (``runtime/tools.format_of``); a ``CallError`` naming
+    the formats this server reads where it teaches none of them."""
+    from ..runtime.tools import format_of
+
+    fmt = format_of(tok.chat_template)
+    if fmt is None:
+        raise CallError(f"model {model!r}: its chat template shows the model no tools in a format this server reads "
+                        "(hermes' <tool_call> as Qwen2.5 and Qwen3 write it; Llama 3.1's JSON), so tools cannot be "
+                        "offered to it; leave tools out.")
+    return fmt
+
+
+class Choice:
+    """One of a request's ``n`` replies as its tokens come: its ``Sequence``, its text (``Reply``), split into a
+    reasoning model's thinking (``runtime/reasoning.Thoughts``, where the chat template thinks) and the answer, the
+    tool calls read out of the answer (``runtime/tools.Calls``, where the request has tools), and the tokens whose
+    log probabilities are still to go out."""
+
+    def __init__(self, index: int, seq: Any, reply: Any, calls: Any = None, thoughts: Any = None):
+        self.index, self.seq, self.reply, self.calls, self.thoughts = index, seq, reply, calls, thoughts
         self.pieces: list[str] = []
+        self.thinking: list[str] = []
         self.scored: list[int] = []  # positions in seq.tokens
         self.finished = False
         self.text = ""
 
-    def take(self, token: int, scoring: bool) -> str:
-        """The content ``token`` lets out now (``Reply.take``, less what is a tool call's), the token kept for its
-        log probability (an end id not)."""
-        text = self.reply.take(token)
-        if self.calls is not None:
-            text = self.calls.feed(text)
+    def take(self, token: int, scoring: bool) -> tuple[str, str]:
+        """The thinking and the content ``token`` lets out now (``Reply.take``, less what is a tool call's), the
+        token kept for its log probability (an end id not)."""
+        thought, text = self._split(self.reply.take(token))
         if scoring and token not in self.seq.eos_token_id:
             self.scored.append(self.reply.tokens - 1)
-        self.pieces.append(text)
-        return text
+        return thought, text
 
-    def end(self) -> str:
-        """Done: what is left of the content; the whole is ``text``. A reply its grammar held whole ended well; one
-        that ended well after calling tools ends with ``tool_calls``."""
+    def end(self) -> tuple[str, str]:
+        """Done: what is left of the thinking and the content; the whole are ``reasoning`` and ``text``. A reply its
+        grammar held whole ended well; one that ended well after calling tools ends with ``tool_calls``."""
         self.finished = True
-        rest = self.reply.end()
+        raw = self.reply.end()
+        thought, text = ("", raw) if self.thoughts is None else self.thoughts.feed(raw)
+        if self.thoughts is not None:
+            more, rest = self.thoughts.end()
+            thought, text = thought + more, text + rest
         if self.calls is not None:
-            rest = self.calls.feed(rest) + self.calls.end()
+            text = self.calls.feed(text) + self.calls.end()
+        self.thinking.append(thought)
+        self.pieces.append(text)
         if self.seq.ended:
             self.reply.finish = "stop"
         if self.calls is not None and self.calls.calls and self.reply.finish == "stop":
             self.reply.finish = "tool_calls"
-        self.text = "".join(self.pieces) + rest
-        return rest
+        self.text = "".join(self.pieces)
+        return thought, text
+
+    @property
+    def reasoning(self) -> str | None:
+        """The whole thinking; None where the model does not think."""
+        return None if self.thoughts is None else "".join(self.thinking)
+
+    def _split(self, text: str) -> tuple[str, str]:
+        thought = ""
+        if self.thoughts is not None:
+            thought, text = self.thoughts.feed(text)
+        if self.calls is not None:
+            text = self.calls.feed(text)
+        self.thinking.append(thought)
+        self.pieces.append(text)
+        return thought, text
 
     def new_calls(self) -> list[Any]:
         """The tool calls made since the last call (``Calls.new``)."""
