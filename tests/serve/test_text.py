@@ -211,7 +211,11 @@ def test_openai_models_list(server):
 
 def test_what_the_openai_routes_refuse_is_one_line(server):
     cases = [({"model": "qwen2", "messages": HELLO, "n": 0}, 400, "n=0: the number of replies, an integer in [1, 128]"),
-             ({"model": "qwen2", "messages": HELLO, "logit_bias": {"5": 1}}, 400, "logit_bias={'5': 1}: not supported"),
+             ({"model": "qwen2", "messages": HELLO, "logit_bias": {"x5": 1}}, 400, "logit_bias['x5']=1: a token id"),
+             ({"model": "qwen2", "messages": HELLO, "logit_bias": {"5": 101}}, 400, "to a number in [-100, 100]"),
+             ({"model": "qwen2", "messages": HELLO, "logit_bias": {"999": 1}}, 400,
+              "logit_bias: token id 999 is outside [0, 320) (this model's vocabulary)"),
+             ({"model": "qwen2", "messages": HELLO, "user": 5}, 400, "user=5: a string identifying the end user"),
              ({"model": "qwen2", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
               400, "a message's content part of type 'image_url': this model takes text only"),
              ({"model": "qwen2", "messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4"),
@@ -241,6 +245,27 @@ def test_what_the_openai_routes_refuse_is_one_line(server):
     assert status == 405
     status, data = call(server, "POST", "/v1/completions", {"model": "qwen2", "prompt": "hi", "tools": [WX]})
     assert status == 400 and "tools belong to /v1/chat/completions" in json.loads(data)["error"]["message"]
+
+
+def test_logit_bias_moves_the_models_logits(server, built, expected):
+    """OpenAI's ``logit_bias``: -100 bans a token (the greedy reply takes PyTorch's next most likely), 100 all but
+    forces one, streamed or not."""
+    _, _, model, hf_tok = built
+    prompt, reply = expected
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    runner_up = int(logits.topk(2).indices[1])
+    assert reply[0] == int(logits.argmax())
+    body = {"model": "qwen2", "messages": HELLO, "max_tokens": 1, "temperature": 0, "eos_token_id": [],
+            "logprobs": True}
+    banned = json.loads(call(server, "POST", "/v1/chat/completions", {**body, "logit_bias": {str(reply[0]): -100}})[1])
+    picked = banned["choices"][0]["logprobs"]["content"][0]  # its log probability is the model's, before the bias
+    assert abs(picked["logprob"] - float(logits.double().log_softmax(-1)[runner_up])) < 1e-4
+    forced = {**body, "max_tokens": 5, "temperature": 1.0, "seed": 3, "logit_bias": {"7": 100}}
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", forced)[1])
+    assert answer["choices"][0]["message"]["content"] == hf_tok.decode([7] * 5)
+    chunks = [json.loads(p) for p in events(call(server, "POST", "/v1/chat/completions", {**forced, "stream": True})[1])[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == hf_tok.decode([7] * 5)
 
 
 def copied(ckpt: Path, to: Path, name: str, text: str) -> Path:

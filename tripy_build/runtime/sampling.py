@@ -1,7 +1,8 @@
 """How a generated token is picked from the model's logits: the options, the artifact's defaults for them, and the
 ``Sampler`` that applies them, numpy only.
 
-The logits of each row go, in Hugging Face's and vLLM's order, through the penalties (``repetition_penalty`` over
+The logits of each row go, in Hugging Face's and vLLM's order, through OpenAI's ``logit_bias`` (where a request
+gives one), the penalties (``repetition_penalty`` over
 the prompt and the tokens generated so far, as transformers' ``RepetitionPenaltyLogitsProcessor``; then OpenAI's
 ``frequency_penalty`` and ``presence_penalty`` over the generated tokens, as vLLM applies them), then, where
 ``temperature`` is above 0, ``softmax(logits / temperature)`` cut to the ``top_k`` most likely tokens, to the
@@ -120,10 +121,13 @@ class Sampler:
     FIRST = 64  # the most likely tokens the nucleus is first looked for among
 
     def __init__(self, options: Options, seed: int | np.random.Generator | None = None,
-                 prompts: Sequence[np.ndarray] = (), constraints: Sequence[Any] | None = None):
+                 prompts: Sequence[np.ndarray] = (), constraints: Sequence[Any] | None = None,
+                 bias: dict[int, float] | None = None):
         self.options = options
         self.rng = np.random.default_rng(seed)
         self.constraints = constraints  # per row, a grammar.Constraint (or None): the tokens it allows
+        # OpenAI's logit_bias: added to these tokens' logits before anything else (as vLLM adds it)
+        self.bias = None if not bias else (np.fromiter(bias, np.int64), np.fromiter(bias.values(), np.float64))
         self.prompts = self.replies = None
         if options.needs_history():
             self.prompts = [np.unique(np.asarray(p, np.int64)) for p in prompts]
@@ -187,6 +191,8 @@ class Sampler:
 
     def _penalized(self, logits: np.ndarray) -> np.ndarray:
         out = logits.astype(np.float64)
+        if self.bias is not None:
+            out[:, self.bias[0]] += self.bias[1]
         for row, constraint in enumerate(self.constraints or ()):
             if constraint is not None and not constraint.ended:
                 out[row] = constraint.mask(out[row])

@@ -306,7 +306,7 @@ class App:
         plan = openai.Plan(req, tok)
         spec = ep.generator.spec
         room = spec.max_length - len(plan.ids)
-        options = {**req.generation(spec.sampling), "logprobs": req.logprobs,
+        options = {**req.generation(spec.sampling), "logprobs": req.logprobs, "logit_bias": req.logit_bias,
                    "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)}
         seeds = [None if "seed" not in options else options["seed"] + i for i in range(req.n)]
         helds = ([None] * req.n if plan.grammar is None else

@@ -101,16 +101,23 @@ class Generator:
 
     def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
                on_done: Callable[[BaseException | None], None], seed: int | None = None, eos_token_id: Any = None,
-               logprobs: int | None = None, constraint: Any = None, **sampling: Any) -> Sequence:
+               logprobs: int | None = None, constraint: Any = None, logit_bias: dict[int, float] | None = None,
+               **sampling: Any) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
-        defaults, among those its ``constraint`` (``runtime.grammar.Constraint``) allows."""
+        defaults, ``logit_bias`` added to their logits, among those its ``constraint``
+        (``runtime.grammar.Constraint``) allows."""
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
         check_prompt(self.spec, ids, max_new_tokens, "input_ids")
         ids = ids.astype(np.int32)
-        sampler = Sampler(self.spec.options(**sampling), seed, [ids], None if constraint is None else [constraint])
+        outside = [t for t in logit_bias or () if not 0 <= t < self.spec.vocab_size]
+        if outside:
+            raise CallError(f"logit_bias: token id {outside[0]} is outside [0, {self.spec.vocab_size}) (this model's "
+                            "vocabulary).")
+        sampler = Sampler(self.spec.options(**sampling), seed, [ids], None if constraint is None else [constraint],
+                          logit_bias)
         seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
                        logprobs=logprobs)
         with self.cv:

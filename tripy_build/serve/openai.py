@@ -20,12 +20,13 @@ request leaves out take the artifact's defaults, as vLLM takes them from the che
 ``generation_config.json`` (``runtime/sampling.py``: Qwen2.5-Instruct's temperature 0.7, top_p 0.8, top_k 20,
 repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's temperature 1. A chat request's
 ``chat_template_kwargs`` (vLLM's) are variables for the chat template: Qwen3's ``{"enable_thinking": false}``.
-``n`` replies (up to 128) run as rows of the batch, choice i sampled with ``seed + i``. ``response_format``
+``logit_bias`` (token ids to [-100, 100]) is added to their logits first. ``n`` replies (up to 128) run as rows
+of the batch, choice i sampled with ``seed + i``. ``response_format``
 (``json_object``, ``json_schema``) holds the reply to JSON (``runtime/grammar.py``).
 ``logprobs`` (chat: ``logprobs: true`` with ``top_logprobs`` up to 20; a completion: ``logprobs: N``) gives
 each generated token's log probability under the model (its logits' ``log_softmax``, before the sampling options,
 as vLLM's default) and the N most likely alternatives, every token but an end id, with its ``bytes``. What the
-model here cannot do is refused by name rather than ignored: ``logit_bias``, image parts (a message's
+model here cannot do is refused by name rather than ignored: image parts (a message's
 ``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``tools``, ``tool_choice`` and
 ``parallel_tool_calls``: the reply held to calls in the chat template's own format and read back as
 ``message.tool_calls`` (``runtime/tools.py``). A reasoning model's thinking (a chat template that writes
@@ -45,13 +46,10 @@ from ..runtime.grammar import schema_of
 from ..runtime.sampling import NAMES
 from ..runtime.tools import Tools, messages_for_template
 
-# Keys clients send at their neutral values (the OpenAI SDK leaves out what is not set; others send these):
-# accepted at that value, refused otherwise, naming what this server does instead.
-NEUTRAL = {"user": None, "logit_bias": None}
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
          "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format", "n",
-         "tools", "tool_choice", "parallel_tool_calls")
+         "tools", "tool_choice", "parallel_tool_calls", "logit_bias", "user")
 CHAT_ONLY = ("messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls")
 MAX_STOPS = 4  # OpenAI's bound on stop strings
 MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs (vLLM's on a completion's logprobs too)
@@ -67,16 +65,13 @@ class Request:
                             '"Hi"}]}.')
         self.chat = chat
         what = "messages" if chat else "prompt"
-        for key, value in body.items():
-            if key in TAKEN:
-                continue
-            if key not in NEUTRAL:
+        for key in body:
+            if key not in TAKEN:
                 raise CallError(f"{key!r} is not an option of this server's /v1/{'chat/' if chat else ''}completions; "
                                 f"it takes {', '.join(k for k in TAKEN if k != 'prompt' if chat or k not in CHAT_ONLY)}.")
-            if value not in (None, [], {}) and value != NEUTRAL[key] and not (key == "user" and isinstance(value, str)):
-                raise CallError(f"{key}={str(value)[:60]}: not supported here (the model samples from its logits with "
-                                f"{', '.join(SAMPLING)} and seed; a reply stops at its end ids, a stop string or "
-                                "max_tokens); leave it out.")
+        if not isinstance(body.get("user", ""), str | None):
+            raise CallError(f"user={str(body['user'])[:40]}: a string identifying the end user (OpenAI's clients send "
+                            "it; this server has no use for it).")
         if (other := "prompt" if chat else "messages") in body:
             raise CallError(f"{other!r} belongs to /v1/{'' if chat else 'chat/'}completions; this route takes {what!r}.")
         model = body.get("model")
@@ -114,6 +109,7 @@ class Request:
             stops = body["eos_token_id"]
             self.options["eos_token_id"] = stops if isinstance(stops, list) else [stops]
         self.logprobs = self._logprobs(body, chat)
+        self.logit_bias = self._logit_bias(body.get("logit_bias"))
         self.n = body.get("n", 1) if body.get("n") is not None else 1
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
             raise CallError(f"n={str(self.n)[:40]}: the number of replies, an integer in [1, {MAX_N}].")
@@ -151,6 +147,24 @@ class Request:
         artifact records no default temperature (its checkpoint does not sample); the rest left to the artifact's
         ``recorded`` defaults."""
         return {**({} if "temperature" in recorded else {"temperature": 1.0}), **self.options}
+
+    @staticmethod
+    def _logit_bias(given: Any) -> dict[int, float] | None:
+        """OpenAI's ``logit_bias``: token ids (as strings, JSON's keys) to a number in [-100, 100] added to the
+        token's logit before it is picked (-100 bans it, 100 all but forces it)."""
+        if given in (None, {}):
+            return None
+        if not isinstance(given, dict):
+            raise CallError(f"logit_bias={str(given)[:60]}: an object of token ids to biases, such as "
+                            '{"50256": -100}.')
+        out = {}
+        for key, value in given.items():
+            if not key.isdigit() or isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not -100 <= value <= 100:
+                raise CallError(f"logit_bias[{key[:20]!r}]={str(value)[:20]}: a token id (a string of digits) to a "
+                                "number in [-100, 100].")
+            out[int(key)] = float(value)
+        return out
 
     @staticmethod
     def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
