@@ -199,3 +199,6 @@ def test_bad_tools_are_refused_naming_what_was_wrong():
         messages_for_template([CALLED[0], {"role": "assistant", "tool_calls": [
             {"type": "function", "function": {"name": "wx", "arguments": "{city"}}]}])
     assert not Tools([WX], "none").active and Tools([WX]).choice == "auto"
+    none = {"type": "function", "function": {"name": "none", "parameters": {"type": "object"}}}
+    named = Tools([WX, none], {"type": "function", "function": {"name": "none"}})  # a function may be named "none"
+    assert named.active and (named.choice, named.named) == ("function", "none")

@@ -64,8 +64,8 @@ def format_of(template: str | None) -> Format | None:
 
 class Tools:
     """A request's ``tools``, ``tool_choice`` and ``parallel_tool_calls``, checked: ``definitions`` (what the chat
-    template is given, as the request sent them), ``choice`` (``none``, ``auto``, ``required`` or a function's
-    name) and ``parallel``."""
+    template is given, as the request sent them), ``choice`` (``none``, ``auto``, ``required``, or ``function``:
+    calls of ``named`` only) and ``parallel``."""
 
     def __init__(self, tools: Any, choice: Any = None, parallel: Any = None):
         if not isinstance(tools, list) or not tools:
@@ -87,7 +87,7 @@ class Tools:
                                 "the function's arguments.")
             self.parameters[name] = parameters
         self.definitions = tools
-        self.choice = _choice(choice, list(self.parameters))
+        self.choice, self.named = _choice(choice, list(self.parameters))
         if parallel is not None and not isinstance(parallel, bool):
             raise CallError(f"parallel_tool_calls={str(parallel)[:40]}: true or false.")
         self.parallel = parallel is not False
@@ -103,7 +103,7 @@ class Tools:
         their own, ``words``: the other added tokens the text may hold (``tokens_of``); the grammar names both by
         id (llguidance takes every added token for a special one): the model writes them as it was trained to,
         one token each, not spelt out (Qwen3's ``<think>``)."""
-        names = list(self.parameters) if self.choice in ("auto", "required") else [self.choice]
+        names = [self.named] if self.choice == "function" else list(self.parameters)
         call = json.dumps({"anyOf": [{
             "type": "object", "properties": {"name": {"const": n}, fmt.arguments: self.parameters[n]},
             "required": ["name", fmt.arguments], "additionalProperties": False} for n in names],
@@ -137,11 +137,12 @@ def tokens_of(tokenizer: Any, fmt: Format) -> tuple[dict[str, int], list[int]]:
     return tags, [i for i in tokenizer.text_tokens() if i not in tags.values()]
 
 
-def _choice(choice: Any, names: list[str]) -> str:
+def _choice(choice: Any, names: list[str]) -> tuple[str, str | None]:
+    """``tool_choice`` read: the mode, and the function named where it names one."""
     if choice is None:
-        return "auto"
+        return "auto", None
     if isinstance(choice, str) and choice in CHOICES:
-        return choice
+        return choice, None
     function = choice.get("function") if isinstance(choice, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(name, str):
@@ -149,7 +150,7 @@ def _choice(choice: Any, names: list[str]) -> str:
                         '{"type": "function", "function": {"name": ...}}.')
     if name not in names:
         raise CallError(f"tool_choice names function {name[:64]!r}, which is not among the tools: {', '.join(names)}.")
-    return name
+    return "function", name
 
 
 class Calls:
