@@ -55,6 +55,8 @@ def test_the_format_is_read_off_real_templates(saved):
     assert format_of(chatml) is HERMES  # the test checkpoint's: ChatML with Qwen's calls
     assert format_of("{% for m in messages %}{{ m['content'] }}{% endfor %}") is None  # shows no tools
     assert format_of("{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}{% endif %}[TOOL_CALLS]") is None  # another way
+    coder = "{% if tools %}<tools>{% endif %}<tool_call>\n<function={{ name }}>\n<parameter=x>"  # Qwen3-Coder's XML
+    assert format_of(coder) is None
 
 
 @pytest.mark.parametrize("name", ["qwen2.5.jinja", "qwen3.jinja", "llama3.1.jinja"])

@@ -55,7 +55,7 @@ def format_of(template: str | None) -> Format | None:
     no tools or writes calls some other way."""
     if not template or not re.search(r"\btools\b", template):
         return None
-    if "<tool_call>" in template:
+    if "<tool_call>" in template and "<function=" not in template:  # Qwen3-Coder's <function=...> XML calls: not JSON
         return HERMES
     if '"parameters": ' in template and "<|start_header_id|>" in template:
         return LLAMA3_JSON
