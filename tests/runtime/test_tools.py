@@ -54,7 +54,8 @@ def test_the_format_is_read_off_real_templates(saved):
     chatml = ours(saved).chat_template
     assert format_of(chatml) is HERMES  # the test checkpoint's: ChatML with Qwen's calls
     assert format_of("{% for m in messages %}{{ m['content'] }}{% endfor %}") is None  # shows no tools
-    assert format_of("{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}{% endif %}[TOOL_CALLS]") is None  # another way
+    assert format_of("{% if tools %}<|tool|>{{ tools | tojson }}<|/tool|>{% endif %}<|tool_call|>") is None  # Phi-4's
+    assert format_of("[AVAILABLE_TOOLS]{{ tools | tojson }}[TOOL_CALLS]{{ name }}[ARGS]") is None  # Mistral's v11
     coder = "{% if tools %}<tools>{% endif %}<tool_call>\n<function={{ name }}>\n<parameter=x>"  # Qwen3-Coder's XML
     assert format_of(coder) is None
 
@@ -204,3 +205,65 @@ def test_bad_tools_are_refused_naming_what_was_wrong():
     none = {"type": "function", "function": {"name": "none", "parameters": {"type": "object"}}}
     named = Tools([WX, none], {"type": "function", "function": {"name": "none"}})  # a function may be named "none"
     assert named.active and (named.choice, named.named) == ("function", "none")
+
+
+MISTRAL_SPECIALS = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+                    "[/TOOL_RESULTS]"]
+
+
+@pytest.fixture(scope="module")
+def mistral(saved, tmp_path_factory) -> Path:
+    """The test tokenizer with Mistral 7B Instruct v0.3's template and control tokens (special: decoding drops them)."""
+    hf = transformers.AutoTokenizer.from_pretrained(saved)
+    hf.add_special_tokens({"additional_special_tokens": MISTRAL_SPECIALS})
+    hf.chat_template = (TEMPLATES / "mistral-v0.3.jinja").read_text()
+    path = tmp_path_factory.mktemp("mistral")
+    hf.save_pretrained(path)
+    return path
+
+
+def test_mistral_calls_are_a_list_after_its_control_token(mistral):
+    from tripy_build.runtime.tools import MISTRAL
+    from tripy_build.serve.generation import Reply, Sequence
+    from tripy_build.serve.openai import Plan, Request
+
+    tok, hf = ours(mistral), transformers.AutoTokenizer.from_pretrained(mistral)
+    assert format_of(tok.chat_template) is MISTRAL
+    history = [{"role": "user", "content": "Weather in Paris?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "a1b2c3d4e", "type": "function", "function": {"name": "wx", "arguments": '{"city": "Paris"}'}}]},
+               {"role": "tool", "tool_call_id": "a1b2c3d4e", "content": "sunny"}]
+    read = messages_for_template(history)
+    assert tok.render(read, tools=[WX, ADD]) == hf.apply_chat_template(read, tools=[WX, ADD], add_generation_prompt=True,
+                                                                       tokenize=False)
+    tags, words = tokens_of(tok, MISTRAL)
+    assert tags == {"[TOOL_CALLS]": tok.token_id("[TOOL_CALLS]")} and not tok.decode([tags["[TOOL_CALLS]"]])
+    one = '[TOOL_CALLS] [{"name": "wx", "arguments": {"city": "Paris"}}]'
+    two = '[TOOL_CALLS] [{"name": "wx", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1, "b": 2}}]'
+    auto = Tools([WX, ADD]).grammar(MISTRAL, tags, words)
+    assert drive(tok, auto, "Let me see. " + one) == (True, True) and drive(tok, auto, two) == (True, True)
+    assert drive(tok, auto, "It is sunny.") == (True, True)
+    assert drive(tok, auto, '[TOOL_CALLS] [{"name": "mul"')[0] is False
+    assert drive(tok, Tools([WX, ADD], parallel=False).grammar(MISTRAL, tags, words), two)[0] is False
+    assert drive(tok, Tools([WX, ADD], "required").grammar(MISTRAL, tags, words), "It")[0] is False
+    # through OpenAI's answer: the control token is not decoded, yet the calls are read after it; ids of 9
+    req = Request({"model": "m", "messages": history[:1], "tools": [WX, ADD]}, chat=True)
+    plan = Plan(req, tok)
+    assert plan.marks == {tags["[TOOL_CALLS]"]: "[TOOL_CALLS]"} and plan.ids == tok.chat(history[:1], tools=[WX, ADD])
+    eos = tok.token_id("<|im_end|>")
+    seq = Sequence(None, 64, None, (eos,), lambda t: None, lambda e: None)
+    choice = plan.choice(0, seq, Reply(tok, seq.eos_token_id, [], plan.marks))
+    for token in [*tok._fast.encode(two, add_special_tokens=False).ids, eos]:
+        choice.take(token, False)
+    choice.end()
+    answer = req.answer([choice], tok, 0, 0)["choices"][0]
+    assert answer["finish_reason"] == "tool_calls" and answer["message"]["content"] is None
+    made = answer["message"]["tool_calls"]
+    assert [c["function"] for c in made] == [{"name": "wx", "arguments": '{"city": "Paris"}'},
+                                             {"name": "add", "arguments": '{"a": 1, "b": 2}'}]
+    assert all(len(c["id"]) == 9 and c["id"].isalnum() for c in made)
+    back = messages_for_template([*history[:1], answer["message"], {"role": "tool", "tool_call_id": made[0]["id"],
+                                                                    "content": "sunny"}])
+    assert f'"id": "{made[0]["id"]}"' in tok.render(back, tools=[WX])  # the template takes the ids given back
+    calls = Calls(MISTRAL)
+    assert calls.feed("[TOOL_CALLS] [{\"name\": \"wx\", \"argu") == "" and calls.end().startswith("[TOOL_CALLS]")

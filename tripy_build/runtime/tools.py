@@ -7,7 +7,10 @@ template's text:
 - ``hermes`` (Qwen2.5, Qwen3, QwQ, Hermes 2 Pro and 3, and models tuned from them): any text, then one or more
   ``<tool_call>``, a line ``{"name": "f", "arguments": {...}}``, ``</tool_call>``, one after another;
 - ``llama3_json`` (Llama 3.1, 3.2 and 3.3): the whole reply is one call, ``{"name": "f", "parameters": {...}}``,
-  or it is text (which then does not start with ``{``).
+  or it is text (which then does not start with ``{``);
+- ``mistral`` (Mistral 7B Instruct v0.3, Mistral Nemo and the models of their tokenizer): any text, then the
+  ``[TOOL_CALLS]`` token and a JSON list of calls, ``[{"name": "f", "arguments": {...}}]``, to the end of the reply.
+  Its templates take only ids of 9 letters and digits for the calls a conversation carries: the ids given are so.
 
 A server that reads calls out of free text after the fact hands a malformed call back as text (a name that is
 no tool's, arguments that are not JSON or miss a required key). Here the reply is held by a grammar
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import string
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -35,30 +40,36 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # OpenAI's function names
 
 @dataclass(frozen=True)
 class Format:
-    """How a checkpoint writes a tool call: ``open`` and ``close`` around each call's JSON line (hermes), or none
-    (the reply is the call's JSON: llama3_json); ``arguments``: the key of the arguments in that JSON; ``many``:
-    whether a reply may hold several calls."""
+    """How a checkpoint writes a tool call: ``open`` and ``close`` around each call's JSON line (hermes), ``open``
+    before a JSON list of the calls (``listed``: mistral), or no mark (the reply is the call's JSON: llama3_json);
+    ``arguments``: the key of the arguments in that JSON; ``many``: whether a reply may hold several calls;
+    ``short_ids``: the template takes call ids of 9 letters and digits only."""
 
     name: str
     open: str
     close: str
     arguments: str
     many: bool
+    listed: bool = False
+    short_ids: bool = False
 
 
 HERMES = Format("hermes", "<tool_call>", "</tool_call>", "arguments", True)
 LLAMA3_JSON = Format("llama3_json", "", "", "parameters", False)
+MISTRAL = Format("mistral", "[TOOL_CALLS]", "", "arguments", True, listed=True, short_ids=True)
 
 
 def format_of(template: str | None) -> Format | None:
-    """The tool-call format a chat template teaches (``HERMES``, ``LLAMA3_JSON``); None where it shows the model
-    no tools or writes calls some other way."""
+    """The tool-call format a chat template teaches (``HERMES``, ``LLAMA3_JSON``, ``MISTRAL``); None where it shows
+    the model no tools or writes calls some other way."""
     if not template or not re.search(r"\btools\b", template):
         return None
     if "<tool_call>" in template and "<function=" not in template:  # Qwen3-Coder's <function=...> XML calls: not JSON
         return HERMES
     if '"parameters": ' in template and "<|start_header_id|>" in template:
         return LLAMA3_JSON
+    if "[TOOL_CALLS]" in template and "[AVAILABLE_TOOLS]" in template and "[ARGS]" not in template:  # v11's: name[ARGS]
+        return MISTRAL
     return None
 
 
@@ -104,19 +115,24 @@ class Tools:
         id (llguidance takes every added token for a special one): the model writes them as it was trained to,
         one token each, not spelt out (Qwen3's ``<think>``)."""
         names = [self.named] if self.choice == "function" else list(self.parameters)
-        call = json.dumps({"anyOf": [{
+        one = {"anyOf": [{
             "type": "object", "properties": {"name": {"const": n}, fmt.arguments: self.parameters[n]},
-            "required": ["name", fmt.arguments], "additionalProperties": False} for n in names],
-            "x-guidance": LAYOUT})
+            "required": ["name", fmt.arguments], "additionalProperties": False} for n in names]}
+        call = json.dumps({**one, "x-guidance": LAYOUT})
         if not fmt.open:
             rule = f"call: %json {call}\n"
             return Lark(f"start: call\n{rule}" if self.choice != "auto" else f"start: TEXT | call\n{rule}TEXT: /[^{{](?s:.*)/\n")
 
         def mark(text: str) -> str:
             return f"<[{tags[text]}]>" if text in tags else json.dumps(text)
-        rules = (f'call: "\\n" %json {call} "\\n" {mark(fmt.close)}\n'
-                 f'more: "\\n" {mark(fmt.open)} call\n'
-                 f"calls: call{' more*' if self.parallel and fmt.many else ''}\n")
+        if fmt.listed:
+            listed = {"type": "array", "items": one, "minItems": 1, **({} if self.parallel else {"maxItems": 1}),
+                      "x-guidance": LAYOUT}
+            rules = f"calls: WS? %json {json.dumps(listed)}\nWS: /[ \\t\\n]+/\n"
+        else:
+            rules = (f'call: "\\n" %json {call} "\\n" {mark(fmt.close)}\n'
+                     f'more: "\\n" {mark(fmt.open)} call\n'
+                     f"calls: call{' more*' if self.parallel and fmt.many else ''}\n")
         text = f"TEXT: /(?s:.+)/ & ~/(?s:.*){re.escape(fmt.open)}(?s:.*)/\n"
         if words:
             text += f"text: (TEXT | <[{','.join(map(str, words))}]>)+\n"
@@ -173,6 +189,8 @@ class Calls:
             return self._feed_whole()
         out = []
         while True:
+            if self._open and self.fmt.listed:  # the list runs to the reply's end: read there
+                break
             if self._open:
                 end = self._held.find(self.fmt.close)
                 if end < 0:
@@ -200,7 +218,7 @@ class Calls:
         held, self._held = self._held, ""
         if not self.fmt.open:
             return held if not self._call(held) else ""
-        if self._open and not self._call(held):
+        if self._open and not (self._listed(held) if self.fmt.listed else self._call(held)):
             return self.fmt.open + held
         return "" if self._open else self._content(held)
 
@@ -225,18 +243,40 @@ class Calls:
         """Text outside calls: the blank lines between and after calls are not content."""
         return "" if self.calls and not text.strip() else text
 
-    def _call(self, body: str) -> bool:
+    def _call(self, body: str | dict) -> bool:
         """Whether ``body`` reads as a call (then kept): a JSON object with a ``name`` and its arguments."""
         try:
-            call = json.loads(body)
+            call = json.loads(body) if isinstance(body, str) else body
         except ValueError:
             return False
         arguments = call.get(self.fmt.arguments, call.get("arguments")) if isinstance(call, dict) else None
         if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(arguments, dict):
             return False
-        self.calls.append({"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": {
+        self.calls.append({"id": _call_id(self.fmt), "type": "function", "function": {
             "name": call["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}})
         return True
+
+    def _listed(self, body: str) -> bool:
+        """Whether ``body`` reads as a list of calls (then all kept), as mistral writes them."""
+        try:
+            calls = json.loads(body)
+        except ValueError:
+            return False
+        if not isinstance(calls, list) or not calls or not all(isinstance(c, dict) for c in calls):
+            return False
+        kept = len(self.calls)
+        if not all(self._call(c) for c in calls):
+            del self.calls[kept:]
+            return False
+        return True
+
+
+def _call_id(fmt: Format) -> str:
+    """A new call's id: OpenAI's ``call_`` and 24 hex digits, or 9 letters and digits where the template takes no
+    other (mistral's)."""
+    if fmt.short_ids:
+        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+    return "call_" + uuid.uuid4().hex[:24]
 
 
 def messages_for_template(messages: list[Any]) -> list[Any]:

@@ -297,8 +297,8 @@ def _tool_format(tok: Any, model: str) -> Any:
     fmt = format_of(tok.chat_template)
     if fmt is None:
         raise CallError(f"model {model!r}: its chat template shows the model no tools in a format this server reads "
-                        "(hermes' <tool_call> as Qwen2.5 and Qwen3 write it; Llama 3.1's JSON), so tools cannot be "
-                        "offered to it; leave tools out.")
+                        "(hermes' <tool_call> as Qwen2.5 and Qwen3 write it; Llama 3.1's JSON; Mistral v0.3's "
+                        "[TOOL_CALLS] list), so tools cannot be offered to it; leave tools out.")
     return fmt
 
 
