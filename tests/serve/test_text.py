@@ -430,6 +430,8 @@ def test_tool_calls_are_held_to_the_tools_and_read_back_streamed_or_not(server, 
     assert again["usage"]["prompt_tokens"] == len(hf_tok.apply_chat_template(
         rendered, add_generation_prompt=True, tokenize=True)["input_ids"]), again
     assert len(seen) == 2, seen  # the seeds' calls went to both tools
+    generate = json.loads(call(server, "GET", "/v2/models/qwen2")[1])["generate"]
+    assert (generate["tools"], generate["thinking"]) == ("hermes", False)  # what the chat template teaches
 
 
 ANSWER = {"type": "object", "properties": {"a": {"type": "string", "enum": ["yes", "no"]}, "b": {"type": "boolean"}},

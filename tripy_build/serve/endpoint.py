@@ -246,6 +246,12 @@ class Endpoint:
         info = {"routes": routes, "text": self.chats, "max_length": spec.max_length,
                 "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS),
                 "sampling": spec.sampling}
+        if self.chats:  # what its chat template teaches: the tool-call format OpenAI's route reads, and thinking
+            from ..runtime.reasoning import thinks
+            from ..runtime.tools import format_of
+
+            fmt = format_of(self.tokenizer.chat_template)
+            info.update(tools=None if fmt is None else fmt.name, thinking=thinks(self.tokenizer.chat_template))
         return {**info, "entries": [spec.prefill, spec.decode]} if self.infer_served else info
 
     def not_served(self) -> str:
