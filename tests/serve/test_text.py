@@ -434,6 +434,55 @@ def test_tool_calls_are_held_to_the_tools_and_read_back_streamed_or_not(server, 
     assert (generate["tools"], generate["thinking"]) == ("hermes", False)  # what the chat template teaches
 
 
+def test_the_responses_api_answers_as_the_chat_route_does_streamed_or_not(server, built, expected):
+    """``/v1/responses`` (OpenAI's Responses API): the same prompt and reply as the chat route (text as a message
+    item, ``incomplete`` at ``max_output_tokens``), its events in order with the deltas adding up to the text, and
+    tool calls as ``function_call`` items that go back in ``input`` with their ``function_call_output``."""
+    _, _, _, hf_tok = built
+    prompt, reply = expected
+    body = {"model": "qwen2", "input": "hello fox", "max_output_tokens": 12, "temperature": 0, "eos_token_id": []}
+    answer = json.loads(call(server, "POST", "/v1/responses", body)[1])
+    assert answer["object"] == "response" and answer["status"] == "incomplete", answer
+    assert answer["incomplete_details"] == {"reason": "max_output_tokens"}
+    (item,) = answer["output"]
+    assert item["type"] == "message" and item["content"][0]["type"] == "output_text"
+    assert item["content"][0]["text"] == hf_tok.decode(reply, skip_special_tokens=True)
+    assert (answer["usage"]["input_tokens"], answer["usage"]["output_tokens"]) == (len(prompt), 12)
+    streamed = [json.loads(p) for p in events(call(server, "POST", "/v1/responses", {**body, "stream": True})[1])]
+    assert [e["sequence_number"] for e in streamed] == list(range(len(streamed)))
+    kinds = [e["type"] for e in streamed]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"] and kinds[-1] == "response.completed"
+    assert "".join(e["delta"] for e in streamed if e["type"] == "response.output_text.delta") == item["content"][0]["text"]
+    assert streamed[-1]["response"]["output"][0]["content"] == item["content"]
+    tools = {"model": "qwen2", "input": "hello fox", "tools": [{"type": "function", **WX["function"]}],
+             "tool_choice": "required", "parallel_tool_calls": False, "max_output_tokens": 50, "seed": 1}
+    answer = json.loads(call(server, "POST", "/v1/responses", tools)[1])
+    (made,) = answer["output"]
+    assert answer["status"] == "completed" and made["type"] == "function_call" and made["name"] == "wx", answer
+    assert json.loads(made["arguments"]) in ({"u": "c"}, {"u": "f"})
+    streamed = [json.loads(p) for p in events(call(server, "POST", "/v1/responses", {**tools, "stream": True})[1])]
+    done = [e["arguments"] for e in streamed if e["type"] == "response.function_call_arguments.done"]
+    assert done == [made["arguments"]]  # the same seed, the same call
+    history = ["hello fox", made, {"type": "function_call_output", "call_id": made["call_id"], "output": "rain"}]
+    again = json.loads(call(server, "POST", "/v1/responses", {**tools, "tool_choice": "none", "max_output_tokens": 1,
+                                                              "input": [{"role": "user", "content": history[0]},
+                                                                        *history[1:]]})[1])
+    messages = [*HELLO, {"role": "assistant", "content": None, "tool_calls": [{"id": made["call_id"], "type": "function",
+                "function": {"name": "wx", "arguments": json.loads(made["arguments"])}}]},
+                {"role": "tool", "tool_call_id": made["call_id"], "content": "rain"}]
+    assert again["usage"]["input_tokens"] == len(hf_tok.apply_chat_template(messages, add_generation_prompt=True,
+                                                                            tokenize=True)["input_ids"]), again
+    for bad, fragment in [({"previous_response_id": "resp_1"}, "previous_response_id: this server keeps no responses"),
+                          ({"store": True}, "store: true: this server keeps no responses"),
+                          ({"tools": [{"type": "web_search"}]}, "tools[0] of type 'web_search': this server runs "
+                                                                 "function tools only"),
+                          ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+                           "input[0].content[0] of type 'input_image': this model takes text only")]:
+        status, data = call(server, "POST", "/v1/responses", {**body, **bad})
+        assert status == 400 and fragment in json.loads(data)["error"]["message"], data
+
+
 ANSWER = {"type": "object", "properties": {"a": {"type": "string", "enum": ["yes", "no"]}, "b": {"type": "boolean"}},
           "required": ["a", "b"], "additionalProperties": False}  # 22 characters: within the tiny build's cache
 

@@ -38,8 +38,9 @@ def tokenizer_for(tokenizer: Any, eos: Sequence[int], vocab: int) -> Any:
             except ImportError:
                 raise CallError("a reply held to a schema needs llguidance (pip install llguidance).") from None
             if not eos:
-                raise CallError(f"{tokenizer.where}: this artifact has no end ids (generate.eos_token_id), so a reply "
-                                "held to a schema could not end; build with generate.eos_token_id set.")
+                raise CallError(f"{tokenizer.where}: a reply held to a grammar (a JSON schema, tool calls) needs an end "
+                                "id to stop at, and there is none: the call's eos_token_id is empty, or the artifact "
+                                "has none (build with generate.eos_token_id set).")
             made[key] = llguidance.LLTokenizer(tokenizer.serialized(), n_vocab=int(vocab), eos_token=list(key[0]))
         return made[key]
 

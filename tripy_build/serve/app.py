@@ -9,9 +9,9 @@ Routes (``GET`` also answers ``HEAD``; another method on a route is 405 with ``A
   Triton's generate extension with token ids, the second as server-sent events, one per token; requests
   share decode steps (``generation.py``). Such an artifact's entries are not on ``/infer`` (404 naming
   ``/generate``) unless the server exposes them (``expose_entries``);
-- ``GET /v1/models``, ``POST /v1/chat/completions`` and ``/v1/completions``: OpenAI's API, text in and out, over
-  the generate artifacts that store their checkpoint's tokenizer (``openai.py``); ``/generate`` takes text too
-  (``text_input``, answered with ``text_output``);
+- ``GET /v1/models``, ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/responses``: OpenAI's API,
+  text in and out, over the generate artifacts that store their checkpoint's tokenizer (``openai.py``,
+  ``responses.py``); ``/generate`` takes text too (``text_input``, answered with ``text_output``);
 - ``GET /metrics``: Prometheus' text format (``metrics.py``).
 
 A request body is read only once its route, its access (``access.py``) and its declared size are
@@ -289,13 +289,19 @@ class App:
         texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or ep.chats}
         if rest == ["models"]:
             return await self._get(scope, send, lambda: openai.models(list(texts)))
-        if rest not in (["chat", "completions"], ["completions"], ["embeddings"]):
+        if rest not in (["chat", "completions"], ["completions"], ["embeddings"], ["responses"]):
             raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; OpenAI's API here: GET "
-                               "/v1/models, POST /v1/chat/completions, /v1/completions, /v1/embeddings.")
+                               "/v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings.")
         self._method(scope["method"], b"POST")
         body = await self._json(scope, receive)
-        embed = rest == ["embeddings"]
-        req = openai.Embeddings(body) if embed else openai.Request(body, chat=rest[0] == "chat")
+        embed, responding = rest == ["embeddings"], rest == ["responses"]
+        if responding:
+            from .responses import Answer, chat_body
+
+            chat = chat_body(body)
+            req, answer = openai.Request(chat, chat=True), Answer(body, chat)
+        else:
+            req = openai.Embeddings(body) if embed else openai.Request(body, chat=rest[0] == "chat")
         ep = self.endpoints.get(req.model)
         if ep is None or not (ep.embeds if embed else ep.chats):
             raise Refused(404, f"model {req.model[:200]!r}: {_why_not(ep, req.model, embed)}; GET /v1/models lists the "
@@ -316,7 +322,10 @@ class App:
         choices = [plan.choice(i, seq, Reply(tok, seq.eos_token_id, req.stop, plan.marks)) for i, seq in enumerate(seqs)]
         ok = False
         try:
-            ok = await self._answer_openai(send, scope, req, choices, events, tok, len(plan.ids))
+            if responding:
+                ok = await self._answer_responses(send, scope, req, answer, choices[0], events, len(plan.ids))
+            else:
+                ok = await self._answer_openai(send, scope, req, choices, events, tok, len(plan.ids))
         finally:
             watcher.cancel()
             self.metrics.outcome(ep.name, "success" if ok else "failure")
@@ -367,6 +376,35 @@ class App:
         if req.include_usage:
             await self._event(send, req.usage_chunk(prompt_tokens, made))
         await self._event(send, b"[DONE]")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
+
+    async def _answer_responses(self, send: Send, scope: Scope, req: Any, answer: Any, choice: Any,
+                                events: asyncio.Queue, prompt_tokens: int) -> bool:
+        """A Responses API answer (``responses.Answer``) as the reply's tokens come: one JSON response, or (``stream``)
+        its events; whether it ended well (an error is raised, or sent as a stream's last event)."""
+        if req.stream:
+            await self._start_events(send, scope)
+            for e in answer.start():
+                await self._event(send, e)
+        while not isinstance(event := (await events.get())[1], BaseException):
+            (thought, text), calls = choice.take(event, False), choice.new_calls()
+            made = answer.feed(thought, text, calls)
+            for e in made if req.stream else ():
+                await self._event(send, e)
+        if not isinstance(event, StopIteration):
+            if not req.stream:
+                raise event
+            await self._event(send, answer.event("error", code="server_error", message=str(event), param=None))
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return False
+        (thought, text), calls = choice.end(), choice.new_calls()
+        made = answer.feed(thought, text, calls) + answer.end(choice.reply.finish, (prompt_tokens, choice.reply.tokens))
+        if not req.stream:
+            await self._send(send, 200, orjson.dumps(made[-1]["response"]), [_JSON], scope)
+            return True
+        for e in made:
+            await self._event(send, e)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
 
