@@ -147,6 +147,35 @@ def test_the_prose_before_a_call_may_hold_the_other_text_tokens(saved, tmp_path)
     assert drive(tok, Tools([WX]).grammar(HERMES, tags), thought + CALL)[0] is False  # without them: refused
 
 
+def test_a_llama3_call_may_lead_with_its_python_tag(saved, tmp_path):
+    """Llama 3.1 and 3.2 often write ``<|python_tag|>`` (a special token) before a JSON call: the grammar allows it
+    there, and only there; decoding drops it, so the call reads as it would without."""
+    from tripy_build.serve.generation import Reply, Sequence
+    from tripy_build.serve.openai import Plan, Request
+
+    hf = transformers.AutoTokenizer.from_pretrained(saved)
+    hf.add_special_tokens({"additional_special_tokens": ["<|python_tag|>"]})
+    hf.chat_template = (TEMPLATES / "llama3.1.jinja").read_text()
+    hf.save_pretrained(tmp_path / "llama")
+    tok = ours(tmp_path / "llama")
+    tags, words = tokens_of(tok, LLAMA3_JSON)
+    assert tags == {"<|python_tag|>": tok.token_id("<|python_tag|>")}
+    call = '{"name": "add", "parameters": {"a": 1, "b": 2}}'
+    for choice in ("auto", "required"):
+        grammar = Tools([WX, ADD], choice).grammar(LLAMA3_JSON, tags, words)
+        assert drive(tok, grammar, "<|python_tag|>" + call) == (True, True) and drive(tok, grammar, call) == (True, True)
+    assert drive(tok, Tools([WX, ADD]).grammar(LLAMA3_JSON, tags, words), "Sure. <|python_tag|>")[0] is False
+    req = Request({"model": "m", "messages": [{"role": "user", "content": "1+2?"}], "tools": [ADD]}, chat=True)
+    plan = Plan(req, tok)
+    assert plan.marks == {}  # nothing put back into the text: the reply reads as a call from its "{"
+    seq = Sequence(None, 64, None, (0,), lambda t: None, lambda e: None)
+    choice = plan.choice(0, seq, Reply(tok, seq.eos_token_id, [], plan.marks))
+    for token in [*tok._fast.encode("<|python_tag|>" + call, add_special_tokens=False).ids, 0]:
+        choice.take(token, False)
+    choice.end()
+    assert [c["function"]["arguments"] for c in choice.all_calls()] == ['{"a": 1, "b": 2}']
+
+
 def test_a_llama3_reply_is_a_call_or_text(saved):
     tok = ours(saved)
     auto = Tools([WX, ADD]).grammar(LLAMA3_JSON, {})

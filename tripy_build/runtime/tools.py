@@ -43,7 +43,8 @@ class Format:
     """How a checkpoint writes a tool call: ``open`` and ``close`` around each call's JSON line (hermes), ``open``
     before a JSON list of the calls (``listed``: mistral), or no mark (the reply is the call's JSON: llama3_json);
     ``arguments``: the key of the arguments in that JSON; ``many``: whether a reply may hold several calls;
-    ``short_ids``: the template takes call ids of 9 letters and digits only."""
+    ``short_ids``: the template takes call ids of 9 letters and digits only; ``lead``: a special token the model
+    may write before a call, which decoding drops (Llama 3's ``<|python_tag|>``)."""
 
     name: str
     open: str
@@ -52,10 +53,11 @@ class Format:
     many: bool
     listed: bool = False
     short_ids: bool = False
+    lead: str = ""
 
 
 HERMES = Format("hermes", "<tool_call>", "</tool_call>", "arguments", True)
-LLAMA3_JSON = Format("llama3_json", "", "", "parameters", False)
+LLAMA3_JSON = Format("llama3_json", "", "", "parameters", False, lead="<|python_tag|>")
 MISTRAL = Format("mistral", "[TOOL_CALLS]", "", "arguments", True, listed=True, short_ids=True)
 
 
@@ -120,7 +122,8 @@ class Tools:
             "required": ["name", fmt.arguments], "additionalProperties": False} for n in names]}
         call = json.dumps({**one, "x-guidance": LAYOUT})
         if not fmt.open:
-            rule = f"call: %json {call}\n"
+            lead = f"<[{tags[fmt.lead]}]>? " if fmt.lead in tags else ""
+            rule = f"call: {lead}%json {call}\n"
             return Lark(f"start: call\n{rule}" if self.choice != "auto" else f"start: TEXT | call\n{rule}TEXT: /[^{{](?s:.*)/\n")
 
         def mark(text: str) -> str:
@@ -146,9 +149,10 @@ class Tools:
 
 
 def tokens_of(tokenizer: Any, fmt: Format) -> tuple[dict[str, int], list[int]]:
-    """``fmt``'s call marks that are single tokens in ``tokenizer`` (Qwen's ``<tool_call>`` is token 151657), by
-    text; and the other added tokens that are text (``Tokenizer.text_tokens``), which a reply's prose may hold."""
-    found = {t: tokenizer.token_id(t) for t in (fmt.open, fmt.close) if t}
+    """``fmt``'s call marks (and ``lead``) that are single tokens in ``tokenizer`` (Qwen's ``<tool_call>`` is token
+    151657), by text; and the other added tokens that are text (``Tokenizer.text_tokens``), which a reply's prose
+    may hold."""
+    found = {t: tokenizer.token_id(t) for t in (fmt.open, fmt.close, fmt.lead) if t}
     tags = {t: i for t, i in found.items() if i is not None}
     return tags, [i for i in tokenizer.text_tokens() if i not in tags.values()]
 

@@ -277,7 +277,9 @@ class Plan:
         thought = (tok.token_id(reasoning.OPEN), tok.token_id(reasoning.CLOSE))
         if self.grammar is not None and self.thinking and None not in thought:  # the model thinks, then the grammar
             self.grammar = reasoning.after_thinking(self.grammar, thought, self.inside)
-        named = {**tags, **({reasoning.OPEN: thought[0], reasoning.CLOSE: thought[1]} if self.thinking else {})}
+        lead = None if self.fmt is None else self.fmt.lead
+        named = {t: i for t, i in tags.items() if t != lead}  # a lead token is dropped from the text, as decoding does
+        named.update({reasoning.OPEN: thought[0], reasoning.CLOSE: thought[1]} if self.thinking else {})
         self.marks = {i: t for t, i in named.items() if i is not None and not tok.decode([i])}  # special: not decoded
 
     def choice(self, index: int, seq: Any, reply: Any) -> Choice:
