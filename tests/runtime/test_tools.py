@@ -118,6 +118,17 @@ def test_the_grammar_holds_a_hermes_reply_to_the_calls_the_request_allows(saved)
     assert drive(tok, required, "")[1] is False  # a call is required
     named = Tools([WX, ADD], {"type": "function", "function": {"name": "add"}}).grammar(HERMES, tags)
     assert drive(tok, named, CALL2) == (True, True) and drive(tok, named, CALL)[0] is False
+    # Pydantic's schemas refer to their own $defs: each tool's references still resolve, to its own definitions
+    unit = {"type": "function", "function": {"name": "wx", "parameters": {
+        "type": "object", "properties": {"city": {"$ref": "#/$defs/City"}}, "required": ["city"],
+        "$defs": {"City": {"enum": ["Paris", "Lyon"]}}}}}
+    other = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "#/$defs/City"}}, "required": ["a"],
+        "$defs": {"City": {"type": "integer"}}}}}  # the same name, another definition
+    refs = Tools([unit, other]).grammar(HERMES, tags)
+    assert drive(tok, refs, CALL) == (True, True)
+    assert drive(tok, refs, '<tool_call>\n{"name": "wx", "arguments": {"city": "Nice')[0] is False
+    assert drive(tok, refs, '<tool_call>\n{"name": "add", "arguments": {"a": 7}}\n</tool_call>') == (True, True)
 
 
 def test_call_marks_a_tokenizer_does_not_have_are_spelt_out(tmp_path):
@@ -227,6 +238,8 @@ def test_bad_tools_are_refused_naming_what_was_wrong():
         Tools([WX], "always")
     with pytest.raises(CallError, match="parallel_tool_calls=1: true or false"):
         Tools([WX], parallel=1)
+    with pytest.raises(CallError, match=r"messages\[1\].tool_calls\[0\]=.*: a call is"):
+        messages_for_template([CALLED[0], {"role": "assistant", "tool_calls": [{"function": {"name": "wx"}}]}])
     with pytest.raises(CallError, match=r"messages\[1\].tool_calls\[0\].function.arguments is not JSON"):
         messages_for_template([CALLED[0], {"role": "assistant", "tool_calls": [
             {"type": "function", "function": {"name": "wx", "arguments": "{city"}}]}])

@@ -47,7 +47,8 @@ def test_what_cannot_be_meant_here_is_refused_by_name():
                           ({"input": [{"type": "web_search_call"}]}, "input[0] of type 'web_search_call'"),
                           ({"include": ["reasoning.encrypted_content"]}, "'include' is not an option"),
                           ({"metadata": {"a": "b"}}, "metadata: this server keeps no responses"),
-                          ({"instructions": 3}, "instructions=3: a string")]:
+                          ({"instructions": 3}, "instructions=3: a string"),
+                          ({"max_output_tokens": 0}, "max_output_tokens=0: must be an integer of at least 1")]:
         with pytest.raises(CallError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
             chat_body({"model": "m", "input": "Hi", **bad})
 

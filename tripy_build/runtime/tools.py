@@ -118,9 +118,11 @@ class Tools:
         one token each, not spelt out (Qwen3's ``<think>``)."""
         names = [self.named] if self.choice == "function" else list(self.parameters)
         one = {"anyOf": [{
-            "type": "object", "properties": {"name": {"const": n}, fmt.arguments: self.parameters[n]},
+            "type": "object", "properties": {"name": {"const": n}, fmt.arguments: {"$ref": f"#/$defs/{n}"}},
             "required": ["name", fmt.arguments], "additionalProperties": False} for n in names]}
-        call = json.dumps({**one, "x-guidance": LAYOUT})
+        # each tool's schema under $defs/NAME, its own references moved with it (Pydantic's schemas use "#/$defs/...")
+        defs = {"$defs": {n: _moved(self.parameters[n], f"#/$defs/{n}") for n in names}, "x-guidance": LAYOUT}
+        call = json.dumps({**one, **defs})
         if not fmt.open:
             lead = f"<[{tags[fmt.lead]}]>? " if fmt.lead in tags else ""
             rule = f"call: {lead}%json {call}\n"
@@ -129,8 +131,7 @@ class Tools:
         def mark(text: str) -> str:
             return f"<[{tags[text]}]>" if text in tags else json.dumps(text)
         if fmt.listed:
-            listed = {"type": "array", "items": one, "minItems": 1, **({} if self.parallel else {"maxItems": 1}),
-                      "x-guidance": LAYOUT}
+            listed = {"type": "array", "items": one, "minItems": 1, **({} if self.parallel else {"maxItems": 1}), **defs}
             rules = f"calls: WS? %json {json.dumps(listed)}\nWS: /[ \\t\\n]+/\n"
         else:
             rules = (f'call: "\\n" %json {call} "\\n" {mark(fmt.close)}\n'
@@ -146,6 +147,16 @@ class Tools:
             return Lark(f"start: {prose} | {prose}? {mark(fmt.open)} calls\n{rules}{text}")
         # spelt out, the text before a call ends lazily, at the first open mark
         return Lark(f"start: TEXT | head calls\nhead[lazy]: /(?s:.*)/ {mark(fmt.open)}\n{rules}{text}")
+
+
+def _moved(schema: Any, base: str) -> Any:
+    """``schema`` with each of its own references (``"$ref": "#/..."``) pointing under ``base``, where it is put."""
+    if isinstance(schema, dict):
+        return {k: (base + v[1:] if k == "$ref" and isinstance(v, str) and v.startswith("#") else _moved(v, base))
+                for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_moved(v, base) for v in schema]
+    return schema
 
 
 def tokens_of(tokenizer: Any, fmt: Format) -> tuple[dict[str, int], list[int]]:
@@ -305,7 +316,8 @@ def messages_for_template(messages: list[Any]) -> list[Any]:
                 except ValueError:
                     raise CallError(f"messages[{i}].tool_calls[{j}].function.arguments is not JSON: "
                                     f"{arguments[:60]!r}.") from None
-            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+                    or not isinstance(arguments, dict):
                 raise CallError(f"messages[{i}].tool_calls[{j}]={str(call)[:60]}: a call is "
                                 '{"id": ..., "type": "function", "function": {"name": ..., "arguments": "{...}"}}.')
             read.append({**call, "function": {**function, "arguments": arguments}})

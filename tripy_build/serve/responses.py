@@ -46,8 +46,11 @@ def chat_body(body: Any) -> dict[str, Any]:
     chat = {k: body[k] for k in ("model", *NAMES, "seed", "user", "chat_template_kwargs", "eos_token_id", "parallel_tool_calls",
                                  "stream") if k in body}
     chat["messages"] = _messages(body.get("input"), body.get("instructions"))
-    if body.get("max_output_tokens") is not None:
-        chat["max_tokens"] = body["max_output_tokens"]
+    most = body.get("max_output_tokens")
+    if most is not None:
+        if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+            raise CallError(f"max_output_tokens={str(most)[:40]}: must be an integer of at least 1.")
+        chat["max_tokens"] = most
     if body.get("tools"):
         chat["tools"] = [_tool(i, t) for i, t in enumerate(body["tools"])] if isinstance(body["tools"], list) \
             else body["tools"]
