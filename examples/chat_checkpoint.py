@@ -15,12 +15,16 @@ from pathlib import Path
 
 CORPUS = ["hello world, the quick brown fox jumps over the lazy dog. héllo wörld! 你好 don't"] * 20
 # ChatML with tool calls written as Qwen2.5's and Qwen3's templates write them (<tool_call> JSON lines, runtime/tools.py's
-# "hermes"); its list of tools is short (names only) so that a tiny test cache holds it
+# "hermes"; its list of tools is short, names only, so that a tiny test cache holds it), and a thinking switch: with
+# enable_thinking the generation prompt opens a <think> block, as DeepSeek-R1's does, and a past reply's thinking is
+# left out, as Qwen3's and R1's templates leave it (runtime/reasoning.py)
 CHATML = ("{% if tools %}<|im_start|>system\ntools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}"
           "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-          "{% if m['content'] %}{{ m['content'] }}{% endif %}{% for c in m['tool_calls'] or [] %}<tool_call>\n"
+          "{% if m['content'] %}{{ m['content'].split('</think>')[-1] }}{% endif %}"
+          "{% for c in m['tool_calls'] or [] %}<tool_call>\n"
           '{"name": "{{ c[\'function\'][\'name\'] }}", "arguments": {{ c[\'function\'][\'arguments\'] | tojson }}}\n'
-          "</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+          "</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+          "{% if enable_thinking is defined and enable_thinking %}<think>\n{% endif %}{% endif %}")
 
 
 def tokenizer(path: str | Path, tool_tokens: bool = True) -> Path:

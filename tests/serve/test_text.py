@@ -146,7 +146,7 @@ def test_openai_chat_completions_answer_and_stream_the_reply(server, built, expe
         assert status == 200, data
         answer = json.loads(data)
         assert answer["object"] == "chat.completion" and answer["model"] == "qwen2"
-        assert answer["choices"][0]["message"] == {"role": "assistant",
+        assert answer["choices"][0]["message"] == {"role": "assistant", "reasoning_content": None,  # it did not think
                                                    "content": hf_tok.decode(text, skip_special_tokens=True)}
         assert answer["choices"][0]["finish_reason"] == finish
         generated = len(text) + (finish == "stop")
@@ -415,8 +415,8 @@ def test_tool_calls_are_held_to_the_tools_and_read_back_streamed_or_not(server, 
     none = json.loads(call(server, "POST", "/v1/chat/completions", {  # "none": the model is not shown the tools
         **body, "tool_choice": "none", "temperature": 0, "max_tokens": 12, "eos_token_id": [], "logprobs": False})[1])
     assert none["usage"]["prompt_tokens"] == len(expected[0])
-    assert none["choices"][0]["message"] == {"role": "assistant", "content": hf_tok.decode(expected[1],
-                                                                                           skip_special_tokens=True)}
+    assert none["choices"][0]["message"] == {"role": "assistant", "content": hf_tok.decode(
+        expected[1], skip_special_tokens=True), "reasoning_content": None}  # the template can think; it did not
     auto = json.loads(call(server, "POST", "/v1/chat/completions", {**body, "tool_choice": "auto"})[1])["choices"][0]
     assert "<tool_call>" not in (auto["message"]["content"] or "")  # text, or calls read out of it
     history = [*HELLO, {"role": "assistant", "content": None, "tool_calls": [
@@ -431,7 +431,34 @@ def test_tool_calls_are_held_to_the_tools_and_read_back_streamed_or_not(server, 
         rendered, add_generation_prompt=True, tokenize=True)["input_ids"]), again
     assert len(seen) == 2, seen  # the seeds' calls went to both tools
     generate = json.loads(call(server, "GET", "/v2/models/qwen2")[1])["generate"]
-    assert (generate["tools"], generate["thinking"]) == ("hermes", False)  # what the chat template teaches
+    assert (generate["tools"], generate["thinking"]) == ("hermes", True)  # what the chat template teaches
+
+
+def test_a_reasoning_models_thinking_comes_apart_from_its_answer(server, built):
+    """A template that writes ``<think>`` (here: with ``enable_thinking``, the generation prompt opens the block, as
+    DeepSeek-R1's does): the reply, which starts inside the block, is the answer's ``reasoning_content`` (chat,
+    whole and streamed) and its ``reasoning`` item (Responses), none of it ``content``."""
+    _, _, model, hf_tok = built
+    prompt = hf_tok.apply_chat_template(HELLO, add_generation_prompt=True, tokenize=True,
+                                        enable_thinking=True)["input_ids"]
+    assert hf_tok.decode(prompt).endswith("<think>\n")
+    thought = hf_tok.decode(argmax_loop(model, prompt, 8), skip_special_tokens=True).strip()
+    assert thought and "</think>" not in thought
+    body = {"model": "qwen2", "messages": HELLO, "max_tokens": 8, "temperature": 0, "eos_token_id": [],
+            "chat_template_kwargs": {"enable_thinking": True}}
+    answer = json.loads(call(server, "POST", "/v1/chat/completions", body)[1])
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": "", "reasoning_content": thought}
+    assert answer["usage"]["prompt_tokens"] == len(prompt)
+    chunks = [json.loads(p) for p in events(call(server, "POST", "/v1/chat/completions", {**body, "stream": True})[1])[:-1]]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == thought
+    assert "".join(d.get("content") or "" for d in deltas) == ""
+    responses = {"model": "qwen2", "input": "hello fox", "max_output_tokens": 8, "temperature": 0, "eos_token_id": [],
+                 "chat_template_kwargs": {"enable_thinking": True}}
+    output = json.loads(call(server, "POST", "/v1/responses", responses)[1])["output"]
+    assert [item["type"] for item in output] == ["reasoning", "message"]
+    assert output[0]["content"] == [{"type": "reasoning_text", "text": thought}]
+    assert output[1]["content"][0]["text"] == ""
 
 
 def test_the_responses_api_answers_as_the_chat_route_does_streamed_or_not(server, built, expected):
