@@ -187,7 +187,11 @@ class Tokenizer:
              tools: Sequence[Mapping[str, Any]] | None = None, **kwargs: Any) -> list[int]:
         """The ids of ``messages`` in the chat template (``tools`` and ``kwargs``: as ``render``'s), ready to
         generate the assistant's reply."""
-        text = self.render(messages, add_generation_prompt, tools, **kwargs)
+        return self.encode_rendered(self.render(messages, add_generation_prompt, tools, **kwargs))
+
+    def encode_rendered(self, text: str) -> list[int]:
+        """The ids of a prompt the chat template rendered (``render``): no special tokens added, the template
+        wrote them."""
         return self._fast.encode(text, add_special_tokens=False).ids
 
     def stream(self) -> "Detokenizer":

@@ -270,8 +270,9 @@ class Plan:
         self.fmt = None if req.tools is None else _tool_format(tok, req.model)
         tools = None if self.fmt is None else req.tools.definitions
         self.thinking = req.chat and reasoning.thinks(tok.chat_template)
-        self.inside = self.thinking and reasoning.opened(tok.render(req.prompt, tools=tools, **req.template_kwargs))
-        self.ids = tok.chat(req.prompt, tools=tools, **req.template_kwargs) if req.chat else tok.encode(req.prompt)
+        rendered = tok.render(req.prompt, tools=tools, **req.template_kwargs) if req.chat else None
+        self.inside = self.thinking and reasoning.opened(rendered)
+        self.ids = tok.encode_rendered(rendered) if req.chat else tok.encode(req.prompt)
         tags, words = ({}, []) if self.fmt is None else tokens_of(tok, self.fmt)
         self.grammar = req.schema if self.fmt is None else req.tools.grammar(self.fmt, tags, words)
         thought = (tok.token_id(reasoning.OPEN), tok.token_id(reasoning.CLOSE))
