@@ -59,12 +59,20 @@ def chat_body(body: Any) -> dict[str, Any]:
         choice = {"type": "function", "function": {"name": choice["name"]}}
     if choice is not None:
         chat["tool_choice"] = choice
-    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text") or {}, dict) else body["text"]
+    fmt = _format(body)
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         fmt = {"type": "json_schema", "json_schema": {"name": fmt.get("name"), "schema": fmt.get("schema")}}
     if fmt is not None:
         chat["response_format"] = fmt
     return chat
+
+
+def _format(body: dict[str, Any]) -> Any:
+    """``text.format``: the reply's format (``{"type": "text"}``, ``json_object``, ``json_schema``), or None."""
+    text = body.get("text") or {}
+    if not isinstance(text, dict):
+        raise CallError(f'text={str(text)[:60]}: an object such as {{"format": {{"type": "json_object"}}}}.')
+    return text.get("format")
 
 
 def _tool(i: int, tool: Any) -> Any:
@@ -150,7 +158,7 @@ class Answer:
                      "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
                      "temperature": body.get("temperature"), "top_p": body.get("top_p"),
                      "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
-                     "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}}}
+                     "text": {"format": _format(body) or {"type": "text"}}}
         self.output: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None  # the reasoning or message item text is going into
         self.sequence = 0
