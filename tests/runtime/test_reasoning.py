@@ -14,10 +14,9 @@ pytest.importorskip("llguidance")
 from examples.chat_checkpoint import tokenizer as byte_level  # noqa: E402
 from tripy_build.runtime.reasoning import Thoughts, after_thinking, opened, thinks  # noqa: E402
 from tripy_build.runtime.tools import HERMES, Tools, tokens_of  # noqa: E402
-from tripy_build.serve.generation import Reply, Sequence  # noqa: E402
 from tripy_build.serve.openai import Plan, Request  # noqa: E402
 
-from test_tools import CALL, TEMPLATES, WX, drive, ours  # noqa: E402
+from test_tools import CALL, TEMPLATES, WX, drive, fed, ours  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 # as DeepSeek-R1's: a past reply's thinking cut off at </think>, and the generation prompt opens the block itself
@@ -87,16 +86,11 @@ def test_a_grammar_holds_the_answer_after_the_thinking(qwen3):
 
 def reply(plan: Plan, req: Request, tok, text: str):
     """Plan's first choice fed ``text``'s tokens, then an end id: the stream's deltas and the whole answer."""
-    eos = tok.token_id("<|im_end|>")
-    seq = Sequence(None, 64, None, (eos,), lambda t: None, lambda e: None)
-    choice = plan.choice(0, seq, Reply(tok, seq.eos_token_id, [], plan.marks))
     deltas = []
-    for token in [*tok._fast.encode(text, add_special_tokens=False).ids, eos]:
-        seq.tokens.append(token)
-        (thought, content), calls = choice.take(token, False), choice.new_calls()
+
+    def step(thought: str, content: str, calls: list) -> None:
         deltas.append(req.chunk(content or None, calls=calls, reasoning=thought)["choices"][0]["delta"])
-    (thought, content), calls = choice.end(), choice.new_calls()
-    deltas.append(req.chunk(content or None, calls=calls, reasoning=thought)["choices"][0]["delta"])
+    choice = fed(plan, tok, text, tok.token_id("<|im_end|>"), step)
     return deltas, req.answer([choice], tok, 0, 0)["choices"][0]
 
 

@@ -18,6 +18,8 @@ from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.runtime.grammar import constraints  # noqa: E402
 from tripy_build.runtime.tokenizer import FILES, Tokenizer  # noqa: E402
 from tripy_build.runtime.tools import HERMES, LLAMA3_JSON, Calls, Tools, format_of, messages_for_template, tokens_of  # noqa: E402
+from tripy_build.serve.generation import Reply, Sequence  # noqa: E402
+from tripy_build.serve.openai import Plan, Request  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 TEMPLATES = Path(__file__).parent / "templates"
@@ -75,6 +77,18 @@ def test_tools_and_a_conversation_with_calls_render_as_apply_chat_template(saved
     assert '"name": "wx"' in tok.render(CALLED[:1], tools=[WX]) and "wx" not in tok.render(CALLED[:1])
     with pytest.raises(CallError, match="tools must be a list of objects"):
         tok.render(CALLED[:1], tools={"wx": 1})
+
+
+def fed(plan: Plan, tok: Tokenizer, text: str, eos: int, step=lambda *made: None):
+    """``plan``'s first reply fed ``text``'s tokens, then the end id ``eos``, as the server feeds a row's: ``step(
+    thought, content, calls)`` with what each lets out, and once more with what ``end`` does; the ``Choice``."""
+    seq = Sequence(None, 64, None, (eos,), lambda t: None, lambda e: None)
+    choice = plan.choice(0, seq, Reply(tok, seq.eos_token_id, [], plan.marks))
+    for token in [*tok._fast.encode(text, add_special_tokens=False).ids, eos]:
+        seq.tokens.append(token)
+        step(*choice.take(token, False), choice.new_calls())
+    step(*choice.end(), choice.new_calls())
+    return choice
 
 
 def drive(tok: Tokenizer, grammar, text: str | list[int]) -> tuple[bool, bool]:
@@ -161,9 +175,6 @@ def test_the_prose_before_a_call_may_hold_the_other_text_tokens(saved, tmp_path)
 def test_a_llama3_call_may_lead_with_its_python_tag(saved, tmp_path):
     """Llama 3.1 and 3.2 often write ``<|python_tag|>`` (a special token) before a JSON call: the grammar allows it
     there, and only there; decoding drops it, so the call reads as it would without."""
-    from tripy_build.serve.generation import Reply, Sequence
-    from tripy_build.serve.openai import Plan, Request
-
     hf = transformers.AutoTokenizer.from_pretrained(saved)
     hf.add_special_tokens({"additional_special_tokens": ["<|python_tag|>"]})
     hf.chat_template = (TEMPLATES / "llama3.1.jinja").read_text()
@@ -179,11 +190,7 @@ def test_a_llama3_call_may_lead_with_its_python_tag(saved, tmp_path):
     req = Request({"model": "m", "messages": [{"role": "user", "content": "1+2?"}], "tools": [ADD]}, chat=True)
     plan = Plan(req, tok)
     assert plan.marks == {}  # nothing put back into the text: the reply reads as a call from its "{"
-    seq = Sequence(None, 64, None, (0,), lambda t: None, lambda e: None)
-    choice = plan.choice(0, seq, Reply(tok, seq.eos_token_id, [], plan.marks))
-    for token in [*tok._fast.encode("<|python_tag|>" + call, add_special_tokens=False).ids, 0]:
-        choice.take(token, False)
-    choice.end()
+    choice = fed(plan, tok, "<|python_tag|>" + call, 0)
     assert [c["function"]["arguments"] for c in choice.all_calls()] == ['{"a": 1, "b": 2}']
 
 
@@ -266,8 +273,6 @@ def mistral(saved, tmp_path_factory) -> Path:
 
 def test_mistral_calls_are_a_list_after_its_control_token(mistral):
     from tripy_build.runtime.tools import MISTRAL
-    from tripy_build.serve.generation import Reply, Sequence
-    from tripy_build.serve.openai import Plan, Request
 
     tok, hf = ours(mistral), transformers.AutoTokenizer.from_pretrained(mistral)
     assert format_of(tok.chat_template) is MISTRAL
@@ -292,13 +297,7 @@ def test_mistral_calls_are_a_list_after_its_control_token(mistral):
     req = Request({"model": "m", "messages": history[:1], "tools": [WX, ADD]}, chat=True)
     plan = Plan(req, tok)
     assert plan.marks == {tags["[TOOL_CALLS]"]: "[TOOL_CALLS]"} and plan.ids == tok.chat(history[:1], tools=[WX, ADD])
-    eos = tok.token_id("<|im_end|>")
-    seq = Sequence(None, 64, None, (eos,), lambda t: None, lambda e: None)
-    choice = plan.choice(0, seq, Reply(tok, seq.eos_token_id, [], plan.marks))
-    for token in [*tok._fast.encode(two, add_special_tokens=False).ids, eos]:
-        choice.take(token, False)
-    choice.end()
-    answer = req.answer([choice], tok, 0, 0)["choices"][0]
+    answer = req.answer([fed(plan, tok, two, tok.token_id("<|im_end|>"))], tok, 0, 0)["choices"][0]
     assert answer["finish_reason"] == "tool_calls" and answer["message"]["content"] is None
     made = answer["message"]["tool_calls"]
     assert [c["function"] for c in made] == [{"name": "wx", "arguments": '{"city": "Paris"}'},
