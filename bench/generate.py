@@ -36,6 +36,10 @@ Columns per batch (1 and 8):
 Median of ``--rounds`` rounds, a fresh process per contender, batch and round (after one untimed
 generate); the contenders' order rotates each round. Also measured:
 
+- a conversation's second turn (batch 1): the first turn's ``--prompt``-token prompt, its 32-token reply and a
+  32-token message, time to first token once the first turn ran (tripy_build finds all but the reply's last
+  token held in its cache and runs only the rest; torch and ONNX Runtime's ``generate`` run the whole prompt)
+  and for a prompt of that length that nothing ran before; medians of ``--rounds`` processes;
 - the decode step's time with the cache half full and nearly full (the cache is donated and attended at
   its full length, so a step costs the same at any fill: it is not copied per step);
 - serving: ``tripy-build serve``'s ``/generate`` (in-process server, the jax-free runtime) with one client,
@@ -264,25 +268,74 @@ CONTENDERS = {"torch": lambda ckpt, art: Torch(ckpt), "tripy_build": lambda ckpt
 
 
 def worker(args: argparse.Namespace) -> None:
-    """One contender at one batch in this process: its ids, then the timed TTFT and full generation, as JSON."""
+    """One contender at one batch in this process: its ids, then the timed TTFT and full generation, as JSON.
+
+    Each call has prompts of its own: tripy_build keeps what a cache holds, so a prompt that ran before would
+    find all but its last token there (``turns`` measures that on purpose)."""
     contender = CONTENDERS[args.worker](Path(args.ckpt), Path(args.art))
     contender.sampling = SAMPLING.get(args.sampling)
-    ids = np.random.default_rng(args.batch).integers(0, vocab(Path(args.ckpt)), (args.batch, args.prompt)).astype(np.int32)
+    if args.turns:
+        return turns(contender, args)
+    rng = np.random.default_rng(args.batch)
+    ids, fresh, other = (rng.integers(0, vocab(Path(args.ckpt)), (args.batch, args.prompt)).astype(np.int32)
+                         for _ in range(3))
     out = contender.generate(ids, args.new)  # untimed: the first call's costs, and the ids compared
-    ttft = timed(contender.generate, ids, 1)
-    total = timed(contender.generate, ids, args.new)
+    ttft = timed(contender.generate, fresh, 1)
+    total = timed(contender.generate, other, args.new)
     print(json.dumps({"ids": out.tolist(), "ttft": ttft, "total": total}))
 
 
-def spawn(name: str, batch: int, args: argparse.Namespace, ckpt: Path, art: Path) -> dict:
+def turns(contender, args: argparse.Namespace) -> None:
+    """A conversation's second turn: the first turn's prompt (``--prompt`` tokens) and reply, then a new message
+    (``turn`` tokens each). Its time to first token after the first turn ran (``warm``), and the same length
+    of prompt that nothing ran before (``cold``: another first token), as JSON."""
+    rng = np.random.default_rng(7)
+    n = vocab(Path(args.ckpt))
+    contender.generate(rng.integers(0, n, (1, args.prompt + 2 * turn(args))).astype(np.int32), 1)  # first-call costs
+    first = rng.integers(0, n, (1, args.prompt)).astype(np.int32)
+    reply = contender.generate(first, turn(args))
+    second = np.concatenate([first, reply, rng.integers(0, n, (1, turn(args))).astype(np.int32)], axis=1)
+    warm = timed(contender.generate, second, 1)
+    cold = second.copy()
+    cold[0, 0] = (cold[0, 0] + 1) % n
+    print(json.dumps({"warm": warm, "cold": timed(contender.generate, cold, 1), "tokens": second.shape[1]}))
+
+
+def turn(args: argparse.Namespace) -> int:
+    """The tokens of the first turn's reply in ``turns``, and of the user's next message: 32 (``--quick``: 20)."""
+    return min(32, args.prompt)
+
+
+def spawn(name: str, batch: int, args: argparse.Namespace, ckpt: Path, art: Path, turns: bool = False) -> dict:
     python = args.ort if name == "ort" else sys.executable
     cmd = [python, __file__, "--worker", name, "--batch", str(batch), "--prompt", str(args.prompt),
-           "--new", str(args.new), "--ckpt", str(ckpt), "--art", str(art), "--sampling", args.sampling]
+           "--new", str(args.new), "--ckpt", str(ckpt), "--art", str(art), "--sampling", args.sampling,
+           *(["--turns"] if turns else [])]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         return {"error": lines[-1][:200] if lines else f"exit {r.returncode}"}
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def conversation(names: list[str], args: argparse.Namespace, ckpt: Path, art: Path) -> None:
+    """The second turn's time to first token per contender (``turns``), medians of ``--rounds`` processes each."""
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            runs[name].append(spawn(name, 1, args, ckpt, art, turns=True))
+    print(f"\na conversation's second turn (batch 1): the first turn's {args.prompt}-token prompt, its {turn(args)}-token "
+          f"reply and a {turn(args)}-token message; time to first token, ms")
+    print(f"{'contender':<20} {'after turn 1':>12} {'nothing ran':>12} {'gain':>6} {'vs torch':>9}")
+    ok = {n: [x for x in runs[n] if "error" not in x] for n in names}
+    torch_ms = statistics.median(x["warm"] for x in ok["torch"]) * 1e3 if ok.get("torch") else None
+    for name in names:
+        if not ok[name]:
+            print(f"{name:<20} {runs[name][0]['error']}")
+            continue
+        warm, cold = (statistics.median(x[k] for x in ok[name]) * 1e3 for k in ("warm", "cold"))
+        ratio = f"{warm / torch_ms:>8.2f}x" if torch_ms else ""
+        print(f"{name:<20} {warm:>12.1f} {cold:>12.1f} {cold / warm:>5.2f}x {ratio}")
 
 
 def main() -> None:
@@ -304,6 +357,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", help=argparse.SUPPRESS)
     ap.add_argument("--art", help=argparse.SUPPRESS)
+    ap.add_argument("--turns", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.export_ort:
         return ort_export(Path(args.export_ort))
@@ -354,6 +408,7 @@ def main() -> None:
         print(f"{b:>5}  {n:<20} {t:>9.1f} {t / tt:>7.2f}x {d:>13.1f} {d / td:>7.2f}x  {same}")
     for note in notes:
         print(note)
+    conversation(names, args, ckpt, art)
     (fa, a), (fb, b) = cache_fill(art)
     print(f"\ndecode step (runtime, batch 1) with {fa} cache positions filled: {a:.2f} ms; with {fb}: {b:.2f} ms "
           f"(ratio {b / a:.2f})")

@@ -145,6 +145,81 @@ def test_a_finished_sessions_cache_is_taken_by_the_next_without_clearing(gpt2, l
     assert placed == first and len(first) <= 2  # nothing placed the second time round
 
 
+def prompt_tokens_run(steps, monkeypatch) -> list[tuple[str, int]]:
+    """The entry calls ``steps`` makes from here on, as (entry, tokens per row): ``prefill`` and ``decode``'s
+    chunks (seq > 1) run prompt tokens; a ``decode`` of 1 is a generation step."""
+    calls, run = [], steps.run
+    monkeypatch.setattr(steps, "run", lambda entry, profile, leaves: calls.append((entry, profile["seq"])) or
+                        run(entry, profile, leaves))
+    return calls
+
+
+def test_a_prompt_that_begins_as_the_last_call_ran_prefills_only_what_follows(gpt2, loaded, monkeypatch):
+    """A conversation's next turn: the last prompt, its reply and a new message. The session takes the cache the
+    last one left, whose row holds the prompt and the reply's tokens but the last (never fed back), and runs only
+    the rest; the ids still equal Hugging Face's over the whole prompt."""
+    model, _ = gpt2
+    first = [50, 51, 52, 53, 54, 55]
+    reply = loaded.generate([first], 5)[0].tolist()
+    turn = first + reply + [60, 61, 62]
+    calls = prompt_tokens_run(loaded.generation_steps(), monkeypatch)
+    np.testing.assert_array_equal(loaded.generate([turn], 4), hf_generate(model, [turn], 4))
+    assert sum(n for e, n in calls if (e, n) != ("decode", 1)) == 4  # reply[4], 60, 61, 62 of 14 tokens
+    assert calls.count(("decode", 1)) == 3
+    # a prompt that leaves the held tokens part way runs from there: 3 of 7 held, 5 to run
+    other = first[:3] + [1, 2, 3, 4, 5]
+    calls.clear()
+    np.testing.assert_array_equal(loaded.generate([other], 2), hf_generate(model, [other], 2))
+    assert sum(n for e, n in calls if (e, n) != ("decode", 1)) == 5
+
+
+def test_prompts_go_to_the_rows_that_hold_their_first_tokens(gpt2, loaded, monkeypatch):
+    """Two conversations in one batch come back in the other order: each prompt is placed in the row that holds
+    its beginning, not in the row of its index, and runs only its new tokens."""
+    model, _ = gpt2
+    a, b = [70, 71, 72, 73, 74, 75, 76], [80, 81, 82, 83, 84]
+    ra, rb = loaded.generate([a, b], 3).tolist()
+    turns = [b + rb + [1, 2], a + ra + [3]]  # 2 of each reply held (the third never fed back)
+    calls = prompt_tokens_run(loaded.generation_steps(), monkeypatch)
+    np.testing.assert_array_equal(loaded.generate(turns, 3), hf_generate(model, turns, 3))
+    assert sum(n for e, n in calls if (e, n) != ("decode", 1)) == 3 + 2  # of 10 + 11
+
+
+def test_a_free_rows_tokens_outlast_the_steps_of_the_others(gpt2, loaded):
+    """A free row still computes in every decode step (on a mask of zeros): it writes past the tokens it holds,
+    so they serve a later prompt, and the logits then equal PyTorch's over the whole prompt. A row that filled
+    the cache gives up its last position only."""
+    from tripy_build.runtime.generate import Session
+
+    model, _ = gpt2
+    steps = loaded.generation_steps()
+    s = Session(steps, steps.spec(), 4)
+    kept = np.arange(30, 40, dtype=np.int32)
+    full = np.arange(2, 2 + MAX_LENGTH - 1, dtype=np.int32) % VOCAB
+    rows = {}
+    for name, prompt in (("kept", kept), ("full", full)):
+        rows[name] = s.row_for(prompt)
+        s.admit(rows[name], prompt)
+        s.step({rows[name]: 7})  # "full" now holds every position
+        s.release(rows[name])
+    busy = s.row_for(np.array([1, 2], np.int32))
+    assert busy not in rows.values()  # the rows that hold tokens are given up last
+    s.admit(busy, np.array([1, 2], np.int32))
+    for _ in range(20):
+        s.step({busy: 5})
+
+    def last_logits(prompt):
+        with torch.no_grad():
+            return model(torch.tensor([prompt.tolist()])).logits[0, -1].numpy()
+
+    for name, prompt in (("kept", np.concatenate([kept, [7, 9, 8]])), ("full", np.concatenate([full[:-1], [9]]))):
+        row = s.row_for(prompt)
+        assert row == rows[name] and s.reusable(row, prompt) == len(prompt) - (2 if name == "kept" else 1)
+        np.testing.assert_allclose(s.admit(row, prompt), last_logits(prompt), atol=1e-4)
+        assert s.reused[row] == s.reusable(row, prompt) or name == "kept"
+    s.close()
+
+
 def test_more_prompts_than_the_largest_batch_bucket_run_in_groups(gpt2, loaded):
     model, _ = gpt2
     prompts = PROMPTS + [[1, 2, 3], [60, 61]]  # 6 rows, the largest bucket is 4

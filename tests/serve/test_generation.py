@@ -206,6 +206,27 @@ def test_generate_requests_count_in_the_metrics_refused_ones_too(server):
     assert count("refused") == before["refused"] + 3 and count("failure") == before["failure"]
 
 
+def test_a_prompt_that_extends_the_last_one_is_prefilled_from_where_the_cache_ends(server, reference):
+    """A conversation's next turn after the server went idle: the cache the last request left still holds its
+    prompt and reply, so only the new tokens run (counted as vLLM counts them, in tokens: the prefix cache's
+    queries and hits), and the ids equal a fresh generation's."""
+    def counted():
+        with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        return [float(next(ln for ln in text.splitlines() if ln.startswith(f'{name}{{model="gpt2"}} ')).split()[-1])
+                for name in ("tripy_build_prefix_cache_queries_total", "tripy_build_prefix_cache_hits_total")]
+
+    first = [7, 3, 41, 9, 22, 13]
+    status, data = post(server, "/v2/models/gpt2/generate", {"input_ids": first, "max_new_tokens": 5, "eos_token_id": []})
+    assert status == 200, data
+    turn = first + json.loads(data)["output_ids"] + [30, 31]
+    before = counted()
+    status, data = post(server, "/v2/models/gpt2/generate", {"input_ids": turn, "max_new_tokens": 4, "eos_token_id": []})
+    assert status == 200 and json.loads(data)["output_ids"] == reference(turn, 4, eos_token_id=[])
+    queries, hits = (b - a for a, b in zip(before, counted()))
+    assert (queries, hits) == (len(turn), len(first) + 4)  # the reply's last token was never fed back
+
+
 def test_a_generate_artifact_is_announced_by_its_generate_routes_and_keeps_its_entries_off_infer(gpt2, tmp_path):
     """``tripy-build serve`` on a task=generate artifact names /generate and /generate_stream; /infer and the
     metadata show none of the entries' internal inputs (cache, cache_index, row)."""

@@ -59,7 +59,7 @@ def test_the_events_open_and_close_each_item_in_order():
     events += answer.feed("they greet", "", [])
     events += answer.feed("", "Hel", [])
     events += answer.feed("", "lo", [{"id": "call_1", "function": {"name": "wx", "arguments": "{}"}}])
-    events += answer.end("stop", (5, 7))
+    events += answer.end("stop", (5, 7, 3))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [e["type"] for e in events] == [
         "response.created", "response.in_progress",

@@ -150,8 +150,11 @@ def test_openai_chat_completions_answer_and_stream_the_reply(server, built, expe
                                                    "content": hf_tok.decode(text, skip_special_tokens=True)}
         assert answer["choices"][0]["finish_reason"] == finish
         generated = len(text) + (finish == "stop")
+        cached = answer["usage"].pop("prompt_tokens_details")["cached_tokens"]
         assert answer["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": generated,
                                    "total_tokens": len(prompt) + generated}
+        if stops:  # the same prompt ran just before: all but its last token are found in the cache
+            assert cached == len(prompt) - 1
     status, data = call(server, "POST", "/v1/chat/completions", {
         "model": "qwen2", "messages": HELLO, "max_tokens": 12, "temperature": 0, "eos_token_id": [], "stream": True,
         "stream_options": {"include_usage": True}})
@@ -482,6 +485,7 @@ def test_the_responses_api_answers_as_the_chat_route_does_streamed_or_not(server
                          "response.content_part.added"] and kinds[-1] == "response.completed"
     assert "".join(e["delta"] for e in streamed if e["type"] == "response.output_text.delta") == item["content"][0]["text"]
     assert streamed[-1]["response"]["output"][0]["content"] == item["content"]
+    assert streamed[-1]["response"]["usage"]["input_tokens_details"] == {"cached_tokens": len(prompt) - 1}  # ran before
     tools = {"model": "qwen2", "input": "hello fox", "tools": [{"type": "function", **WX["function"]}],
              "tool_choice": "required", "parallel_tool_calls": False, "max_output_tokens": 50, "seed": 1}
     answer = json.loads(call(server, "POST", "/v1/responses", tools)[1])

@@ -83,9 +83,28 @@ class Spec:
         return self.pad_token_id if self.pad_token_id is not None else (eos[0] if eos else None)
 
 
+@dataclass
+class Held:
+    """A cache and what it holds: per row, the tokens whose keys and values sit at its first ``valid`` positions
+    (``tokens[row, :valid[row]]``), a prefix that a later prompt starting with the same tokens need not run
+    again (``Session.reusable``), and when each row was last let go (``released``: the free row given up first
+    is the one let go longest ago)."""
+
+    cache: Any
+    tokens: np.ndarray  # int32 [batch, max_length]
+    valid: np.ndarray  # int32 [batch]
+    released: np.ndarray  # int64 [batch]
+
+    @classmethod
+    def empty(cls, cache: Any, batch: int, max_length: int) -> "Held":
+        return cls(cache, np.zeros((batch, max_length), np.int32), np.zeros(batch, np.int32), np.zeros(batch, np.int64))
+
+
 class Spares:
     """The caches of finished sessions, one per shape, for the next session to take instead of placing zeros:
-    GPT-2 small's cache at batch 8 is 75 MB, 60-70 ms to place (5% of that batch's time to first token).
+    GPT-2 small's cache at batch 8 is 75 MB, 60-70 ms to place (5% of that batch's time to first token). Each
+    keeps what its rows hold (``Held``), so the next session starts from the prompts the last one ran: a
+    conversation's next turn, or a request with the same system prompt and tools, prefills only what is new.
 
     A cache taken back is not cleared, and need not be: a row attends only the positions its mask marks,
     and every call writes its tokens' keys and values before it attends them, so what an earlier session
@@ -94,15 +113,15 @@ class Spares:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.free: dict[tuple[Any, ...], Any] = {}
+        self.free: dict[tuple[Any, ...], Held] = {}
 
-    def take(self, shape: Sequence[int], dtype: str) -> Any | None:
+    def take(self, shape: Sequence[int], dtype: str) -> Held | None:
         with self.lock:
             return self.free.pop((tuple(shape), dtype), None)
 
-    def give(self, shape: Sequence[int], dtype: str, cache: Any) -> None:
+    def give(self, shape: Sequence[int], dtype: str, held: Held) -> None:
         with self.lock:
-            self.free[(tuple(shape), dtype)] = cache
+            self.free[(tuple(shape), dtype)] = held
 
 
 class Steps:
@@ -203,89 +222,141 @@ def check_prompt(spec: Spec, prompt: np.ndarray, max_new_tokens: int, where: str
 
 
 class Session:
-    """A running batch: the cache of ``batch`` rows on the device and, per row, where its next token goes."""
+    """A running batch: the cache of ``batch`` rows on the device and, per row, where its next token goes.
+
+    Each row also keeps which tokens its cache positions hold (``Held``), past its release and, through the
+    loader's ``Spares``, past the session: a prompt admitted into a row whose held tokens begin as it does
+    runs only the rest (``reusable``), and it goes to the free row that holds the most of it (``row_for``).
+    The keys and values taken are those the same tokens at the same positions wrote, so the logits are the
+    ones a full prefill gives (to float rounding: the chunks differ), as vLLM's prefix caching gives them.
+    """
 
     def __init__(self, steps: Steps, spec: Spec, batch: int):
         self.steps, self.spec, self.batch = steps, spec, batch
         self.shape = [batch if n == -1 else n for n in spec.cache_shape]
-        self.cache = steps.spares.take(self.shape, spec.cache_dtype)
-        if self.cache is None:
-            self.cache = steps.zeros(self.shape, spec.cache_dtype)
+        held = steps.spares.take(self.shape, spec.cache_dtype)
+        self.held = held or Held.empty(steps.zeros(self.shape, spec.cache_dtype), batch, spec.max_length)
         self.mask = np.zeros((batch, spec.max_length), np.int32)
         self.index = np.zeros(batch, np.int32)  # the cache position of each row's next token
         self.token = np.zeros(batch, np.int32)  # each row's last token: the next decode step's input
         self.busy = np.zeros(batch, bool)
+        self.reused = np.zeros(batch, np.int32)  # each row's prompt tokens taken from the cache at its admission
+        self.released = int(self.held.released.max())  # releases so far (the order rows were let go in)
         self.sizes = sorted({p["seq"] for p in steps.profiles(spec.prefill) if p["batch"] == batch})
         # decode's chunk sizes over every row (artifacts built before it had them: steps only)
         self.wide = sorted({p.get("seq", 1) for p in steps.profiles(spec.decode) if p["batch"] == batch} - {1})
 
-    def free_row(self) -> int | None:
-        free = np.flatnonzero(~self.busy)
-        return int(free[0]) if free.size else None
+    @property
+    def cache(self) -> Any:
+        return self.held.cache
+
+    @cache.setter
+    def cache(self, cache: Any) -> None:
+        self.held.cache = cache
+
+    def reusable(self, row: int, prompt: np.ndarray) -> int:
+        """How many of ``prompt``'s first tokens ``row`` holds already: their keys and values need not be computed
+        again. At most all but the last token, whose logits the admission returns."""
+        n = min(int(self.held.valid[row]), len(prompt) - 1)
+        differ = np.flatnonzero(self.held.tokens[row, :n] != prompt[:n]) if n > 0 else ()
+        return int(differ[0]) if len(differ) else max(n, 0)
+
+    def row_for(self, prompt: np.ndarray, taken: Sequence[int] = ()) -> int | None:
+        """The free row (not in ``taken``) to admit ``prompt`` into: the one holding most of its first tokens; where
+        none holds any, the one let go longest ago (its tokens the least likely to come back). None: no free row."""
+        free = [r for r in np.flatnonzero(~self.busy) if r not in taken]
+        if not free:
+            return None
+        return int(max(free, key=lambda r: (self.reusable(r, prompt), -self.held.released[r])))
 
     def admit(self, row: int, prompt: np.ndarray) -> np.ndarray:
-        """Prefill ``prompt`` into ``row`` (chunk by chunk); the logits of its last token, ``[vocab]``."""
+        """Prefill ``prompt`` into ``row`` (chunk by chunk, from the first token it does not hold); the logits of its
+        last token, ``[vocab]``."""
         self.mask[row] = 0
         self.mask[row, :len(prompt)] = 1
-        return self._prefill(row, prompt, 0, None)
+        self.reused[row] = self.reusable(row, prompt)
+        return self._prefill(row, prompt, int(self.reused[row]), None)
 
-    def admit_all(self, prompts: Sequence[np.ndarray]) -> np.ndarray:
-        """Prefill ``prompts`` into rows ``0 .. n-1`` of an empty session; their last logits, ``[n, vocab]``.
+    def admit_all(self, prompts: Sequence[np.ndarray]) -> tuple[list[int], np.ndarray]:
+        """Prefill ``prompts`` into free rows of an empty session, each into the row that holds most of it
+        (``row_for``); (their rows, their last logits ``[n, vocab]``).
 
-        The prompts' common length is run over every row at once, in ``decode``'s chunk sizes (one call of
-        ``[batch, 128]`` instead of ``batch`` calls of ``[1, 128]``); what is left of each prompt goes through
-        ``prefill`` row by row. Rows past ``n`` compute on masked zeros and stay free.
+        The prompts' common length (past what every one of them finds held) is run over every row at once, in
+        ``decode``'s chunk sizes (one call of ``[batch, 128]`` instead of ``batch`` calls of ``[1, 128]``); what
+        is left of each prompt goes through ``prefill`` row by row. The other rows compute on masked zeros and
+        stay free (what they held from there on is lost).
         """
         if self.busy.any():
             raise CallError("generate(): admit_all() needs an empty session; admit() a row into a running one.")
+        rows: list[int] = []
+        for prompt in prompts:
+            rows.append(self.row_for(prompt, rows))
+        reused = [self.reusable(row, prompt) for row, prompt in zip(rows, prompts)]
         self.mask[:] = 0
-        for row, prompt in enumerate(prompts):
+        for row, prompt in zip(rows, prompts):
             self.mask[row, :len(prompt)] = 1
-        at, logits = 0, None
-        for size in chunks(min(len(p) for p in prompts), self.wide):
+        at = start = min(reused)
+        wide = chunks(min(len(p) for p in prompts) - start, self.wide)
+        if wide:
+            np.minimum(self.held.valid, start, out=self.held.valid)
+        logits = None
+        for size in wide:
             ids = np.zeros((self.batch, size), np.int32)
-            for row, prompt in enumerate(prompts):
+            for row, prompt in zip(rows, prompts):
                 ids[row] = prompt[at:at + size]
             positions = np.broadcast_to(np.arange(at, at + size, dtype=np.int32), (self.batch, size))
             logits, self.cache = self.steps.run(self.spec.decode, {"batch": self.batch, "seq": size}, [
                 ids, np.ascontiguousarray(positions), self.mask, self.cache, np.full(self.batch, at, np.int32)])
             at += size
-        return np.stack([self._prefill(row, prompt, at, logits[row] if logits is not None else None)
-                         for row, prompt in enumerate(prompts)])
+        self.reused[rows] = reused
+        return rows, np.stack([self._prefill(row, prompt, max(at, r), logits[row] if at > r else None)
+                               for row, prompt, r in zip(rows, prompts, reused)])
 
     def _prefill(self, row: int, prompt: np.ndarray, at: int, logits: np.ndarray | None) -> np.ndarray:
         """The rest of ``prompt`` from ``at`` into ``row`` (``logits``: those of token ``at - 1``, if run)."""
+        self.held.valid[row] = min(self.held.valid[row], at)
         for size in chunks(len(prompt) - at, self.sizes):
             out, self.cache = self.steps.run(self.spec.prefill, {"batch": self.batch, "seq": size}, [
                 prompt[None, at:at + size].astype(np.int32), np.arange(at, at + size, dtype=np.int32)[None],
                 self.mask, self.cache, np.array([at], np.int32), np.array([row], np.int32)])
             logits = out[0]
             at += size
-        self.index[row] = len(prompt)
+        self.held.tokens[row, :len(prompt)] = prompt
+        self.held.valid[row] = self.index[row] = len(prompt)
         self.busy[row] = True
         return logits[:self.spec.vocab_size]
 
     def step(self, tokens: dict[int, int]) -> np.ndarray:
-        """One decode step: each busy row's next ``tokens[row]`` in; the next logits of every row, ``[batch, vocab]``."""
+        """One decode step: each busy row's next ``tokens[row]`` in; the next logits of every row, ``[batch, vocab]``.
+
+        A free row computes too (on a mask of zeros); it writes at its first position past what it holds, so its
+        tokens stay for a later prompt (the last position given up where it holds all of them)."""
         for row, token in tokens.items():
             self.token[row] = token
             self.mask[row, self.index[row]] = 1
-        index = np.where(self.busy, self.index, 0).astype(np.int32)
+        valid = self.held.valid
+        np.minimum(valid, self.spec.max_length - 1, out=valid, where=~self.busy)
+        index = np.where(self.busy, self.index, valid).astype(np.int32)
         logits, self.cache = self.steps.run(self.spec.decode, {"batch": self.batch, "seq": 1}, [
             self.token[:, None], index[:, None], self.mask, self.cache, index])
-        self.index[self.busy] += 1
+        busy = np.flatnonzero(self.busy)
+        self.held.tokens[busy, self.index[busy]] = self.token[busy]
+        self.index[busy] += 1
+        valid[busy] = self.index[busy]
         return logits[:, :self.spec.vocab_size]
 
     def release(self, row: int) -> None:
         self.busy[row] = False
         self.mask[row] = 0
         self.index[row] = 0
+        self.released += 1
+        self.held.released[row] = self.released
 
     def close(self) -> None:
-        """Done: the cache goes to the loader's spares for the next session of this batch."""
-        if self.cache is not None:
-            self.steps.spares.give(self.shape, self.spec.cache_dtype, self.cache)
-            self.cache = None
+        """Done: the cache and what it holds go to the loader's spares for the next session of this batch."""
+        if self.held is not None:
+            self.steps.spares.give(self.shape, self.spec.cache_dtype, self.held)
+            self.held = None
 
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
@@ -319,7 +390,7 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
 
 def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: tuple[int, ...],
            pad: int | None) -> np.ndarray:
-    logits = session.admit_all(rows)
+    at, logits = session.admit_all(rows)
     tokens = np.zeros((len(rows), max_new_tokens), np.int32)
     done = np.zeros(len(rows), bool)
     for step in range(max_new_tokens):
@@ -332,5 +403,5 @@ def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sample
             return tokens[:, :step + 1]
         if step + 1 == max_new_tokens:
             break
-        logits = session.step({i: int(t) for i, t in enumerate(token)})[:len(rows)]
+        logits = session.step({row: int(t) for row, t in zip(at, token)})[at]
     return tokens

@@ -374,7 +374,7 @@ class App:
             await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
             return True
         if req.include_usage:
-            await self._event(send, req.usage_chunk(prompt_tokens, made))
+            await self._event(send, req.usage_chunk(prompt_tokens, made, choices[0].seq.cached))
         await self._event(send, b"[DONE]")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
@@ -399,7 +399,8 @@ class App:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return False
         (thought, text), calls = choice.end(), choice.new_calls()
-        made = answer.feed(thought, text, calls) + answer.end(choice.reply.finish, (prompt_tokens, choice.reply.tokens))
+        made = answer.feed(thought, text, calls) + answer.end(choice.reply.finish, (prompt_tokens, choice.reply.tokens,
+                                                                                     choice.seq.cached))
         if not req.stream:
             await self._send(send, 200, orjson.dumps(made[-1]["response"]), [_JSON], scope)
             return True

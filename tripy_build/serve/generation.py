@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import CallError
-from ..runtime.generate import Session, Spec, check_prompt
+from ..runtime.generate import Held, Session, Spec, check_prompt
 from ..runtime.sampling import NAMES, Sampler
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class Sequence:
     cancelled: bool = False
     logprobs: int | None = None  # score each token (``scored``), with this many most likely alternatives
     ended: bool = False  # its grammar (runtime/grammar.Constraint) took its last token: the reply is whole
+    cached: int = 0  # its prompt's first tokens found in the cache (not computed again): set when it joins
     scored: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # per token, before on_token
 
     def next(self, logits: np.ndarray) -> bool:
@@ -96,6 +97,8 @@ class Generator:
         self.steps_run = 0  # decode steps, and the rows they carried (statistics)
         self.rows_run = 0
         self.cancelled = 0  # requests whose client went away before their last token
+        self.prompt_tokens = 0  # the prompts' tokens admitted, and those of them found in the cache (not run again)
+        self.cached_tokens = 0
         self.thread = threading.Thread(target=self._loop, name=f"tripy_build-generate-{name}", daemon=True)
         self.thread.start()
 
@@ -178,21 +181,28 @@ class Generator:
     def _join(self, joining: list[Sequence]) -> None:
         if self.session is None and joining:  # an idle server: the requests that arrived together prefill as a batch
             self.session = Session(self.steps, self.spec, self._bucket(len(joining)))
-            logits = self.session.admit_all([seq.prompt for seq in joining])
-            self.rows.update(enumerate(joining))
-            for row, seq in enumerate(joining):
-                if seq.next(logits[row]):
+            rows, logits = self.session.admit_all([seq.prompt for seq in joining])
+            self.rows.update(zip(rows, joining))
+            for row, seq, out in zip(rows, joining, logits):
+                self._admitted(seq, row)
+                if seq.next(out):
                     self._finish(row)
             return
         for seq in joining:
-            row = self.session.free_row()
+            row = self.session.row_for(seq.prompt)
             if row is None:
                 self.session = self._grown(self.session)
-                row = self.session.free_row()
+                row = self.session.row_for(seq.prompt)
             logits = self.session.admit(row, seq.prompt)
+            self._admitted(seq, row)
             self.rows[row] = seq
             if seq.next(logits):
                 self._finish(row)
+
+    def _admitted(self, seq: Sequence, row: int) -> None:
+        seq.cached = int(self.session.reused[row])
+        self.prompt_tokens += len(seq.prompt)
+        self.cached_tokens += seq.cached
 
     def _step(self) -> None:
         session = self.session
@@ -222,9 +232,13 @@ class Generator:
         axis = [n for n in self.spec.cache_shape].index(-1)
         pad = [(0, 0)] * cache.ndim
         pad[axis] = (0, bigger.batch - session.batch)
-        bigger.cache = self.steps.put(np.pad(cache, pad))
-        for name in ("mask", "index", "token", "busy"):
+        held = session.held
+        bigger.held = Held(self.steps.put(np.pad(cache, pad)), *(
+            np.pad(a, [(0, bigger.batch - session.batch)] + [(0, 0)] * (a.ndim - 1))
+            for a in (held.tokens, held.valid, held.released)))
+        for name in ("mask", "index", "token", "busy", "reused"):
             getattr(bigger, name)[:session.batch] = getattr(session, name)
+        bigger.released = session.released
         session.close()
         return bigger
 

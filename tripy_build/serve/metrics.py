@@ -114,7 +114,15 @@ class Metrics:
             idle = CounterMetricFamily("tripy_build_http_idle_closed", "Idle HTTP connections (no request in flight, "
                                        "nothing buffered) closed, the longest idle first, to make room for a new one "
                                        "at the connection bound", value=self.idle_closed)
-        families = [requests, rows, calls, queue, compute, sizes, waiting, http, idle]
+        prompts = CounterMetricFamily("tripy_build_prefix_cache_queries", "Prompt tokens admitted to generate "
+                                      "(vLLM's prefix_cache_queries)", labels=label)
+        hits = CounterMetricFamily("tripy_build_prefix_cache_hits", "Of those, the tokens found in the cache and not "
+                                   "run again (vLLM's prefix_cache_hits)", labels=label)
+        for name, ep in self.endpoints.items():
+            if ep.generator is not None:
+                prompts.add_metric([name], ep.generator.prompt_tokens)
+                hits.add_metric([name], ep.generator.cached_tokens)
+        families = [requests, rows, calls, queue, compute, sizes, waiting, http, idle, prompts, hits]
         if self.connections is not None:
             families.append(GaugeMetricFamily("tripy_build_http_connections", "Open HTTP connections",
                                               value=self.connections()))

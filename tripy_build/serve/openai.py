@@ -232,7 +232,7 @@ class Request:
             if calls := c.all_calls():
                 message.update(content=c.text.strip() or None, tool_calls=calls)
             return {"message": message}
-        return {**self._object(False), "usage": usage(prompt_tokens, tokens), "choices": [
+        return {**self._object(False), "usage": usage(prompt_tokens, tokens, choices[0].seq.cached), "choices": [
             {"index": c.index, **choice(c), "finish_reason": c.reply.finish, "logprobs": c.scores(self, tok)}
             for c in choices]}
 
@@ -252,9 +252,9 @@ class Request:
             choice = {"index": index, "text": text or ""}
         return {**self._object(True), "choices": [{**choice, "finish_reason": finish, "logprobs": logprobs}]}
 
-    def usage_chunk(self, prompt_tokens: int, tokens: int) -> dict[str, Any]:
+    def usage_chunk(self, prompt_tokens: int, tokens: int, cached: int) -> dict[str, Any]:
         """The stream's last event with ``stream_options.include_usage``: no choices, the counts."""
-        return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, tokens)}
+        return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, tokens, cached)}
 
 
 class Plan:
@@ -438,8 +438,11 @@ def _token(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def usage(prompt_tokens: int, tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens}
+def usage(prompt_tokens: int, tokens: int, cached: int) -> dict[str, Any]:
+    """OpenAI's ``usage``: ``cached`` is how many of the prompt's first tokens were found in the cache (a
+    conversation's earlier turns, a shared system prompt): their keys and values were not computed again."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def models(names: list[str]) -> dict[str, Any]:
