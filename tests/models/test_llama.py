@@ -1,4 +1,5 @@
-"""The Llama family (Llama 2 and 3 with ``rope_type: llama3``, Qwen2, Qwen3, Mistral) from Hugging Face checkpoints.
+"""The Llama family (Llama 2 and 3 with ``rope_type: llama3``, Qwen2, Qwen3, Mistral, Gemma 2 and 3, Phi-3, and the
+mixtures of experts Qwen3-MoE, Qwen2-MoE and Mixtral) from Hugging Face checkpoints.
 
 Tiny ``save_pretrained`` checkpoints of each (grouped-query attention: 4 query heads over 2 key/value heads): the
 logits of ``models/llama.py`` against the PyTorch model's within 1e-4 of their scale at the real positions of
@@ -60,6 +61,16 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
     "phi3-longrope": ("phi3", transformers.Phi3Config, transformers.Phi3ForCausalLM,
                       {"original_max_position_embeddings": 32, "partial_rotary_factor": 0.5, **PHI3_IDS,
                        "rope_scaling": {"type": "longrope", "short_factor": [2.0, 0.02], "long_factor": [4.0, 3.0]}}),
+    # mixtures of experts: layer 1 of Qwen3-MoE's dense (mlp_only_layers), layer 0 of Qwen2-MoE's (every second
+    # layer sparse), both of Mixtral's sparse; 18 tokens' picks over 4 experts fill several blocks of one expert
+    "qwen3_moe": ("qwen3_moe", transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                  {"head_dim": 16, "num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 24,
+                   "norm_topk_prob": True, "mlp_only_layers": [1]}),
+    "qwen2_moe": ("qwen2_moe", transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM,
+                  {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                   "shared_expert_intermediate_size": 40, "decoder_sparse_step": 2}),
+    "mixtral": ("mixtral", transformers.MixtralConfig, transformers.MixtralForCausalLM,
+                {"num_local_experts": 4, "num_experts_per_tok": 2}),
 }
 TIED = {"llama-tied", "gemma2", "gemma3"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
@@ -105,7 +116,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3", "phi3",
-                                  "phi3-longrope"])
+                                  "phi3-longrope", "qwen3_moe"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",

@@ -85,9 +85,11 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
     """The two entries of a generation build, and what the artifact records for ``generate``."""
     missing = [m for m in METHODS if not callable(getattr(model, m, None))]
     if missing:
+        from ..models import MODELS
+
+        able = [n for n, c in MODELS.items() if all(callable(getattr(c, m, None)) for m in METHODS)]
         raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
-                          "models with a key/value cache: gpt2, llama, qwen2, qwen3, mistral, gemma2, gemma3, phi3. Use "
-                          "task=forward for this model.")
+                          f"models with a key/value cache: {', '.join(able)}. Use task=forward for this model.")
     batch, seq = dims["batch"], dims["seq"]
     max_length = generate["max_length"]
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes

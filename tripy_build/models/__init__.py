@@ -36,6 +36,7 @@ from .gpt2 import GPT2
 from .llama import Gemma2, Gemma3, Llama, Mistral, Phi3, Qwen2, Qwen3
 from .mlp import MLP
 from .modernbert import ModernBert
+from .moe import Mixtral, Qwen2Moe, Qwen3Moe
 from .mpnet import MPNet
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -61,6 +62,9 @@ MODELS: dict[str, type] = {
     "gemma3": Gemma3,
     "phi3": Phi3,
     "mistral": Mistral,
+    "qwen3_moe": Qwen3Moe,
+    "qwen2_moe": Qwen2Moe,
+    "mixtral": Mixtral,
     "vit": ViT,
     "resnet50": ResNet,
 }
@@ -93,4 +97,4 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
            "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3",
-           "ViT", "ResNet", "input_infos"]
+           "Qwen3Moe", "Qwen2Moe", "Mixtral", "ViT", "ResNet", "input_infos"]

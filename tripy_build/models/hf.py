@@ -196,6 +196,18 @@ _MLP = (*_linear("layers.{i}.mlp.gate_proj", "layers.{i}.gate"), *_linear("layer
         *_linear("layers.{i}.mlp.down_proj", "layers.{i}.down"))
 
 
+def _experts(block: str, gate: str, up: str, down: str) -> tuple[tuple[str, str], ...]:
+    """A sparse layer's router and experts (``models/moe.py``), under ``block`` (``mlp``, Mixtral's
+    ``block_sparse_moe``), each expert's projections named ``gate``, ``up`` and ``down`` in the checkpoint."""
+    return ((f"layers.{{i}}.{block}.gate.weight", "layers.{i}.router.weight"),
+            *((f"layers.{{i}}.{block}.experts.{{e}}.{theirs}.weight", f"layers.{{i}}.experts.{{e}}.{ours}.weight")
+              for theirs, ours in ((gate, "gate"), (up, "up"), (down, "down"))))
+
+
+_POST_NORM = (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),)
+_MOE_RENAMES = (("num_local_experts", "num_experts"),)  # transformers 5 saves Qwen3-MoE's and Mixtral's so
+
+
 def _decoder(name: str, classes: str, layer: tuple[tuple[str, str], ...], **extra: Any) -> Architecture:
     """A causal LM of the Llama family (``models/llama.py``): the embeddings, each layer's input norm and then
     ``layer``'s tensors, the final norm, and the LM head unless it is tied to the embeddings."""
@@ -343,7 +355,7 @@ NAMES: dict[str, Architecture] = {
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),
     **{name: _decoder(name, classes, (*_ATTENTION, *norms, *_MLP), **extra) for name, classes, norms, extra in (
-        *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),), {})
+        *((n, c, _POST_NORM, {})
           for n, c in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"))),
         # Gemma's post_attention_layernorm is on the attention's output; the MLP's input norm is pre_feedforward
         *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
@@ -352,6 +364,17 @@ NAMES: dict[str, Architecture] = {
            dict(model_type=t, renames=(("hidden_activation", "hidden_act"),),
                 unsupported=(("use_bidirectional_attention", False),)))
           for n, c, t in (("gemma2", "Gemma2", "gemma2"), ("gemma3", "Gemma3", "gemma3_text"))))},
+    "qwen3_moe": _decoder("qwen3_moe", "Qwen3Moe", (*_ATTENTION, *_POST_NORM, *_MLP,
+                                                   *_experts("mlp", "gate_proj", "up_proj", "down_proj")),
+                          renames=_MOE_RENAMES),
+    "qwen2_moe": _decoder("qwen2_moe", "Qwen2Moe", (
+        *_ATTENTION, *_POST_NORM, *_MLP, *_experts("mlp", "gate_proj", "up_proj", "down_proj"),
+        *((f"layers.{{i}}.mlp.shared_expert.{p}_proj.weight", f"layers.{{i}}.shared.{p}.weight")
+          for p in ("gate", "up", "down")),
+        ("layers.{i}.mlp.shared_expert_gate.weight", "layers.{i}.shared_gate.weight")),
+        renames=(("qkv_bias", "attention_bias"),)),  # transformers 5's name for Qwen2-MoE's
+    "mixtral": _decoder("mixtral", "Mixtral", (*_ATTENTION, *_POST_NORM, *_experts("block_sparse_moe", "w1", "w3", "w2")),
+                        renames=_MOE_RENAMES),
     "phi3": _decoder("phi3", "Phi3", (  # the projections fused as the checkpoint holds them
         *_linear("layers.{i}.self_attn.qkv_proj", "layers.{i}.qkv", bias=False),
         *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o", bias=False),
