@@ -1,6 +1,6 @@
 """GPT-2 small (or, ``--model qwen2``, a Llama-family model of Qwen2.5-0.5B's shape; ``--model gemma3``, of
-gemma-3-270m's) generating tokens: tripy_build (both loaders, and its server) next to Hugging Face on PyTorch and
-ONNX Runtime.
+gemma-3-270m's; ``--model qwen3_moe``, a mixture of experts of two of Qwen3-30B-A3B's layers) generating tokens:
+tripy_build (both loaders, and its server) next to Hugging Face on PyTorch and ONNX Runtime.
 
 The model is ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small: 12 layers, 768 wide, vocab 50257) from
 ``torch.manual_seed(0)``, written once with ``save_pretrained``; every contender starts from that
@@ -97,6 +97,16 @@ GENERATORS = {
                {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
                 "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 1000, "sliding_window": 16,
                 "sliding_window_pattern": 2}, "model=hf"),
+    # Qwen3-30B-A3B's layers (2048 wide, 32 query heads over 4 key/value heads of 128, 128 experts of 768, 8 per
+    # token, every top-k renormalised), two of its 48, embeddings tied to fit this machine (1.55 B parameters)
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 2, "num_attention_heads": 32,
+                   "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                   "moe_intermediate_size": 768, "norm_topk_prob": True, "vocab_size": 151936,
+                   "max_position_embeddings": 32768, "tie_word_embeddings": True},
+                  {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+                   "moe_intermediate_size": 32, "vocab_size": 1000, "tie_word_embeddings": True}, "model=hf"),
 }
 
 
@@ -343,7 +353,8 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/tripy_build-bench-generate")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--model", choices=list(GENERATORS), default="gpt2",
-                    help="gpt2 (GPT-2 small), qwen2 (Qwen2.5-0.5B's shape) or gemma3 (gemma-3-270m's), random weights")
+                    help="gpt2 (GPT-2 small), qwen2 (Qwen2.5-0.5B's shape), gemma3 (gemma-3-270m's) or qwen3_moe (two of "
+                         "Qwen3-30B-A3B's layers), random weights")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
@@ -398,7 +409,8 @@ def main() -> None:
             rows.append((batch, name, t1 * 1e3, batch * (args.new - 1) / max(tn - t1, 1e-9),
                          f"{same}/{batch}" if args.sampling == "greedy" else "sampled"))
     title = {"gpt2": "GPT-2 small", "qwen2": "Qwen2.5-0.5B's shape (Qwen2ForCausalLM)",
-             "gemma3": "gemma-3-270m's shape (Gemma3ForCausalLM)"}[args.model]
+             "gemma3": "gemma-3-270m's shape (Gemma3ForCausalLM)",
+             "qwen3_moe": "two of Qwen3-30B-A3B's layers (Qwen3MoeForCausalLM)"}[args.model]
     print(f"\n{title}{' (quick)' if args.quick else ''}: prompt {args.prompt}, {args.new} new tokens, {args.sampling}; "
           f"{len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
     print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")

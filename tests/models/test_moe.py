@@ -2,7 +2,8 @@
 
 ``routed`` sorts the picks by expert, pads each expert's picks to blocks and loops over the blocks used; here its
 output is compared with the plain sum of the picked experts' outputs, for a token alone, many tokens whose picks
-fill several blocks of one expert, and experts no token picks. Hugging Face parity of whole models (Qwen3-MoE,
+fill several blocks of one expert, experts no token picks, and an exported program whose token count is
+symbolic (a branch per block size). Hugging Face parity of whole models (Qwen3-MoE,
 Qwen2-MoE, Mixtral) and a generate build are in ``test_llama.py``.
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from tripy_build.models import MODELS
-from tripy_build.models.moe import BLOCK, Mixtral, Qwen3Moe, route, routed
+from tripy_build.models.moe import Mixtral, Qwen3Moe, block_rows, route, routed
 
 
 def dense(x, weights, picks, gate_up, down):
@@ -28,21 +29,44 @@ def dense(x, weights, picks, gate_up, down):
     return out
 
 
-@pytest.mark.parametrize("tokens, experts, k, banned", [(1, 8, 2, ()), (50, 6, 3, (5,)), (40, 4, 1, (0, 2))])
-def test_routed_experts_equal_each_picked_expert_run_alone(tokens, experts, k, banned):
+def problem(tokens, experts, k, banned, d=12, ff=10):
+    """Tokens, their router's picks (no token picks a ``banned`` expert) and the experts' weights."""
     rng = np.random.default_rng(tokens)
-    d, ff = 12, 10
     x = rng.standard_normal((tokens, d)).astype(np.float32)
     logits = rng.standard_normal((tokens, experts)).astype(np.float32)
-    logits[:, list(banned)] = -1e9  # experts no token picks: their blocks are not run
+    logits[:, list(banned)] = -1e9
     gate_up = rng.standard_normal((experts, 2 * ff, d)).astype(np.float32)
     down = rng.standard_normal((experts, d, ff)).astype(np.float32)
     weights, picks = (np.asarray(a) for a in route(jnp.asarray(logits), k, normalize=False))
     assert not set(picks.ravel()) & set(banned)
-    if tokens > 1:  # one expert's picks span more than one block
-        assert np.bincount(picks.ravel()).max() > BLOCK
-    got = jax.jit(lambda *a: routed(*a, jax.nn.silu))(x, weights, picks, gate_up, down)
-    np.testing.assert_allclose(np.asarray(got), dense(x, weights, picks, gate_up, down), rtol=1e-5, atol=1e-4)
+    return x, weights, picks, gate_up, down
+
+
+# a token alone; many tokens over a few experts (the others banned: each used expert's picks fill several blocks);
+# picks spread over every expert
+@pytest.mark.parametrize("tokens, experts, k, banned", [(1, 8, 2, ()), (200, 8, 2, (1, 2, 3, 4, 5, 6)),
+                                                        (50, 6, 3, (5,)), (40, 4, 1, (0, 2))])
+def test_routed_experts_equal_each_picked_expert_run_alone(tokens, experts, k, banned):
+    args = problem(tokens, experts, k, banned)
+    got = jax.jit(lambda *a: routed(*a, jax.nn.silu))(*args)
+    np.testing.assert_allclose(np.asarray(got), dense(*args), rtol=1e-5, atol=1e-4)
+    if tokens == 200:
+        assert np.bincount(args[2].ravel()).max() > block_rows(tokens * k, experts)
+
+
+def test_an_exported_program_with_symbolic_tokens_picks_each_shapes_block_size():
+    """Exported with the token count symbolic (as a build exports), every block size is a branch; called at each
+    shape, the result is the concrete path's, whichever block size that shape picks."""
+    n = jax.export.symbolic_shape("n")[0]
+    d, ff, experts, k = 12, 10, 6, 3
+    spec = [jax.ShapeDtypeStruct((n, d), jnp.float32), jax.ShapeDtypeStruct((n, k), jnp.float32),
+            jax.ShapeDtypeStruct((n, k), jnp.int32), jax.ShapeDtypeStruct((experts, 2 * ff, d), jnp.float32),
+            jax.ShapeDtypeStruct((experts, d, ff), jnp.float32)]
+    exported = jax.export.export(jax.jit(lambda *a: routed(*a, jax.nn.silu)))(*spec)
+    assert [block_rows(t * k, experts) for t in (1, 12, 50)] == [8, 16, 64]
+    for tokens in (1, 12, 50):
+        args = problem(tokens, experts, k, ())
+        np.testing.assert_allclose(np.asarray(exported.call(*args)), dense(*args), rtol=1e-5, atol=1e-4)
 
 
 def test_route_picks_the_softmaxs_largest_renormalised_where_asked():
