@@ -91,7 +91,7 @@ def reply(plan: Plan, req: Request, tok, text: str):
     def step(thought: str, content: str, calls: list) -> None:
         deltas.append(req.chunk(content or None, calls=calls, reasoning=thought)["choices"][0]["delta"])
     choice = fed(plan, tok, text, tok.token_id("<|im_end|>"), step)
-    return deltas, req.answer([choice], tok, 0, 0)["choices"][0]
+    return deltas, req.answer([choice], tok, 0)["choices"][0]
 
 
 def test_openais_answer_carries_the_thinking_apart_streamed_or_not(qwen3):
@@ -118,6 +118,24 @@ def test_openais_answer_carries_the_thinking_apart_streamed_or_not(qwen3):
     assert not plan.inside and plan.ids == tok.chat(hello, enable_thinking=False)
     assert reply(plan, off, tok, "Hello!")[1]["message"] == {"role": "assistant", "content": "Hello!",
                                                               "reasoning_content": None}
+
+
+def test_the_thinkings_tokens_are_counted_as_reasoning_tokens(qwen3):
+    """OpenAI's ``usage.completion_tokens_details.reasoning_tokens``: the block's tokens, its marks with them; the
+    answer's and the end id's not."""
+    tok = ours(qwen3)
+    req = Request({"model": "m", "messages": [{"role": "user", "content": "hello"}]}, chat=True)
+    plan = Plan(req, tok)
+    thinking, answer = "<think>\nthey greet\n</think>", "\n\nHello!"
+    choice = fed(plan, tok, thinking + answer, tok.token_id("<|im_end|>"))
+    count = len(tok._fast.encode(thinking, add_special_tokens=False).ids)
+    made = len(tok._fast.encode(thinking + answer, add_special_tokens=False).ids) + 1
+    assert count >= 6 and made > count + 2
+    assert req.answer([choice], tok, 5)["usage"] == {
+        "prompt_tokens": 5, "completion_tokens": made, "total_tokens": 5 + made,
+        "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": count}}
+    unthought = fed(plan, tok, "Hello!", tok.token_id("<|im_end|>"))
+    assert req.answer([unthought], tok, 5)["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
 
 
 def test_a_prompt_that_opens_the_block_starts_the_reply_inside_it(qwen3, tmp_path):

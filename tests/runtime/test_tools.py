@@ -297,7 +297,7 @@ def test_mistral_calls_are_a_list_after_its_control_token(mistral):
     req = Request({"model": "m", "messages": history[:1], "tools": [WX, ADD]}, chat=True)
     plan = Plan(req, tok)
     assert plan.marks == {tags["[TOOL_CALLS]"]: "[TOOL_CALLS]"} and plan.ids == tok.chat(history[:1], tools=[WX, ADD])
-    answer = req.answer([fed(plan, tok, two, tok.token_id("<|im_end|>"))], tok, 0, 0)["choices"][0]
+    answer = req.answer([fed(plan, tok, two, tok.token_id("<|im_end|>"))], tok, 0)["choices"][0]
     assert answer["finish_reason"] == "tool_calls" and answer["message"]["content"] is None
     made = answer["message"]["tool_calls"]
     assert [c["function"] for c in made] == [{"name": "wx", "arguments": '{"city": "Paris"}'},

@@ -59,7 +59,7 @@ def test_the_events_open_and_close_each_item_in_order():
     events += answer.feed("they greet", "", [])
     events += answer.feed("", "Hel", [])
     events += answer.feed("", "lo", [{"id": "call_1", "function": {"name": "wx", "arguments": "{}"}}])
-    events += answer.end("stop", (5, 7, 3))
+    events += answer.end("stop", (5, 7, 3, 2))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [e["type"] for e in events] == [
         "response.created", "response.in_progress",
@@ -73,5 +73,7 @@ def test_the_events_open_and_close_each_item_in_order():
     final = events[-1]["response"]
     assert [item["type"] for item in final["output"]] == ["reasoning", "message", "function_call"]
     assert final["output"][1]["content"][0]["text"] == "Hello" and final["status"] == "completed"
-    assert final["output"][2]["call_id"] == "call_1" and final["usage"]["total_tokens"] == 12
+    assert final["output"][2]["call_id"] == "call_1" and final["usage"] == {
+        "input_tokens": 5, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 7,
+        "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 12}
     assert [e["output_index"] for e in events if e["type"] == "response.output_item.added"] == [0, 1, 2]

@@ -151,6 +151,7 @@ def test_openai_chat_completions_answer_and_stream_the_reply(server, built, expe
         assert answer["choices"][0]["finish_reason"] == finish
         generated = len(text) + (finish == "stop")
         cached = answer["usage"].pop("prompt_tokens_details")["cached_tokens"]
+        assert answer["usage"].pop("completion_tokens_details") == {"reasoning_tokens": 0}  # it did not think
         assert answer["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": generated,
                                    "total_tokens": len(prompt) + generated}
         if stops:  # the same prompt ran just before: all but its last token are found in the cache
@@ -452,13 +453,16 @@ def test_a_reasoning_models_thinking_comes_apart_from_its_answer(server, built):
     answer = json.loads(call(server, "POST", "/v1/chat/completions", body)[1])
     assert answer["choices"][0]["message"] == {"role": "assistant", "content": "", "reasoning_content": thought}
     assert answer["usage"]["prompt_tokens"] == len(prompt)
+    assert answer["usage"]["completion_tokens_details"] == {"reasoning_tokens": 8}  # cut inside the block
     chunks = [json.loads(p) for p in events(call(server, "POST", "/v1/chat/completions", {**body, "stream": True})[1])[:-1]]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == thought
     assert "".join(d.get("content") or "" for d in deltas) == ""
     responses = {"model": "qwen2", "input": "hello fox", "max_output_tokens": 8, "temperature": 0, "eos_token_id": [],
                  "chat_template_kwargs": {"enable_thinking": True}}
-    output = json.loads(call(server, "POST", "/v1/responses", responses)[1])["output"]
+    whole = json.loads(call(server, "POST", "/v1/responses", responses)[1])
+    output = whole["output"]
+    assert whole["usage"]["output_tokens_details"] == {"reasoning_tokens": 8}
     assert [item["type"] for item in output] == ["reasoning", "message"]
     assert output[0]["content"] == [{"type": "reasoning_text", "text": thought}]
     assert output[1]["content"][0]["text"] == ""

@@ -39,8 +39,10 @@ class Thoughts:
         self._state = "inside" if inside else "start"
         self._held = ""
         self._lead = inside  # whitespace right after a mark is dropped
+        self.thought = False  # whether the text last fed was (in part) inside the block: a reasoning token's
 
     def feed(self, text: str) -> tuple[str, str]:
+        self.thought = self._state == "inside"
         self._held += text
         thinking, answer = [], []
         while self._held:
@@ -50,6 +52,7 @@ class Thoughts:
                     break  # could still be the block's start
                 if head.startswith(OPEN):
                     self._held, self._state, self._lead = head[len(OPEN):], "inside", True
+                    self.thought = True
                     continue
                 self._state = "after"
                 continue

@@ -368,13 +368,12 @@ class App:
                     await self._event(send, req.chunk(rest or (None if calls or thought else ""), index=c.index,
                                                       logprobs=c.scores(req, tok), calls=calls, reasoning=thought))
                 await self._event(send, req.chunk(None, c.reply.finish, index=c.index))
-        made = sum(c.reply.tokens for c in choices)
         if not req.stream:
-            answer = req.answer(choices, tok, prompt_tokens, made)
+            answer = req.answer(choices, tok, prompt_tokens)
             await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
             return True
         if req.include_usage:
-            await self._event(send, req.usage_chunk(prompt_tokens, made, choices[0].seq.cached))
+            await self._event(send, req.usage_chunk(prompt_tokens, choices))
         await self._event(send, b"[DONE]")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
@@ -399,8 +398,8 @@ class App:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return False
         (thought, text), calls = choice.end(), choice.new_calls()
-        made = answer.feed(thought, text, calls) + answer.end(choice.reply.finish, (prompt_tokens, choice.reply.tokens,
-                                                                                     choice.seq.cached))
+        made = answer.feed(thought, text, calls) + answer.end(choice.reply.finish, (
+            prompt_tokens, choice.reply.tokens, choice.seq.cached, choice.reasoning_tokens))
         if not req.stream:
             await self._send(send, 200, orjson.dumps(made[-1]["response"]), [_JSON], scope)
             return True

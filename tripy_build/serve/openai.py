@@ -219,10 +219,10 @@ class Request:
         kind = ("chat.completion" + (".chunk" if chunk else "")) if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def answer(self, choices: list[Choice], tok: Any, prompt_tokens: int, tokens: int) -> dict[str, Any]:
+    def answer(self, choices: list[Choice], tok: Any, prompt_tokens: int) -> dict[str, Any]:
         """The whole answer (``stream`` false): per choice its text, ``finish_reason``, ``logprobs`` (``scores``'),
         a reasoning model's thinking (``reasoning_content``) and tool calls (a message with calls and no text has
-        ``content`` null); ``tokens``: those generated, all choices together."""
+        ``content`` null); the ``usage`` of them all."""
         def choice(c: Choice) -> dict[str, Any]:
             if not self.chat:
                 return {"text": c.text}
@@ -232,7 +232,7 @@ class Request:
             if calls := c.all_calls():
                 message.update(content=c.text.strip() or None, tool_calls=calls)
             return {"message": message}
-        return {**self._object(False), "usage": usage(prompt_tokens, tokens, choices[0].seq.cached), "choices": [
+        return {**self._object(False), "usage": usage(prompt_tokens, choices), "choices": [
             {"index": c.index, **choice(c), "finish_reason": c.reply.finish, "logprobs": c.scores(self, tok)}
             for c in choices]}
 
@@ -252,9 +252,9 @@ class Request:
             choice = {"index": index, "text": text or ""}
         return {**self._object(True), "choices": [{**choice, "finish_reason": finish, "logprobs": logprobs}]}
 
-    def usage_chunk(self, prompt_tokens: int, tokens: int, cached: int) -> dict[str, Any]:
+    def usage_chunk(self, prompt_tokens: int, choices: list[Choice]) -> dict[str, Any]:
         """The stream's last event with ``stream_options.include_usage``: no choices, the counts."""
-        return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, tokens, cached)}
+        return {**self._object(True), "choices": [], "usage": usage(prompt_tokens, choices)}
 
 
 class Plan:
@@ -318,11 +318,13 @@ class Choice:
         self.scored: list[int] = []  # positions in seq.tokens
         self.finished = False
         self.text = ""
+        self.reasoning_tokens = 0  # the tokens of the thinking, its marks with it
 
     def take(self, token: int, scoring: bool) -> tuple[str, str]:
         """The thinking and the content ``token`` lets out now (``Reply.take``, less what is a tool call's), the
         token kept for its log probability (an end id not)."""
         thought, text = self._split(self.reply.take(token))
+        self.reasoning_tokens += self.thoughts is not None and self.thoughts.thought
         if scoring and token not in self.seq.eos_token_id:
             self.scored.append(self.reply.tokens - 1)
         return thought, text
@@ -438,11 +440,14 @@ def _token(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def usage(prompt_tokens: int, tokens: int, cached: int) -> dict[str, Any]:
-    """OpenAI's ``usage``: ``cached`` is how many of the prompt's first tokens were found in the cache (a
-    conversation's earlier turns, a shared system prompt): their keys and values were not computed again."""
+def usage(prompt_tokens: int, choices: list[Choice]) -> dict[str, Any]:
+    """OpenAI's ``usage`` of a request's ``choices``: their tokens together, of which a reasoning model's thinking
+    (``reasoning_tokens``), and how many of the prompt's first tokens were found in the cache (``cached_tokens``:
+    a conversation's earlier turns, a shared system prompt; their keys and values were not computed again)."""
+    tokens = sum(c.reply.tokens for c in choices)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+            "prompt_tokens_details": {"cached_tokens": choices[0].seq.cached},
+            "completion_tokens_details": {"reasoning_tokens": sum(c.reasoning_tokens for c in choices)}}
 
 
 def models(names: list[str]) -> dict[str, Any]:

@@ -163,13 +163,13 @@ class Answer:
         self.open: dict[str, Any] | None = None  # the reasoning or message item text is going into
         self.sequence = 0
 
-    def response(self, status: str, usage: tuple[int, int, int] | None = None) -> dict[str, Any]:
+    def response(self, status: str, usage: tuple[int, int, int, int] | None = None) -> dict[str, Any]:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         out = {"id": self.id, "object": "response", "created_at": self.created, "model": self.model, "status": status,
                "error": None, "incomplete_details": incomplete, "output": self.output, **self.echo}
         if usage is not None:
             out["usage"] = {"input_tokens": usage[0], "input_tokens_details": {"cached_tokens": usage[2]},
-                            "output_tokens": usage[1], "output_tokens_details": {"reasoning_tokens": 0},
+                            "output_tokens": usage[1], "output_tokens_details": {"reasoning_tokens": usage[3]},
                             "total_tokens": usage[0] + usage[1]}
         return out
 
@@ -211,10 +211,11 @@ class Answer:
                        self.event("response.output_item.done", output_index=index, item=item)]
         return events
 
-    def end(self, finish: str, usage: tuple[int, int, int]) -> list[dict[str, Any]]:
-        """The last events: the open item closed, then the whole response in ``response.completed``, its
-        ``status`` ``incomplete`` where the reply ran out of ``max_output_tokens`` (as vLLM sends it: OpenAI's
-        client waits for ``response.completed`` to hand over the final response)."""
+    def end(self, finish: str, usage: tuple[int, int, int, int]) -> list[dict[str, Any]]:
+        """The last events: the open item closed, then the whole response in ``response.completed`` (``usage``: the
+        input, output, cached input and reasoning tokens), its ``status`` ``incomplete`` where the reply ran out of
+        ``max_output_tokens`` (as vLLM sends it: OpenAI's client waits for ``response.completed`` to hand over the
+        final response)."""
         status = "incomplete" if finish == "length" else "completed"
         events = self._close(status)
         if not any(item["type"] in ("message", "function_call") for item in self.output):
