@@ -19,7 +19,7 @@ import pytest
 import tripy_build as tb
 from tripy_build.models import (
     GPT2, MLP, MODELS, Bert, ConvNet, DebertaV2, DistilBert, Gemma2, Gemma3, GEGLU, Llama, Mistral, ModernBert, MPNet,
-    Phi3, Qwen2, Qwen3, ResNet, Roberta, TransformerBlock, ViT, XLMRoberta, input_infos,
+    Mixtral, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta, TransformerBlock, ViT, XLMRoberta, input_infos,
 )
 
 KEY = jax.random.PRNGKey(0)
@@ -102,7 +102,8 @@ def test_registry():
                       "bert": Bert, "roberta": Roberta, "xlm-roberta": XLMRoberta, "distilbert": DistilBert,
                       "mpnet": MPNet, "deberta-v2": DebertaV2, "modernbert": ModernBert, "gpt2": GPT2, "llama": Llama,
                       "qwen2": Qwen2, "qwen3": Qwen3, "mistral": Mistral,
-                      "gemma2": Gemma2, "gemma3": Gemma3, "phi3": Phi3, "vit": ViT, "resnet50": ResNet}
+                      "gemma2": Gemma2, "gemma3": Gemma3, "phi3": Phi3, "qwen3_moe": Qwen3Moe, "qwen2_moe": Qwen2Moe,
+                      "mixtral": Mixtral, "vit": ViT, "resnet50": ResNet}
     for key, cls in MODELS.items():
         assert cls.name == key
         model = cls()  # every hyperparameter has a default
