@@ -59,7 +59,9 @@ def test_the_events_open_and_close_each_item_in_order():
     events += answer.feed("they greet", "", [])
     events += answer.feed("", "Hel", [])
     events += answer.feed("", "lo", [{"id": "call_1", "function": {"name": "wx", "arguments": "{}"}}])
-    events += answer.end("stop", (5, 7, 3, 2))
+    events += answer.end("stop", {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12,
+                                  "prompt_tokens_details": {"cached_tokens": 3},
+                                  "completion_tokens_details": {"reasoning_tokens": 2}})
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [e["type"] for e in events] == [
         "response.created", "response.in_progress",

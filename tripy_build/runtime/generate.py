@@ -231,10 +231,11 @@ class Session:
     ones a full prefill gives (to float rounding: the chunks differ), as vLLM's prefix caching gives them.
     """
 
-    def __init__(self, steps: Steps, spec: Spec, batch: int):
+    def __init__(self, steps: Steps, spec: Spec, batch: int, held: Held | None = None):
+        """``held``: the cache to start from (a smaller session's, grown); None: the spare of this shape, else zeros."""
         self.steps, self.spec, self.batch = steps, spec, batch
         self.shape = [batch if n == -1 else n for n in spec.cache_shape]
-        held = steps.spares.take(self.shape, spec.cache_dtype)
+        held = held or steps.spares.take(self.shape, spec.cache_dtype)
         self.held = held or Held.empty(steps.zeros(self.shape, spec.cache_dtype), batch, spec.max_length)
         self.mask = np.zeros((batch, spec.max_length), np.int32)
         self.index = np.zeros(batch, np.int32)  # the cache position of each row's next token

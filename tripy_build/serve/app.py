@@ -382,6 +382,8 @@ class App:
                                 events: asyncio.Queue, prompt_tokens: int) -> bool:
         """A Responses API answer (``responses.Answer``) as the reply's tokens come: one JSON response, or (``stream``)
         its events; whether it ended well (an error is raised, or sent as a stream's last event)."""
+        from .openai import usage
+
         if req.stream:
             await self._start_events(send, scope)
             for e in answer.start():
@@ -398,8 +400,7 @@ class App:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return False
         (thought, text), calls = choice.end(), choice.new_calls()
-        made = answer.feed(thought, text, calls) + answer.end(choice.reply.finish, (
-            prompt_tokens, choice.reply.tokens, choice.seq.cached, choice.reasoning_tokens))
+        made = answer.feed(thought, text, calls) + answer.end(choice.reply.finish, usage(prompt_tokens, [choice]))
         if not req.stream:
             await self._send(send, 200, orjson.dumps(made[-1]["response"]), [_JSON], scope)
             return True

@@ -227,18 +227,15 @@ class Generator:
 
     def _grown(self, session: Session) -> Session:
         """The session moved into the next batch bucket: the cache copied once, the rows' state with it."""
-        bigger = Session(self.steps, self.spec, self._bucket(session.batch + 1))
+        more = self._bucket(session.batch + 1) - session.batch
         cache = self.steps.host(session.cache)
-        axis = [n for n in self.spec.cache_shape].index(-1)
         pad = [(0, 0)] * cache.ndim
-        pad[axis] = (0, bigger.batch - session.batch)
+        pad[list(self.spec.cache_shape).index(-1)] = (0, more)
         held = session.held
-        bigger.held = Held(self.steps.put(np.pad(cache, pad)), *(
-            np.pad(a, [(0, bigger.batch - session.batch)] + [(0, 0)] * (a.ndim - 1))
-            for a in (held.tokens, held.valid, held.released)))
+        bigger = Session(self.steps, self.spec, session.batch + more, Held(self.steps.put(np.pad(cache, pad)), *(
+            np.pad(a, [(0, more)] + [(0, 0)] * (a.ndim - 1)) for a in (held.tokens, held.valid, held.released))))
         for name in ("mask", "index", "token", "busy", "reused"):
             getattr(bigger, name)[:session.batch] = getattr(session, name)
-        bigger.released = session.released
         session.close()
         return bigger
 

@@ -163,14 +163,16 @@ class Answer:
         self.open: dict[str, Any] | None = None  # the reasoning or message item text is going into
         self.sequence = 0
 
-    def response(self, status: str, usage: tuple[int, int, int, int] | None = None) -> dict[str, Any]:
+    def response(self, status: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The Response; ``usage``: the chat route's (``openai.usage``), under the Responses API's names."""
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         out = {"id": self.id, "object": "response", "created_at": self.created, "model": self.model, "status": status,
                "error": None, "incomplete_details": incomplete, "output": self.output, **self.echo}
         if usage is not None:
-            out["usage"] = {"input_tokens": usage[0], "input_tokens_details": {"cached_tokens": usage[2]},
-                            "output_tokens": usage[1], "output_tokens_details": {"reasoning_tokens": usage[3]},
-                            "total_tokens": usage[0] + usage[1]}
+            out["usage"] = {"input_tokens": usage["prompt_tokens"], "input_tokens_details": usage["prompt_tokens_details"],
+                            "output_tokens": usage["completion_tokens"],
+                            "output_tokens_details": usage["completion_tokens_details"],
+                            "total_tokens": usage["total_tokens"]}
         return out
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -211,9 +213,9 @@ class Answer:
                        self.event("response.output_item.done", output_index=index, item=item)]
         return events
 
-    def end(self, finish: str, usage: tuple[int, int, int, int]) -> list[dict[str, Any]]:
+    def end(self, finish: str, usage: dict[str, Any]) -> list[dict[str, Any]]:
         """The last events: the open item closed, then the whole response in ``response.completed`` (``usage``: the
-        input, output, cached input and reasoning tokens), its ``status`` ``incomplete`` where the reply ran out of
+        chat route's, ``openai.usage``), its ``status`` ``incomplete`` where the reply ran out of
         ``max_output_tokens`` (as vLLM sends it: OpenAI's client waits for ``response.completed`` to hand over the
         final response)."""
         status = "incomplete" if finish == "length" else "completed"
