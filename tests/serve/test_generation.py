@@ -6,10 +6,12 @@ import http.client
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tripy_build as tb
@@ -92,6 +94,48 @@ def test_concurrent_requests_share_decode_steps_and_get_their_own_answers(server
     ran, carried = generator.steps_run - steps, generator.rows_run - rows
     assert carried > 1.5 * ran  # decode steps carried several requests' rows at once
     assert not generator.rows and generator.session is None  # every row freed, the batch dropped
+
+
+def test_a_running_batch_grows_into_the_next_bucket_and_its_rows_go_on(gpt2):
+    """A request that finds every row of the running batch busy moves the batch into the next bucket (the cache
+    copied once, with what each row holds): the running request goes on where it was, the new one joins, and each
+    gets the ids, and the log probabilities, it gets alone."""
+    from tripy_build import runtime
+    from tripy_build.serve.generation import Generator
+
+    steps = runtime.load(gpt2).generation_steps()
+
+    def run(requests, grow_after=None):
+        """Each request's (ids, log probabilities); the second submitted once the first made ``grow_after`` tokens
+        (None: each alone, one after the other). Also the batch sizes the generator grew from."""
+        generator = Generator(steps, steps.spec(), "gpt2")
+        grown, grow = [], generator._grown
+        generator._grown = lambda session: grown.append(session.batch) or grow(session)
+        seqs, ended = [], [threading.Event() for _ in requests]
+
+        def submit(i):
+            def took(token):
+                if i == 0 and grow_after is not None and len(seqs[0].tokens) == grow_after:
+                    submit(1)
+            seqs.append(generator.submit(requests[i][0], requests[i][1], took, lambda e: ended[i].set(),
+                                         eos_token_id=[], logprobs=1))
+        try:
+            for i in ([0] if grow_after is not None else range(len(requests))):
+                submit(i)
+                if grow_after is None:
+                    assert ended[i].wait(60)
+            assert all(e.wait(60) for e in ended)
+        finally:
+            generator.close()
+        return [(s.tokens, [lp for lp, _ in s.scored]) for s in seqs], grown
+
+    requests = [([5, 6, 7], 20), ([9, 8], 6)]
+    alone, _ = run(requests)
+    together, grown = run(requests, grow_after=3)
+    assert grown == [1]
+    for (ids, logprobs), (want_ids, want) in zip(together, alone):
+        assert ids == want_ids
+        np.testing.assert_allclose(logprobs, want, atol=1e-5)
 
 
 def test_a_request_stops_at_any_of_its_eos_ids(server, reference):
