@@ -214,9 +214,9 @@ def test_tied_embeddings_are_held_once_transposed(checkpoints, tmp_path):
 
 
 def test_a_bfloat16_generate_build_writes_its_cache_in_its_own_dtype(checkpoints, tmp_path):
-    """precision=bfloat16: the new keys and values are cast to the cache's dtype where they are written (jax warns
-    that the implicit cast of a float32 value into a bfloat16 scatter will be an error), and both loaders generate
-    the same ids."""
+    """precision=bfloat16: the cache is bfloat16 (half a float32 one's bytes; a float32 cache was cast to bfloat16
+    and back on every step), the new keys and values are written in its dtype (jax warns that an implicit cast of a
+    float32 value into a bfloat16 scatter will be an error), and both loaders generate the same ids."""
     _, path = checkpoints["qwen2"]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "precision=bfloat16",
                    "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,4,8]", "generate.max_length=32",
@@ -224,6 +224,8 @@ def test_a_bfloat16_generate_build_writes_its_cache_in_its_own_dtype(checkpoints
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FutureWarning" not in proc.stderr, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "qwen2").iterdir())
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert manifest["metadata"]["generate"]["cache_dtype"] == "bfloat16"
     got = [[list(map(int, g)) for g in load(art).generate(PROMPTS, max_new_tokens=6)] for load in (tb.load, runtime.load)]
     assert got[0] == got[1] and all(0 <= t < VOCAB for row in got[0] for t in row)
 

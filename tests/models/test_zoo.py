@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -233,3 +234,72 @@ def test_reduced_precision_stays_within_its_budget(name, precision):
     x = concrete_inputs(model, sizes, seed=5)
     got, want = np.asarray(exe(*x)), np.asarray(model.apply(params, *x))
     assert got.dtype == np.float32 and np.abs(got - want).max() <= p["max_error"] * np.abs(want).max()
+
+
+def _products(jaxpr: Any) -> list[tuple[str, list[str], str]]:
+    """Every dot and convolution in ``jaxpr`` (inner jaxprs included): (primitive, operand dtypes, where)."""
+    from jax._src import source_info_util
+
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("dot_general", "conv_general_dilated"):
+            found.append((eqn.primitive.name, [str(v.aval.dtype) for v in eqn.invars],
+                          source_info_util.summarize(eqn.source_info)))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _products(inner)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_bfloat16_model_computes_every_product_in_bfloat16(name):
+    """With its weights and inputs in bfloat16 no matrix product of a zoo model takes a float32 operand: one float32
+    value (a rotary table, a norm's scale, a constant) lifted every layer after it to float32 and XLA then converted
+    each weight matrix to float32 on every call, so that a bfloat16 Qwen2 decoded 7x slower than in float32. Norms
+    and softmaxes may compute in float32 inside; what they return is the input's dtype. Traced abstractly at the
+    default sizes (no weights are made)."""
+    model = MODELS[name]()
+    half = lambda a: jax.ShapeDtypeStruct(a.shape, jnp.bfloat16 if jnp.issubdtype(a.dtype, jnp.floating) else a.dtype)  # noqa: E731
+    params = jax.tree_util.tree_map(half, jax.eval_shape(model.init, KEY))
+    sizes = {"batch": 2, "seq": 8, "height": 32, "width": 32}
+    dtypes = model.input_dtypes()
+    inputs = [jax.ShapeDtypeStruct(tuple(sizes.get(d, d) for d in shape),
+                                   jnp.bfloat16 if dtypes[k] == "float32" else dtypes[k])
+              for k, shape in model.inputs().items()]
+    masks = {d: jnp.int32(sizes[d]) for d, kind in getattr(model, "padding", {}).items() if kind == "mask"}
+    kwargs = {"lengths": masks} if masks else {}
+    traced = [jax.make_jaxpr(lambda p, *x: model.apply(p, *x, **kwargs))(params, *inputs)]
+    if hasattr(model, "extend"):  # task=generate's entry, over a bfloat16 cache
+        step = model.extend_inputs(2, 1, 16, False, "bfloat16")
+        traced.append(jax.make_jaxpr(model.extend)(params, *[jax.ShapeDtypeStruct(i.shape_bounds.opt, i.dtype)
+                                                              for i in step.values()]))
+        assert step["cache"].dtype == "bfloat16"
+    for jaxpr in traced:
+        products = _products(jaxpr.jaxpr)
+        assert products and [p for p in products if "float32" in p[1]] == []
+        assert {str(v.aval.dtype) for v in jaxpr.jaxpr.outvars} <= {"bfloat16", "int32"}
+
+
+def test_a_bfloat16_product_of_one_row_runs_in_bfloat16_on_the_cpu():
+    """XLA's CPU backend converts the whole matrix of a one-row bfloat16 product to float32 on every call (no library
+    takes it); ``_layers.matmul`` gives it a row of zeros so that YNNPACK's bfloat16 kernel runs it. Read off the
+    compiled program: with the project's options, plain ``jnp.matmul`` holds a float32 copy of the matrix (when
+    XLA stops doing so, this says the extra row can go), ``matmul`` none, in either layout; its result is the
+    product's."""
+    from tripy_build.compiler.optimization import compiler_options
+    from tripy_build.models._layers import matmul
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 1, 64)), jnp.bfloat16)
+    w = jnp.asarray(np.random.default_rng(1).standard_normal((64, 96)), jnp.bfloat16)
+
+    def compiled(f: Any, *args: Any) -> str:
+        return jax.jit(f).lower(*args).compile(compiler_options=compiler_options(3, "cpu")).as_text()
+    assert "f32[64,96]" in compiled(jnp.matmul, x, w)
+    assert "f32[64,96]" not in compiled(matmul, x, w) and "f32[96,64]" not in compiled(
+        lambda x, w: matmul(x, w, rows=True), x, w.T)
+    want = np.asarray(x, np.float32) @ np.asarray(w, np.float32)
+    for got in (matmul(x, w), jax.jit(matmul)(x, w), jax.jit(lambda x, w: matmul(x, w, rows=True))(x, w.T)):
+        assert got.shape == (1, 1, 96) and got.dtype == jnp.bfloat16
+        assert np.abs(np.asarray(got, np.float32) - want).max() <= 0.01 * np.abs(want).max()

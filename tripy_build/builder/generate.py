@@ -2,7 +2,7 @@
 
 A model that generates has ``extend(params, input_ids, position_ids, attention_mask, cache, cache_index)``
 (run new tokens against a key/value cache, write theirs into it, return the last token's logits and the
-cache), ``extend_inputs(batch, seq, max_length, one_row)`` (its ``InputInfo``) and ``cache_shape(batch,
+cache), ``extend_inputs(batch, seq, max_length, one_row, cache_dtype)`` (its ``InputInfo``) and ``cache_shape(batch,
 max_length)``. ``prefill`` is ``extend`` over one row's prompt chunks (the ``seq`` dim's buckets) into a
 batch's cache, ``decode`` over every row: one token (a step), or a chunk of prompts that start together
 (``wide_chunks``); both take the cache donated (decode also pads its batch by rows), and share the
@@ -81,8 +81,10 @@ def _sampling(given: Any, found: dict[str, Any]) -> dict[str, Any]:
 
 
 def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buckets: dict[str, Any],
-            max_profiles: int, generate: dict[str, Any]) -> tuple[dict[str, Entry], Spec]:
-    """The two entries of a generation build, and what the artifact records for ``generate``."""
+            max_profiles: int, generate: dict[str, Any], cache_dtype: str = "float32") -> tuple[dict[str, Entry], Spec]:
+    """The two entries of a generation build, and what the artifact records for ``generate``. ``cache_dtype``: the
+    build's precision (a bfloat16 model keeps its keys and values in bfloat16, half the cache of float32, and a
+    float32 cache would be cast to it and back on every step)."""
     missing = [m for m in METHODS if not callable(getattr(model, m, None))]
     if missing:
         from ..models import MODELS
@@ -95,7 +97,7 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes
 
     def entry(one_row: bool, seq_buckets: Any) -> Entry:
-        inputs = model.extend_inputs(batch, seq, max_length, one_row)
+        inputs = model.extend_inputs(batch, seq, max_length, one_row, cache_dtype)
         # decode pads its batch by rows (each row is its own sequence); prefill's batch is the cache's, and its
         # ``row`` input must name a real row, which a padded call's proof (random row indices) cannot keep to
         rows = not one_row and isinstance(batch, NamedDimension)
@@ -103,7 +105,7 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
         return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if rows else None,
                      buckets={d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
-    spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), "float32", int(model.vocab_size),
+    spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), cache_dtype, int(model.vocab_size),
                 tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"), dict(generate.get("sampling", {})))
     return {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}, spec
 

@@ -206,7 +206,7 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
         from .generate import entries as generation_entries
 
         entries, spec = generation_entries(model, model_name, params, request.shapes, request.buckets,
-                                           request.max_profiles, request.generate)
+                                           request.max_profiles, request.generate, request.precision or "float32")
         exe = build_entries(entries, request.optimization_level, platforms=request.platforms, name=model_name, log=stage,
                             precision=request.precision, max_error=request.max_error, backend=request.compiler,
                             keep_loaded=False, gpu=request.target_gpu, cpu=request.target_cpu, warn_values=False,

@@ -56,7 +56,7 @@ def prove_padding(exe: Executable, seed: int = 0) -> None:
                 w = np.asarray(w)
                 rtol = exe.tolerance or RTOL.get(w.dtype.name, DEFAULT_RTOL)
                 err = np.abs(g.astype(np.float64) - w.astype(np.float64))
-                bad = err > rtol + rtol * np.abs(w.astype(np.float64))
+                bad = err > rtol * _scale(w, exe.tolerance is not None)
                 if g.shape != w.shape or bad.any():
                     worst = float(err.max()) if g.shape == w.shape else float("inf")
                     declared = d.padding.to_json() if mask else d.padding
@@ -71,6 +71,17 @@ def prove_padding(exe: Executable, seed: int = 0) -> None:
                            f"The model must mask every position at or beyond DimSize({d.name!r}); fix the "
                            "masking or remove the declaration.")
                     )
+
+
+def _scale(w: np.ndarray, reduced: bool) -> np.ndarray | float:
+    """What an output's error is measured against (times the tolerance): each element's ``1 + |w|``; for a
+    reduced-precision build twice the output's own scale, ``2 max |w|``. There each of the two runs may be off the
+    float32 result by the budget ``compiler/precision.py`` holds it to (a share of the output's scale), and two row
+    counts take kernels that round differently: 4 layers of Qwen2.5-0.5B's shape in bfloat16, batch 1 against 2,
+    differed by 2.0% of the logits' scale, each 1.4-1.8% off float32, whatever the padded row held. A leak of the
+    proof's large fill values moves an output by its scale."""
+    w = np.abs(w.astype(np.float64))
+    return 2 * max(float(w.max(initial=0.0)), 1e-12) if reduced else 1.0 + w
 
 
 def _fill(x: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator, values: tuple[int, int] | None = None,

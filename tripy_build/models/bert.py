@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from ._tokens import TokenInputs
 from .heads import Headed, STYLES, Style, apply as apply_head, has_pooler, init as init_head
 from ._layers import (
-    Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, normal_init, positions,
+    Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, matmul, normal_init, positions,
 )
 
 
@@ -166,7 +166,7 @@ def encode(model: Any, layers: list[Params], h: jax.Array, bias: jax.Array) -> j
     scale = 1.0 / math.sqrt(model.hidden_size // n_heads)
     for p in layers:
         w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
-        ctx = attend(jnp.matmul(h, w_qkv) + b_qkv, n_heads, bias)
+        ctx = attend(matmul(h, w_qkv) + b_qkv, n_heads, bias)
         a = layer_norm(p["attn_ln"], h + linear(p["attn_out"], ctx), eps)
         ff = linear(p["output"], act(linear(p["intermediate"], a)))
         h = layer_norm(p["output_ln"], a + ff, eps)

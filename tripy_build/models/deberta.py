@@ -48,7 +48,7 @@ import numpy as np
 
 from .bert import Bert, _linear, _ln, encoder_outputs
 from .heads import STYLES, Style, init as init_head
-from ._layers import Params, activation, embed, fused_qkv, layer_norm, linear, normal_init, positions
+from ._layers import Params, activation, embed, fused_qkv, layer_norm, linear, matmul, normal_init, positions
 
 POS_ATT_TYPES = ("c2p", "p2c")
 NORM_REL_EBD = ("none", "layer_norm")
@@ -208,7 +208,7 @@ class DebertaV2(Bert):
         terms = [t for t in POS_ATT_TYPES if t in self.pos_att_type]
         inv = 1.0 / float(np.sqrt(np.float32(d // n) * (1 + len(terms))))  # scaled_size_sqrt, as PyTorch computes it
         w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], inv)  # q scaled: every term q . x is divided
-        qkv = (jnp.matmul(h, w_qkv) + b_qkv).reshape(b, s, 3, n, d // n)
+        qkv = (matmul(h, w_qkv) + b_qkv).reshape(b, s, 3, n, d // n)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         scores = jnp.einsum("bqnh,bknh->bnqk", q, k)
         if rel_emb is not None:
@@ -250,7 +250,7 @@ class DebertaV2(Bert):
         if "token_type" in emb:
             e = e + embed(emb["token_type"], token_type_ids)
         if "proj" in emb:
-            e = jnp.matmul(e, emb["proj"]["weight"].T)
+            e = matmul(e, emb["proj"]["weight"].T)
         mask = attention_mask != 0
         real = mask[..., None].astype(e.dtype)
         e = layer_norm(emb["ln"], e, eps) * real

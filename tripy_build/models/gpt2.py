@@ -11,9 +11,10 @@ token, 0 = padding). Output: ``{"logits": [batch, seq, vocab_size]}``. Positions
     per layer: h = h + Proj(CausalAttention(LN1(h)));  h = h + MlpProj(act(FC(LN2(h))))   # pre-LN
     logits = LN_f(h) @ wte.T
 
-``wte.T`` is weight-only work, done once at load: the model holds the table as ``[d, vocab]`` only, the layout
-XLA's CPU dot runs fastest at a few rows (GPT-2 small's logits at 8 rows: 3.4 ms against 5.2 over ``wte``'s own
-last axis; alike at one row and at 1,024), and reads the inputs' embeddings as its columns (``embed_columns``).
+In float32 ``wte.T`` is weight-only work, done once at load: the model holds the table as ``[d, vocab]`` only, the
+layout XLA's CPU dot runs fastest at a few rows (GPT-2 small's logits at 8 rows: 3.4 ms against 5.2 over ``wte``'s
+own last axis; alike at one row and at 1,024), and reads the inputs' embeddings as its columns; in bfloat16 the
+other way round (``_layers.head_logits``).
 
 Masking: query ``i`` sees key ``j`` when ``j <= i`` and ``attention_mask[j] != 0``; other keys get
 the additive bias ``finfo(float32).min`` (Hugging Face's value: a fully masked row stays finite).
@@ -50,8 +51,8 @@ import jax.numpy as jnp
 from ..core.spec import InputInfo
 from ._tokens import TokenInputs
 from ._layers import (
-    Params, activation, attend, attend_cache, cache_step, embed, embed_columns, extend_inputs, layer_norm, mask_bias,
-    normal_init, positions,
+    Params, activation, attend, attend_cache, cache_step, embed, extend_inputs, head_embed, head_logits, layer_norm,
+    mask_bias, matmul, normal_init, positions,
 )
 
 
@@ -114,28 +115,29 @@ class GPT2(TokenInputs):
         """The fused [q | k | v] weight and bias with the attention scale folded into the query columns."""
         d = self.n_embd
         col_scale = jnp.concatenate([jnp.full((d,), self._scale(layer), jnp.float32), jnp.ones((2 * d,), jnp.float32)])
-        return p["c_attn"]["weight"] * col_scale, p["c_attn"]["bias"] * col_scale
+        w, b = p["c_attn"]["weight"], p["c_attn"]["bias"]  # scaled in float32, kept in the weights' dtype
+        return (w.astype(jnp.float32) * col_scale).astype(w.dtype), (b.astype(jnp.float32) * col_scale).astype(b.dtype)
 
     def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
         act = activation(self.activation_function, "activation_function")
         x = layer_norm(p["ln_2"], h, self.layer_norm_epsilon)
-        x = act(jnp.matmul(x, p["c_fc"]["weight"]) + p["c_fc"]["bias"])
-        return h + jnp.matmul(x, p["mlp_proj"]["weight"]) + p["mlp_proj"]["bias"]
+        x = act(matmul(x, p["c_fc"]["weight"]) + p["c_fc"]["bias"])
+        return h + matmul(x, p["mlp_proj"]["weight"]) + p["mlp_proj"]["bias"]
 
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
         eps = self.layer_norm_epsilon
         seq = input_ids.shape[1]
-        h = embed_columns(params["wte"].T, input_ids) + positions(params["wpe"], seq)
+        h = head_embed(params["wte"], input_ids) + positions(params["wpe"], seq)
         causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]               # [q, k]
         keep = causal[None, None, :, :] & (attention_mask != 0)[:, None, None, :]    # [b, 1, q, k]
         bias = mask_bias(keep, h.dtype)
         for i, p in enumerate(params["h"]):
             w_qkv, b_qkv = self._qkv(p, i)
             x = layer_norm(p["ln_1"], h, eps)
-            ctx = attend(jnp.matmul(x, w_qkv) + b_qkv, self.n_head, bias)
-            h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
+            ctx = attend(matmul(x, w_qkv) + b_qkv, self.n_head, bias)
+            h = self._mlp(p, h + matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         h = layer_norm(params["ln_f"], h, eps)
-        return {"logits": jnp.matmul(h, params["wte"].T)}
+        return {"logits": head_logits(h, params["wte"])}
 
     def max_positions(self) -> int:
         """The longest sequence (prompt and new tokens) the position table holds."""
@@ -146,10 +148,12 @@ class GPT2(TokenInputs):
         """``[n_layer, 2 (keys, values), batch, n_head, max_length, head_dim]``."""
         return (self.n_layer, 2, batch, self.n_head, max_length, self.n_embd // self.n_head)
 
-    def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool) -> dict[str, InputInfo]:
-        """``extend``'s inputs: a cache of ``batch`` rows, and ``seq`` new tokens for every row, or (``one_row``)
-        for the one row ``row`` names; with the values each may hold."""
-        return extend_inputs(self.vocab_size, self.n_positions, self.cache_shape, batch, seq, max_length, one_row)
+    def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool,
+                      cache_dtype: str = "float32") -> dict[str, InputInfo]:
+        """``extend``'s inputs: a cache of ``batch`` rows (of ``cache_dtype``, the build's precision), and ``seq`` new
+        tokens for every row, or (``one_row``) for the one row ``row`` names; with the values each may hold."""
+        return extend_inputs(self.vocab_size, self.n_positions, self.cache_shape, batch, seq, max_length, one_row,
+                             cache_dtype)
 
     def extend(self, params: Params, input_ids: jax.Array, position_ids: jax.Array, attention_mask: jax.Array,
                cache: jax.Array, cache_index: jax.Array, row: jax.Array | None = None) -> dict[str, jax.Array]:
@@ -166,7 +170,7 @@ class GPT2(TokenInputs):
                 as Hugging Face counts them: the real tokens before this one in its sequence.
             attention_mask: ``[b, max_length]`` int32, 1 at every cache position holding a real token,
                 the new ones included; 0 elsewhere.
-            cache: ``cache_shape(b, max_length)`` float32; its buffer is reused for the result.
+            cache: ``cache_shape(b, max_length)``, in the build's precision; its buffer is reused for the result.
             cache_index: ``[n]`` int32, where each row's new tokens go; ``cache_index + s <= max_length``.
             row: ``[1]`` int32: the cache row the new tokens belong to (``n`` is then 1); None: every row.
 
@@ -176,7 +180,7 @@ class GPT2(TokenInputs):
         eps, heads = self.layer_norm_epsilon, self.n_head
         n, s = input_ids.shape
         hd = self.n_embd // heads
-        h = embed_columns(params["wte"].T, input_ids) + embed(params["wpe"], position_ids)  # [n, s, d]
+        h = head_embed(params["wte"], input_ids) + embed(params["wpe"], position_ids)  # [n, s, d]
         # decode's chunks (prompts that start together: every generate() call's prompts) read only the cache
         # window they see; prefill, one row's prompt into a running batch, reads it all: it compiles every seq
         # bucket at every batch bucket (GPT-2 small's build: 28 chunk profiles against decode's 8), and each
@@ -186,7 +190,7 @@ class GPT2(TokenInputs):
         for i, p in enumerate(params["h"]):
             w_qkv, b_qkv = self._qkv(p, i)
             x = layer_norm(p["ln_1"], h, eps)
-            qkv = (jnp.matmul(x, w_qkv) + b_qkv).reshape(n, s, 3, heads, hd)
+            qkv = (matmul(x, w_qkv) + b_qkv).reshape(n, s, 3, heads, hd)
             q = qkv[:, :, 0]                                                              # [n, s, heads, hd]
             for kind in (0, 1):  # keys, values: written in place (a scatter into the donated cache)
                 cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(qkv[:, :, 1 + kind].astype(cache.dtype))
@@ -195,7 +199,7 @@ class GPT2(TokenInputs):
                 part = cache[i, kind, :, :, :size]
                 return part if row is None else jax.lax.dynamic_slice_in_dim(part, row[0], 1, axis=0)
             ctx = attend_cache(q, read, bias, query_at, windows).reshape(n, s, self.n_embd)
-            h = self._mlp(p, h + jnp.matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
+            h = self._mlp(p, h + matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         last = layer_norm(params["ln_f"], h[:, -1], eps)
-        return {"logits": jnp.matmul(last, params["wte"].T), "cache": cache}
+        return {"logits": head_logits(last, params["wte"]), "cache": cache}
 

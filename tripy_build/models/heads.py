@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._layers import Params, activation, layer_norm, linear
+from ._layers import Params, activation, layer_norm, linear, matmul
 
 HEADS = ("none", "sequence_classification", "token_classification", "question_answering", "masked_lm")
 IMAGE_HEADS = ("none", "image_classification")
@@ -120,7 +120,7 @@ def apply(params: Params, head: str, style: Style, h: jax.Array, pooled: jax.Arr
         x = pooled if head == "sequence_classification" else h
         t = layer_norm(params["ln"], activation(pooler_act, "classifier_activation")(linear(params["dense"], x)), eps)
         if head == "masked_lm":
-            logits = jnp.matmul(t, word.T)
+            logits = matmul(t, word.T)
             return {"logits": logits + params["bias"] if "bias" in params else logits}
         out = linear(params["out"], t)
         return {"start_logits": out[..., 0], "end_logits": out[..., 1]} if head == "question_answering" else \
@@ -140,4 +140,4 @@ def apply(params: Params, head: str, style: Style, h: jax.Array, pooled: jax.Arr
         return {"start_logits": both[..., 0], "end_logits": both[..., 1]}
     t = activation(style.mlm_act or act, "hidden_act")(linear(params["dense"], h))
     t = layer_norm(params["ln"], t, eps)
-    return {"logits": jnp.matmul(t, word.T) + params["bias"]}
+    return {"logits": matmul(t, word.T) + params["bias"]}

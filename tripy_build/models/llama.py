@@ -49,17 +49,23 @@ import numpy as np
 
 from ..core.spec import InputInfo
 from ._tokens import TokenInputs
-from ._layers import (ATTENTION_TYPES, Params, activation, attend_cache, cache_step, embed, embed_columns, extend_inputs,
-                      grouped_attention, layer_types, mask_bias, normal_init, rotate_half, softcap,
+from ._layers import (ATTENTION_TYPES, Params, activation, attend_cache, cache_step, embed, extend_inputs, head_embed,
+                      grouped_attention, head_logits, layer_types, mask_bias, matmul, normal_init, rotate_half, softcap,
                       within_window)
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 LAYER_TYPES = ATTENTION_TYPES  # Hugging Face's layer_types: global (every key) and local (a window) layers
 
 
-def rms_norm(weight: jax.Array, x: jax.Array, eps: float) -> jax.Array:
-    """Hugging Face's RMSNorm: ``x / sqrt(mean(x^2) + eps) * weight`` over the last axis."""
-    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * weight
+def rms_norm(weight: jax.Array, x: jax.Array, eps: float, offset: float = 0.0) -> jax.Array:
+    """Hugging Face's RMSNorm: ``x / sqrt(mean(x^2) + eps) * weight`` over the last axis, normalised in float32 and
+    returned in ``x``'s dtype. Llama's casts before the scale (``weight * x.to(dtype)``); with ``offset`` (Gemma's
+    ``1 + weight``) the scale is applied in float32, as Gemma's is (``1 + w`` in bfloat16 rounds a small ``w``)."""
+    y = x.astype(jnp.float32)
+    y = y * jax.lax.rsqrt(jnp.mean(jnp.square(y), axis=-1, keepdims=True) + eps)
+    if offset:
+        return (y * (offset + weight.astype(jnp.float32))).astype(x.dtype)
+    return y.astype(x.dtype) * weight
 
 
 @dataclass(frozen=True)
@@ -208,7 +214,7 @@ class Llama(TokenInputs):
         freqs = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(inv)
         angles = jnp.concatenate([freqs, freqs], axis=-1)
         scale = self.attention_factor(layer)
-        cos, sin = jnp.cos(angles) * scale, jnp.sin(angles) * scale
+        cos, sin = (jnp.cos(angles) * scale).astype(x.dtype), (jnp.sin(angles) * scale).astype(x.dtype)
         if position_ids.ndim == 1:
             cos, sin = cos[None], sin[None]
         rot, rest = x[..., :2 * inv.size], x[..., 2 * inv.size:]
@@ -222,7 +228,7 @@ class Llama(TokenInputs):
         hd = self.hd
 
         def proj(lin: Params, heads: int) -> jax.Array:
-            y = jnp.matmul(x, lin["weight"].T) + (lin["bias"] if "bias" in lin else 0.0)
+            y = matmul(x, lin["weight"].T) + (lin["bias"] if "bias" in lin else 0.0)
             return y.reshape(n, s, heads, hd)
         q, k, v = proj(p["q"], self.heads), proj(p["k"], self.kv_heads), proj(p["v"], self.kv_heads)
         if self.qk_norm:
@@ -237,32 +243,28 @@ class Llama(TokenInputs):
 
     def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
         """The residual stream after a layer's attention: ``h`` plus the output projection of ``ctx``."""
-        return h + jnp.matmul(ctx, p["o"]["weight"].T)
+        return h + matmul(ctx, p["o"]["weight"].T)
 
     def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
         """The gated MLP: ``down(act(gate(x)) * up(x))``."""
         act = activation(self.hidden_act, "hidden_act")
 
         def lin(q: Params, y: jax.Array) -> jax.Array:
-            return jnp.matmul(y, q["weight"].T) + (q["bias"] if "bias" in q else 0.0)
+            return matmul(y, q["weight"].T) + (q["bias"] if "bias" in q else 0.0)
         return lin(p["down"], act(lin(p["gate"], x)) * lin(p["up"], x))
 
     def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
         return h + self._ffn(p, self._norm(p["post_norm"], h))
 
     def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
-        """The inputs' embeddings: from the output projection (``_head``) where the embeddings are tied to it, so
-        that only that copy of the table is held."""
-        return embed(params["embed"], input_ids) if "lm_head" in params else embed_columns(self._head(params), input_ids)
-
-    def _head(self, params: Params) -> jax.Array:
-        """The output projection ``[d, vocab]``: ``lm_head`` (or the tied embeddings) transposed, weight-only work
-        done once at load. XLA's CPU dot runs it faster so at a few rows than over the table's own last axis
-        (Qwen2.5-0.5B's at 8 rows: 11.3 ms against 19.9; alike at 1 row)."""
-        return (params["lm_head"] if "lm_head" in params else params["embed"]).T
+        """The inputs' embeddings: read from the output projection's copy of the table (``head_embed``) where the
+        embeddings are tied to it, so that only that copy is held."""
+        return embed(params["embed"], input_ids) if "lm_head" in params else head_embed(params["embed"], input_ids)
 
     def _logits(self, params: Params, h: jax.Array) -> jax.Array:
-        return softcap(jnp.matmul(self._norm(params["norm"], h), self._head(params)), self.final_logit_softcapping)
+        """The output projection: ``lm_head`` (or the tied embeddings), in ``head_logits``' layout."""
+        table = params["lm_head"] if "lm_head" in params else params["embed"]
+        return softcap(head_logits(self._norm(params["norm"], h), table), self.final_logit_softcapping)
 
     # --- the forward pass --------------------------------------------------------------------------
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
@@ -301,9 +303,11 @@ class Llama(TokenInputs):
         """``[layers, 2 (keys, values), batch, kv_heads, max_length, head_dim]``: keys stored rotated."""
         return (self.num_hidden_layers, 2, batch, self.kv_heads, max_length, self.hd)
 
-    def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool) -> dict[str, InputInfo]:
+    def extend_inputs(self, batch: Any, seq: Any, max_length: int, one_row: bool,
+                      cache_dtype: str = "float32") -> dict[str, InputInfo]:
         """As GPT-2's (``models/gpt2.py``): new tokens for every row, or for the one ``row`` names."""
-        return extend_inputs(self.vocab_size, self.max_positions(), self.cache_shape, batch, seq, max_length, one_row)
+        return extend_inputs(self.vocab_size, self.max_positions(), self.cache_shape, batch, seq, max_length, one_row,
+                             cache_dtype)
 
     def extend(self, params: Params, input_ids: jax.Array, position_ids: jax.Array, attention_mask: jax.Array,
                cache: jax.Array, cache_index: jax.Array, row: jax.Array | None = None) -> dict[str, jax.Array]:
@@ -399,13 +403,14 @@ class Gemma2(Llama):
         return float(self.query_pre_attn_scalar) ** -0.5
 
     def _norm(self, weight: jax.Array, x: jax.Array) -> jax.Array:
-        return rms_norm(1.0 + weight, x, self.rms_norm_eps)
+        return rms_norm(weight, x, self.rms_norm_eps, offset=1.0)
 
     def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
-        return super()._embed(params, input_ids) * jnp.asarray(math.sqrt(self.hidden_size), jnp.float32)
+        h = super()._embed(params, input_ids)
+        return h * jnp.asarray(math.sqrt(self.hidden_size), h.dtype)  # in the embeddings' dtype, as Gemma's
 
     def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
-        return h + self._norm(p["attn_out_norm"], jnp.matmul(ctx, p["o"]["weight"].T))
+        return h + self._norm(p["attn_out_norm"], matmul(ctx, p["o"]["weight"].T))
 
     def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
         return h + self._norm(p["mlp_out_norm"], self._ffn(p, self._norm(p["post_norm"], h)))
@@ -509,12 +514,12 @@ class Phi3(Llama):
              layer: int) -> tuple[jax.Array, jax.Array, jax.Array]:
         n, s, _ = x.shape
         hd, q_size, kv_size = self.hd, self.heads * self.hd, self.kv_heads * self.hd
-        y = jnp.matmul(x, p["qkv"]["weight"].T)
+        y = matmul(x, p["qkv"]["weight"].T)
         q = y[..., :q_size].reshape(n, s, self.heads, hd)
         k = y[..., q_size:q_size + kv_size].reshape(n, s, self.kv_heads, hd)
         v = y[..., q_size + kv_size:].reshape(n, s, self.kv_heads, hd)
         return self._rope(q, position_ids, layer) * self._query_scale(), self._rope(k, position_ids, layer), v
 
     def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
-        gate, up = jnp.split(jnp.matmul(x, p["gate_up"]["weight"].T), 2, axis=-1)
-        return jnp.matmul(activation(self.hidden_act, "hidden_act")(gate) * up, p["down"]["weight"].T)
+        gate, up = jnp.split(matmul(x, p["gate_up"]["weight"].T), 2, axis=-1)
+        return matmul(activation(self.hidden_act, "hidden_act")(gate) * up, p["down"]["weight"].T)

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from ._layers import Params, activation, normal_init
+from ._layers import Params, activation, matmul, normal_init
 from .llama import Llama, Qwen2, Qwen3
 
 BLOCKS = (8, 16, 32, 64)  # the rows per block ``routed`` picks from (``block_rows``)
@@ -162,14 +162,14 @@ class Experts:
             return super()._ffn(p, x)
         act = activation(self.hidden_act, "hidden_act")
         flat = x.reshape(-1, x.shape[-1])
-        weights, picks = route(jnp.matmul(flat, p["router"]["weight"].T), self.num_experts_per_tok,
+        weights, picks = route(matmul(flat, p["router"]["weight"].T), self.num_experts_per_tok,
                                self.norm_topk_prob)
         gate_up = jnp.stack([jnp.concatenate([e["gate"]["weight"], e["up"]["weight"]]) for e in p["experts"]])
         down = jnp.stack([e["down"]["weight"] for e in p["experts"]])
         y = routed(flat, weights, picks, gate_up, down, act)
         if "shared" in p:
             shared = super()._ffn(p["shared"], flat)
-            y = y + jax.nn.sigmoid(jnp.matmul(flat, p["shared_gate"]["weight"].T)) * shared
+            y = y + jax.nn.sigmoid(matmul(flat, p["shared_gate"]["weight"].T)) * shared
         return y.reshape(x.shape)
 
 

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from .heads import Headed, IMAGE_HEADS
-from ._layers import Params, activation, attend, fused_qkv, layer_norm, linear, normal_init
+from ._layers import Params, activation, attend, fused_qkv, layer_norm, linear, matmul, normal_init
 
 
 def _pair(v: Any) -> tuple[int, int]:
@@ -157,7 +157,7 @@ class ViT(Headed):
         h = jnp.concatenate([cls, x], axis=1) + emb["position"]
         for p in params["layers"]:
             w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
-            qkv = jnp.matmul(layer_norm(p["ln_before"], h, eps), w_qkv)
+            qkv = matmul(layer_norm(p["ln_before"], h, eps), w_qkv)
             if b_qkv is not None:
                 qkv = qkv + b_qkv
             h = h + linear(p["attn_out"], attend(qkv, heads))

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..core.spec import to_dtype
 from ..errors import CallError
 from .sampling import Options, Sampler
 
@@ -144,7 +145,7 @@ class Steps:
         return self.loaded.entry(entry).profiles
 
     def zeros(self, shape: Sequence[int], dtype: str) -> Any:
-        return self.put(np.zeros(shape, dtype))
+        return self.put(np.zeros(shape, to_dtype(dtype)))  # bfloat16 and float16 caches too
 
     def host(self, x: Any) -> np.ndarray:
         return self.loaded._fetch(x)
