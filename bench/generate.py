@@ -47,7 +47,8 @@ generate); the contenders' order rotates each round. Also measured:
   of the medians over ``--rounds`` rounds (one client then 8, each round).
 
 Run: ``python bench/generate.py`` (real size, ~25 min on 2 cores with ``--ort``), ``--quick`` (2 layers, 64 wide,
-16 new).
+16 new); ``--precision bfloat16``: tripy_build built with ``precision=bfloat16`` and torch's model loaded in
+bfloat16 (ONNX Runtime's export stays float32).
 """
 
 from __future__ import annotations
@@ -127,11 +128,11 @@ def vocab(ckpt: Path) -> int:
     return int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
 
 
-def build(ckpt: Path, work: Path, quick: bool, model: str = "gpt2") -> tuple[Path, float]:
+def build(ckpt: Path, work: Path, quick: bool, model: str = "gpt2", precision: str = "float32") -> tuple[Path, float]:
     arts = work / "arts"
     t0 = time.perf_counter()
     args = [sys.executable, "-m", "tripy_build", GENERATORS[model][4], "task=generate", f"params.checkpoint={ckpt}",
-            f"artifacts_dir={arts}", "force=true"]
+            f"artifacts_dir={arts}", "force=true", f"precision={precision}"]
     if quick:
         args += ["generate.max_length=64", "shapes.dims.seq=[1,32,32]"]
     r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": str(work / "xdg")})
@@ -145,13 +146,13 @@ def build(ckpt: Path, work: Path, quick: bool, model: str = "gpt2") -> tuple[Pat
 class Torch:
     name = "torch"
 
-    def __init__(self, ckpt: Path):
+    def __init__(self, ckpt: Path, precision: str = "float32"):
         import torch
         import transformers
 
         torch.set_num_threads(len(os.sched_getaffinity(0)))
         self.torch = torch
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(ckpt).eval()
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=getattr(torch, precision)).eval()
         self.model.generation_config.eos_token_id = None
         self.model.generation_config.pad_token_id = 0
 
@@ -273,8 +274,10 @@ def serving(art: Path, prompt: int, new: int, rounds: int, vocab_size: int,
     return out
 
 
-CONTENDERS = {"torch": lambda ckpt, art: Torch(ckpt), "tripy_build": lambda ckpt, art: Tripy(art, False),
-              "tripy_build.runtime": lambda ckpt, art: Tripy(art, True), "ort": lambda ckpt, art: Ort(ckpt)}
+CONTENDERS = {"torch": lambda ckpt, art, precision: Torch(ckpt, precision),
+              "tripy_build": lambda ckpt, art, precision: Tripy(art, False),
+              "tripy_build.runtime": lambda ckpt, art, precision: Tripy(art, True),
+              "ort": lambda ckpt, art, precision: Ort(ckpt)}
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -282,7 +285,7 @@ def worker(args: argparse.Namespace) -> None:
 
     Each call has prompts of its own: tripy_build keeps what a cache holds, so a prompt that ran before would
     find all but its last token there (``turns`` measures that on purpose)."""
-    contender = CONTENDERS[args.worker](Path(args.ckpt), Path(args.art))
+    contender = CONTENDERS[args.worker](Path(args.ckpt), Path(args.art), args.precision)
     contender.sampling = SAMPLING.get(args.sampling)
     if args.turns:
         return turns(contender, args)
@@ -320,6 +323,7 @@ def spawn(name: str, batch: int, args: argparse.Namespace, ckpt: Path, art: Path
     python = args.ort if name == "ort" else sys.executable
     cmd = [python, __file__, "--worker", name, "--batch", str(batch), "--prompt", str(args.prompt),
            "--new", str(args.new), "--ckpt", str(ckpt), "--art", str(art), "--sampling", args.sampling,
+           "--precision", args.precision,
            *(["--turns"] if turns else [])]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -363,6 +367,9 @@ def main() -> None:
     ap.add_argument("--sampling", choices=list(SAMPLING), default="greedy",
                     help="how tokens are picked, by every contender: greedy (the default), or qwen: Qwen2.5-Instruct's "
                          "generation_config.json (temperature 0.7, top_k 20, top_p 0.8, repetition_penalty 1.05)")
+    ap.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                    help="tripy_build's build precision (precision=...) and the dtype torch loads the model in; "
+                         "ONNX Runtime's export stays float32")
     ap.add_argument("--export-ort", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -379,7 +386,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     ckpt = hf_dir(work, args.quick, args.model)
-    art, build_s = build(ckpt, work, args.quick, args.model)
+    art, build_s = build(ckpt, work, args.quick, args.model, args.precision)
     log(f"built {art} in {build_s:.1f} s")
     names = ["torch", "tripy_build", "tripy_build.runtime"]
     notes = [] if args.ort else ["ort: not run (--ort PYTHON: ONNX Runtime through optimum's ORTModelForCausalLM, "
@@ -411,8 +418,8 @@ def main() -> None:
     title = {"gpt2": "GPT-2 small", "qwen2": "Qwen2.5-0.5B's shape (Qwen2ForCausalLM)",
              "gemma3": "gemma-3-270m's shape (Gemma3ForCausalLM)",
              "qwen3_moe": "two of Qwen3-30B-A3B's layers (Qwen3MoeForCausalLM)"}[args.model]
-    print(f"\n{title}{' (quick)' if args.quick else ''}: prompt {args.prompt}, {args.new} new tokens, {args.sampling}; "
-          f"{len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
+    print(f"\n{title}{' (quick)' if args.quick else ''}, {args.precision}: prompt {args.prompt}, {args.new} new tokens, "
+          f"{args.sampling}; {len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
     print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")
     by = {(b, n): (t, d) for b, n, t, d, _ in rows}
     for b, n, t, d, same in rows:
