@@ -10,9 +10,10 @@ largest absolute difference and that difference relative to the output's scale (
 max |y32|``; element-wise relative error is meaningless where outputs cross zero). A build fails when
 the relative error exceeds ``max_error``. Measured on the zoo (default sizes): bfloat16 0.19-0.88%,
 float16 0.066-0.090%. A language model computes in bfloat16 from end to end (``models/_layers.matmul``; until
-2026-11-28 a float32 rotary table lifted its layers to float32) and errs more: 4 layers of Qwen2.5-0.5B's shape,
-1.4% on a 2x64 prompt (PyTorch's own bfloat16, the same weights and prompt: 1.3%), 1.65% over a generate
-build's self-test. The default budgets are 4% and 0.5%.
+2026-11-28 a float32 rotary table lifted its layers to float32) and errs more, the more layers it has (random
+weights): 4 layers of Qwen2.5-0.5B's shape 1.4% on a 2x64 prompt (PyTorch's own bfloat16, the same weights and
+prompt: 1.3%), 1.65% over a generate build's self-test; all 24 layers 2.4% on a 2x64 prompt (PyTorch's 2.3%),
+4.3% over the self-test. The default budgets are 8% and 0.5%.
 
 On the CPU bfloat16 halves the weights' and the cache's bytes at about float32's speed (XLA's bfloat16
 products go to YNNPACK; see ``models/_layers.matmul`` for the one-row case). float16 has no such kernel on the
@@ -30,7 +31,7 @@ import numpy as np
 from ..errors import SpecError
 
 PRECISIONS = ("float32", "bfloat16", "float16")
-DEFAULT_MAX_ERROR = {"float32": None, "bfloat16": 0.04, "float16": 0.005}
+DEFAULT_MAX_ERROR = {"float32": None, "bfloat16": 0.08, "float16": 0.005}
 
 
 def check(precision: Any, max_error: Any = None) -> tuple[str | None, float | None]:
