@@ -255,13 +255,13 @@ def test_reduced_precision_build_stores_weights_at_that_precision_and_records_it
     cfg = compose_cfg(["model=mlp", *SMALL["mlp"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
                        "precision=bfloat16", f"artifacts_dir={tmp_path / 'arts'}"])
     request = config.validate(cfg)
-    assert (request.precision, request.max_error) == ("bfloat16", None)  # the budget: the compiler's default, 0.02
+    assert (request.precision, request.max_error) == ("bfloat16", None)  # the budget: the compiler's default, 0.08
     result = build(request)
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert {w["dtype"] for w in manifest["weights"]} == {"bfloat16"}
     assert [s["dtype"] for s in manifest["input_specs"]] == ["float32"] and manifest["outputs"][0]["dtype"] == "float32"
     p = manifest["metadata"]["precision"]
-    assert p["dtype"] == "bfloat16" and 0 < p["max_rel_error"] <= 0.02 and p["max_error"] == 0.02
+    assert p["dtype"] == "bfloat16" and 0 < p["max_rel_error"] <= 0.02 and p["max_error"] == 0.08
     assert "precision: bfloat16, error against float32" in result.summary()
     over = run_cli("model=mlp", *SMALL["mlp"], "shapes.dims.batch=[1,2,4]", "precision=bfloat16",
                    "precision.max_error=1e-9", f"artifacts_dir={tmp_path / 'over'}", cwd=tmp_path)
