@@ -267,7 +267,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
     exe = Executable(record)
     if profiles and record.universal is None and any(d.strategy == "padded" for d in dims):
         t0 = time.perf_counter()
-        prove_padding(exe)
+        prove_padding(exe, budget=budget if reduced else None)
         log("prove padding", time.perf_counter() - t0)
     if reduced:
         t0 = time.perf_counter()
