@@ -47,6 +47,12 @@ def matmul(x: jax.Array, w: jax.Array, rows: bool = False) -> jax.Array:
     return jax.lax.platform_dependent(x, w, cpu=padded, default=product)
 
 
+def scaled(w: jax.Array, scale: jax.Array) -> jax.Array:
+    """``w * scale`` (a float32 factor per column, broadcast), computed in float32 and kept in ``w``'s dtype: a
+    bfloat16 weight times a float32 one would be float32, and lift every product after it to float32."""
+    return (w.astype(jnp.float32) * scale).astype(w.dtype)
+
+
 def linear(params: Params, x: jax.Array) -> jax.Array:
     """``x @ weight.T + bias`` over the last axis of ``x`` (any leading dims, static or symbolic); a Linear without
     ``bias`` (``nn.Linear(..., bias=False)``: ModernBERT's) adds none."""

@@ -52,7 +52,7 @@ from ..core.spec import InputInfo
 from ._tokens import TokenInputs
 from ._layers import (
     Params, activation, attend, attend_cache, cache_step, embed, extend_inputs, head_embed, head_logits, layer_norm,
-    mask_bias, matmul, normal_init, positions,
+    mask_bias, matmul, normal_init, positions, scaled,
 )
 
 
@@ -115,8 +115,7 @@ class GPT2(TokenInputs):
         """The fused [q | k | v] weight and bias with the attention scale folded into the query columns."""
         d = self.n_embd
         col_scale = jnp.concatenate([jnp.full((d,), self._scale(layer), jnp.float32), jnp.ones((2 * d,), jnp.float32)])
-        w, b = p["c_attn"]["weight"], p["c_attn"]["bias"]  # scaled in float32, kept in the weights' dtype
-        return (w.astype(jnp.float32) * col_scale).astype(w.dtype), (b.astype(jnp.float32) * col_scale).astype(b.dtype)
+        return scaled(p["c_attn"]["weight"], col_scale), scaled(p["c_attn"]["bias"], col_scale)
 
     def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
         act = activation(self.activation_function, "activation_function")

@@ -62,7 +62,7 @@ from .bert import _linear, _ln, check_encoder, encoder_outputs, sentence_embeddi
 from ._tokens import TokenInputs
 from .heads import Headed, STYLES, Style, init as init_head
 from ._layers import (ATTENTION_TYPES, Params, activation, embed, layer_norm, layer_types, linear, mask_bias,
-                      normal_init, rotate_half, softmax)
+                      normal_init, rotate_half, scaled, softmax)
 
 LAYER_TYPES = ATTENTION_TYPES  # Hugging Face's layer_types: global (every key) and local (a window) layers
 THETA_KEYS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
@@ -203,9 +203,8 @@ class ModernBert(Headed, TokenInputs):
         b, s, d = x.shape
         n, hd = self.num_attention_heads, self.head_dim
         scale = jnp.concatenate([jnp.full((d,), 1.0 / math.sqrt(hd), jnp.float32), jnp.ones((2 * d,), jnp.float32)])
-        scaled = {k: (v.astype(jnp.float32) * (scale[:, None] if k == "weight" else scale)).astype(v.dtype)
-                  for k, v in p["qkv"].items()}  # in the weights' dtype: a float32 one would lift the layer to it
-        qkv = jnp.transpose(linear(scaled, x).reshape(b, s, 3, n, hd), (2, 0, 3, 1, 4))  # [3, b, heads, s, hd]
+        qkv = linear({k: scaled(v, scale[:, None] if k == "weight" else scale) for k, v in p["qkv"].items()}, x)
+        qkv = jnp.transpose(qkv.reshape(b, s, 3, n, hd), (2, 0, 3, 1, 4))  # [3, b, heads, s, hd]
         q, k, v = qkv[0], qkv[1], qkv[2]
         cos, sin = cos.astype(q.dtype), sin.astype(q.dtype)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin  # cos, sin [s, hd]: every head's
