@@ -19,6 +19,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import tripy_build as tb
+from schedule import pytest_addoption, pytest_configure, pytest_xdist_make_scheduler  # noqa: F401 (the suite's hooks)
 
 RTOL = 1e-5
 ATOL = 1e-5
@@ -271,3 +272,4 @@ def compare_outputs(ours: dict, theirs: object, mask: np.ndarray, names: tuple[s
         assert error <= tol, (name, error)
         worst = max(worst, error)
     return worst
+
