@@ -111,6 +111,10 @@ def gpu_lines(m: Manifest) -> list[str]:
             *(f"  - {line}" for line in deps.get("not_done") or ())]
 
 
+# what compiler/reduced_dots.py rewrites, as inspect names it
+REWRITTEN = {"lifted": "that the function lifted to float32", "one row": "of one row (a row of zeros more on the CPU)"}
+
+
 def precision_line(m: Manifest) -> str:
     p = m.precision
     if not p:
@@ -156,6 +160,10 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
         out += ["", f"precision {p['dtype']}: max abs error {p['max_abs_error']:.3g}, max rel error "
                 f"{p['max_rel_error']:.3g} against float32 on the self-test inputs"
                 + (f" (budget {p['max_error']:g})" if p.get("max_error") is not None else "")]
+        done = p.get("rewritten") or {}
+        if done:
+            out += [f"  products the build kept in {p['dtype']}: " + ", ".join(
+                f"{n} {REWRITTEN.get(k, k)}" for k, n in sorted(done.items()))]
     if m.key_parts:
         out += ["", f"build key {(m.build_key or '')[:16]}"] + table(["part", "value"], [
             [k, json.dumps(v, sort_keys=True)[:100]] for k, v in sorted(m.key_parts.items())])
