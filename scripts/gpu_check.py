@@ -6,7 +6,8 @@
 
 For each model (the GEGLU, the transformer block, a tiny BERT and a tiny GPT-2 with ``task=generate``, from Hugging
 Face checkpoints where ``transformers`` is installed, else from a seed): a build for the platform under test and
-one for the CPU from the same weights (each its own process: a process runs one jax platform), then, per loader
+one for the CPU from the same weights (each its own process: a process runs one jax platform; with ``--cpu``
+the artifact's own CPU executables, as ``tripy_build.load`` runs them, are the CPU's outputs), then, per loader
 (``tripy_build.load`` and the jax-free ``tripy_build.runtime``), a fresh process that loads the artifact, calls it
 at the opt and max shapes (GPT-2: generates), and reports its cold start (spawn to first result) and steady
 latency; then ``tripy-build serve``'s server on it (the loader ``--loader auto`` picks: ``tb.load`` for a GPU's
@@ -263,19 +264,24 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         overrides = MODELS[name] + (CPU_SIZES.get(name, []) if args.cpu else []) + \
             (checkpoint(name, root) if name in TINY else [])
-        built, seconds, error = (build(name, overrides, "cpu+cuda", root / "cpu+cuda", "h100") if args.cpu else
-                                 build(name, overrides, platform, root / platform, args.gpu))
-        reference, _, ref_error = build(name, overrides, "cpu", root / "cpu", "host")
+        if args.cpu:
+            # the CPU build to compare with is the artifact's own CPU executables, the ones this machine runs: tb.load's
+            # outputs of it are the reference (a CPU-only build from the same weights compiles the same code again)
+            built, seconds, error = build(name, overrides, "cpu+cuda", root / "cpu+cuda", "h100")
+            reference, ref_error = built, ""
+        else:
+            built, seconds, error = build(name, overrides, platform, root / platform, args.gpu)
+            reference, _, ref_error = build(name, overrides, "cpu", root / "cpu", "host")
         if built is None or reference is None:
             rows.append([name, "-", f"{seconds:.1f}", "-", "-", "-", "-", "-", f"build failed: {error or ref_error}"])
             failed += 1
             continue
         generate = name == "gpt2"
         want = root / f"{name}-cpu.npz"
-        _, ref_error = measure(reference, "tb", "cpu", want, generate)
+        ref_times, ref_error = measure(reference, "tb", "cpu", want, generate)
         for loader in ("tb", "runtime"):
-            got = root / f"{name}-{platform}-{loader}.npz"
-            times, error = measure(built, loader, platform, got, generate)
+            got = want if args.cpu and loader == "tb" else root / f"{name}-{platform}-{loader}.npz"
+            times, error = (ref_times, ref_error) if got == want else measure(built, loader, platform, got, generate)
             if error or ref_error:
                 rows.append([name, loader, f"{seconds:.1f}", "-", "-", "-", "-", "-", error or f"CPU reference: {ref_error}"])
                 failed += 1
