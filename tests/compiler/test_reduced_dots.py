@@ -75,15 +75,19 @@ def test_a_float32_build_and_a_clean_function_are_left_as_they_are():
     assert str(jax.make_jaxpr(clean)(x, w)) == str(jax.make_jaxpr(matmul)(x, w)) and clean.counts == {}
 
 
-def test_products_inside_jit_scan_while_and_cond_are_rewritten():
+def test_products_inside_jit_remat_scan_while_and_cond_are_rewritten():
     w = jnp.asarray(np.random.default_rng(3).standard_normal((D, D)) / 8, jnp.bfloat16)
 
     @jax.jit
     def inner(h, w):
         return jnp.tanh(h.astype(jnp.float32) @ w.astype(jnp.float32))
 
+    @jax.checkpoint
+    def remat(h, w):
+        return jnp.tanh(h @ w)
+
     def f(x, w):
-        h = inner(x, w)
+        h = remat(inner(x, w), w)
         h = jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), h, None, length=2)[0]
         h = jax.lax.while_loop(lambda c: c[1] < 2, lambda c: (jnp.tanh(c[0] @ w), c[1] + 1), (h, 0))[0]
         return jax.lax.cond(h.sum() > 0, lambda h: h @ w, lambda h: -(h @ w), h)
@@ -91,7 +95,7 @@ def test_products_inside_jit_scan_while_and_cond_are_rewritten():
     x = jnp.asarray(np.random.default_rng(4).standard_normal((2, D)), jnp.bfloat16)
     g = in_dtype(f, "bfloat16")
     want, got = np.asarray(f(x, w)), np.asarray(jax.jit(g)(x, w))
-    assert g.counts == {"lifted": 5}  # jit, scan, while, and both branches of cond; two rows: none padded
+    assert g.counts == {"lifted": 6}  # jit, remat, scan, while, and both branches of cond; two rows: none padded
     assert got.dtype == np.float32 and np.abs(got - want).max() <= 0.02 * np.abs(want).max()
     assert f"f32[{D},{D}]" in optimized_hlo(f, x, w) and f"f32[{D},{D}]" not in optimized_hlo(g, x, w)
 
