@@ -271,7 +271,7 @@ def build_executable(func: Callable, optimization_level: int = DEFAULT_LEVEL, *,
         log("prove padding", time.perf_counter() - t0)
     if reduced:
         t0 = time.perf_counter()
-        measured = precision_lib.measure_precision(exe, reference, reduced, budget, getattr(flat, "rewritten", None))
+        measured = precision_lib.measure_precision(exe, reference, reduced, budget, flat.rewritten)
         exe = Executable(record.replace(metadata={**record.metadata, "precision": measured}), like=exe)
         log(f"measure {reduced} error", time.perf_counter() - t0)
     if not keep_loaded:

@@ -15,10 +15,10 @@ for every function a build is given: a user's own model, a Flax or Equinox modul
   product without batch dims whose rows may number one (a static 1, or a symbolic dim not provably >= 2) gets
   that row on the CPU (``lax.platform_dependent``; other platforms unchanged).
 
-The function is traced once to find such products; one with none is returned as it is (the zoo's, which avoid
-both). Otherwise its jaxpr is evaluated again with those products replaced, inlining the calls it makes (``jit``,
-custom derivatives, remat) and rewriting the bodies of ``scan``, ``while`` and ``cond``. The error of the result
-is measured against float32 as every reduced build's is (``compiler/precision.py``).
+The function is traced, then its jaxpr evaluated again with those products replaced, into a jaxpr of its own that
+the function then runs; one with none is returned as it is (the zoo's, which avoid both). The evaluation inlines the
+calls it makes (``jit``, custom derivatives, remat) and rewrites the bodies of ``scan``, ``while`` and ``cond``.
+The error of the result is measured against float32 as every reduced build's is (``compiler/precision.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import ClosedJaxpr, InconclusiveDimensionOperation, Literal
+from jax.extend.core import ClosedJaxpr, InconclusiveDimensionOperation, Literal, jaxpr_as_fun
 from jax.extend.core import primitives as prims
 
 _INLINED = {prims.jit_p: "jaxpr", prims.closed_call_p: "call_jaxpr", prims.custom_jvp_call_p: "call_jaxpr",
@@ -42,12 +42,11 @@ def in_dtype(fn: Callable, dtype: str) -> Callable:
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
         leaves = jax.tree_util.tree_leaves(args)
         found: collections.Counter = collections.Counter()
-        jax.make_jaxpr(lambda *a: _Rewrite(dtype, found).run(closed, a))(*leaves)
+        new = jax.make_jaxpr(lambda *a: _Rewrite(dtype, found).run(closed, a))(*leaves)
         rewritten.counts = dict(found)
         if not found:
             return fn(*args)
-        outs = _Rewrite(dtype, collections.Counter()).run(closed, leaves)
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), outs)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), jaxpr_as_fun(new)(*leaves))
 
     rewritten.counts = {}
     rewritten.__name__ = rewritten.__qualname__ = getattr(fn, "__name__", "rewritten")
