@@ -535,7 +535,10 @@ def test_help_lists_groups_keys_and_commands(tmp_path):
     assert re.search(r"params\.checkpoint\s+str or null\s+null\s+the model's params: a Hugging Face save_pretrained", out)
     # the Hugging Face architectures model=hf builds: zoo model, class names, heads and tasks
     assert re.search(r"model=bert\s+BertModel, BertForSequenceClassification.*heads: none, sequence_classification", out)
-    assert re.search(r"model=qwen2\s+Qwen2ForCausalLM\s+causal LM \(logits\); task: forward, generate", out)
+    assert re.search(r"model=qwen2\s+Qwen2ForCausalLM, Qwen2Model, Qwen2ForSequenceClassification, "
+                     r"Qwen2ForTokenClassification\s+heads: causal_lm, none, sequence_classification, "
+                     r"token_classification; task: forward, generate \(causal_lm\)", out)
+    assert re.search(r"model=gpt2\s+GPT2LMHeadModel, GPT2Model\s+causal LM \(logits\); task: forward, generate\n", out)
     assert re.search(r"precision\.dtype\s+float32\|bfloat16\|float16\s+float32", out)
     assert "mlp: dim_in=512, hidden=1024" in out and "model.inputs" in out
     assert "schema" not in out  # Hydra's internal schema/* groups stay hidden

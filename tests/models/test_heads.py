@@ -292,7 +292,7 @@ def test_sentence_embeddings_mean_pool_over_the_mask(tmp_path_factory, tmp_path)
         got = np.asarray(loader(next((tmp_path / "arts" / "roberta").iterdir()))(**x)["sentence_embedding"])
         assert got.shape == (2, 16) and np.abs(got - want).max() <= SCALE_TOL
     bad = run_cli("model=bert", "model.pooling=max", f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
-    assert bad.returncode == 2 and "pooling='max' is not a pooling; one of none, mean, cls" in bad.stderr
+    assert bad.returncode == 2 and "pooling='max' is not a pooling of Bert; one of none, mean, cls" in bad.stderr
 
 
 def test_model_hf_needs_a_checkpoint(tmp_path):

@@ -173,9 +173,8 @@ def test_a_forward_build_serves_logits_past_mistrals_sliding_window(checkpoints,
     arts = f"artifacts_dir={tmp_path / 'arts'}"
     over = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.seq=[1,8,200]", arts, cwd=tmp_path)
     assert over.returncode == 2 and "Mistral's position table holds 128 positions" in over.stderr
-    pooled = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=mean", arts, cwd=tmp_path)
-    assert pooled.returncode == 2 and "model.pooling=mean: " in pooled.stderr
-    assert "is a mistral checkpoint, which has no setting 'pooling'; remove it." in pooled.stderr
+    pooled = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=cls", arts, cwd=tmp_path)
+    assert pooled.returncode == 2 and "pooling='cls' is not a pooling of Mistral; one of none, last, mean" in pooled.stderr
     proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
                    arts, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -92,6 +92,10 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
         able = [n for n, c in MODELS.items() if all(callable(getattr(c, m, None)) for m in METHODS)]
         raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
                           f"models with a key/value cache: {', '.join(able)}. Use task=forward for this model.")
+    if getattr(model, "task", "causal_lm") != "causal_lm":
+        raise ConfigError(f"task=generate: model {model_name!r} is built with head={model.task}, which has no language "
+                          "model head to pick tokens from; generate with head=causal_lm (a *ForCausalLM checkpoint), "
+                          "or use task=forward for this head.")
     batch, seq = dims["batch"], dims["seq"]
     max_length = generate["max_length"]
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes

@@ -130,7 +130,8 @@ def architecture_rows() -> list[tuple[str, str, str]]:
         classes = ", ".join(arch.classes + suffix for suffix, _ in arch.suffixes)
         heads = ", ".join(dict.fromkeys(head for _, head in arch.suffixes))
         if callable(getattr(MODELS[name], "extend", None)):  # a causal LM: its logits, and token generation
-            rows.append((f"model={name}", classes, "causal LM (logits); task: forward, generate"))
+            lm = "causal LM (logits)" if heads == "none" else f"heads: {heads}"  # GPT-2's one head is its LM's
+            rows.append((f"model={name}", classes, f"{lm}; task: forward, generate" + (heads != "none") * " (causal_lm)"))
         else:
             rows.append((f"model={name}", classes, f"heads: {heads}; task: forward"))
     return rows

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from ._tokens import TokenInputs
-from .heads import Headed, STYLES, Style, apply as apply_head, has_pooler, init as init_head
+from .heads import Headed, STYLES, Style, apply as apply_head, has_pooler, init as init_head, sentence_embedding
 from ._layers import (
     Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, matmul, normal_init, positions,
 )
@@ -134,14 +134,7 @@ def check_encoder(model: Any) -> None:
         )
     activation(model.hidden_act, "hidden_act")
     model.check_head()
-    if model.pooling not in POOLINGS:
-        raise ValueError(f"pooling={model.pooling!r} is not a pooling; one of {', '.join(POOLINGS)}.")
-    if model.pooling != "none" and model.task != "none":
-        raise ValueError(f"pooling={model.pooling} makes a sentence embedding of the encoder's states, and head="
-                         f"{model.task} replaces them with its own outputs: pool with head=none.")
-    if model.normalize and model.pooling == "none":
-        raise ValueError("normalize=true scales the sentence embedding, which pooling=none does not make: set "
-                         "pooling=mean (or cls).")
+    model.check_pooling(POOLINGS)
 
 
 def init_layers(keys: list[jax.Array], d: int, ff: int) -> list[Params]:
@@ -193,20 +186,6 @@ def counted_positions(table: jax.Array, input_ids: jax.Array, pad_id: int) -> ja
     at the pad row. Each position counts only the tokens before it: padding at the end moves no real one."""
     real = (input_ids != pad_id).astype(jnp.int32)
     return embed(table, jnp.cumsum(real, axis=1) * real + pad_id)
-
-
-def sentence_embedding(h: jax.Array, attention_mask: jax.Array, pooling: str, normalize: bool) -> jax.Array:
-    """``[batch, d]``: the mean of the states at the real tokens (``attention_mask`` 1: padding never counts), or
-    the first token's; scaled to unit length with ``normalize`` (sentence-transformers' ``Pooling`` and
-    ``Normalize``, for the embedding models built on these encoders)."""
-    if pooling == "cls":
-        emb = h[:, 0]
-    else:
-        keep = (attention_mask != 0).astype(h.dtype)[..., None]
-        emb = jnp.sum(h * keep, axis=1) / jnp.maximum(jnp.sum(keep, axis=1), 1e-9)
-    if normalize:
-        emb = emb / jnp.maximum(jnp.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
-    return emb
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
-XLM-RoBERTa, DistilBERT, MPNet, DeBERTa-v2, ModernBERT), with its output names.
+XLM-RoBERTa, DistilBERT, MPNet, DeBERTa-v2, ModernBERT), with its output names; what every model with heads shares
+(``Headed``: the Llama family's decoders too, whose heads are ``models/llama.py``'s), and the sentence embedding
+of the states (``sentence_embedding``).
 
 A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
 where the family has one, ``pooler_output``), ``sequence_classification`` (``logits [batch, num_labels]``, from
@@ -71,6 +73,19 @@ class Headed:
         """The head this model applies: ``head``, with ``auto`` (no checkpoint to say) as ``none``."""
         return "none" if self.head == "auto" else self.head
 
+    def check_pooling(self, poolings: tuple[str, ...]) -> None:
+        """``pooling`` one of ``poolings``, only on the bare model (a head replaces the states it pools), and
+        ``normalize`` only with a pooling; ``ValueError`` naming the setting."""
+        if self.pooling not in poolings:
+            raise ValueError(f"pooling={self.pooling!r} is not a pooling of {type(self).__name__}; one of "
+                             f"{', '.join(poolings)}.")
+        if self.pooling != "none" and self.task != "none":
+            raise ValueError(f"pooling={self.pooling} makes a sentence embedding of the model's states, and head="
+                             f"{self.task} replaces them with its own outputs: pool with head=none.")
+        if self.normalize and self.pooling == "none":
+            raise ValueError("normalize=true scales the sentence embedding, which pooling=none does not make: set "
+                             f"pooling={poolings[1]}.")
+
     def output_labels(self) -> dict[str, list[str]]:
         """A classifier's class names per output (id2label): what ``inspect``, the manifest and the server show."""
         if self.task not in CLASSIFIERS:
@@ -141,3 +156,27 @@ def apply(params: Params, head: str, style: Style, h: jax.Array, pooled: jax.Arr
     t = activation(style.mlm_act or act, "hidden_act")(linear(params["dense"], h))
     t = layer_norm(params["ln"], t, eps)
     return {"logits": matmul(t, word.T) + params["bias"]}
+
+
+def last_real(keep: jax.Array) -> jax.Array:
+    """``[batch]``: each row's last position where ``keep: [batch, seq]`` holds (0 where none does), as Hugging
+    Face's decoders find the token a sequence classifier reads and sentence-transformers' last-token pooling does:
+    left or right padding alike."""
+    return jnp.argmax(jnp.arange(keep.shape[1]) * keep.astype(jnp.int32), axis=-1)
+
+
+def sentence_embedding(h: jax.Array, attention_mask: jax.Array, pooling: str, normalize: bool) -> jax.Array:
+    """``[batch, d]``: the mean of the states at the real tokens (``attention_mask`` 1: padding never counts), the
+    first token's (``cls``), or the last real token's (``last``: a decoder's, whose last token has seen the whole
+    text); scaled to unit length with ``normalize`` (sentence-transformers' ``Pooling`` and ``Normalize``, for the
+    embedding models built on these models)."""
+    if pooling == "cls":
+        emb = h[:, 0]
+    elif pooling == "last":
+        emb = jnp.take_along_axis(h, last_real(attention_mask != 0)[:, None, None], axis=1)[:, 0]
+    else:
+        keep = (attention_mask != 0).astype(h.dtype)[..., None]
+        emb = jnp.sum(h * keep, axis=1) / jnp.maximum(jnp.sum(keep, axis=1), 1e-9)
+    if normalize:
+        emb = emb / jnp.maximum(jnp.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
+    return emb

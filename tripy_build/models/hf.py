@@ -208,16 +208,27 @@ _POST_NORM = (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_no
 _MOE_RENAMES = (("num_local_experts", "num_experts"),)  # transformers 5 saves Qwen3-MoE's and Mixtral's so
 
 
-def _decoder(name: str, classes: str, layer: tuple[tuple[str, str], ...], **extra: Any) -> Architecture:
-    """A causal LM of the Llama family (``models/llama.py``): the embeddings, each layer's input norm and then
-    ``layer``'s tensors, the final norm, and the LM head unless it is tied to the embeddings."""
-    return Architecture(**{"model_type": name, **extra}, prefixes=("model.",),
+_DECODER_SUFFIXES = (("ForCausalLM", "causal_lm"), ("Model", "none"),
+                     ("ForSequenceClassification", "sequence_classification"),
+                     ("ForTokenClassification", "token_classification"))
+_DECODER_HEADS = (("causal_lm", (("lm_head.weight", "lm_head"),)),
+                  ("sequence_classification", (("score.weight", "score.weight"),)),
+                  ("token_classification", tuple(_linear("score", "score"))))
+
+
+def _decoder(name: str, classes: str, layer: tuple[tuple[str, str], ...],
+             suffixes: tuple[tuple[str, str], ...] = _DECODER_SUFFIXES, **extra: Any) -> Architecture:
+    """A decoder of the Llama family (``models/llama.py``): the embeddings, each layer's input norm and then
+    ``layer``'s tensors, the final norm; under ``model.`` in a head model's checkpoint (``*ForCausalLM``,
+    ``*ForSequenceClassification``), at the top in the bare model's (``*Model``). The LM head is read unless it is
+    tied to the embeddings, a classifier's ``score`` Linear beside it."""
+    return Architecture(**{"model_type": name, **extra}, prefixes=("", "model."),
                         names=(("embed_tokens.weight", "embed"),
                                ("layers.{i}.input_layernorm.weight", "layers.{i}.input_norm"), *layer,
                                ("norm.weight", "norm")),
                         ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
-                        heads=(("none", (("lm_head.weight", "lm_head"),)),), tied=(r"lm_head\.weight",),
-                        classes=classes, suffixes=(("ForCausalLM", "none"),))
+                        heads=_DECODER_HEADS, head_tensors=r"(lm_head|score)\..*", tied=(r"lm_head\.weight",),
+                        classes=classes, suffixes=suffixes)
 
 
 NAMES: dict[str, Architecture] = {
@@ -361,9 +372,13 @@ NAMES: dict[str, Architecture] = {
         *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
                   ("layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.post_norm"),
                   ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm")),
-           dict(model_type=t, renames=(("hidden_activation", "hidden_act"),),
+           dict(model_type=t, renames=(("hidden_activation", "hidden_act"),), suffixes=suffixes,
                 unsupported=(("use_bidirectional_attention", False),)))
-          for n, c, t in (("gemma2", "Gemma2", "gemma2"), ("gemma3", "Gemma3", "gemma3_text"))))},
+          for n, c, t, suffixes in (
+              ("gemma2", "Gemma2", "gemma2", _DECODER_SUFFIXES),
+              # Gemma3Model and Gemma3ForSequenceClassification are the multimodal model's (model_type gemma3)
+              ("gemma3", "Gemma3", "gemma3_text", (("ForCausalLM", "causal_lm"), ("TextModel", "none"),
+                                                   ("TextForSequenceClassification", "sequence_classification"))))))},
     "qwen3_moe": _decoder("qwen3_moe", "Qwen3Moe", (*_ATTENTION, *_POST_NORM, *_MLP,
                                                    *_experts("mlp", "gate_proj", "up_proj", "down_proj")),
                           renames=_MOE_RENAMES),
@@ -579,10 +594,11 @@ def architectures() -> dict[str, tuple[str, str]]:
 
 
 def head_of(config: Mapping[str, Any], arch: Architecture, path: Path) -> str:
-    """The head ``config.json``'s ``architectures`` names (``none`` where it names none)."""
+    """The head ``config.json``'s ``architectures`` names (where it names none, the family's first: the bare
+    encoder's, a decoder's LM head)."""
     named = (config.get("architectures") or [None])[0]
     if named is None:
-        return "none"
+        return arch.suffixes[0][1] if arch.suffixes else "none"
     found = architectures().get(named)
     if found is None or found[0] != next(n for n, a in NAMES.items() if a is arch):
         ours = sorted(k for k, (zoo, _) in architectures().items() if NAMES[zoo] is arch)
@@ -719,11 +735,11 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                     zoo, shape = absolute[full]
                 elif rel is not None and rel in expected:
                     zoo, shape = expected[rel]
+                elif task == "none" and other_heads is not None and other_heads.match(full):
+                    skipped.append(key)  # a head (or pre-training's) beside the model built alone: said once below
+                    continue
                 elif rel is not None and any(rx.match(rel) for rx in ignored) or any(rx.match(full) for rx in tied):
                     continue  # a buffer, or a decoder tied to the word embeddings
-                elif task == "none" and other_heads is not None and other_heads.match(full):
-                    skipped.append(key)  # a head (or pre-training's) beside the encoder built alone: said once below
-                    continue
                 else:
                     what = (f"{_describe(model)} with head={task} does not read it" if other_heads is not None
                             and other_heads.match(full) else f"{_describe(model)} with these settings has no "

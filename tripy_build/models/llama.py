@@ -14,11 +14,17 @@ fused projections, ``longrope`` and ``partial_rotary_factor``.
 ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
 ``rope_theta`` and ``rope_scaling`` are read into it.
 
-Inputs (int32 ``[batch, seq]``): ``input_ids``, ``attention_mask`` (optional: ones). Output: ``{"logits":
-[batch, seq, vocab_size]}``; positions ``0..seq-1``, so padding goes on the right (``seq`` is padded through the
-mask, as GPT-2's). ``task=generate`` drives ``extend`` as it drives GPT-2's (``builder/generate.py``): the cache holds
-each layer's keys (after the rotation) and values per key/value head, ``[layers, 2, batch, kv_heads, max_length,
-head_dim]``.
+Inputs (int32 ``[batch, seq]``): ``input_ids``, ``attention_mask`` (optional: ones). Outputs by ``head``
+(``DECODER_HEADS``, Hugging Face's class-name suffixes): ``causal_lm`` (``*ForCausalLM``) ``{"logits": [batch, seq,
+vocab_size]}``; ``none`` (``*Model``) ``{"last_hidden_state": [batch, seq, d]}`` (after the final norm), with
+``pooling`` (``mean``, or ``last``: the last real token's, as the decoder embedding models Qwen3-Embedding,
+gte-Qwen2 and e5-mistral read it) a ``sentence_embedding`` ``[batch, d]`` too; ``sequence_classification``
+(``*ForSequenceClassification``: reward models, classifiers) ``{"logits": [batch, num_labels]}``, the ``score``
+Linear of the last real token (the last whose mask is 1 and, where the config has a ``pad_token_id``, that is not
+it: Hugging Face's rule); ``token_classification`` ``{"logits": [batch, seq, num_labels]}``. Positions
+``0..seq-1``, so padding goes on the right (``seq`` is padded through the mask, as GPT-2's). ``task=generate``
+(``causal_lm`` only) drives ``extend`` as it drives GPT-2's (``builder/generate.py``): the cache holds each layer's
+keys (after the rotation) and values per key/value head, ``[layers, 2, batch, kv_heads, max_length, head_dim]``.
 
     h = embed[ids]
     per layer: h = h + O(Attention(rope(Q(RMS1(h))), rope(K(RMS1(h))), V(RMS1(h))))
@@ -29,7 +35,8 @@ Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
 
     {"embed": [vocab, d], "layers": [{"input_norm": [d], "q": {"weight": [h*hd, d], ("bias")}, "k", "v":
      {"weight": [kv*hd, d], ...}, "o": {"weight": [d, h*hd]}, ("q_norm", "k_norm": [hd]), "post_norm": [d],
-     "gate", "up": {"weight": [ff, d]}, "down": {"weight": [d, ff]}}, ...], "norm": [d], ("lm_head": [vocab, d])}
+     "gate", "up": {"weight": [ff, d]}, "down": {"weight": [d, ff]}}, ...], "norm": [d], ("lm_head": [vocab, d]),
+     ("score": {"weight": [num_labels, d], ("bias")})}
 
 Gemma's layers add ``"attn_out_norm"`` and ``"mlp_out_norm"`` ([d]; ``"post_norm"`` is its pre-feedforward norm);
 Phi-3's hold ``"qkv": {"weight": [(h + 2kv)*hd, d]}`` and ``"gate_up": {"weight": [2ff, d]}`` instead of q, k, v,
@@ -49,12 +56,15 @@ import numpy as np
 
 from ..core.spec import InputInfo
 from ._tokens import TokenInputs
+from .heads import Headed, last_real, sentence_embedding
 from ._layers import (ATTENTION_TYPES, Params, activation, attend_cache, cache_step, embed, extend_inputs, head_embed,
                       grouped_attention, head_logits, layer_types, mask_bias, matmul, normal_init, rotate_half, softcap,
                       within_window)
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 LAYER_TYPES = ATTENTION_TYPES  # Hugging Face's layer_types: global (every key) and local (a window) layers
+DECODER_HEADS = ("causal_lm", "none", "sequence_classification", "token_classification")
+DECODER_POOLINGS = ("none", "last", "mean")
 
 
 def rms_norm(weight: jax.Array, x: jax.Array, eps: float, offset: float = 0.0) -> jax.Array:
@@ -69,7 +79,7 @@ def rms_norm(weight: jax.Array, x: jax.Array, eps: float, offset: float = 0.0) -
 
 
 @dataclass(frozen=True)
-class Llama(TokenInputs):
+class Llama(Headed, TokenInputs):
     vocab_size: int = 32000
     hidden_size: int = 4096
     intermediate_size: int = 11008
@@ -92,8 +102,16 @@ class Llama(TokenInputs):
     layer_types: tuple[str, ...] = ()  # per layer, full_attention or sliding_attention (() : max_window_layers')
     attn_logit_softcapping: float | None = None  # Gemma 2: scores become cap * tanh(scores / cap)
     final_logit_softcapping: float | None = None  # Gemma 2: the logits, likewise
+    head: str = "auto"  # DECODER_HEADS; auto: the checkpoint's (config.json's architectures), causal_lm without one
+    num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
+    labels: tuple = ()  # the classes' names, in id order (config.json's id2label; default LABEL_0, LABEL_1, ...)
+    pad_token_id: int | None = None  # sequence_classification: a token with this id is never the one classified
+    token_classification_bias: bool = True  # token_classification: whether the score Linear has a bias
+    pooling: str = "none"  # none | last | mean: a sentence_embedding output (head none), as sentence-transformers
+    normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)
 
     name: ClassVar[str] = "llama"
+    HEADS: ClassVar[tuple[str, ...]] = DECODER_HEADS
     qk_norm: ClassVar[bool] = False
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
 
@@ -117,6 +135,19 @@ class Llama(TokenInputs):
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.heads}) "
                              "where head_dim is not given.")
         activation(self.hidden_act, "hidden_act")
+        self.check_head()
+        self.check_pooling(DECODER_POOLINGS)
+        # settings only one head reads are dropped under the others (config.json holds them whatever the head), so
+        # that no build records a setting that changed nothing
+        if self.task != "sequence_classification":
+            object.__setattr__(self, "pad_token_id", None)
+        if self.task != "token_classification":
+            object.__setattr__(self, "token_classification_bias", True)
+
+    @property
+    def task(self) -> str:
+        """The head this model applies: ``head``, with ``auto`` (no checkpoint to say) as ``causal_lm``."""
+        return "causal_lm" if self.head == "auto" else self.head
 
     @property
     def heads(self) -> int:
@@ -151,8 +182,11 @@ class Llama(TokenInputs):
             layers.append(layer)
         params = {"embed": normal_init(k_embed, (self.vocab_size, d)), "layers": layers,
                   "norm": jnp.ones((d,), jnp.float32)}
-        if not self.tie_word_embeddings:
+        if self.task == "causal_lm" and not self.tie_word_embeddings:
             params["lm_head"] = normal_init(k_head, (self.vocab_size, d))
+        if self.task in ("sequence_classification", "token_classification"):
+            bias = self.task == "token_classification" and self.token_classification_bias
+            params["score"] = lin(k_head, d, self.num_labels, bias)
         return params
 
     def kinds(self) -> tuple[str, ...]:
@@ -258,8 +292,10 @@ class Llama(TokenInputs):
 
     def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
         """The inputs' embeddings: read from the output projection's copy of the table (``head_embed``) where the
-        embeddings are tied to it, so that only that copy is held."""
-        return embed(params["embed"], input_ids) if "lm_head" in params else head_embed(params["embed"], input_ids)
+        LM head is tied to them, so that only that copy is held."""
+        if "lm_head" in params or self.task != "causal_lm":
+            return embed(params["embed"], input_ids)
+        return head_embed(params["embed"], input_ids)
 
     def _logits(self, params: Params, h: jax.Array) -> jax.Array:
         """The output projection: ``lm_head`` (or the tied embeddings), in ``head_logits``' layout."""
@@ -278,7 +314,25 @@ class Llama(TokenInputs):
             ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window],
                                     self.attn_logit_softcapping)
             h = self._mlp(p, self._attended(p, h, ctx.reshape(b, s, self.heads * self.hd)))
-        return {"logits": self._logits(params, h)}
+        return self._outputs(params, h, input_ids, attention_mask)
+
+    def _outputs(self, params: Params, h: jax.Array, input_ids: jax.Array,
+                 attention_mask: jax.Array) -> dict[str, jax.Array]:
+        """The head's outputs from the last layer's states ``h: [b, s, d]`` (see the module's docstring)."""
+        if self.task == "causal_lm":
+            return {"logits": self._logits(params, h)}
+        h = self._norm(params["norm"], h)
+        if self.task == "none":
+            pooled = ({"sentence_embedding": sentence_embedding(h, attention_mask, self.pooling, self.normalize)}
+                      if self.pooling != "none" else {})
+            return {"last_hidden_state": h, **pooled}
+        score = params["score"]
+        if self.task == "sequence_classification":
+            keep = attention_mask != 0
+            if self.pad_token_id is not None:
+                keep = keep & (input_ids != self.pad_token_id)
+            h = jnp.take_along_axis(h, last_real(keep)[:, None, None], axis=1)[:, 0]
+        return {"logits": matmul(h, score["weight"].T) + (score["bias"] if "bias" in score else 0.0)}
 
     def max_positions(self) -> int:
         """The longest sequence served: the position range trained (``max_position_embeddings``); with

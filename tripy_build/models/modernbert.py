@@ -58,9 +58,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .bert import _linear, _ln, check_encoder, encoder_outputs, sentence_embedding
+from .bert import _linear, _ln, check_encoder, encoder_outputs
 from ._tokens import TokenInputs
-from .heads import Headed, STYLES, Style, init as init_head
+from .heads import Headed, STYLES, Style, init as init_head, sentence_embedding
 from ._layers import (ATTENTION_TYPES, Params, activation, embed, layer_norm, layer_types, linear, mask_bias,
                       normal_init, rotate_half, scaled, softmax)
 
