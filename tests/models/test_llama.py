@@ -1,5 +1,5 @@
-"""The Llama family (Llama 2 and 3 with ``rope_type: llama3``, Qwen2, Qwen3, Mistral, Gemma 2 and 3, Phi-3, and the
-mixtures of experts Qwen3-MoE, Qwen2-MoE and Mixtral) from Hugging Face checkpoints.
+"""The Llama family (Llama 2 and 3 with ``rope_type: llama3``, Qwen2 (with YaRN too), Qwen3, Mistral, Gemma 2 and 3,
+Phi-3, and the mixtures of experts Qwen3-MoE, Qwen2-MoE, Mixtral and gpt-oss) from Hugging Face checkpoints.
 
 Tiny ``save_pretrained`` checkpoints of each (grouped-query attention: 4 query heads over 2 key/value heads): the
 logits of ``models/llama.py`` against the PyTorch model's within 1e-4 of their scale at the real positions of
@@ -71,7 +71,18 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
                    "shared_expert_intermediate_size": 40, "decoder_sparse_step": 2}),
     "mixtral": ("mixtral", transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    # YaRN over a 32-position original (Qwen's long-context configs), rounded outwards (truncate's default)
+    "qwen2-yarn": ("qwen2", transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+                   {"rope_theta": 100.0, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                          "original_max_position_embeddings": 32}}),
+    # gpt-oss: sinks and biases drawn large (LOUD), its own YaRN unrounded, a window in layer 0
+    "gpt_oss": ("gpt_oss", transformers.GptOssConfig, transformers.GptOssForCausalLM,
+                {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+                 "sliding_window": 4, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 8.0,
+                                                          "beta_slow": 1.0, "original_max_position_embeddings": 32,
+                                                          "truncate": False, "rope_theta": 100.0}}),
 }
+LOUD = {"gpt_oss"}  # its attention sinks and biases start at ~0 in Hugging Face's init: drawn N(0, 1) instead
 TIED = {"llama-tied", "gemma2", "gemma3"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 
@@ -82,6 +93,11 @@ def checkpoints(tmp_path_factory):
     for case, (_, config, causal, extra) in FAMILIES.items():
         torch.manual_seed(0)
         model = causal(config(**SIZES, **extra)).eval()
+        if case in LOUD:
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if name.endswith(("sinks", "bias")):
+                        param.normal_(0, 1.0)
         path = tmp_path_factory.mktemp(case)
         model.save_pretrained(path)
         out[case] = (model, path)
@@ -116,7 +132,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3", "phi3",
-                                  "phi3-longrope", "qwen3_moe"])
+                                  "phi3-longrope", "qwen3_moe", "gpt_oss"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",

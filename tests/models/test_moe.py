@@ -48,7 +48,7 @@ def problem(tokens, experts, k, banned, d=12, ff=10):
                                                         (50, 6, 3, (5,)), (40, 4, 1, (0, 2))])
 def test_routed_experts_equal_each_picked_expert_run_alone(tokens, experts, k, banned):
     args = problem(tokens, experts, k, banned)
-    got = jax.jit(lambda *a: routed(*a, jax.nn.silu))(*args)
+    got = jax.jit(lambda *a: routed(*a, lambda gate, up: jax.nn.silu(gate) * up))(*args)
     np.testing.assert_allclose(np.asarray(got), dense(*args), rtol=1e-5, atol=1e-4)
     if tokens == 200:
         assert np.bincount(args[2].ravel()).max() > block_rows(tokens * k, experts)
@@ -62,7 +62,7 @@ def test_an_exported_program_with_symbolic_tokens_picks_each_shapes_block_size()
     spec = [jax.ShapeDtypeStruct((n, d), jnp.float32), jax.ShapeDtypeStruct((n, k), jnp.float32),
             jax.ShapeDtypeStruct((n, k), jnp.int32), jax.ShapeDtypeStruct((experts, 2 * ff, d), jnp.float32),
             jax.ShapeDtypeStruct((experts, d, ff), jnp.float32)]
-    exported = jax.export.export(jax.jit(lambda *a: routed(*a, jax.nn.silu)))(*spec)
+    exported = jax.export.export(jax.jit(lambda *a: routed(*a, lambda gate, up: jax.nn.silu(gate) * up)))(*spec)
     assert [block_rows(t * k, experts) for t in (1, 12, 50)] == [8, 16, 64]
     for tokens in (1, 12, 50):
         args = problem(tokens, experts, k, ())

@@ -36,7 +36,7 @@ from .gpt2 import GPT2
 from .llama import Gemma2, Gemma3, Llama, Mistral, Phi3, Qwen2, Qwen3
 from .mlp import MLP
 from .modernbert import ModernBert
-from .moe import Mixtral, Qwen2Moe, Qwen3Moe
+from .moe import GptOss, Mixtral, Qwen2Moe, Qwen3Moe
 from .mpnet import MPNet
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -65,6 +65,7 @@ MODELS: dict[str, type] = {
     "qwen3_moe": Qwen3Moe,
     "qwen2_moe": Qwen2Moe,
     "mixtral": Mixtral,
+    "gpt_oss": GptOss,
     "vit": ViT,
     "resnet50": ResNet,
 }
@@ -97,4 +98,4 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
            "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3", "Phi3",
-           "Qwen3Moe", "Qwen2Moe", "Mixtral", "ViT", "ResNet", "input_infos"]
+           "Qwen3Moe", "Qwen2Moe", "Mixtral", "GptOss", "ViT", "ResNet", "input_infos"]

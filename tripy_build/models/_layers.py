@@ -164,11 +164,19 @@ def mask_bias(keep: jax.Array, dtype: Any = jnp.float32) -> jax.Array:
     return jnp.where(keep, jnp.zeros((), dtype), jnp.finfo(dtype).min)
 
 
-def softmax(scores: jax.Array, bias: jax.Array | None, dtype: Any) -> jax.Array:
+def softmax(scores: jax.Array, bias: jax.Array | None, dtype: Any, sinks: jax.Array | None = None) -> jax.Array:
     """Attention probabilities from ``scores`` plus the additive mask ``bias``, over the last axis: in float32 (as
-    Hugging Face's attention takes them for half-precision models), returned in ``dtype`` (the values')."""
+    Hugging Face's attention takes them for half-precision models), returned in ``dtype`` (the values'). ``sinks``
+    (broadcast against ``scores`` with a last axis of 1: gpt-oss's learned logit per head) joins each row's
+    normalisation as one more score whose probability is dropped, so a query may attend to less than a whole."""
     scores = scores.astype(jnp.float32)
-    return jax.nn.softmax(scores if bias is None else scores + bias, axis=-1).astype(dtype)
+    scores = scores if bias is None else scores + bias
+    if sinks is None:
+        return jax.nn.softmax(scores, axis=-1).astype(dtype)
+    sinks = jnp.broadcast_to(sinks.astype(jnp.float32), scores.shape[:-1] + (1,))
+    top = jax.lax.stop_gradient(jnp.maximum(jnp.max(scores, axis=-1, keepdims=True), sinks))
+    e = jnp.exp(scores - top)
+    return (e / (jnp.sum(e, axis=-1, keepdims=True) + jnp.exp(sinks - top))).astype(dtype)
 
 
 def attend(qkv: jax.Array, heads: int, bias: jax.Array | None = None) -> jax.Array:
@@ -268,23 +276,25 @@ def softcap(x: jax.Array, cap: float | None) -> jax.Array:
 
 
 def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array,
-                      cap: float | None = None) -> jax.Array:
+                      cap: float | None = None, sinks: jax.Array | None = None) -> jax.Array:
     """``softmax(q k^T + bias) v`` of ``q: [b, s, heads, hd]`` (already scaled) over ``k, v: [b, kv, size, hd]``
     -> ``[b, s, heads, hd]``; ``bias`` broadcasts to ``[b, 1, s, size]``. ``heads`` is a multiple of ``kv``:
     each key/value head serves ``heads // kv`` query heads (grouped-query attention), read where it is rather
     than repeated for each, which wrote and read 7 copies of Qwen2.5-0.5B's cache per layer and step (its
     decode attention at batch 8: 62 ms a step repeated, 13 grouped). With ``kv == heads`` it is plain
-    multi-head attention; ``cap``: the scores soft-capped (``softcap``) before the mask."""
+    multi-head attention; ``cap``: the scores soft-capped (``softcap``) before the mask; ``sinks: [heads]``: each
+    query head's sink logit (``softmax``)."""
     b, s, heads, hd = q.shape
     kv = k.shape[1]
     grouped = q.reshape(b, s, kv, heads // kv, hd)
     scores = softcap(jnp.einsum("bqngh,bnkh->bngqk", grouped, k), cap)
-    ctx = jnp.einsum("bngqk,bnkh->bqngh", softmax(scores, bias[:, :, None], v.dtype), v)
+    sinks = None if sinks is None else sinks.reshape(1, kv, heads // kv, 1, 1)
+    ctx = jnp.einsum("bngqk,bnkh->bqngh", softmax(scores, bias[:, :, None], v.dtype, sinks), v)
     return ctx.reshape(b, s, heads, hd)
 
 
 def attend_cache(q: jax.Array, read: Any, bias: jax.Array, query_at: jax.Array, windows: list[int],
-                 cap: float | None = None) -> jax.Array:
+                 cap: float | None = None, sinks: jax.Array | None = None) -> jax.Array:
     """Attention of new tokens ``q: [b, s, heads, hd]`` over a key/value cache of ``windows[-1]`` positions.
 
     ``read(kind, size)`` returns the cache's first ``size`` keys (kind 0) or values (1), ``[b, kv, size, hd]``
@@ -295,11 +305,11 @@ def attend_cache(q: jax.Array, read: Any, bias: jax.Array, query_at: jax.Array, 
     each window is a branch of its own, picked at run time. A prompt's first chunk into a cache twice its
     length (``max_length`` = prompt + new tokens) thus does half the attention work, as a cache that grows
     would. Each window adds its attention to the compiled program: ~0.4 s of XLA compile time per profile for
-    GPT-2 small. ``cap``: as ``grouped_attention``'s.
+    GPT-2 small. ``cap``, ``sinks``: as ``grouped_attention``'s.
     """
     def window(size: int):
         def branch(q, bias):
-            return grouped_attention(q, read(0, size), read(1, size), bias[..., :size], cap)
+            return grouped_attention(q, read(0, size), read(1, size), bias[..., :size], cap, sinks)
         return branch
 
     seen = jnp.max(query_at) + 1

@@ -390,6 +390,12 @@ NAMES: dict[str, Architecture] = {
         renames=(("qkv_bias", "attention_bias"),)),  # transformers 5's name for Qwen2-MoE's
     "mixtral": _decoder("mixtral", "Mixtral", (*_ATTENTION, *_POST_NORM, *_experts("block_sparse_moe", "w1", "w3", "w2")),
                         renames=_MOE_RENAMES),
+    "gpt_oss": _decoder("gpt_oss", "GptOss", (
+        *_ATTENTION, ("layers.{i}.self_attn.sinks", "layers.{i}.sinks"), *_POST_NORM,
+        *_linear("layers.{i}.mlp.router", "layers.{i}.router"),
+        *((f"layers.{{i}}.mlp.experts.{theirs}", f"layers.{{i}}.experts.{ours}") for theirs, ours in (
+            ("gate_up_proj", "gate_up"), ("gate_up_proj_bias", "gate_up_bias"), ("down_proj", "down"),
+            ("down_proj_bias", "down_bias")))), renames=_MOE_RENAMES),
     "phi3": _decoder("phi3", "Phi3", (  # the projections fused as the checkpoint holds them
         *_linear("layers.{i}.self_attn.qkv_proj", "layers.{i}.qkv", bias=False),
         *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o", bias=False),

@@ -61,7 +61,7 @@ from ._layers import (ATTENTION_TYPES, Params, activation, attend_cache, cache_s
                       grouped_attention, head_logits, layer_types, mask_bias, matmul, normal_init, rotate_half, softcap,
                       within_window)
 
-ROPE_TYPES = ("default", "linear", "llama3", "longrope")
+ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
 LAYER_TYPES = ATTENTION_TYPES  # Hugging Face's layer_types: global (every key) and local (a window) layers
 DECODER_HEADS = ("causal_lm", "none", "sequence_classification", "token_classification")
 DECODER_POOLINGS = ("none", "last", "mean")
@@ -221,6 +221,8 @@ class Llama(Headed, TokenInputs):
             inv = inv / rope["factor"]
         if rope["rope_type"] == "longrope":
             inv = inv / np.asarray(rope["short_factor"], np.float64)
+        if rope["rope_type"] == "yarn":
+            inv = self._yarn(inv, dim, rope)
         if rope["rope_type"] == "llama3":
             factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
             old = rope["original_max_position_embeddings"]
@@ -231,9 +233,41 @@ class Llama(Headed, TokenInputs):
             inv = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
         return inv.astype(np.float32)
 
+    def _yarn(self, inv: np.ndarray, dim: int, rope: dict[str, Any]) -> np.ndarray:
+        """``rope_type: yarn`` (YaRN, as Hugging Face computes it): each frequency between the original's
+        (``inv``) and the original divided by ``factor``, by a ramp over the features from the one that turns
+        ``beta_fast`` times within ``original_max_position_embeddings`` to the one that turns ``beta_slow`` times
+        (bounds rounded outwards unless ``truncate`` is false)."""
+        factor = rope.get("factor") or self.max_position_embeddings / self._original_positions(rope)
+        original, base = self._original_positions(rope), rope["rope_theta"]
+
+        def feature(turns: float) -> float:  # the feature that turns ``turns`` times over the original positions
+            return dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(base))
+        low, high = feature(rope.get("beta_fast") or 32), feature(rope.get("beta_slow") or 1)
+        if rope.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / ((high - low) or 0.001), 0, 1)
+        return inv / factor * ramp + inv * (1 - ramp)
+
+    def _original_positions(self, rope: dict[str, Any]) -> int:
+        return rope.get("original_max_position_embeddings") or self.max_position_embeddings
+
     def attention_factor(self, layer: int = 0) -> float:
-        """What ``longrope`` scales the rotation's cos and sin by (Hugging Face's default from ``factor``); 1."""
+        """What ``longrope`` and ``yarn`` scale the rotation's cos and sin by (``attention_factor``, else Hugging
+        Face's default from ``factor``: YaRN's ``0.1 ln(factor) + 1``, or the ratio of two such by ``mscale`` and
+        ``mscale_all_dim``); 1 for the others."""
         rope = self.layer_rope(layer)
+        if rope["rope_type"] == "yarn":
+            factor = rope.get("factor") or self.max_position_embeddings / self._original_positions(rope)
+
+            def mscale(m: float = 1.0) -> float:
+                return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+            if rope.get("attention_factor") is not None:
+                return float(rope["attention_factor"])
+            if rope.get("mscale") and rope.get("mscale_all_dim"):
+                return mscale(rope["mscale"]) / mscale(rope["mscale_all_dim"])
+            return mscale()
         if rope["rope_type"] != "longrope":
             return 1.0
         original = rope.get("original_max_position_embeddings") or self.max_position_embeddings
@@ -276,8 +310,13 @@ class Llama(Headed, TokenInputs):
         return rms_norm(weight, x, self.rms_norm_eps)
 
     def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
-        """The residual stream after a layer's attention: ``h`` plus the output projection of ``ctx``."""
-        return h + matmul(ctx, p["o"]["weight"].T)
+        """The residual stream after a layer's attention: ``h`` plus the output projection of ``ctx`` (and its
+        bias, where the layer has one: gpt-oss's)."""
+        return h + matmul(ctx, p["o"]["weight"].T) + (p["o"]["bias"] if "bias" in p["o"] else 0.0)
+
+    def _sinks(self, p: Params) -> jax.Array | None:
+        """A layer's attention sinks (``_layers.softmax``): gpt-oss's; none in the others."""
+        return p.get("sinks")
 
     def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
         """The gated MLP: ``down(act(gate(x)) * up(x))``."""
@@ -312,7 +351,7 @@ class Llama(Headed, TokenInputs):
         for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
             q, k, v = self._qkv(p, self._norm(p["input_norm"], h), pos, i)
             ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window],
-                                    self.attn_logit_softcapping)
+                                    self.attn_logit_softcapping, self._sinks(p))
             h = self._mlp(p, self._attended(p, h, ctx.reshape(b, s, self.heads * self.hd)))
         return self._outputs(params, h, input_ids, attention_mask)
 
@@ -380,7 +419,8 @@ class Llama(Headed, TokenInputs):
             def read(kind: int, size: int, cache=cache, i=i) -> jax.Array:  # [n, kv_heads, size, hd]
                 part = cache[i, kind, :, :, :size]
                 return part if row is None else jax.lax.dynamic_slice_in_dim(part, row[0], 1, axis=0)
-            ctx = attend_cache(q, read, biases[window], query_at, windows, self.attn_logit_softcapping)
+            ctx = attend_cache(q, read, biases[window], query_at, windows, self.attn_logit_softcapping,
+                               self._sinks(p))
             h = self._mlp(p, self._attended(p, h, ctx.reshape(n, s, self.heads * self.hd)))
         return {"logits": self._logits(params, h[:, -1]), "cache": cache}
 

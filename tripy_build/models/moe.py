@@ -1,6 +1,7 @@
 """Mixture-of-experts decoders of the Llama family: Qwen3-MoE (``Qwen3MoeForCausalLM``: Qwen3-30B-A3B,
 Qwen3-235B-A22B, Qwen3-Coder-30B-A3B), Qwen2-MoE (``Qwen2MoeForCausalLM``: Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B,
-with a gated shared expert beside the routed ones) and Mixtral (``MixtralForCausalLM``).
+with a gated shared expert beside the routed ones), Mixtral (``MixtralForCausalLM``) and gpt-oss
+(``GptOssForCausalLM``: gpt-oss-20b and -120b, ``GptOss``: attention sinks, biases, experts of its own).
 
 Attention, norms, rotary positions and the key/value cache are their dense family's (``models/llama.py``); a
 sparse layer's MLP is a router and ``num_experts`` gated MLPs. Each token's router logits go through a softmax,
@@ -35,7 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from ._layers import Params, activation, matmul, normal_init
-from .llama import Llama, Qwen2, Qwen3
+from .llama import LAYER_TYPES, Llama, Qwen2, Qwen3
 
 BLOCKS = (8, 16, 32, 64)  # the rows per block ``routed`` picks from (``block_rows``)
 
@@ -51,20 +52,21 @@ def route(logits: jax.Array, k: int, normalize: bool) -> tuple[jax.Array, jax.Ar
     return weights.astype(logits.dtype), experts.astype(jnp.int32)
 
 
-def routed(x: jax.Array, weights: jax.Array, picks: jax.Array, gate_up: jax.Array, down: jax.Array,
-           act: Any) -> jax.Array:
+def routed(x: jax.Array, weights: jax.Array, picks: jax.Array, gate_up: jax.Array, down: jax.Array, glu: Any,
+           biases: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """``sum_j weights[t, j] * expert_{picks[t, j]}(x[t])`` for every token ``t`` of ``x: [n, d]``, each expert a
-    gated MLP ``down[e] @ (act(gate) * up)`` with ``gate_up[e]: [2 ff, d]`` (gate rows first) and ``down[e]:
-    [d, ff]``, run on the tokens that picked it only (see the module's docstring), in blocks of ``block_rows``'s
+    gated MLP ``down[e] @ glu(gate, up)`` (``act(gate) * up`` for the most) with ``gate_up[e]: [2 ff, d]`` (gate
+    rows first) and ``down[e]: [d, ff]`` (``biases``: ``[experts, 2 ff]`` and ``[experts, d]`` added after each,
+    gpt-oss's), run on the tokens that picked it only (see the module's docstring), in blocks of ``block_rows``'s
     rows. ``n`` may be symbolic (an exported program): each block size is then a branch, and a profile's
     compile keeps the one its shape picks, as ``_layers.attend_cache`` keeps its window."""
     picks_n, experts = picks.shape[0] * picks.shape[1], gate_up.shape[0]
     if isinstance(picks_n, int):
-        return _routed(block_rows(picks_n, experts), x, weights, picks, gate_up, down, act)
+        return _routed(block_rows(picks_n, experts), glu, x, weights, picks, gate_up, down, biases)
     mean = jnp.asarray(picks_n, jnp.float32) / experts
     which = jnp.sum(2 * mean > jnp.asarray(BLOCKS[:-1], jnp.float32)).astype(jnp.int32)
-    return jax.lax.switch(which, [functools.partial(_routed, b, act=act) for b in BLOCKS], x, weights, picks, gate_up,
-                          down)
+    return jax.lax.switch(which, [functools.partial(_routed, b, glu) for b in BLOCKS], x, weights, picks, gate_up,
+                          down, biases)
 
 
 def block_rows(picks: int, experts: int) -> int:
@@ -76,8 +78,8 @@ def block_rows(picks: int, experts: int) -> int:
     return next((b for b in BLOCKS if b >= 2 * picks / experts), BLOCKS[-1])
 
 
-def _routed(block: int, x: jax.Array, weights: jax.Array, picks: jax.Array, gate_up: jax.Array, down: jax.Array,
-            act: Any) -> jax.Array:
+def _routed(block: int, glu: Any, x: jax.Array, weights: jax.Array, picks: jax.Array, gate_up: jax.Array,
+            down: jax.Array, biases: tuple[jax.Array, jax.Array] | None) -> jax.Array:
     n, d = x.shape
     experts, k = gate_up.shape[0], picks.shape[1]
     flat = picks.reshape(-1)
@@ -98,8 +100,8 @@ def _routed(block: int, x: jax.Array, weights: jax.Array, picks: jax.Array, gate
         at = b * block
         e = jnp.minimum(jnp.searchsorted(ends, at, side="right"), experts - 1)
         h = jax.lax.dynamic_slice_in_dim(xs, at, block)
-        gu = jnp.matmul(h, gate_up[e].T)
-        y = jnp.matmul(act(gu[:, :ff]) * gu[:, ff:], down[e].T)
+        gu = jnp.matmul(h, gate_up[e].T) + (0.0 if biases is None else biases[0][e])
+        y = jnp.matmul(glu(gu[:, :ff], gu[:, ff:]), down[e].T) + (0.0 if biases is None else biases[1][e])
         return jax.lax.dynamic_update_slice_in_dim(out, y, at, 0)
 
     ys = jax.lax.fori_loop(0, ends[-1] // block, run, jnp.zeros((rows, d), x.dtype))
@@ -166,7 +168,7 @@ class Experts:
                                self.norm_topk_prob)
         gate_up = jnp.stack([jnp.concatenate([e["gate"]["weight"], e["up"]["weight"]]) for e in p["experts"]])
         down = jnp.stack([e["down"]["weight"] for e in p["experts"]])
-        y = routed(flat, weights, picks, gate_up, down, act)
+        y = routed(flat, weights, picks, gate_up, down, lambda gate, up: act(gate) * up)
         if "shared" in p:
             shared = super()._ffn(p["shared"], flat)
             y = y + jax.nn.sigmoid(matmul(flat, p["shared_gate"]["weight"].T)) * shared
@@ -216,3 +218,87 @@ class Mixtral(Experts, Llama):
     moe_intermediate_size: int | None = None
     norm_topk_prob: bool = True
     name: ClassVar[str] = "mixtral"
+
+
+YARN = (("beta_fast", 32.0), ("beta_slow", 1.0), ("factor", 32.0), ("original_max_position_embeddings", 4096),
+        ("rope_type", "yarn"), ("truncate", False))  # GptOssConfig's rotary settings where a config has none
+
+
+@dataclass(frozen=True)
+class GptOss(Llama):
+    """gpt-oss (``GptOssForCausalLM``: gpt-oss-20b, gpt-oss-120b): the Llama family's attention with biases on every
+    projection (the output's too), a learned sink logit per query head that joins each softmax's normalisation
+    (``_layers.softmax``), a sliding window in every other layer (the first's; ``layer_types`` where the config names
+    them) and YaRN rotary positions; every MLP routed experts: a router with a bias whose ``num_experts_per_tok``
+    largest logits are softmaxed into the picks' weights, and experts with biases whose gate and up projections are
+    interleaved in one tensor (gate the even features) and joined by a clamped SwiGLU, ``(clip(up, -limit, limit) +
+    1) * g * sigmoid(alpha * g)`` with ``g = min(gate, limit)``. Defaults: gpt-oss-20b's.
+
+    Params per layer beside the Llama family's attention (``"o"`` with a bias): ``"sinks": [heads]``, ``"router":
+    {"weight": [experts, d], "bias": [experts]}``, ``"experts": {"gate_up": [experts, d, 2 ff], "gate_up_bias":
+    [experts, 2 ff], "down": [experts, ff, d], "down_bias": [experts, d]}``, the checkpoint's tensors as they are
+    (``routed``'s layout is made from them once, at load)."""
+
+    vocab_size: int = 201088
+    hidden_size: int = 2880
+    intermediate_size: int = 2880  # each expert's MLP width
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 64
+    num_key_value_heads: int | None = 8
+    head_dim: int | None = 64
+    max_position_embeddings: int = 131072
+    rms_norm_eps: float = 1e-5
+    rope_theta: float | None = 150000.0
+    attention_bias: bool = True
+    sliding_window: int | None = 128
+    num_experts: int = 32  # routed experts per layer (config.json: num_local_experts)
+    num_experts_per_tok: int = 4
+    swiglu_alpha: float = 1.702
+    swiglu_limit: float = 7.0
+    name: ClassVar[str] = "gpt_oss"
+
+    def __post_init__(self) -> None:
+        if self.rope_parameters is None and self.rope_scaling is None:
+            object.__setattr__(self, "rope_parameters", dict(YARN))
+        super().__post_init__()
+        if not self.attention_bias:
+            raise ValueError("attention_bias=false: gpt-oss's projections all have biases, and GptOss reads them.")
+        if not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, num_experts="
+                             f"{self.num_experts}].")
+
+    def kinds(self) -> tuple[str, ...]:
+        """Without ``layer_types``, Hugging Face's rule for gpt-oss: the window in layers 0, 2, 4, ..."""
+        return self.layer_types or tuple(LAYER_TYPES[i % 2 == 0] for i in range(self.num_hidden_layers))
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        d, ff, e = self.hidden_size, self.intermediate_size, self.num_experts
+        for i, layer in enumerate(params["layers"]):
+            ks, kr, kg, kd = jax.random.split(jax.random.fold_in(key, 1000 + i), 4)
+            for name in ("gate", "up", "down"):
+                del layer[name]
+            layer["o"]["bias"] = jnp.zeros((d,), jnp.float32)
+            layer["sinks"] = normal_init(ks, (self.heads,))
+            layer["router"] = {"weight": normal_init(kr, (e, d)), "bias": jnp.zeros((e,), jnp.float32)}
+            layer["experts"] = {"gate_up": normal_init(kg, (e, d, 2 * ff)), "gate_up_bias": jnp.zeros((e, 2 * ff)),
+                                "down": normal_init(kd, (e, ff, d)), "down_bias": jnp.zeros((e, d))}
+        return params
+
+    def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
+        flat = x.reshape(-1, x.shape[-1])
+        logits = matmul(flat, p["router"]["weight"].T) + p["router"]["bias"]
+        top, picks = jax.lax.top_k(logits, self.num_experts_per_tok)
+        weights = jax.nn.softmax(top.astype(jnp.float32), axis=-1).astype(x.dtype)
+        ex = p["experts"]
+
+        def split(t: jax.Array) -> jax.Array:  # interleaved gate and up features -> gate's, then up's
+            return jnp.concatenate([t[..., ::2], t[..., 1::2]], axis=-1)
+        limit, alpha = self.swiglu_limit, self.swiglu_alpha
+
+        def glu(gate: jax.Array, up: jax.Array) -> jax.Array:
+            gate = jnp.minimum(gate, limit)
+            return (jnp.clip(up, -limit, limit) + 1) * gate * jax.nn.sigmoid(gate * alpha)
+        y = routed(flat, weights, picks.astype(jnp.int32), split(ex["gate_up"]).transpose(0, 2, 1),
+                   ex["down"].transpose(0, 2, 1), glu, (split(ex["gate_up_bias"]), ex["down_bias"]))
+        return y.reshape(x.shape)
