@@ -139,7 +139,7 @@ def test_a_decoder_embedding_model_pools_its_last_real_token(tmp_path):
     proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'ckpt'}", "model.pooling=last", "model.normalize=true",
                    "shapes.dims.batch=[1,2,2]", "shapes.dims.seq=[1,8,16]", arts, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "1 tensor(s) of a head not built (head=none: the encoder alone) skipped: lm_head.weight" \
+    assert "1 tensor(s) of a head not built (head=none: the model alone) skipped: lm_head.weight" \
         in proc.stdout + proc.stderr
     ids, mask = batch(11, [11, 4], seed=2, pad=None)
     with torch.no_grad():

@@ -139,7 +139,7 @@ def test_a_head_the_model_does_not_build_is_refused_and_the_encoder_alone_skips_
     alone = run_cli("model=bert", f"params.checkpoint={path}", "model.head=none", "shapes.dims.batch=[1,1,2]",
                     "shapes.dims.seq=[1,8,8]", f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
     assert alone.returncode == 0, alone.stderr[-3000:]
-    assert "2 tensor(s) of a head not built (head=none: the encoder alone) skipped: classifier.bias, " \
+    assert "2 tensor(s) of a head not built (head=none: the model alone) skipped: classifier.bias, " \
            "classifier.weight" in alone.stdout + alone.stderr
     exe = runtime.load(next((tmp_path / "b" / "bert").iterdir()))
     assert exe.output_names == ["last_hidden_state", "pooler_output"]

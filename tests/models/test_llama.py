@@ -362,3 +362,54 @@ def test_a_checkpoint_stored_in_bfloat16_is_read_exactly_and_built_in_either_pre
     with pytest.raises(hf.CheckpointError, match=r"tensor model\.norm\.weight in .* has dtype I8, expected one of "
                                                  r"F32, BF16, F16 \(for norm\): a quantized"):
         hf.load_pretrained(MODELS["qwen2"], tmp_path / "int8")
+
+
+def mxfp4_codes(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``w: [..., out, in]`` as MXFP4 blocks ``[..., out, in / 32, 16]`` and scales ``[..., out, in / 32]``: each
+    group of 32 scaled by the power of two that fits its largest value within E2M1's 6, every value the nearest code,
+    two codes to a byte (the first in the low nibble), as gpt-oss is published."""
+    from tripy_build.models.mxfp4 import E2M1
+
+    groups = np.ascontiguousarray(w).reshape(*w.shape[:-1], -1, 32)  # safetensors writes an array's memory as laid out
+    exponent = np.ceil(np.log2(np.maximum(np.abs(groups).max(-1, keepdims=True), 1e-30) / 6.0)).astype(np.int32)
+    codes = np.abs((groups / np.exp2(exponent))[..., None] - E2M1).argmin(-1).astype(np.uint8)
+    return codes[..., 0::2] | (codes[..., 1::2] << 4), (exponent[..., 0] + 127).astype(np.uint8)
+
+
+def test_gpt_oss_reads_mxfp4_experts_as_transformers_dequantizes_them(tmp_path):
+    """gpt-oss as the Hub has it: each expert tensor as MXFP4 ``_blocks`` and ``_scales`` (``quantization_config``
+    mxfp4). Read as float32, every value equals transformers' own dequantization (``convert_moe_packed_tensors``),
+    and the logits equal the PyTorch model's with those values; a checkpoint quantized another way is refused in
+    one line naming its method."""
+    from safetensors.numpy import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    _, config, causal, extra = FAMILIES["gpt_oss"]
+    torch.manual_seed(0)
+    model = causal(config(**{**SIZES, "intermediate_size": 64}, **extra)).eval()  # groups of 32 along d and ff
+    model.save_pretrained(tmp_path)
+    tensors, packed = load_file(str(tmp_path / "model.safetensors")), {}
+    for key, value in load_file(str(tmp_path / "model.safetensors")).items():
+        if key.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            del tensors[key]
+            packed[key] = mxfp4_codes(np.swapaxes(value, 1, 2))
+            tensors[key + "_blocks"], tensors[key + "_scales"] = packed[key]
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    settings = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**settings, "quantization_config": {"quant_method": "mxfp4"}}))
+    zoo, params = hf.load_pretrained(MODELS["gpt_oss"], tmp_path)
+    with torch.no_grad():
+        for key, (blocks, scales) in packed.items():
+            theirs = convert_moe_packed_tensors(torch.tensor(blocks), torch.tensor(scales), dtype=torch.float32)
+            layer, name = int(key.split(".")[2]), {"gate_up_proj": "gate_up", "down_proj": "down"}[key.split(".")[-1]]
+            assert np.array_equal(np.asarray(params["layers"][layer]["experts"][name]), theirs.numpy()), key
+            model.get_parameter(key).copy_(theirs)
+    ids = np.random.default_rng(3).integers(0, VOCAB, (2, 9)).astype(np.int32)
+    got = np.asarray(jax.jit(zoo.apply)(params, ids, np.ones_like(ids))["logits"])
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()
+    (tmp_path / "config.json").write_text(json.dumps({**settings, "quantization_config": {"quant_method": "fp8"}}))
+    with pytest.raises(tb.TripyBuildError, match="quantization_config.quant_method='fp8': a quantized checkpoint is "
+                                                  "not read"):
+        hf.load_pretrained(MODELS["gpt_oss"], tmp_path)

@@ -27,7 +27,9 @@ Checked, each failure one line naming the tensor (or key), what was expected and
 - a setting the caller gives that the checkpoint also has must be equal (``hidden_size=512``
   against 768 fails);
 - every zoo parameter has exactly one tensor, of its shape and of dtype F32, BF16 or F16 (``FLOATS``: read as
-  float32, exactly; the Hub's language models are stored in bfloat16);
+  float32, exactly; the Hub's language models are stored in bfloat16), or an MXFP4 pair ``NAME_blocks`` and
+  ``NAME_scales`` (gpt-oss's experts, ``models/mxfp4.py``), dequantized to float32 exactly; a checkpoint whose
+  ``config.json`` has another ``quantization_config`` is refused;
 - every tensor is read or refused, naming it: none under the model's prefix is left over, except known buffers
   (``Architecture.ignored``: position-id buffers, BatchNorm's ``num_batches_tracked``, old GPT-2's
   ``attn.bias``/``attn.masked_bias``) and decoders tied to the word embeddings (``Architecture.tied``); outside
@@ -53,6 +55,7 @@ import jax
 import jax.numpy as jnp
 
 from ..errors import ConfigError
+from . import mxfp4
 from .heads import CLASSIFIERS
 
 log = logging.getLogger(__name__)
@@ -558,6 +561,13 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
             f"{checkpoint_dir} is a {what} checkpoint, not {arch.model_type!r}: model={model_class.name} "
             f"({model_class.__name__}) reads model_type {arch.model_type!r}."
         )
+    quantized = config.get("quantization_config")
+    method = quantized.get("quant_method") if isinstance(quantized, dict) else quantized
+    if quantized is not None and method != "mxfp4":
+        raise CheckpointError(
+            f"{path}: quantization_config.quant_method={method!r}: a quantized checkpoint is not read (but gpt-oss's "
+            "MXFP4 experts, read as float32); use the model's unquantized checkpoint (float32, bfloat16 or "
+            "float16), or save one: model.to(torch.bfloat16).save_pretrained(DIR).")
     for key, only in arch.unsupported:
         value = config.get(key, only)
         if value != only and not (value is None and only is False):
@@ -717,6 +727,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     task = getattr(model, "task", "none")
     skipped: list[str] = []
     widened: dict[str, int] = {}  # safetensors dtype -> the tensors of it widened to float32
+    unpacked = 0  # MXFP4 tensors dequantized to float32
 
     def opened(path: Path):
         try:
@@ -724,18 +735,22 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
         except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError for a damaged file
             raise CheckpointError(f"{path} is not a readable safetensors file: {str(e).splitlines()[0]}") from None
 
-    keys: set[str] = set()
+    keys: dict[str, Path] = {}  # every tensor's (modern) name -> its file
     for path in files:
         with opened(path) as f:
-            keys.update(f.keys())
+            keys.update({_modern(k): path for k in f.keys()})
     # The prefix under which the file holds the model: the one that holds most of its tensors.
-    keys = {_modern(k) for k in keys}
     prefix = max(arch.prefixes, key=lambda p: sum(p + k in keys for k in expected))
     loaded: dict[str, jax.Array] = {}
     for path in files:
         with opened(path) as f:
             for key in f.keys():
                 full = _modern(key)
+                base = full.removesuffix(mxfp4.BLOCKS).removesuffix(mxfp4.SCALES)
+                packed = base != full and {base + mxfp4.BLOCKS, base + mxfp4.SCALES} <= keys.keys()
+                if packed and full.endswith(mxfp4.SCALES):
+                    continue  # read with its blocks
+                full = base if packed else full
                 rel = full[len(prefix):] if full.startswith(prefix) else None
                 if full in absolute:
                     zoo, shape = absolute[full]
@@ -756,30 +771,41 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                         f"{CONFIG} names, with its head.")
                 handle = f.get_slice(key)
                 found_shape, found_dtype = tuple(handle.get_shape()), handle.get_dtype()
+                if packed:
+                    found_shape, found_dtype = mxfp4.shape(found_shape), _packed_dtype(found_dtype, key, path, keys)
                 if found_shape != shape:
                     raise CheckpointError(
                         f"tensor {key} in {path} has shape {list(found_shape)}, expected {list(shape)} (for {zoo})."
                     )
-                if found_dtype not in FLOATS:
+                if found_dtype not in FLOATS and not packed:
                     raise CheckpointError(
                         f"tensor {key} in {path} has dtype {found_dtype}, expected one of {', '.join(FLOATS)} (for "
                         f"{zoo}): a quantized or float64 checkpoint is not read; save the model in float32, bfloat16 "
                         "or float16 (model.to(torch.float32).save_pretrained(DIR)).")
-                widened[found_dtype] = widened.get(found_dtype, 0) + (found_dtype != "F32")
+                widened[found_dtype] = widened.get(found_dtype, 0) + (found_dtype != "F32" and not packed)
+                unpacked += packed
                 if zoo in loaded:
                     raise CheckpointError(
                         f"tensor {key} in {path} is a second tensor for {full} (for {zoo}): "
                         f"a checkpoint has either LayerNorm.gamma/beta or LayerNorm.weight/bias, not both."
                     )
                 with opened(path) as one:  # its own mapping: see the docstring
-                    loaded[zoo] = jnp.asarray(one.get_tensor(key), jnp.float32)
+                    tensor = one.get_tensor(key)
+                if packed:
+                    with opened(keys[full + mxfp4.SCALES]) as one:
+                        tensor = _unpacked(tensor, one.get_tensor(full + mxfp4.SCALES), key)
+                loaded[zoo] = jnp.asarray(tensor, jnp.float32)
+    if unpacked:
+        log.info("%s: %d MXFP4 tensor(s) (name_blocks and name_scales) read as float32, exactly (4-bit floats times "
+                 "powers of two: precision=bfloat16 keeps them exactly too); their float32 bytes are 8x the file's.",
+                 checkpoint_dir, unpacked)
     if any(widened.values()):
         stored = max(widened, key=widened.__getitem__)
         log.info("%s: %s read as float32, exactly; precision=%s builds with the checkpoint's own values at half "
                  "the weight bytes.", checkpoint_dir,
                  ", ".join(f"{n} {FLOATS[d]} tensor(s)" for d, n in widened.items() if n), FLOATS[stored])
     if skipped:
-        log.info("%s: %d tensor(s) of a head not built (head=none: the encoder alone) skipped: %s", checkpoint_dir,
+        log.info("%s: %d tensor(s) of a head not built (head=none: the model alone) skipped: %s", checkpoint_dir,
                  len(skipped), ", ".join(sorted(skipped)[:6]) + (" ..." if len(skipped) > 6 else ""))
     wanted = {prefix + k: v for k, v in expected.items()} | absolute
     missing = [k for k, (zoo, _) in wanted.items() if zoo not in loaded]
@@ -794,6 +820,28 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
     return jax.tree_util.tree_unflatten(treedef, [loaded[_path_str(p)] for p, _ in leaves])
+
+
+def _packed_dtype(blocks_dtype: str, key: str, path: Path, keys: Mapping[str, Path]) -> str:
+    """The dtype an MXFP4 pair is read as (``FLOATS``' F32); ``CheckpointError`` where its blocks or scales are
+    not uint8."""
+    scales = key.removesuffix(mxfp4.BLOCKS) + mxfp4.SCALES
+    from safetensors import safe_open
+
+    with safe_open(str(keys[scales]), framework="numpy") as f:
+        scales_dtype = f.get_slice(scales).get_dtype()
+    if (blocks_dtype, scales_dtype) != ("U8", "U8"):
+        raise CheckpointError(f"tensors {key} ({blocks_dtype}) and {scales} ({scales_dtype}) in {path}: an MXFP4 "
+                              "tensor's blocks and scales are both U8.")
+    return "F32"
+
+
+def _unpacked(blocks: Any, scales: Any, key: str) -> Any:
+    """``mxfp4.dequantize`` of a pair whose shapes agree; ``CheckpointError`` naming them where they do not."""
+    if tuple(scales.shape) != tuple(blocks.shape[:-1]) or blocks.shape[-1] != mxfp4.GROUP // 2:
+        raise CheckpointError(f"tensor {key} has shape {list(blocks.shape)} and its scales {list(scales.shape)}: "
+                              f"MXFP4 blocks are [..., groups, {mxfp4.GROUP // 2}] over scales [..., groups].")
+    return mxfp4.dequantize(blocks, scales)
 
 
 def load_pretrained(model_class: type, checkpoint_dir: str | os.PathLike,
