@@ -6,13 +6,16 @@
 Tiny ``save_pretrained`` checkpoints of several families and heads (MoE and Gemma's included), read by
 ``models/hf.py`` from ``config.json``'s ``architectures`` and run under ``jax.jit``: their outputs against the
 PyTorch model's within 1e-4 of the output's scale, at the real positions of padded rows. A classifier and an
-embedding model built through the command line and called through both loaders at a padded shape; the class names
-in the manifest; generation and a pooling the family lacks refused in one line.
+embedding model built through the command line from directories with a tokenizer, called through both loaders at a
+padded shape and served texts (``/infer``'s ``text``, OpenAI's ``/v1/embeddings``); the class names in the manifest
+and the server's answers; generation and a pooling the family lacks refused in one line.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.request
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,6 +29,7 @@ import transformers  # noqa: E402
 import tripy_build as tb  # noqa: E402
 from tripy_build import runtime  # noqa: E402
 from tripy_build.models import MODELS, hf  # noqa: E402
+from tripy_build.serve.http import Server  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
@@ -107,23 +111,57 @@ def test_outputs_match_pytorch(case, tmp_path):
         assert mine.shape[:2] == ids.shape and close(mine[real], want[real])
 
 
+def with_tokenizer(path) -> tuple[Any, int]:
+    """``examples/chat_checkpoint``'s byte-level BPE tokenizer (Qwen's kind: ``<|endoftext|>`` pads) saved in
+    ``path``; with the vocabulary a model over it needs."""
+    from examples.chat_checkpoint import tokenizer
+
+    tokenizer(path)
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    return tok, len(tok) + 8
+
+
+def post(server, path: str, body: dict) -> dict:
+    request = urllib.request.Request(server.url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
 def test_a_classifier_builds_and_serves_its_class_names_at_padded_shapes(tmp_path):
-    """LlamaForSequenceClassification through ``model=hf``: the head from ``architectures``, the class names from
-    ``id2label`` in the manifest, logits through both loaders at a padded sequence and batch equal to PyTorch's on the
-    caller's rows; generation from it is refused in one line naming the head."""
-    model = save("llama-classifier", tmp_path / "ckpt")
+    """LlamaForSequenceClassification through ``model=hf`` from a directory with its tokenizer: the head from
+    ``architectures``, the class names from ``id2label`` in the manifest; logits through both loaders at a padded
+    sequence and batch, and texts through the server's ``/infer`` (tokenized and padded with the tokenizer's pad
+    id, as Hugging Face pads a batch), equal to PyTorch's, the server naming each text's class; generation from it
+    is refused in one line naming the head."""
+    ckpt = tmp_path / "ckpt"
+    tok, vocab = with_tokenizer(ckpt)
+    torch.manual_seed(0)
+    model = transformers.LlamaForSequenceClassification(transformers.LlamaConfig(
+        **{**SIZES, "vocab_size": vocab}, pad_token_id=tok.pad_token_id, id2label=LABELS)).eval()
+    model.save_pretrained(ckpt)
     arts = f"artifacts_dir={tmp_path / 'arts'}"
-    proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'ckpt'}", "shapes.dims.batch=[1,2,4]",
-                   "shapes.dims.seq=[1,8,16]", arts, cwd=tmp_path, timeout=600)
+    proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,8,16]",
+                   arts, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "llama").iterdir())
     assert json.loads((art / "manifest.json").read_text())["metadata"]["labels"] == {"logits": list(LABELS.values())}
-    ids, mask = batch(11, [11, 7, 3], seed=1)  # seq 11 runs padded to 16, 3 rows to 4
+    ids, mask = batch(11, [11, 7, 3], seed=1, pad=tok.pad_token_id)  # seq 11 runs padded to 16, 3 rows to 4
     want = torch_out(model, ids, mask).logits.numpy()
     for loader in (tb.load, runtime.load):
         got = np.asarray(loader(art)(input_ids=ids, attention_mask=mask)["logits"])
         assert got.shape == (3, 3) and close(got, want), loader
-    gen = run_cli("model=hf", "task=generate", f"params.checkpoint={tmp_path / 'ckpt'}", arts, cwd=tmp_path)
+    texts = ["the quick brown fox", "hello", "héllo wörld, the lazy dog jumps"]
+    with torch.no_grad():
+        want = model(**tok(texts, padding=True, return_tensors="pt")).logits.numpy()
+    with Server([art], port=0).start() as server:
+        text = {"name": "text", "datatype": "BYTES", "shape": [3], "data": texts}
+        got = np.array(post(server, "/v2/models/llama/infer", {"inputs": [text]})["outputs"][0]["data"]).reshape(3, 3)
+        assert close(got, want)
+        top = post(server, "/v2/models/llama/infer", {"inputs": [text], "outputs": [
+            {"name": "logits", "parameters": {"classification": 1}}]})["outputs"][0]["data"]
+        assert [t.split(":")[2] for t in top] == [LABELS[i] for i in want.argmax(1)]
+    gen = run_cli("model=hf", "task=generate", f"params.checkpoint={ckpt}", arts, cwd=tmp_path)
     assert gen.returncode == 2 and "is built with head=sequence_classification, which has no language model head" \
         in gen.stderr, gen.stderr[-2000:]
 
@@ -131,30 +169,41 @@ def test_a_classifier_builds_and_serves_its_class_names_at_padded_shapes(tmp_pat
 def test_a_decoder_embedding_model_pools_its_last_real_token(tmp_path):
     """Qwen3-Embedding's recipe: a Qwen3ForCausalLM checkpoint built with ``model.pooling=last model.normalize=true``
     is the decoder alone (its LM head skipped, said in the log) and outputs sentence-transformers' last-token pooling
-    of the states, scaled to unit length, at a padded shape; a pooling the decoders lack is refused naming theirs."""
+    of the states, scaled to unit length, at a padded shape, and through OpenAI's ``/v1/embeddings`` for texts; a
+    pooling the decoders lack is refused naming theirs."""
+    ckpt = tmp_path / "ckpt"
+    tok, vocab = with_tokenizer(ckpt)
     torch.manual_seed(0)
-    causal = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SIZES, head_dim=16)).eval()
-    causal.save_pretrained(tmp_path / "ckpt")
+    causal = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**SIZES, "vocab_size": vocab}, head_dim=16)).eval()
+    causal.save_pretrained(ckpt)
     arts = f"artifacts_dir={tmp_path / 'arts'}"
-    proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'ckpt'}", "model.pooling=last", "model.normalize=true",
+    proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=last", "model.normalize=true",
                    "shapes.dims.batch=[1,2,2]", "shapes.dims.seq=[1,8,16]", arts, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "1 tensor(s) of a head not built (head=none: the model alone) skipped: lm_head.weight" \
         in proc.stdout + proc.stderr
+
+    def last_token(ids, mask) -> np.ndarray:  # sentence-transformers' lasttoken pooling, normalized
+        with torch.no_grad():
+            states = causal.model(input_ids=torch.as_tensor(ids, dtype=torch.long),
+                                  attention_mask=torch.as_tensor(mask, dtype=torch.long)).last_hidden_state.numpy()
+        out = states[np.arange(len(states)), np.asarray(mask).sum(1) - 1]
+        return out / np.linalg.norm(out, axis=-1, keepdims=True)
     ids, mask = batch(11, [11, 4], seed=2, pad=None)
-    with torch.no_grad():
-        states = causal.model(input_ids=torch.tensor(ids, dtype=torch.long),
-                              attention_mask=torch.tensor(mask, dtype=torch.long)).last_hidden_state.numpy()
-    last = mask.sum(1) - 1
-    want = states[np.arange(2), last]
-    want /= np.linalg.norm(want, axis=-1, keepdims=True)
+    want = last_token(ids, mask)
     art = next((tmp_path / "arts" / "qwen3").iterdir())
     for loader in (tb.load, runtime.load):
         out = loader(art)(input_ids=ids, attention_mask=mask)
         assert sorted(out) == ["last_hidden_state", "sentence_embedding"]
         got = np.asarray(out["sentence_embedding"])
         assert got.shape == (2, 32) and np.abs(got - want).max() <= SCALE_TOL, loader
-    bad = run_cli("model=hf", f"params.checkpoint={tmp_path / 'ckpt'}", "model.pooling=cls", arts, cwd=tmp_path)
+    texts = ["the quick brown fox", "hello", "héllo wörld, the lazy dog jumps"]  # three texts: calls of 2 and 1
+    encoded = tok(texts, padding=True, return_tensors="np")
+    want = last_token(encoded["input_ids"], encoded["attention_mask"])
+    with Server([art], port=0).start() as server:
+        answer = post(server, "/v1/embeddings", {"model": "qwen3", "input": texts})
+    assert np.abs(np.array([d["embedding"] for d in answer["data"]]) - want).max() <= SCALE_TOL
+    bad = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=cls", arts, cwd=tmp_path)
     assert bad.returncode == 2 and "pooling='cls' is not a pooling of Qwen3; one of none, last, mean" in bad.stderr
 
 
