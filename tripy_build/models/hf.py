@@ -772,7 +772,7 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                 handle = f.get_slice(key)
                 found_shape, found_dtype = tuple(handle.get_shape()), handle.get_dtype()
                 if packed:
-                    found_shape, found_dtype = mxfp4.shape(found_shape), _packed_dtype(found_dtype, key, path, keys)
+                    found_shape, found_dtype = _packed(found_shape, found_dtype, key, path, keys)
                 if found_shape != shape:
                     raise CheckpointError(
                         f"tensor {key} in {path} has shape {list(found_shape)}, expected {list(shape)} (for {zoo})."
@@ -822,18 +822,20 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     return jax.tree_util.tree_unflatten(treedef, [loaded[_path_str(p)] for p, _ in leaves])
 
 
-def _packed_dtype(blocks_dtype: str, key: str, path: Path, keys: Mapping[str, Path]) -> str:
-    """The dtype an MXFP4 pair is read as (``FLOATS``' F32); ``CheckpointError`` where its blocks or scales are
-    not uint8."""
-    scales = key.removesuffix(mxfp4.BLOCKS) + mxfp4.SCALES
+def _packed(blocks_shape: tuple[int, ...], blocks_dtype: str, key: str, path: Path,
+            keys: Mapping[str, Path]) -> tuple[tuple[int, ...], str]:
+    """The shape and dtype an MXFP4 pair is read as (``mxfp4.shape``, F32); ``CheckpointError`` where its blocks or
+    scales are not uint8, or the blocks not ``[..., out, groups, 16]``."""
     from safetensors import safe_open
 
+    scales = key.removesuffix(mxfp4.BLOCKS) + mxfp4.SCALES
     with safe_open(str(keys[scales]), framework="numpy") as f:
         scales_dtype = f.get_slice(scales).get_dtype()
-    if (blocks_dtype, scales_dtype) != ("U8", "U8"):
-        raise CheckpointError(f"tensors {key} ({blocks_dtype}) and {scales} ({scales_dtype}) in {path}: an MXFP4 "
-                              "tensor's blocks and scales are both U8.")
-    return "F32"
+    if (blocks_dtype, scales_dtype) != ("U8", "U8") or len(blocks_shape) < 3:
+        raise CheckpointError(f"tensors {key} ({blocks_dtype} {list(blocks_shape)}) and {scales} ({scales_dtype}) "
+                              f"in {path}: an MXFP4 tensor's blocks are U8 [..., out, groups, {mxfp4.GROUP // 2}] "
+                              "and its scales U8 [..., out, groups].")
+    return mxfp4.shape(blocks_shape), "F32"
 
 
 def _unpacked(blocks: Any, scales: Any, key: str) -> Any:
