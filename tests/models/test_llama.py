@@ -131,8 +131,10 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids[len(prompt):]
 
 
+# the mixtures of experts share moe.routed (its block sizes a branch each under a symbolic token count): gpt-oss's
+# generation runs it; Qwen3-MoE's, Qwen2-MoE's and Mixtral's glue around it is in test_logits_match_pytorch
 @pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3", "phi3",
-                                  "phi3-longrope", "qwen3_moe", "gpt_oss"])
+                                  "phi3-longrope", "gpt_oss"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",
