@@ -218,6 +218,34 @@ def test_weights_are_placed_where_they_were_read_without_a_copy(tmp_path, monkey
     assert_close(loaded(x), affine(jnp.asarray(x), params))
 
 
+def test_a_weight_file_is_read_whole_where_the_kernel_returns_it_in_parts(tmp_path, monkeypatch):
+    """Linux returns at most 0x7ffff000 bytes from one read(2): a weight file past 2 GiB (Llama-3-8B's float32
+    embeddings) was read short, and the load refused the artifact as damaged. Here every read returns at most 64 KiB
+    of a 600 KiB weight; it is read whole, and both loaders run the model with it."""
+    import io
+
+    from tripy_build.artifact import read
+
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((1200, 128)).astype(np.float32), "b": rng.standard_normal(128).astype(np.float32)}
+    x = rng.standard_normal((2, 1200)).astype(np.float32)
+    tb.compile(affine, args=[tb.InputInfo((tb.NamedDimension("batch", 1, 2, 4), 1200), "float32"), params]).save(
+        tmp_path / "a")
+
+    class Short(io.FileIO):
+        def readinto(self, buffer):
+            return super().readinto(memoryview(buffer)[:64 << 10])
+    reads = []
+
+    def opened(path, mode="r", buffering=-1, **kwargs):
+        reads.append(path)
+        return Short(path, mode) if buffering == 0 else open(path, mode, buffering, **kwargs)
+    monkeypatch.setattr(read, "open", opened, raising=False)
+    for loader in (runtime.load, tb.load):
+        assert_close(loader(tmp_path / "a", warmup="none")(x), affine(jnp.asarray(x), params))
+    assert any(str(p).endswith(".npy") for p in reads)
+
+
 def test_runtime_takes_jax_arrays_from_a_process_that_uses_jax(affine_artifact):
     """jax's arrays live in jax's PJRT client, not the runtime's: they are read as host arrays."""
     import jax

@@ -95,8 +95,10 @@ def read_file(fpath: Path) -> bytes | memoryview:
     if not fpath.name.endswith(".npy") or size < ALIGNED_MIN_BYTES:
         return fpath.read_bytes()
     view = memoryview(mmap.mmap(-1, size))
-    with open(fpath, "rb", buffering=0) as f:
-        n = f.readinto(view)
+    n = 0
+    with open(fpath, "rb", buffering=0) as f:  # one read(2) returns at most 0x7ffff000 bytes on Linux: a >2 GiB
+        while n < size and (got := f.readinto(view[n:])):  # weight (Llama-3-8B's embeddings) takes several
+            n += got
     return view[:n].toreadonly()
 
 
