@@ -130,8 +130,9 @@ def architecture_rows() -> list[tuple[str, str, str]]:
         classes = ", ".join(arch.classes + suffix for suffix, _ in arch.suffixes)
         heads = ", ".join(dict.fromkeys(head for _, head in arch.suffixes))
         if callable(getattr(MODELS[name], "extend", None)):  # a causal LM: its logits, and token generation
-            lm = "causal LM (logits)" if heads == "none" else f"heads: {heads}"  # GPT-2's one head is its LM's
-            rows.append((f"model={name}", classes, f"{lm}; task: forward, generate" + (heads != "none") * " (causal_lm)"))
+            tasks = "causal LM (logits); task: forward, generate" if heads == "none" else \
+                f"heads: {heads}; task: forward, generate (causal_lm)"  # GPT-2's one head is its LM's
+            rows.append((f"model={name}", classes, tasks))
         else:
             rows.append((f"model={name}", classes, f"heads: {heads}; task: forward"))
     return rows

@@ -108,6 +108,13 @@ def _routed(block: int, glu: Any, x: jax.Array, weights: jax.Array, picks: jax.A
     return jnp.zeros((n + 1, d), x.dtype).at[token].add(ys * scale[:, None])[:n]
 
 
+def check_picks(model: Any) -> None:
+    """``num_experts_per_tok`` within ``[1, num_experts]``; ``ValueError`` naming both."""
+    if not 0 < model.num_experts_per_tok <= model.num_experts:
+        raise ValueError(f"num_experts_per_tok={model.num_experts_per_tok} must be in [1, num_experts="
+                         f"{model.num_experts}].")
+
+
 @dataclass(frozen=True)
 class Experts:
     """What a mixture-of-experts config adds to its dense family's (``config.json``'s keys; Qwen3-MoE's defaults).
@@ -125,9 +132,7 @@ class Experts:
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "mlp_only_layers", tuple(int(i) for i in self.mlp_only_layers or ()))
-        if not 0 < self.num_experts_per_tok <= self.num_experts:
-            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, num_experts="
-                             f"{self.num_experts}].")
+        check_picks(self)
         if self.decoder_sparse_step < 1:
             raise ValueError(f"decoder_sparse_step={self.decoder_sparse_step} must be at least 1.")
 
@@ -263,9 +268,7 @@ class GptOss(Llama):
         super().__post_init__()
         if not self.attention_bias:
             raise ValueError("attention_bias=false: gpt-oss's projections all have biases, and GptOss reads them.")
-        if not 0 < self.num_experts_per_tok <= self.num_experts:
-            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, num_experts="
-                             f"{self.num_experts}].")
+        check_picks(self)
 
     def kinds(self) -> tuple[str, ...]:
         """Without ``layer_types``, Hugging Face's rule for gpt-oss: the window in layers 0, 2, 4, ..."""
