@@ -311,6 +311,7 @@ class App:
         tok = ep.tokenizer
         plan = openai.Plan(req, tok)
         spec = ep.generator.spec
+        plan.stop_at(req, spec.eos_token_id)
         room = spec.max_length - len(plan.ids)
         options = {**req.generation(spec.sampling), "logprobs": req.logprobs, "logit_bias": req.logit_bias,
                    "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)}

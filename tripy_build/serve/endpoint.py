@@ -247,11 +247,13 @@ class Endpoint:
                 "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS),
                 "sampling": spec.sampling}
         if self.chats:  # what its chat template teaches: the tool-call format OpenAI's route reads, and thinking
+            from ..runtime.harmony import speaks
             from ..runtime.reasoning import thinks
             from ..runtime.tools import format_of
 
-            fmt = format_of(self.tokenizer.chat_template)
-            info.update(tools=None if fmt is None else fmt.name, thinking=thinks(self.tokenizer.chat_template))
+            template = self.tokenizer.chat_template
+            fmt = "harmony" if speaks(template) else getattr(format_of(template), "name", None)
+            info.update(tools=fmt, thinking=fmt == "harmony" or thinks(template))
         return {**info, "entries": [spec.prefill, spec.decode]} if self.infer_served else info
 
     def not_served(self) -> str:

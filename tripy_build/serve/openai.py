@@ -19,7 +19,9 @@ them, ``top_k``, ``min_p``, ``repetition_penalty`` and this server's ``eos_token
 request leaves out take the artifact's defaults, as vLLM takes them from the checkpoint's
 ``generation_config.json`` (``runtime/sampling.py``: Qwen2.5-Instruct's temperature 0.7, top_p 0.8, top_k 20,
 repetition_penalty 1.05); where the checkpoint does not sample, OpenAI's temperature 1. A chat request's
-``chat_template_kwargs`` (vLLM's) are variables for the chat template: Qwen3's ``{"enable_thinking": false}``.
+``chat_template_kwargs`` (vLLM's) are variables for the chat template: Qwen3's ``{"enable_thinking": false}``;
+``reasoning_effort`` (``low``, ``medium``, ``high``) is the template's variable of that name (gpt-oss's), refused
+where the template has none.
 ``logit_bias`` (token ids to [-100, 100]) is added to their logits first. ``n`` replies (up to 128) run as rows
 of the batch, choice i sampled with ``seed + i``. ``response_format``
 (``json_object``, ``json_schema``) holds the reply to JSON (``runtime/grammar.py``).
@@ -30,7 +32,8 @@ model here cannot do is refused by name rather than ignored: image parts (a mess
 ``content`` may be a list of text parts: joined by newlines, as vLLM joins them). ``tools``, ``tool_choice`` and
 ``parallel_tool_calls``: the reply held to calls in the chat template's own format and read back as
 ``message.tool_calls`` (``runtime/tools.py``). A reasoning model's thinking (a chat template that writes
-``<think>``) comes apart from the answer, as ``reasoning_content`` (``runtime/reasoning.py``). ``finish_reason``
+``<think>``) comes apart from the answer, as ``reasoning_content`` (``runtime/reasoning.py``); so does gpt-oss's
+analysis channel, and its calls are read off its messages' recipients (``runtime/harmony.py``). ``finish_reason``
 is ``stop`` where the reply ended at one of the model's end ids or a stop string, else ``length``; ``usage``
 counts the prompt's tokens and those generated.
 """
@@ -49,8 +52,10 @@ from ..runtime.tools import Tools, messages_for_template
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
          "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format", "n",
-         "tools", "tool_choice", "parallel_tool_calls", "logit_bias", "user")
-CHAT_ONLY = ("messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls")
+         "tools", "tool_choice", "parallel_tool_calls", "logit_bias", "user", "reasoning_effort")
+CHAT_ONLY = ("messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+             "reasoning_effort")
+EFFORTS = ("low", "medium", "high")  # OpenAI's reasoning_effort, as gpt-oss's template takes it
 MAX_STOPS = 4  # OpenAI's bound on stop strings
 MAX_LOGPROBS = 20  # OpenAI's bound on top_logprobs (vLLM's on a completion's logprobs too)
 MAX_N = 128  # OpenAI's bound on n
@@ -92,6 +97,10 @@ class Request:
                             'variables, such as {"enable_thinking": false}, on /v1/chat/completions.')
         if "tools" in self.template_kwargs:
             raise CallError("the chat template's variable 'tools' is set by the call itself: send the request's tools.")
+        self.effort = body.get("reasoning_effort")
+        if self.effort is not None and (self.effort not in EFFORTS or not chat):
+            raise CallError(f"reasoning_effort={str(self.effort)[:40]}: one of {', '.join(EFFORTS)}, on "
+                            "/v1/chat/completions (the chat template writes it into the prompt).")
         self.max_tokens = self._int(body, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
         temperature = body.get("temperature")
         if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
@@ -264,15 +273,29 @@ class Plan:
     for ``generation.Reply``), and each reply's ``choice``."""
 
     def __init__(self, req: Request, tok: Any):
-        from ..runtime import reasoning
+        from ..runtime import harmony, reasoning
         from ..runtime.tools import tokens_of
 
-        self.fmt = None if req.tools is None else _tool_format(tok, req.model)
-        tools = None if self.fmt is None else req.tools.definitions
-        self.thinking = req.chat and reasoning.thinks(tok.chat_template)
-        rendered = tok.render(req.prompt, tools=tools, **req.template_kwargs) if req.chat else None
-        self.inside = self.thinking and reasoning.opened(rendered)
+        self.harmony = req.chat and harmony.speaks(tok.chat_template)  # gpt-oss: channels, not <think> and tags
+        self.fmt = None if req.tools is None or self.harmony else _tool_format(tok, req.model)
+        self.tools = req.tools is not None
+        tools = None if req.tools is None else req.tools.definitions
+        self.thinking = req.chat and (self.harmony or reasoning.thinks(tok.chat_template))
+        prompt = harmony.messages_for_template(req.prompt) if self.harmony else req.prompt
+        kwargs = dict(req.template_kwargs)
+        if req.effort is not None:
+            if "reasoning_effort" not in (tok.chat_template or ""):
+                raise CallError(f"reasoning_effort={req.effort}: model {req.model!r}'s chat template takes no reasoning "
+                                "effort (gpt-oss's does), so it would change nothing; leave it out.")
+            kwargs["reasoning_effort"] = req.effort
+        rendered = tok.render(prompt, tools=tools, **kwargs) if req.chat else None
+        self.inside = self.thinking and not self.harmony and reasoning.opened(rendered)
         self.ids = tok.encode_rendered(rendered) if req.chat else tok.encode(req.prompt)
+        self.ends: list[int] = []  # end ids the format has beside the build's
+        if self.harmony:
+            self.grammar, self.marks = _harmony(req, tok)
+            self.ends = [i for i in map(tok.token_id, (harmony.RETURN, harmony.CALL)) if i is not None]
+            return
         tags, words = ({}, []) if self.fmt is None else tokens_of(tok, self.fmt)
         self.grammar = req.schema if self.fmt is None else req.tools.grammar(self.fmt, tags, words)
         thought = (tok.token_id(reasoning.OPEN), tok.token_id(reasoning.CLOSE))
@@ -283,13 +306,42 @@ class Plan:
         named.update({reasoning.OPEN: thought[0], reasoning.CLOSE: thought[1]} if self.thinking else {})
         self.marks = {i: t for t, i in named.items() if i is not None and not tok.decode([i])}  # special: not decoded
 
+    def stop_at(self, req: Request, built: tuple[int, ...]) -> None:
+        """The replies' end ids, where the request sets none: the build's (``built``), and harmony's ``<|return|>``
+        and ``<|call|>`` with them: a gpt-oss checkpoint whose ``generation_config.json`` leaves ``<|call|>`` out
+        (some fine-tunes' do) would otherwise write on past a call, inventing the tool's output."""
+        if self.ends and req.options.get("eos_token_id") is None:
+            req.options["eos_token_id"] = [*built, *(i for i in self.ends if i not in built)]
+
     def choice(self, index: int, seq: Any, reply: Any) -> Choice:
         """Reply ``index``'s ``Choice`` over its ``Sequence`` and ``Reply``."""
+        from ..runtime import harmony
         from ..runtime.reasoning import Thoughts
         from ..runtime.tools import Calls
 
+        if self.harmony:
+            messages = harmony.Messages(calls=self.tools)
+            return Choice(index, seq, reply, harmony.Calls(messages) if self.tools else None, messages)
         return Choice(index, seq, reply, None if self.fmt is None else Calls(self.fmt),
                       Thoughts(self.inside) if self.thinking else None)
+
+
+def _harmony(req: Request, tok: Any) -> tuple[Any, dict[int, str]]:
+    """A harmony reply's grammar (a schema or tools held in the answer, after any thinking; else none) and the
+    marks its text keeps (``runtime/harmony.py``); a ``CallError`` where a grammar needs a mark the tokenizer does
+    not have as a token of its own."""
+    from ..runtime import harmony
+
+    tags = {mark: tok.token_id(mark) for mark in harmony.MARKS}
+    grammar = None
+    if req.schema is not None or req.tools is not None:
+        missing = [mark for mark, i in tags.items() if i is None]
+        if missing:
+            raise CallError(f"model {req.model!r}: its chat template writes gpt-oss's harmony format, but its tokenizer "
+                            f"has no token {missing[0]}, so a reply cannot be held to "
+                            f"{'tools' if req.tools is not None else 'response_format'}; leave it out.")
+        grammar = harmony.grammar(tags, req.schema, req.tools)
+    return grammar, {i: t for t, i in tags.items() if i is not None and not tok.decode([i])}
 
 
 def _tool_format(tok: Any, model: str) -> Any:
@@ -324,7 +376,7 @@ class Choice:
         """The thinking and the content ``token`` lets out now (``Reply.take``, less what is a tool call's), the
         token kept for its log probability (an end id not)."""
         thought, text = self._split(self.reply.take(token))
-        self.reasoning_tokens += self.thoughts is not None and self.thoughts.thought
+        self.reasoning_tokens += 0 if self.thoughts is None else int(self.thoughts.thought)
         if scoring and token not in self.seq.eos_token_id:
             self.scored.append(self.reply.tokens - 1)
         return thought, text

@@ -21,7 +21,8 @@ from ..errors import CallError
 from ..runtime.sampling import NAMES
 
 TAKEN = ("model", "input", "instructions", "max_output_tokens", "tools", "tool_choice", "parallel_tool_calls",
-         "stream", "text", "store", "user", "metadata", *NAMES, "seed", "chat_template_kwargs", "eos_token_id")
+         "stream", "text", "store", "user", "metadata", *NAMES, "seed", "chat_template_kwargs", "eos_token_id",
+         "reasoning")
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 
 
@@ -59,6 +60,12 @@ def chat_body(body: Any) -> dict[str, Any]:
         choice = {"type": "function", "function": {"name": choice["name"]}}
     if choice is not None:
         chat["tool_choice"] = choice
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        if not isinstance(reasoning, dict) or set(reasoning) - {"effort"}:
+            raise CallError(f'reasoning={str(reasoning)[:60]}: this server takes {{"effort": "low"}} (or medium, high).')
+        if reasoning.get("effort") is not None:
+            chat["reasoning_effort"] = reasoning["effort"]
     fmt = _format(body)
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         fmt = {"type": "json_schema", "json_schema": {"name": fmt.get("name"), "schema": fmt.get("schema")}}
