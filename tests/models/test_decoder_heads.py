@@ -1,7 +1,7 @@
-"""The Llama family's heads beside the LM head, from Hugging Face checkpoints: the bare decoder (``*Model``:
-``last_hidden_state``, and the sentence embedding the decoder embedding models read, Qwen3-Embedding's last token),
-``*ForSequenceClassification`` (reward models, classifiers: the last real token's ``score``) and
-``*ForTokenClassification``.
+"""The decoders' heads beside the LM head (the Llama family's and GPT-2's), from Hugging Face checkpoints: the bare
+decoder (``*Model``: ``last_hidden_state``, and the sentence embedding the decoder embedding models read,
+Qwen3-Embedding's last token), ``*ForSequenceClassification`` (reward models, classifiers: the last real token's
+``score``) and ``*ForTokenClassification``.
 
 Tiny ``save_pretrained`` checkpoints of several families and heads (MoE and Gemma's included), read by
 ``models/hf.py`` from ``config.json``'s ``architectures`` and run under ``jax.jit``: their outputs against the
@@ -59,13 +59,19 @@ CASES = {  # case -> (zoo model, config class, Hugging Face class, extra setting
                     {"pad_token_id": 0, "eos_token_id": 2, "token_classification_bias": False}),
     "mixtral-bare": ("mixtral", transformers.MixtralConfig, transformers.MixtralModel,
                      {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    # GPT-2's: DialogRPT and reward models are GPT2ForSequenceClassification, its score Linear without a bias
+    "gpt2-classifier": ("gpt2", transformers.GPT2Config, transformers.GPT2ForSequenceClassification,
+                        {"pad_token_id": PAD, "id2label": LABELS}),
+    "gpt2-tokens": ("gpt2", transformers.GPT2Config, transformers.GPT2ForTokenClassification, {"num_labels": 5}),
+    "gpt2-bare": ("gpt2", transformers.GPT2Config, transformers.GPT2Model, {}),
 }
+SIZES_OF = {"gpt2": dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128)}  # GPT2Config's keys
 
 
 def save(case: str, path):
-    _, config, cls, extra = CASES[case]
+    name, config, cls, extra = CASES[case]
     torch.manual_seed(0)
-    model = cls(config(**SIZES, **extra)).eval()
+    model = cls(config(**SIZES_OF.get(name, SIZES), **extra)).eval()
     model.save_pretrained(path)
     return model
 

@@ -129,12 +129,9 @@ def architecture_rows() -> list[tuple[str, str, str]]:
     for name, arch in NAMES.items():
         classes = ", ".join(arch.classes + suffix for suffix, _ in arch.suffixes)
         heads = ", ".join(dict.fromkeys(head for _, head in arch.suffixes))
-        if callable(getattr(MODELS[name], "extend", None)):  # a causal LM: its logits, and token generation
-            tasks = "causal LM (logits); task: forward, generate" if heads == "none" else \
-                f"heads: {heads}; task: forward, generate (causal_lm)"  # GPT-2's one head is its LM's
-            rows.append((f"model={name}", classes, tasks))
-        else:
-            rows.append((f"model={name}", classes, f"heads: {heads}; task: forward"))
+        generates = callable(getattr(MODELS[name], "extend", None))  # a decoder: token generation with its LM head
+        rows.append((f"model={name}", classes, f"heads: {heads}; task: forward" + (", generate (causal_lm)"
+                                                                                    if generates else "")))
     return rows
 
 

@@ -1,11 +1,17 @@
-"""GPT-2 (Hugging Face ``GPT2LMHeadModel``, logits through the tied ``lm_head = wte``), in plain JAX.
+"""GPT-2 (Hugging Face ``GPT2LMHeadModel``, logits through the tied ``lm_head = wte``, and its other heads), in
+plain JAX.
 
 Fields are ``GPT2Config``'s keys, defaults GPT-2 small (``gpt2``'s sizes), so a checkpoint's
 ``config.json`` maps onto the dataclass by key (see ``tripy_build.models.hf``).
 
 Inputs (int32 ``[batch, seq]``, Hugging Face's names): ``input_ids``, ``attention_mask`` (1 = real
-token, 0 = padding). Output: ``{"logits": [batch, seq, vocab_size]}``. Positions are ``0..seq-1``
-(as ``GPT2LMHeadModel`` without ``position_ids``), so padding goes on the right.
+token, 0 = padding). Outputs by ``head`` (``heads.DECODER_HEADS``, as the Llama family's): ``causal_lm``
+(``GPT2LMHeadModel``) ``{"logits": [batch, seq, vocab_size]}``; ``none`` (``GPT2Model``) ``{"last_hidden_state"}``
+after ``ln_f`` (with ``pooling``, a ``sentence_embedding``); ``sequence_classification``
+(``GPT2ForSequenceClassification``: DialogRPT, reward models) the ``score`` Linear (no bias) of each row's last real
+token; ``token_classification`` (``GPT2ForTokenClassification``) its ``classifier`` Linear (read as ``score``) on
+every token. Positions are ``0..seq-1`` (as ``GPT2LMHeadModel`` without ``position_ids``), so padding goes on the
+right.
 
     h = wte[ids] + wpe[0..s-1]
     per layer: h = h + Proj(CausalAttention(LN1(h)));  h = h + MlpProj(act(FC(LN2(h))))   # pre-LN
@@ -32,7 +38,7 @@ Params (Hugging Face's layouts: GPT-2's ``Conv1D`` weights are ``[in, out]``; a 
             "ln_2": {"scale", "bias"},
             "c_fc": {"weight": [d, inner], "bias": [inner]},
             "mlp_proj": {"weight": [inner, d], "bias": [d]}}, ...],   # n_layer of them
-     "ln_f": {"scale", "bias"}}
+     "ln_f": {"scale", "bias"}, ("score": {"weight": [num_labels, d], ("bias")})}
 
 ``inner`` is ``n_inner`` or ``4 * n_embd`` when it is None. The attention scale (``scale_attn_weights``,
 ``scale_attn_by_inverse_layer_idx``) is folded into the query columns of ``c_attn``: weight-only work.
@@ -50,6 +56,7 @@ import jax.numpy as jnp
 
 from ..core.spec import InputInfo
 from ._tokens import TokenInputs
+from .heads import DecoderHeaded
 from ._layers import (
     Params, activation, attend, attend_cache, cache_step, embed, extend_inputs, head_embed, head_logits, layer_norm,
     mask_bias, matmul, normal_init, positions, scaled,
@@ -65,7 +72,7 @@ def _ln(dim: int) -> Params:
 
 
 @dataclass(frozen=True)
-class GPT2(TokenInputs):
+class GPT2(DecoderHeaded, TokenInputs):
     vocab_size: int = 50257
     n_positions: int = 1024
     n_embd: int = 768
@@ -76,6 +83,12 @@ class GPT2(TokenInputs):
     layer_norm_epsilon: float = 1e-5
     scale_attn_weights: bool = True
     scale_attn_by_inverse_layer_idx: bool = False
+    head: str = "auto"  # DECODER_HEADS; auto: the checkpoint's (config.json's architectures), causal_lm without one
+    num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
+    labels: tuple = ()  # the classes' names, in id order (config.json's id2label; default LABEL_0, LABEL_1, ...)
+    pad_token_id: int | None = None  # sequence_classification: a token with this id is never the one classified
+    pooling: str = "none"  # none | last | mean: a sentence_embedding output (head none), as sentence-transformers
+    normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)
 
     name: ClassVar[str] = "gpt2"
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
@@ -84,6 +97,7 @@ class GPT2(TokenInputs):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}).")
         activation(self.activation_function, "activation_function")
+        self.check_heads()
 
     @property
     def inner(self) -> int:
@@ -100,12 +114,18 @@ class GPT2(TokenInputs):
                 "ln_1": _ln(d), "c_attn": _conv1d(ka, d, 3 * d), "c_proj": _conv1d(kp, d, d, proj_std),
                 "ln_2": _ln(d), "c_fc": _conv1d(kf, d, inner), "mlp_proj": _conv1d(km, inner, d, proj_std),
             })
-        return {
+        params = {
             "wte": normal_init(k_wte, (self.vocab_size, d)),
             "wpe": normal_init(k_wpe, (self.n_positions, d), 0.01),
             "h": layers,
             "ln_f": _ln(d),
         }
+        if self.task in ("sequence_classification", "token_classification"):
+            score = {"weight": normal_init(jax.random.fold_in(k_wpe, 1), (self.num_labels, d))}  # torch's [out, in]
+            if self.task == "token_classification":  # GPT2ForTokenClassification's Linear has a bias; the other not
+                score["bias"] = jnp.zeros((self.num_labels,), jnp.float32)
+            params["score"] = score
+        return params
 
     def _scale(self, layer: int) -> float:
         scale = 1.0 / math.sqrt(self.n_embd // self.n_head) if self.scale_attn_weights else 1.0
@@ -126,7 +146,8 @@ class GPT2(TokenInputs):
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
         eps = self.layer_norm_epsilon
         seq = input_ids.shape[1]
-        h = head_embed(params["wte"], input_ids) + positions(params["wpe"], seq)
+        words = head_embed(params["wte"], input_ids) if self.task == "causal_lm" else embed(params["wte"], input_ids)
+        h = words + positions(params["wpe"], seq)
         causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]               # [q, k]
         keep = causal[None, None, :, :] & (attention_mask != 0)[:, None, None, :]    # [b, 1, q, k]
         bias = mask_bias(keep, h.dtype)
@@ -136,6 +157,8 @@ class GPT2(TokenInputs):
             ctx = attend(matmul(x, w_qkv) + b_qkv, self.n_head, bias)
             h = self._mlp(p, h + matmul(ctx, p["c_proj"]["weight"]) + p["c_proj"]["bias"])
         h = layer_norm(params["ln_f"], h, eps)
+        if self.task != "causal_lm":
+            return self.head_outputs(params.get("score"), h, input_ids, attention_mask)
         return {"logits": head_logits(h, params["wte"])}
 
     def max_positions(self) -> int:

@@ -1,7 +1,7 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
 XLM-RoBERTa, DistilBERT, MPNet, DeBERTa-v2, ModernBERT), with its output names; what every model with heads shares
-(``Headed``: the Llama family's decoders too, whose heads are ``models/llama.py``'s), and the sentence embedding
-of the states (``sentence_embedding``).
+(``Headed``), a decoder's heads beside its LM head (``DecoderHeaded``: GPT-2's and the Llama family's), and the
+sentence embedding of the states (``sentence_embedding``).
 
 A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
 where the family has one, ``pooler_output``), ``sequence_classification`` (``logits [batch, num_labels]``, from
@@ -31,6 +31,8 @@ import jax.numpy as jnp
 from ._layers import Params, activation, layer_norm, linear, matmul
 
 HEADS = ("none", "sequence_classification", "token_classification", "question_answering", "masked_lm")
+DECODER_HEADS = ("causal_lm", "none", "sequence_classification", "token_classification")
+DECODER_POOLINGS = ("none", "last", "mean")
 IMAGE_HEADS = ("none", "image_classification")
 CLASSIFIERS = ("sequence_classification", "token_classification", "image_classification")
 SUFFIXES = {"Model": "none", "ForSequenceClassification": "sequence_classification",
@@ -91,6 +93,47 @@ class Headed:
         if self.task not in CLASSIFIERS:
             return {}
         return {"logits": list(self.labels or (f"LABEL_{i}" for i in range(self.num_labels)))}
+
+
+class DecoderHeaded(Headed):
+    """A decoder's heads (GPT-2's, the Llama family's: ``DECODER_HEADS``, Hugging Face's class-name suffixes): its
+    dataclass has ``head``, ``num_labels``, ``labels``, ``pad_token_id``, ``pooling`` and ``normalize`` fields.
+    ``causal_lm`` (the default without a checkpoint to say) is the family's own LM head; the others read the final
+    norm's states (``outputs``)."""
+
+    HEADS = DECODER_HEADS
+
+    @property
+    def task(self) -> str:
+        """The head this model applies: ``head``, with ``auto`` (no checkpoint to say) as ``causal_lm``."""
+        return "causal_lm" if self.head == "auto" else self.head
+
+    def check_heads(self) -> None:
+        """The head and pooling checked; ``pad_token_id``, which only the sequence classifier reads, dropped under
+        the others (config.json holds it whatever the head), so that no build records a setting that changed
+        nothing."""
+        self.check_head()
+        self.check_pooling(DECODER_POOLINGS)
+        if self.task != "sequence_classification":
+            object.__setattr__(self, "pad_token_id", None)
+
+    def head_outputs(self, score: Params | None, h: jax.Array, input_ids: jax.Array,
+                     attention_mask: jax.Array) -> dict[str, jax.Array]:
+        """A head other than the LM head on the final norm's states ``h: [b, s, d]``: ``none``
+        ``{"last_hidden_state"}`` (with ``pooling``, ``sentence_embedding`` too), ``sequence_classification``
+        ``{"logits": [b, num_labels]}``, the ``score`` Linear of each row's last real token (the last whose mask is 1
+        and, with a ``pad_token_id``, whose id is not it: Hugging Face's rule, left or right padding alike), and
+        ``token_classification`` ``{"logits": [b, s, num_labels]}``."""
+        if self.task == "none":
+            pooled = ({"sentence_embedding": sentence_embedding(h, attention_mask, self.pooling, self.normalize)}
+                      if self.pooling != "none" else {})
+            return {"last_hidden_state": h, **pooled}
+        if self.task == "sequence_classification":
+            keep = attention_mask != 0
+            if self.pad_token_id is not None:
+                keep = keep & (input_ids != self.pad_token_id)
+            h = jnp.take_along_axis(h, last_real(keep)[:, None, None], axis=1)[:, 0]
+        return {"logits": matmul(h, score["weight"].T) + (score["bias"] if "bias" in score else 0.0)}
 
 
 def has_pooler(head: str, style: Style) -> bool:

@@ -364,7 +364,12 @@ NAMES: dict[str, Architecture] = {
         ),
         ignored=(r"h\.\d+\.attn\.(bias|masked_bias)",),
         tied=(r"lm_head\.weight",),  # older checkpoints save the LM head, tied to wte
-        classes="GPT2", suffixes=(("LMHeadModel", "none"), ("Model", "none")),  # logits through the tied wte
+        heads=(("sequence_classification", (("score.weight", "score.weight"),)),
+               ("token_classification", tuple(_linear("classifier", "score")))),
+        head_tensors=r"(lm_head|score|classifier)\..*",
+        classes="GPT2", suffixes=(("LMHeadModel", "causal_lm"), ("Model", "none"),
+                                  ("ForSequenceClassification", "sequence_classification"),
+                                  ("ForTokenClassification", "token_classification")),
         # The logits use wte: an untied lm_head.weight would be silently ignored.
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),

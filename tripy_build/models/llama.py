@@ -56,15 +56,13 @@ import numpy as np
 
 from ..core.spec import InputInfo
 from ._tokens import TokenInputs
-from .heads import Headed, last_real, sentence_embedding
+from .heads import DecoderHeaded
 from ._layers import (ATTENTION_TYPES, Params, activation, attend_cache, cache_step, embed, extend_inputs, head_embed,
                       grouped_attention, head_logits, layer_types, mask_bias, matmul, normal_init, rotate_half, softcap,
                       within_window)
 
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")
 LAYER_TYPES = ATTENTION_TYPES  # Hugging Face's layer_types: global (every key) and local (a window) layers
-DECODER_HEADS = ("causal_lm", "none", "sequence_classification", "token_classification")
-DECODER_POOLINGS = ("none", "last", "mean")
 
 
 def rms_norm(weight: jax.Array, x: jax.Array, eps: float, offset: float = 0.0) -> jax.Array:
@@ -79,7 +77,7 @@ def rms_norm(weight: jax.Array, x: jax.Array, eps: float, offset: float = 0.0) -
 
 
 @dataclass(frozen=True)
-class Llama(Headed, TokenInputs):
+class Llama(DecoderHeaded, TokenInputs):
     vocab_size: int = 32000
     hidden_size: int = 4096
     intermediate_size: int = 11008
@@ -111,7 +109,6 @@ class Llama(Headed, TokenInputs):
     normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)
 
     name: ClassVar[str] = "llama"
-    HEADS: ClassVar[tuple[str, ...]] = DECODER_HEADS
     qk_norm: ClassVar[bool] = False
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
 
@@ -135,19 +132,9 @@ class Llama(Headed, TokenInputs):
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.heads}) "
                              "where head_dim is not given.")
         activation(self.hidden_act, "hidden_act")
-        self.check_head()
-        self.check_pooling(DECODER_POOLINGS)
-        # settings only one head reads are dropped under the others (config.json holds them whatever the head), so
-        # that no build records a setting that changed nothing
-        if self.task != "sequence_classification":
-            object.__setattr__(self, "pad_token_id", None)
-        if self.task != "token_classification":
+        self.check_heads()
+        if self.task != "token_classification":  # read by that head only: dropped under the others, as pad_token_id
             object.__setattr__(self, "token_classification_bias", True)
-
-    @property
-    def task(self) -> str:
-        """The head this model applies: ``head``, with ``auto`` (no checkpoint to say) as ``causal_lm``."""
-        return "causal_lm" if self.head == "auto" else self.head
 
     @property
     def heads(self) -> int:
@@ -360,18 +347,7 @@ class Llama(Headed, TokenInputs):
         """The head's outputs from the last layer's states ``h: [b, s, d]`` (see the module's docstring)."""
         if self.task == "causal_lm":
             return {"logits": self._logits(params, h)}
-        h = self._norm(params["norm"], h)
-        if self.task == "none":
-            pooled = ({"sentence_embedding": sentence_embedding(h, attention_mask, self.pooling, self.normalize)}
-                      if self.pooling != "none" else {})
-            return {"last_hidden_state": h, **pooled}
-        score = params["score"]
-        if self.task == "sequence_classification":
-            keep = attention_mask != 0
-            if self.pad_token_id is not None:
-                keep = keep & (input_ids != self.pad_token_id)
-            h = jnp.take_along_axis(h, last_real(keep)[:, None, None], axis=1)[:, 0]
-        return {"logits": matmul(h, score["weight"].T) + (score["bias"] if "bias" in score else 0.0)}
+        return self.head_outputs(params.get("score"), self._norm(params["norm"], h), input_ids, attention_mask)
 
     def max_positions(self) -> int:
         """The longest sequence served: the position range trained (``max_position_embeddings``); with
