@@ -387,6 +387,9 @@ NAMES: dict[str, Architecture] = {
               # Gemma3Model and Gemma3ForSequenceClassification are the multimodal model's (model_type gemma3)
               ("gemma3", "Gemma3", "gemma3_text", (("ForCausalLM", "causal_lm"), ("TextModel", "none"),
                                                    ("TextForSequenceClassification", "sequence_classification"))))))},
+    # GraniteForCausalLM only (transformers has no other head for it)
+    "granite": _decoder("granite", "Granite", (*_ATTENTION, *_POST_NORM, *_MLP),
+                        suffixes=(("ForCausalLM", "causal_lm"), ("Model", "none"))),
     "qwen3_moe": _decoder("qwen3_moe", "Qwen3Moe", (*_ATTENTION, *_POST_NORM, *_MLP,
                                                    *_experts("mlp", "gate_proj", "up_proj", "down_proj")),
                           renames=_MOE_RENAMES),

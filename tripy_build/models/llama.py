@@ -1,14 +1,15 @@
 """The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
-``MistralForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``Phi3ForCausalLM``), one implementation in
-plain JAX: RMSNorm, rotary positions, grouped-query attention, a gated MLP, logits through ``lm_head`` (or the
-embeddings, tied).
+``MistralForCausalLM``, ``GraniteForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``Phi3ForCausalLM``),
+one implementation in plain JAX: RMSNorm, rotary positions, grouped-query attention, a gated MLP, logits through
+``lm_head`` (or the embeddings, tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
 biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), a sliding window
 (Mistral's in every layer; Qwen's from ``max_window_layers`` on, or as ``layer_types`` names each layer's:
-``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies; Gemma 2 (``Gemma2``) adds norms on the
-attention's and the MLP's outputs, scaled embeddings, ``1 + weight`` norms and soft-capped scores and logits;
+``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies; Granite (``Granite``) four scalars on the
+embeddings, the scores, the residual branches and the logits; Gemma 2 (``Gemma2``) adds norms on the attention's
+and the MLP's outputs, scaled embeddings, ``1 + weight`` norms and soft-capped scores and logits;
 Gemma 3 (``Gemma3``) queries' and keys' norms and the sliding layers' own rotary frequencies; Phi-3 (``Phi3``)
 fused projections, ``longrope`` and ``partial_rotary_factor``.
 ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
@@ -297,9 +298,12 @@ class Llama(DecoderHeaded, TokenInputs):
         return rms_norm(weight, x, self.rms_norm_eps)
 
     def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
-        """The residual stream after a layer's attention: ``h`` plus the output projection of ``ctx`` (and its
-        bias, where the layer has one: gpt-oss's)."""
-        return h + matmul(ctx, p["o"]["weight"].T) + (p["o"]["bias"] if "bias" in p["o"] else 0.0)
+        """The residual stream after a layer's attention: ``h`` plus the output projection of ``ctx``."""
+        return h + self._projected(p, ctx)
+
+    def _projected(self, p: Params, ctx: jax.Array) -> jax.Array:
+        """The attention's output projection of ``ctx`` (and its bias, where the layer has one: gpt-oss's)."""
+        return matmul(ctx, p["o"]["weight"].T) + (p["o"]["bias"] if "bias" in p["o"] else 0.0)
 
     def _sinks(self, p: Params) -> jax.Array | None:
         """A layer's attention sinks (``_layers.softmax``): gpt-oss's; none in the others."""
@@ -434,6 +438,35 @@ class Mistral(Llama):
 
 
 @dataclass(frozen=True)
+class Granite(Llama):
+    """IBM's Granite 3 dense models (``GraniteForCausalLM``: granite-3.x-2b and -8b, base and instruct): Llama with
+    four scalars: the embeddings scaled by ``embedding_multiplier``, the attention's scores by
+    ``attention_multiplier`` (in place of ``1 / sqrt(head_dim)``), each layer's attention and MLP outputs by
+    ``residual_multiplier`` before they join the residual stream, and the logits divided by ``logits_scaling``."""
+
+    embedding_multiplier: float = 1.0
+    attention_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_scaling: float = 1.0
+    name: ClassVar[str] = "granite"
+
+    def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
+        return super()._embed(params, input_ids) * self.embedding_multiplier
+
+    def _query_scale(self) -> float:
+        return self.attention_multiplier
+
+    def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
+        return h + self._projected(p, ctx) * self.residual_multiplier
+
+    def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
+        return h + self._ffn(p, self._norm(p["post_norm"], h)) * self.residual_multiplier
+
+    def _logits(self, params: Params, h: jax.Array) -> jax.Array:
+        return super()._logits(params, h) / self.logits_scaling
+
+
+@dataclass(frozen=True)
 class Gemma2(Llama):
     """Gemma 2: the Llama family's attention and gated MLP (``gelu_pytorch_tanh``), with an RMSNorm on the
     attention's output and around the MLP's (four per layer), norms that scale by ``1 + weight``, embeddings
@@ -480,7 +513,7 @@ class Gemma2(Llama):
         return h * jnp.asarray(math.sqrt(self.hidden_size), h.dtype)  # in the embeddings' dtype, as Gemma's
 
     def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
-        return h + self._norm(p["attn_out_norm"], matmul(ctx, p["o"]["weight"].T))
+        return h + self._norm(p["attn_out_norm"], self._projected(p, ctx))
 
     def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
         return h + self._norm(p["mlp_out_norm"], self._ffn(p, self._norm(p["post_norm"], h)))
