@@ -75,6 +75,10 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
     "granite": ("granite", transformers.GraniteConfig, transformers.GraniteForCausalLM,
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.0078125, "residual_multiplier": 0.22,
                  "logits_scaling": 16.0}),
+    # Granite-MoE: the same scalars, every MLP 4 experts (their tensors stacked in the checkpoint), 2 per token
+    "granite_moe": ("granite_moe", transformers.GraniteMoeConfig, transformers.GraniteMoeForCausalLM,
+                    {"embedding_multiplier": 12.0, "attention_multiplier": 0.0078125, "residual_multiplier": 0.22,
+                     "logits_scaling": 6.0, "num_local_experts": 4, "num_experts_per_tok": 2}),
     # YaRN over a 32-position original (Qwen's long-context configs), rounded outwards (truncate's default)
     "qwen2-yarn": ("qwen2", transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
                    {"rope_theta": 100.0, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
@@ -136,7 +140,8 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 
 
 # the mixtures of experts share moe.routed (its block sizes a branch each under a symbolic token count): gpt-oss's
-# generation runs it; Qwen3-MoE's, Qwen2-MoE's and Mixtral's glue around it is in test_logits_match_pytorch
+# generation runs it; Qwen3-MoE's, Qwen2-MoE's, Mixtral's and Granite-MoE's glue around it is in
+# test_logits_match_pytorch (Granite's multipliers in a cache's steps: granite's generation)
 @pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3", "phi3",
                                   "phi3-longrope", "gpt_oss", "granite"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):

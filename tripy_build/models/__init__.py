@@ -36,7 +36,7 @@ from .gpt2 import GPT2
 from .llama import Gemma2, Gemma3, Granite, Llama, Mistral, Phi3, Qwen2, Qwen3
 from .mlp import MLP
 from .modernbert import ModernBert
-from .moe import GptOss, Mixtral, Qwen2Moe, Qwen3Moe
+from .moe import GptOss, GraniteMoe, Mixtral, Qwen2Moe, Qwen3Moe
 from .mpnet import MPNet
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -66,6 +66,7 @@ MODELS: dict[str, type] = {
     "qwen3_moe": Qwen3Moe,
     "qwen2_moe": Qwen2Moe,
     "mixtral": Mixtral,
+    "granite_moe": GraniteMoe,
     "gpt_oss": GptOss,
     "vit": ViT,
     "resnet50": ResNet,
@@ -98,5 +99,5 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "Gemma2", "Gemma3", "Phi3",
-           "Qwen3Moe", "Qwen2Moe", "Mixtral", "GptOss", "ViT", "ResNet", "input_infos"]
+           "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "Gemma2",
+           "Gemma3", "Phi3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss", "ViT", "ResNet", "input_infos"]

@@ -390,6 +390,11 @@ NAMES: dict[str, Architecture] = {
     # GraniteForCausalLM only (transformers has no other head for it)
     "granite": _decoder("granite", "Granite", (*_ATTENTION, *_POST_NORM, *_MLP),
                         suffixes=(("ForCausalLM", "causal_lm"), ("Model", "none"))),
+    "granite_moe": _decoder("granite_moe", "GraniteMoe", (
+        *_ATTENTION, *_POST_NORM, ("layers.{i}.block_sparse_moe.router.layer.weight", "layers.{i}.router.weight"),
+        ("layers.{i}.block_sparse_moe.input_linear.weight", "layers.{i}.experts.gate_up"),
+        ("layers.{i}.block_sparse_moe.output_linear.weight", "layers.{i}.experts.down")),
+        model_type="granitemoe", suffixes=(("ForCausalLM", "causal_lm"), ("Model", "none")), renames=_MOE_RENAMES),
     "qwen3_moe": _decoder("qwen3_moe", "Qwen3Moe", (*_ATTENTION, *_POST_NORM, *_MLP,
                                                    *_experts("mlp", "gate_proj", "up_proj", "down_proj")),
                           renames=_MOE_RENAMES),

@@ -1,7 +1,8 @@
 """Mixture-of-experts decoders of the Llama family: Qwen3-MoE (``Qwen3MoeForCausalLM``: Qwen3-30B-A3B,
 Qwen3-235B-A22B, Qwen3-Coder-30B-A3B), Qwen2-MoE (``Qwen2MoeForCausalLM``: Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B,
-with a gated shared expert beside the routed ones), Mixtral (``MixtralForCausalLM``) and gpt-oss
-(``GptOssForCausalLM``: gpt-oss-20b and -120b, ``GptOss``: attention sinks, biases, experts of its own).
+with a gated shared expert beside the routed ones), Mixtral (``MixtralForCausalLM``), Granite-MoE
+(``GraniteMoeForCausalLM``: Granite's multipliers, its experts' tensors stacked) and gpt-oss (``GptOssForCausalLM``:
+gpt-oss-20b and -120b, ``GptOss``: attention sinks, biases, experts of its own).
 
 Attention, norms, rotary positions and the key/value cache are their dense family's (``models/llama.py``); a
 sparse layer's MLP is a router and ``num_experts`` gated MLPs. Each token's router logits go through a softmax,
@@ -36,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from ._layers import Params, activation, matmul, normal_init
-from .llama import LAYER_TYPES, Llama, Qwen2, Qwen3
+from .llama import LAYER_TYPES, Granite, Llama, Qwen2, Qwen3
 
 BLOCKS = (8, 16, 32, 64)  # the rows per block ``routed`` picks from (``block_rows``)
 
@@ -223,6 +224,44 @@ class Mixtral(Experts, Llama):
     moe_intermediate_size: int | None = None
     norm_topk_prob: bool = True
     name: ClassVar[str] = "mixtral"
+
+
+@dataclass(frozen=True)
+class GraniteMoe(Granite):
+    """Granite-MoE (``GraniteMoeForCausalLM``: granite-3.0 and 3.1 1b-a400m and 3b-a800m): Granite (its four
+    multipliers) whose every MLP is ``num_experts`` experts of ``intermediate_size``: a router without a bias whose
+    ``num_experts_per_tok`` largest logits are softmaxed into the picks' weights (Mixtral's rule), each expert
+    ``down(act(gate(x)) * up(x))``. Defaults: ``GraniteMoeConfig``'s.
+
+    Params per layer beside the Llama family's attention: ``"router": {"weight": [experts, d]}``, ``"experts":
+    {"gate_up": [experts, 2 ff, d] (gate rows first), "down": [experts, d, ff]}``: the checkpoint's
+    ``block_sparse_moe`` tensors as they are (``input_linear``, ``output_linear``), already ``routed``'s layout."""
+
+    num_experts: int = 8  # routed experts per layer (config.json: num_local_experts)
+    num_experts_per_tok: int = 2
+    name: ClassVar[str] = "granite_moe"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_picks(self)
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        d, ff, e = self.hidden_size, self.intermediate_size, self.num_experts
+        for i, layer in enumerate(params["layers"]):
+            kr, kg, kd = jax.random.split(jax.random.fold_in(key, 1000 + i), 3)
+            for name in ("gate", "up", "down"):
+                del layer[name]
+            layer["router"] = {"weight": normal_init(kr, (e, d))}
+            layer["experts"] = {"gate_up": normal_init(kg, (e, 2 * ff, d)), "down": normal_init(kd, (e, d, ff))}
+        return params
+
+    def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
+        act = activation(self.hidden_act, "hidden_act")
+        flat = x.reshape(-1, x.shape[-1])
+        weights, picks = route(matmul(flat, p["router"]["weight"].T), self.num_experts_per_tok, True)
+        y = routed(flat, weights, picks, p["experts"]["gate_up"], p["experts"]["down"], lambda g, u: act(g) * u)
+        return y.reshape(x.shape)
 
 
 YARN = (("beta_fast", 32.0), ("beta_slow", 1.0), ("factor", 32.0), ("original_max_position_embeddings", 4096),
