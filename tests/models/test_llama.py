@@ -71,6 +71,8 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
                    "shared_expert_intermediate_size": 40, "decoder_sparse_step": 2}),
     "mixtral": ("mixtral", transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    # Gemma 1: 1 + weight norms, scaled embeddings, tied; the first releases' hidden_act "gelu" (the tanh one meant)
+    "gemma": ("gemma", transformers.GemmaConfig, transformers.GemmaForCausalLM, {"head_dim": 16, "hidden_act": "gelu"}),
     # Granite 3's four scalars, as granite-3.1-8b sets them (the scores' scale its own, not 1/sqrt(head_dim))
     "granite": ("granite", transformers.GraniteConfig, transformers.GraniteForCausalLM,
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.0078125, "residual_multiplier": 0.22,
@@ -91,7 +93,7 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
                                                           "truncate": False, "rope_theta": 100.0}}),
 }
 LOUD = {"gpt_oss"}  # its attention sinks and biases start at ~0 in Hugging Face's init: drawn N(0, 1) instead
-TIED = {"llama-tied", "gemma2", "gemma3"}
+TIED = {"llama-tied", "gemma", "gemma2", "gemma3"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 
 
@@ -128,6 +130,24 @@ def test_logits_match_pytorch(case, checkpoints):
                      attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
     real = mask.astype(bool)
     assert np.abs(got[real] - want[real]).max() <= SCALE_TOL * np.abs(want[real]).max()
+
+
+def test_gemmas_first_configs_gelu_is_read_as_the_tanh_approximation(checkpoints, tmp_path):
+    """gemma-2b's and gemma-7b's config.json say ``hidden_act: gelu`` and mean the tanh approximation (transformers
+    reads it so); a Gemma 2 config's ``gelu`` is the exact one."""
+    import shutil
+
+    model, path = checkpoints["gemma"]
+    shutil.copytree(path, tmp_path / "gemma")
+    config = json.loads((tmp_path / "gemma" / "config.json").read_text())
+    (tmp_path / "gemma" / "config.json").write_text(json.dumps({**config, "hidden_act": "gelu"}))
+    zoo, params = hf.load_pretrained(MODELS["gemma"], tmp_path / "gemma")
+    assert zoo.hidden_act == "gelu_pytorch_tanh" and MODELS["gemma2"](hidden_act="gelu").hidden_act == "gelu"
+    ids = np.random.default_rng(1).integers(0, VOCAB, (1, 7)).astype(np.int32)
+    got = np.asarray(jax.jit(zoo.apply)(params, ids, np.ones_like(ids))["logits"])
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()
 
 
 def greedy(model, prompt: list[int], n: int) -> list[int]:

@@ -1,15 +1,15 @@
 """The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
-``MistralForCausalLM``, ``GraniteForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, ``Phi3ForCausalLM``),
-one implementation in plain JAX: RMSNorm, rotary positions, grouped-query attention, a gated MLP, logits through
-``lm_head`` (or the embeddings, tied).
+``MistralForCausalLM``, ``GraniteForCausalLM``, ``GemmaForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
+``Phi3ForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions, grouped-query attention, a gated
+MLP, logits through ``lm_head`` (or the embeddings, tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
 biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), a sliding window
 (Mistral's in every layer; Qwen's from ``max_window_layers`` on, or as ``layer_types`` names each layer's:
 ``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies; Granite (``Granite``) four scalars on the
-embeddings, the scores, the residual branches and the logits; Gemma 2 (``Gemma2``) adds norms on the attention's
-and the MLP's outputs, scaled embeddings, ``1 + weight`` norms and soft-capped scores and logits;
+embeddings, the scores, the residual branches and the logits; Gemma (``Gemma``) scaled embeddings and ``1 + weight``
+norms; Gemma 2 (``Gemma2``) adds norms on the attention's and the MLP's outputs and soft-capped scores and logits;
 Gemma 3 (``Gemma3``) queries' and keys' norms and the sliding layers' own rotary frequencies; Phi-3 (``Phi3``)
 fused projections, ``longrope`` and ``partial_rotary_factor``.
 ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
@@ -467,35 +467,68 @@ class Granite(Llama):
 
 
 @dataclass(frozen=True)
-class Gemma2(Llama):
-    """Gemma 2: the Llama family's attention and gated MLP (``gelu_pytorch_tanh``), with an RMSNorm on the
-    attention's output and around the MLP's (four per layer), norms that scale by ``1 + weight``, embeddings
-    scaled by ``sqrt(hidden_size)``, queries by ``query_pre_attn_scalar ** -0.5``, scores and logits soft-capped
-    (``cap * tanh(x / cap)``), and a sliding window in every other layer (the first one's; ``layer_types``
-    where the config names them). Embeddings tied. Defaults: gemma-2-2b's."""
+class Gemma(Llama):
+    """Gemma (``GemmaForCausalLM``: gemma-2b and -7b, gemma-1.1, CodeGemma): the Llama family's attention and gated
+    MLP (``gelu_pytorch_tanh``: the first releases' ``hidden_act: gelu`` means it, as transformers reads it), with
+    norms that scale by ``1 + weight`` and embeddings scaled by ``sqrt(hidden_size)`` (in the embeddings' dtype,
+    as Gemma's). Embeddings tied. Defaults: ``GemmaConfig``'s (gemma-7b's)."""
 
     vocab_size: int = 256000
-    hidden_size: int = 2304
-    intermediate_size: int = 9216
-    num_hidden_layers: int = 26
-    num_attention_heads: int = 8
-    num_key_value_heads: int | None = 4
+    hidden_size: int = 3072
+    intermediate_size: int = 24576
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 16
+    num_key_value_heads: int | None = 16
     head_dim: int | None = 256
     hidden_act: str = "gelu_pytorch_tanh"
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = True
-    query_pre_attn_scalar: float = 256
-    sliding_window: int | None = 4096
-    attn_logit_softcapping: float | None = 50.0
-    final_logit_softcapping: float | None = 30.0
-    name: ClassVar[str] = "gemma2"
+    name: ClassVar[str] = "gemma"
+    legacy_gelu: ClassVar[bool] = True  # hidden_act: gelu is read as the tanh approximation (Gemma 1's configs only)
+
+    def __post_init__(self) -> None:
+        if self.legacy_gelu and self.hidden_act == "gelu":
+            object.__setattr__(self, "hidden_act", "gelu_pytorch_tanh")
+        super().__post_init__()
 
     def init(self, key: jax.Array) -> Params:
         params = super().init(key)
         zeros = jnp.zeros((self.hidden_size,), jnp.float32)  # a norm scales by 1 + weight
         params["norm"] = zeros
-        params["layers"] = [{**p, "input_norm": zeros, "attn_out_norm": zeros, "post_norm": zeros,
-                             "mlp_out_norm": zeros} for p in params["layers"]]
+        params["layers"] = [{**p, "input_norm": zeros, "post_norm": zeros} for p in params["layers"]]
+        return params
+
+    def _norm(self, weight: jax.Array, x: jax.Array) -> jax.Array:
+        return rms_norm(weight, x, self.rms_norm_eps, offset=1.0)
+
+    def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
+        h = super()._embed(params, input_ids)
+        return h * jnp.asarray(math.sqrt(self.hidden_size), h.dtype)
+
+
+@dataclass(frozen=True)
+class Gemma2(Gemma):
+    """Gemma 2: Gemma's layer with an RMSNorm on the attention's output and around the MLP's (four per layer),
+    queries scaled by ``query_pre_attn_scalar ** -0.5``, scores and logits soft-capped (``cap * tanh(x / cap)``),
+    and a sliding window in every other layer (the first one's; ``layer_types`` where the config names them).
+    Defaults: gemma-2-2b's."""
+
+    hidden_size: int = 2304
+    intermediate_size: int = 9216
+    num_hidden_layers: int = 26
+    num_attention_heads: int = 8
+    num_key_value_heads: int | None = 4
+    query_pre_attn_scalar: float = 256
+    sliding_window: int | None = 4096
+    attn_logit_softcapping: float | None = 50.0
+    final_logit_softcapping: float | None = 30.0
+    name: ClassVar[str] = "gemma2"
+    legacy_gelu: ClassVar[bool] = False
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        zeros = jnp.zeros((self.hidden_size,), jnp.float32)  # a norm scales by 1 + weight
+        params["layers"] = [{**p, "attn_out_norm": zeros, "mlp_out_norm": zeros} for p in params["layers"]]
         return params
 
     def kinds(self) -> tuple[str, ...]:
@@ -504,13 +537,6 @@ class Gemma2(Llama):
 
     def _query_scale(self) -> float:
         return float(self.query_pre_attn_scalar) ** -0.5
-
-    def _norm(self, weight: jax.Array, x: jax.Array) -> jax.Array:
-        return rms_norm(weight, x, self.rms_norm_eps, offset=1.0)
-
-    def _embed(self, params: Params, input_ids: jax.Array) -> jax.Array:
-        h = super()._embed(params, input_ids)
-        return h * jnp.asarray(math.sqrt(self.hidden_size), h.dtype)  # in the embeddings' dtype, as Gemma's
 
     def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
         return h + self._norm(p["attn_out_norm"], self._projected(p, ctx))
