@@ -73,6 +73,10 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
                 {"num_local_experts": 4, "num_experts_per_tok": 2}),
     # Gemma 1: 1 + weight norms, scaled embeddings, tied; the first releases' hidden_act "gelu" (the tanh one meant)
     "gemma": ("gemma", transformers.GemmaConfig, transformers.GemmaForCausalLM, {"head_dim": 16, "hidden_act": "gelu"}),
+    # SmolLM3: layer 1 without rotary positions (every 2nd here; every 4th in SmolLM3-3B), its window layer 1's
+    "smollm3": ("smollm3", transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM,
+                {"no_rope_layer_interval": 2, "use_sliding_window": True, "sliding_window": 4, "pad_token_id": 0,
+                 "bos_token_id": 1, "eos_token_id": 2}),
     # Granite 3's four scalars, as granite-3.1-8b sets them (the scores' scale its own, not 1/sqrt(head_dim))
     "granite": ("granite", transformers.GraniteConfig, transformers.GraniteForCausalLM,
                 {"embedding_multiplier": 12.0, "attention_multiplier": 0.0078125, "residual_multiplier": 0.22,
@@ -93,7 +97,7 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
                                                           "truncate": False, "rope_theta": 100.0}}),
 }
 LOUD = {"gpt_oss"}  # its attention sinks and biases start at ~0 in Hugging Face's init: drawn N(0, 1) instead
-TIED = {"llama-tied", "gemma", "gemma2", "gemma3"}
+TIED = {"llama-tied", "gemma", "gemma2", "gemma3", "smollm3"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 
 
@@ -161,9 +165,10 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 
 # the mixtures of experts share moe.routed (its block sizes a branch each under a symbolic token count): gpt-oss's
 # generation runs it; Qwen3-MoE's, Qwen2-MoE's, Mixtral's and Granite-MoE's glue around it is in
-# test_logits_match_pytorch (Granite's multipliers in a cache's steps: granite's generation)
-@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "mistral", "qwen2-window", "gemma2", "gemma3", "phi3",
-                                  "phi3-longrope", "gpt_oss", "granite"])
+# test_logits_match_pytorch (Granite's multipliers in a cache's steps: granite's generation). Mistral's window in
+# every layer is qwen2-window's code, and Phi-3's fused projections run in phi3-longrope's generation.
+@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "qwen2-window", "gemma2", "gemma3", "phi3-longrope",
+                                  "gpt_oss", "granite", "smollm3"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",

@@ -20,7 +20,7 @@ import pytest
 import tripy_build as tb
 from tripy_build.models import (
     GPT2, MLP, MODELS, Bert, ConvNet, DebertaV2, DistilBert, Gemma, Gemma2, Gemma3, GEGLU, GptOss, Granite, GraniteMoe,
-    Llama, Mistral, ModernBert, MPNet, Mixtral, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta,
+    Llama, Mistral, ModernBert, MPNet, Mixtral, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta, SmolLM3,
     TransformerBlock, ViT, XLMRoberta, input_infos,
 )
 
@@ -103,7 +103,8 @@ def test_registry():
     assert MODELS == {"geglu": GEGLU, "mlp": MLP, "transformer": TransformerBlock, "convnet": ConvNet,
                       "bert": Bert, "roberta": Roberta, "xlm-roberta": XLMRoberta, "distilbert": DistilBert,
                       "mpnet": MPNet, "deberta-v2": DebertaV2, "modernbert": ModernBert, "gpt2": GPT2, "llama": Llama,
-                      "qwen2": Qwen2, "qwen3": Qwen3, "mistral": Mistral, "granite": Granite, "gemma": Gemma,
+                      "qwen2": Qwen2, "qwen3": Qwen3, "mistral": Mistral, "granite": Granite, "smollm3": SmolLM3,
+                      "gemma": Gemma,
                       "gemma2": Gemma2, "gemma3": Gemma3, "phi3": Phi3, "qwen3_moe": Qwen3Moe, "qwen2_moe": Qwen2Moe,
                       "mixtral": Mixtral, "granite_moe": GraniteMoe, "gpt_oss": GptOss, "vit": ViT, "resnet50": ResNet}
     for key, cls in MODELS.items():

@@ -33,7 +33,7 @@ from .convnet import ConvNet
 from .deberta import DebertaV2
 from .geglu import GEGLU
 from .gpt2 import GPT2
-from .llama import Gemma, Gemma2, Gemma3, Granite, Llama, Mistral, Phi3, Qwen2, Qwen3
+from .llama import Gemma, Gemma2, Gemma3, Granite, Llama, Mistral, Phi3, Qwen2, Qwen3, SmolLM3
 from .mlp import MLP
 from .modernbert import ModernBert
 from .moe import GptOss, GraniteMoe, Mixtral, Qwen2Moe, Qwen3Moe
@@ -64,6 +64,7 @@ MODELS: dict[str, type] = {
     "phi3": Phi3,
     "mistral": Mistral,
     "granite": Granite,
+    "smollm3": SmolLM3,
     "qwen3_moe": Qwen3Moe,
     "qwen2_moe": Qwen2Moe,
     "mixtral": Mixtral,
@@ -100,5 +101,6 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
-           "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "Gemma", "Gemma2",
-           "Gemma3", "Phi3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss", "ViT", "ResNet", "input_infos"]
+           "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
+           "Gemma", "Gemma2", "Gemma3", "Phi3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss", "ViT",
+           "ResNet", "input_infos"]

@@ -376,7 +376,7 @@ NAMES: dict[str, Architecture] = {
     **{name: _decoder(name, classes, (*_ATTENTION, *norms, *_MLP), **extra) for name, classes, norms, extra in (
         *((n, c, _POST_NORM, {})
           for n, c in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"),
-                       ("gemma", "Gemma"))),
+                       ("gemma", "Gemma"), ("smollm3", "SmolLM3"))),
         # Gemma's post_attention_layernorm is on the attention's output; the MLP's input norm is pre_feedforward
         *((n, c, (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
                   ("layers.{i}.pre_feedforward_layernorm.weight", "layers.{i}.post_norm"),

@@ -1,14 +1,15 @@
 """The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
-``MistralForCausalLM``, ``GraniteForCausalLM``, ``GemmaForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``,
-``Phi3ForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions, grouped-query attention, a gated
-MLP, logits through ``lm_head`` (or the embeddings, tied).
+``MistralForCausalLM``, ``GraniteForCausalLM``, ``SmolLM3ForCausalLM``, ``GemmaForCausalLM``, ``Gemma2ForCausalLM``,
+``Gemma3ForCausalLM``, ``Phi3ForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions, grouped-query
+attention, a gated MLP, logits through ``lm_head`` (or the embeddings, tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
 biases (``attention_bias``), Qwen3's RMSNorm of each head's queries and keys (``qk_norm``), a sliding window
 (Mistral's in every layer; Qwen's from ``max_window_layers`` on, or as ``layer_types`` names each layer's:
 ``layer_windows``), Llama 3's ``rope_type: llama3`` frequencies; Granite (``Granite``) four scalars on the
-embeddings, the scores, the residual branches and the logits; Gemma (``Gemma``) scaled embeddings and ``1 + weight``
+embeddings, the scores, the residual branches and the logits; SmolLM3 (``SmolLM3``) layers without rotary
+positions; Gemma (``Gemma``) scaled embeddings and ``1 + weight``
 norms; Gemma 2 (``Gemma2``) adds norms on the attention's and the MLP's outputs and soft-capped scores and logits;
 Gemma 3 (``Gemma3``) queries' and keys' norms and the sliding layers' own rotary frequencies; Phi-3 (``Phi3``)
 fused projections, ``longrope`` and ``partial_rotary_factor``.
@@ -464,6 +465,43 @@ class Granite(Llama):
 
     def _logits(self, params: Params, h: jax.Array) -> jax.Array:
         return super()._logits(params, h) / self.logits_scaling
+
+
+@dataclass(frozen=True)
+class SmolLM3(Llama):
+    """SmolLM3 (``SmolLM3ForCausalLM``: SmolLM3-3B, base and its hybrid reasoning instruct model): Llama whose
+    layers listed 0 in ``no_rope_layers`` have no rotary positions (NoPE: by default every
+    ``no_rope_layer_interval``-th); where a window is asked (``use_sliding_window``), it is those layers' unless
+    ``layer_types`` names others, as transformers sets them. Embeddings tied. Defaults: SmolLM3-3B's."""
+
+    vocab_size: int = 128256
+    hidden_size: int = 2048
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 36
+    num_attention_heads: int = 16
+    num_key_value_heads: int | None = 4
+    max_position_embeddings: int = 32768
+    use_sliding_window: bool = False
+    tie_word_embeddings: bool = True
+    no_rope_layers: tuple[int, ...] = ()  # per layer: 1 rotary positions, 0 none (() : no_rope_layer_interval's)
+    no_rope_layer_interval: int = 4
+    name: ClassVar[str] = "smollm3"
+
+    def __post_init__(self) -> None:
+        layers = self.num_hidden_layers
+        rotated = tuple(int(x) for x in self.no_rope_layers or
+                        (int((i + 1) % self.no_rope_layer_interval != 0) for i in range(layers)))
+        if len(rotated) != layers or set(rotated) - {0, 1}:
+            raise ValueError(f"no_rope_layers={list(rotated)}: one 0 (no rotary positions) or 1 per layer, "
+                             f"{layers} of them.")
+        object.__setattr__(self, "no_rope_layers", rotated)
+        if not self.layer_types:
+            windowed = self.use_sliding_window and self.sliding_window is not None
+            object.__setattr__(self, "layer_types", tuple(LAYER_TYPES[windowed and not r] for r in rotated))
+        super().__post_init__()
+
+    def _rope(self, x: jax.Array, position_ids: jax.Array, layer: int) -> jax.Array:
+        return super()._rope(x, position_ids, layer) if self.no_rope_layers[layer] else x
 
 
 @dataclass(frozen=True)
