@@ -165,10 +165,10 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 
 # the mixtures of experts share moe.routed (its block sizes a branch each under a symbolic token count): gpt-oss's
 # generation runs it; Qwen3-MoE's, Qwen2-MoE's, Mixtral's and Granite-MoE's glue around it is in
-# test_logits_match_pytorch (Granite's multipliers in a cache's steps: granite's generation). Mistral's window in
-# every layer is qwen2-window's code, and Phi-3's fused projections run in phi3-longrope's generation.
-@pytest.mark.parametrize("case", ["llama3", "qwen2", "qwen3", "qwen2-window", "gemma2", "gemma3", "phi3-longrope",
-                                  "gpt_oss", "granite", "smollm3"])
+# test_logits_match_pytorch (Granite's multipliers in a cache's steps: granite's generation). Qwen2's biases and
+# Mistral's window in every layer run in qwen2-window's generation, Phi-3's fused projections in phi3-longrope's.
+@pytest.mark.parametrize("case", ["llama3", "qwen3", "qwen2-window", "gemma2", "gemma3", "phi3-longrope", "gpt_oss",
+                                  "granite", "smollm3"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",

@@ -1,10 +1,15 @@
 """``runtime/harmony.py``: gpt-oss's replies (messages on the analysis, commentary and final channels, a tool call
 as a message to ``functions.NAME``) read apart into ``reasoning_content``, ``content`` and ``tool_calls``, whole or
 streamed, through OpenAI's answer; the grammar that holds the answer (a JSON schema, the tools' calls) after the
-thinking, driven token by token through llguidance; a past turn's thinking written back for the template."""
+thinking, driven token by token through llguidance; a past turn's thinking written back for the template; and a
+build over a harmony tokenizer served, its answers in OpenAI's shape."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,8 +22,10 @@ from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.runtime import harmony  # noqa: E402
 from tripy_build.runtime.reasoning import thinks  # noqa: E402
 from tripy_build.runtime.tools import Tools, format_of  # noqa: E402
+from tripy_build.serve.http import Server  # noqa: E402
 from tripy_build.serve.openai import Plan, Request  # noqa: E402
 
+from conftest import run_cli  # noqa: E402
 from test_tools import ADD, CALLED, TEMPLATES, WX, drive, fed, ours  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -198,3 +205,54 @@ def test_a_harmony_reply_stops_at_return_and_call_whatever_the_build_recorded(gp
     other = Request({"model": "m", "messages": CALLED[:1]}, chat=True)
     Plan(other, chatml).stop_at(other, (3,))
     assert "eos_token_id" not in other.options  # the build's, as recorded
+
+
+def test_a_build_over_a_harmony_tokenizer_answers_in_openais_shape(gpt_oss, tmp_path):
+    """End to end: a 2-layer Qwen2 over the harmony tokenizer built with ``task=generate``, its generation config
+    ending at ``<|return|>`` only (as some gpt-oss fine-tunes' do), served. Greedy, its random weights steered by
+    ``logit_bias`` (``f`` and ``c`` and a space all but forced where the grammar allows them): a JSON answer in the
+    final channel, then a call of the named tool, streamed, read back as OpenAI's API gives them."""
+    torch = pytest.importorskip("torch")
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(gpt_oss, ckpt)
+    tok = ours(ckpt)
+    end = tok.token_id("<|return|>")
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=320, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                      eos_token_id=end, pad_token_id=tok.token_id("<|endoftext|>"))
+    transformers.Qwen2ForCausalLM(config).eval().save_pretrained(ckpt)
+    proc = run_cli("model=hf", "task=generate", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,2]",
+                   "shapes.dims.seq=[1,8,16]", "generate.max_length=512", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bias = {str(tok.token_id(t)): 100 for t in ("f", "c", "\u0120")}  # "\u0120": the byte-level vocabulary's space
+
+    with Server([next((tmp_path / "arts" / "qwen2").iterdir())], port=0).start() as server:
+        def post(body: dict) -> bytes:
+            request = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(body).encode(),
+                                             {"content-type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    return response.read()
+            except urllib.error.HTTPError as e:
+                raise AssertionError(e.read().decode()) from None
+        with urllib.request.urlopen(server.url + "/v2/models/qwen2", timeout=60) as response:
+            generate = json.loads(response.read())["generate"]
+        assert (generate["tools"], generate["thinking"], generate["eos_token_id"]) == ("harmony", True, [end])
+        ask = {"model": "qwen2", "messages": [{"role": "user", "content": "yes?"}], "temperature": 0,
+               "max_tokens": 60, "logit_bias": bias}
+        schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}
+        choice = json.loads(post({**ask, "response_format": schema}))["choices"][0]
+        assert choice["message"] == {"role": "assistant", "content": '{"a": false}', "reasoning_content": None}
+        assert choice["finish_reason"] == "stop"
+        flag = {"type": "function", "function": {"name": "flag", "parameters": {
+            "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+            "additionalProperties": False}}}
+        stream = post({**ask, "tools": [flag], "tool_choice": {"type": "function", "function": {"name": "flag"}},
+                       "stream": True})
+        chunks = [json.loads(e[len(b"data: "):]) for e in stream.split(b"\n\n") if e and e != b"data: [DONE]"]
+        calls = [c for chunk in chunks for c in chunk["choices"][0]["delta"].get("tool_calls", [])]
+        assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [("flag", '{"ok": false}')]
+        assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert not "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)  # the marks in nothing

@@ -99,7 +99,7 @@ class DecoderHeaded(Headed):
     """A decoder's heads (GPT-2's, the Llama family's: ``DECODER_HEADS``, Hugging Face's class-name suffixes): its
     dataclass has ``head``, ``num_labels``, ``labels``, ``pad_token_id``, ``pooling`` and ``normalize`` fields.
     ``causal_lm`` (the default without a checkpoint to say) is the family's own LM head; the others read the final
-    norm's states (``outputs``)."""
+    norm's states (``head_outputs``)."""
 
     HEADS = DECODER_HEADS
 
