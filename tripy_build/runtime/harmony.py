@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from typing import Any
 
 from .grammar import LAYOUT, Lark
+from .tools import openai_call, unfinished
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN = "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>"
 RETURN, CALL = "<|return|>", "<|call|>"  # the end ids a reply stops at (generation_config.json's eos_token_id)
@@ -114,8 +114,7 @@ class Messages:
                 self._close(out)
                 self._held, self._state, self._header_feeds = self._held[at + len(mark):], "header", 0
                 continue
-            keep = next((k for k in range(min(len(RETURN) - 1, len(self._held)), 0, -1)
-                         if any(m.startswith(self._held[-k:]) for m in MARKS)), 0)
+            keep = unfinished(self._held, MARKS)
             self._give(self._held[:len(self._held) - keep], out)
             self._held = self._held[len(self._held) - keep:]
             self._touched |= self._kind == "reasoning"
@@ -181,8 +180,7 @@ class Messages:
         except ValueError:
             arguments = None
         if isinstance(arguments, dict):
-            self.calls.append({"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": {
-                "name": self._recipient[len(FUNCTIONS):], "arguments": json.dumps(arguments, ensure_ascii=False)}})
+            self.calls.append(openai_call(self._recipient[len(FUNCTIONS):], arguments))
         elif body:
             self._kind, self._fresh = "content", True
             self._give(body, out)

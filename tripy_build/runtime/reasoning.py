@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from .grammar import LAYOUT, Lark
+from .tools import unfinished
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -70,8 +71,7 @@ class Thoughts:
                 thinking.append(self._held[:end].rstrip())
                 self._held, self._state, self._lead = self._held[end + len(CLOSE):], "after", True
                 continue
-            keep = next((k for k in range(min(len(CLOSE) - 1, len(self._held)), 0, -1)
-                         if CLOSE.startswith(self._held[-k:])), 0)
+            keep = unfinished(self._held, (CLOSE,))
             body = self._held[:len(self._held) - keep]
             stripped = body.rstrip()  # trailing whitespace waits: it may be the block's last
             thinking.append(stripped)

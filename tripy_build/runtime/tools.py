@@ -221,8 +221,7 @@ class Calls:
                 out.append(self._content(self._held[:start]))
                 self._held, self._open = self._held[start + len(tag):], True
                 continue
-            keep = next((k for k in range(min(len(tag) - 1, len(self._held)), 0, -1)
-                         if tag.startswith(self._held[-k:])), 0)
+            keep = unfinished(self._held, (tag,))
             out.append(self._content(self._held[:len(self._held) - keep]))
             self._held = self._held[len(self._held) - keep:]
             break
@@ -267,8 +266,7 @@ class Calls:
         arguments = call.get(self.fmt.arguments, call.get("arguments")) if isinstance(call, dict) else None
         if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(arguments, dict):
             return False
-        self.calls.append({"id": _call_id(self.fmt), "type": "function", "function": {
-            "name": call["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}})
+        self.calls.append(openai_call(call["name"], arguments, self.fmt.short_ids))
         return True
 
     def _listed(self, body: str) -> bool:
@@ -286,12 +284,22 @@ class Calls:
         return True
 
 
-def _call_id(fmt: Format) -> str:
-    """A new call's id: OpenAI's ``call_`` and 24 hex digits, or 9 letters and digits where the template takes no
-    other (mistral's)."""
-    if fmt.short_ids:
-        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
-    return "call_" + uuid.uuid4().hex[:24]
+def openai_call(name: str, arguments: dict[str, Any], short_id: bool = False) -> dict[str, Any]:
+    """A call as OpenAI's answer gives it: a new id (``call_`` and 24 hex digits, or, ``short_id``, 9 letters and
+    digits where the template takes no other: mistral's), the name, the arguments as a JSON string."""
+    if short_id:
+        made = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+    else:
+        made = "call_" + uuid.uuid4().hex[:24]
+    return {"id": made, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def unfinished(text: str, marks: tuple[str, ...]) -> int:
+    """How many characters at the end of streamed ``text`` could still begin one of ``marks`` (and so are held back
+    until the next text says whether they do): the longest such suffix shorter than its mark."""
+    return next((k for k in range(min(max(map(len, marks)) - 1, len(text)), 0, -1)
+                 if any(m.startswith(text[-k:]) for m in marks)), 0)
 
 
 def messages_for_template(messages: list[Any]) -> list[Any]:
