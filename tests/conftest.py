@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
+import prestarted
 import tripy_build as tb
 from schedule import pytest_addoption, pytest_configure, pytest_xdist_make_scheduler  # noqa: F401 (the suite's hooks)
 
@@ -210,11 +210,13 @@ SMALL_SHAPES = {
 }
 
 
-def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tripy_build", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300
+            ) -> subprocess.CompletedProcess:
+    """``python -m tripy_build ARGS`` in ``cwd`` (None: this process's), with ``env`` added to this process's
+    environment, its output captured as text; forked from a process that has imported the package
+    (``prestarted.py``)."""
+    return prestarted.run_cli(*args, cwd=Path.cwd() if cwd is None else cwd, env={**os.environ, **(env or {})},
+                              timeout=timeout)
 
 
 def compose_cfg(overrides: list[str]):

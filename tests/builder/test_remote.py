@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -19,6 +17,8 @@ from tripy_build.artifact.write import FOREIGN_STALE_SECONDS, remove_stale_tempo
 from tripy_build.cli import config
 from tripy_build.builder.pipeline import build
 from tripy_build.cli.verify import verify
+
+from conftest import run_cli
 
 SMALL = ["model=mlp", "model.dim_in=8", "model.hidden=16", "model.dim_out=8", "model.layers=2",
          "shapes.dims.batch=[1,2,4]"]
@@ -102,9 +102,7 @@ def test_two_processes_on_two_hosts_share_a_folder_cache(tmp_path):
     outputs = []
     for host, arts in (("host-a", "a"), ("host-b", "b")):
         env = {**os.environ, "TRIPY_BUILD_HOSTNAME": host, "TRIPY_BUILD_NO_MEMO": "1"}
-        proc = subprocess.run([sys.executable, "-m", "tripy_build", *SMALL, f"artifacts_dir={tmp_path / arts}",
-                               f"cache.remote={remote}"], capture_output=True, text=True, env=env, timeout=300,
-                              cwd=tmp_path)
+        proc = run_cli(*SMALL, f"artifacts_dir={tmp_path / arts}", f"cache.remote={remote}", cwd=tmp_path, env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         outputs.append(proc.stdout + proc.stderr)
     assert "uploaded to the remote cache" in outputs[0] and "downloaded from" in outputs[1]

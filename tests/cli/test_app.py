@@ -352,9 +352,8 @@ def test_bench_json_reports_cold_start_stream_and_padding_overhead(tmp_path):
     cfg = compose_cfg(["model=geglu", "model.dim_in=16", "model.dim_out=8", "shapes=dynamic",
                        "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'arts'}"])
     path = build(config.validate(cfg)).path
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "bench", str(path), "--json", "-", "--stream", "30",
-                           "--shapes", "2", "--cold-rounds", "1", "--budget", "0.02"],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = run_cli("bench", str(path), "--json", "-", "--stream", "30", "--shapes", "2", "--cold-rounds", "1",
+                   "--budget", "0.02", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["function"] == "geglu" and r["profiles"] == 4 and r["warmup"] == "background"
@@ -441,8 +440,7 @@ def test_a_dim_without_padding_says_which_sizes_compile_on_first_use(tmp_path, c
     assert log.count("not every in-range shape is precompiled: dim seq: sizes other than 1 2 4 8 compile on first "
                      "use (~") == 1 and "model.padding.<dim>=rows|mask" in log
     (path,) = (tmp_path / "embedding").iterdir()
-    shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(path)], capture_output=True, text=True,
-                           timeout=120)
+    shown = run_cli("inspect", str(path), timeout=120)
     row = next(line for line in shown.stdout.splitlines() if line.strip().startswith("seq "))
     assert row.rstrip().endswith("sizes other than 1 2 4 8"), shown.stdout
     exe = tb.load(path, warmup="none")
@@ -477,9 +475,8 @@ def test_bench_plot_draws_latency_against_shape(tmp_path):
                        "shapes.dims.batch=[1,2,8]", f"artifacts_dir={tmp_path / 'arts'}"])
     path = build(config.validate(cfg)).path
     png = tmp_path / "latency.png"
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "bench", str(path), "--plot", str(png), "--stream", "10",
-                           "--shapes", "1", "--cold-rounds", "0", "--budget", "0.02"],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = run_cli("bench", str(path), "--plot", str(png), "--stream", "10", "--shapes", "1", "--cold-rounds", "0",
+                   "--budget", "0.02", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "padding overhead" in proc.stdout
@@ -494,9 +491,8 @@ def test_bench_plot_of_two_dims_is_a_heatmap_with_a_cell_per_profile(tmp_path):
                        "shapes.dims.seq=[1,4,8]", f"artifacts_dir={tmp_path / 'arts'}"])
     path = build(config.validate(cfg)).path
     png, out = tmp_path / "latency.png", tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "bench", str(path), "--plot", str(png), "--stream", "30",
-                           "--shapes", "1", "--cold-rounds", "0", "--budget", "0.02", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = run_cli("bench", str(path), "--plot", str(png), "--stream", "30", "--shapes", "1", "--cold-rounds", "0",
+                   "--budget", "0.02", "--json", str(out), cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     result = json.loads(out.read_text())

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from tripy_build.cli import config
 from tripy_build.builder.pipeline import build
 
-from conftest import SMALL, SMALL_SHAPES, compose_cfg
+from conftest import SMALL, SMALL_SHAPES, compose_cfg, run_cli
 
 
 @pytest.fixture(scope="module", params=["geglu", "mlp", "transformer", "convnet"])
@@ -24,8 +22,7 @@ def built(request, tmp_path_factory):
 def test_inspect_and_dump_every_zoo_model(built, tmp_path):
     name, path = built
     manifest = json.loads((path / "manifest.json").read_text())
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(path), "--dump", str(tmp_path / "dump")],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("inspect", str(path), "--dump", str(tmp_path / "dump"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert f"function '{name}'" in out and "optimization_level 3" in out
@@ -48,8 +45,7 @@ def test_inspect_and_dump_every_zoo_model(built, tmp_path):
 
 
 def test_inspect_refuses_what_is_not_an_artifact(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(tmp_path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = run_cli("inspect", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and "is not a tripy_build artifact" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -64,8 +60,7 @@ def test_inspect_names_outputs_as_python_and_the_server_do(tmp_path):
     exe = tb.compile(lambda x: {"last_hidden_state": x @ w, "pooler_output": (x @ w).sum(-1)},
                      args=[tb.InputInfo(((1, 2, 4), 4), "float32")])
     path = exe.save(tmp_path / "art")
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(path)], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_cli("inspect", str(path), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     outputs = proc.stdout.split("\noutputs\n")[1].split("\n\n")[0].splitlines()[2:]
     names = [line.split()[0] for line in outputs]

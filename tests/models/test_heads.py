@@ -11,8 +11,6 @@ the model does not build is refused naming the tensor; the encoder alone (``mode
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -123,8 +121,7 @@ def test_model_hf_builds_the_checkpoints_architecture_with_its_head(family, tmp_
             compare({k: np.asarray(v) for k, v in ours.items()}, torch_run(model, x), x["attention_mask"])
     if family == "xlm-roberta":
         assert manifest["metadata"]["labels"] == {"logits": ["negative", "neutral", "positive"]}
-        shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(art)], capture_output=True,
-                               text=True, timeout=300).stdout
+        shown = run_cli("inspect", str(art), timeout=300).stdout
         assert "0 negative, 1 neutral, 2 positive" in shown
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -214,8 +212,7 @@ def test_model_mpnet_builds_at_random_weights_and_help_lists_it(tmp_path):
                        f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
     assert too_long.returncode == 2 and "MPNet's position table holds 16 positions (max_position_embeddings=18)" \
         in too_long.stderr
-    shown = subprocess.run([sys.executable, "-m", "tripy_build", "--help"], capture_output=True, text=True,
-                           timeout=300).stdout
+    shown = run_cli("--help", timeout=300).stdout
     assert "model=mpnet" in shown and "MPNetForSequenceClassification" in shown
 
 

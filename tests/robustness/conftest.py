@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import prestarted
 import pytest
 
 # Models that go wrong in the ways a user's model does; imported by the build from the test's directory.
@@ -71,5 +71,4 @@ def workdir(tmp_path: Path) -> Path:
 
 def run_cli(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONPATH": str(cwd), "TRIPY_BUILD_NO_MEMO": "1"}
-    return subprocess.run([sys.executable, "-m", "tripy_build", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return prestarted.run_cli(*args, cwd=cwd, env=env, timeout=timeout)

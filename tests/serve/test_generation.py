@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -16,6 +14,7 @@ import pytest
 
 import tripy_build as tb
 from tripy_build.serve.http import Server
+from conftest import run_cli
 from serve.serving import concurrently
 
 TINY = ["model=gpt2", "task=generate", "model.n_layer=2", "model.n_embd=32", "model.n_head=4", "model.vocab_size=96",
@@ -25,8 +24,7 @@ TINY = ["model=gpt2", "task=generate", "model.n_layer=2", "model.n_embd=32", "mo
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("gen-serve")
-    r = subprocess.run([sys.executable, "-m", "tripy_build", *TINY, f"artifacts_dir={root}"], capture_output=True,
-                       text=True, cwd=root, timeout=600)
+    r = run_cli(*TINY, f"artifacts_dir={root}", cwd=root, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     return next((root / "gpt2").iterdir())
 
@@ -307,8 +305,7 @@ def test_a_generate_artifact_is_announced_by_its_generate_routes_and_keeps_its_e
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
-    help_text = " ".join(subprocess.run([sys.executable, "-m", "tripy_build", "serve", "--help"], capture_output=True,
-                                        text=True, cwd=tmp_path).stdout.split())
+    help_text = " ".join(run_cli("serve", "--help", cwd=tmp_path).stdout.split())
     assert "--expose-entries" in help_text and "also served on /infer" in help_text
 
 

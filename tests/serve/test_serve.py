@@ -21,6 +21,7 @@ import pytest
 import tripy_build as tb
 from tripy_build.errors import ConfigError
 from tripy_build.serve.http import Server
+from conftest import run_cli
 from serve.serving import concurrently, sample, start_serve
 
 
@@ -327,8 +328,7 @@ def test_the_command_with_wait_ready_prints_serving_once_ready_and_is_never_seen
     finally:
         stop.set()
         proc.kill()
-    help_text = subprocess.run([sys.executable, "-m", "tripy_build", "serve", "--help"], capture_output=True, text=True,
-                               cwd=tmp_path).stdout
+    help_text = run_cli("serve", "--help", cwd=tmp_path).stdout
     assert "--wait-ready" in help_text and "open the ports only once every model's profiles are warmed" in " ".join(
         help_text.split())
 
@@ -438,8 +438,7 @@ def test_the_command_serves_until_sigterm(artifact, tmp_path):
         assert proc.wait(timeout=30) == 0 and "stopped serving." in proc.stdout.read()
     finally:
         proc.kill()
-    bad = subprocess.run([sys.executable, "-m", "tripy_build", "serve", str(tmp_path / "nothing"), "--port", "0"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    bad = run_cli("serve", str(tmp_path / "nothing"), "--port", "0", cwd=tmp_path)
     assert bad.returncode == 2 and str(tmp_path / "nothing") in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -454,8 +453,7 @@ def test_the_command_takes_the_loader_it_is_told(artifact, tmp_path):
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
-    bad = subprocess.run([sys.executable, "-m", "tripy_build", "serve", str(artifact), "--loader", "pjrt"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    bad = run_cli("serve", str(artifact), "--loader", "pjrt", cwd=tmp_path)
     assert bad.returncode == 2 and "--loader: invalid choice: 'pjrt'" in bad.stderr
 
 

@@ -10,8 +10,6 @@ import dataclasses
 import http.client
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +89,7 @@ def test_the_artifact_stores_the_tokenizer_and_both_loaders_speak_text(built, ex
     assert meta["metadata"]["tokenizer"] == ["chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]
     assert set(meta["metadata"]["build_key_parts"]["tokenizer"]) == set(meta["metadata"]["tokenizer"])
     assert {f"tokenizer/{n}" for n in meta["metadata"]["tokenizer"]} <= set(meta["files"])
-    shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(art)], capture_output=True, text=True)
+    shown = run_cli("inspect", str(art))
     assert "tokenizer: the checkpoint's, for text in and out (chat_template.jinja, tokenizer.json" in shown.stdout
     resaved = runtime.load(tb.load(art).save(art.parent.parent / "resaved"), warmup="none")  # the tokenizer goes along
     assert resaved.tokenizer.chat(HELLO) == prompt
@@ -106,14 +104,12 @@ def test_the_artifact_stores_the_tokenizer_and_both_loaders_speak_text(built, ex
 
 def test_the_command_line_takes_a_chat_message_and_prints_the_reply(built, expected):
     art, _, _, hf_tok = built
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--chat", "hello fox",
-                           "--max-new-tokens", "12", "--eos-token-id", "none", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("generate", str(art), "--chat", "hello fox", "--max-new-tokens", "12", "--eos-token-id", "none",
+                   "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout) == {"text_output": hf_tok.decode(expected[1], skip_special_tokens=True),
                                        "output_ids": expected[1]}
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--system", "x",
-                           "--input-ids", "5"], capture_output=True, text=True, timeout=300)
+    proc = run_cli("generate", str(art), "--system", "x", "--input-ids", "5", timeout=300)
     assert proc.returncode == 2 and "--system is the system message of a --chat" in proc.stderr
 
 
@@ -292,9 +288,8 @@ def test_penalties_equal_transformers_generate_through_every_route(server, built
     for load in (tb.load, runtime.load):
         got = load(art).generate([prompt], 12, repetition_penalty=1.5, temperature=0, eos_token_id=[])
         assert [int(t) for t in got[0]] == want
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--chat", "hello fox", "--json",
-                           "--max-new-tokens", "12", "--eos-token-id", "none", "--repetition-penalty", "1.5"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("generate", str(art), "--chat", "hello fox", "--json", "--max-new-tokens", "12", "--eos-token-id",
+                   "none", "--repetition-penalty", "1.5", timeout=300)
     assert proc.returncode == 0 and json.loads(proc.stdout)["output_ids"] == want, proc.stderr[-2000:]
     status, data = call(server, "POST", "/v2/models/qwen2/generate", {
         "input_ids": prompt, "max_new_tokens": 12, "eos_token_id": [], "parameters": {"repetition_penalty": 1.5}})
@@ -544,9 +539,8 @@ def test_a_reply_held_to_a_json_schema_is_that_json_whole(server, built, expecte
                                     skip_special_tokens=True)
     chunks = [json.loads(p) for p in events(call(server, "POST", "/v1/chat/completions", {**body, "stream": True})[1])[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == content
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(art), "--chat", "hello fox", "--json",
-                           "--max-new-tokens", "26", "--temperature", "0", "--json-schema", json.dumps(ANSWER)],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("generate", str(art), "--chat", "hello fox", "--json", "--max-new-tokens", "26", "--temperature",
+                   "0", "--json-schema", json.dumps(ANSWER), timeout=300)
     assert proc.returncode == 0 and json.loads(proc.stdout)["text_output"] == content, proc.stderr[-2000:]
     status, data = call(server, "POST", "/v2/models/qwen2/generate", {  # Triton's generate: json_schema
         "input_ids": prompt, "max_new_tokens": 26, "temperature": 0, "parameters": {"json_schema": ANSWER}})
@@ -584,7 +578,7 @@ def test_the_checkpoints_sampling_defaults_are_recorded_and_serve_calls_that_lea
     assert sampled.name != art.name  # a new build key
     recorded = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "min_p": 0.0, "repetition_penalty": 1.05}
     assert json.loads((sampled / "manifest.json").read_text())["metadata"]["generate"]["sampling"] == recorded
-    shown = subprocess.run([sys.executable, "-m", "tripy_build", "inspect", str(sampled)], capture_output=True, text=True)
+    shown = run_cli("inspect", str(sampled))
     assert ("calls that leave them out pick tokens by temperature=0.7 min_p=0 repetition_penalty=1.05 top_k=20 "
             "top_p=0.8") in shown.stdout
     prompt = expected[0]
@@ -594,9 +588,8 @@ def test_the_checkpoints_sampling_defaults_are_recorded_and_serve_calls_that_lea
     assert drawn != [int(t) for t in exe.generate([prompt], 12, seed=5, eos_token_id=[], temperature=0)[0]]
     greedy = [int(t) for t in exe.generate([prompt], 12, eos_token_id=[], temperature=0, repetition_penalty=1)[0]]
     assert greedy == expected[1]  # a call's own options replace the defaults
-    proc = subprocess.run([sys.executable, "-m", "tripy_build", "generate", str(sampled), "--input-ids",
-                           ",".join(map(str, prompt)), "--max-new-tokens", "12", "--eos-token-id", "none", "--seed",
-                           "5", "--json"], capture_output=True, text=True, timeout=300)
+    proc = run_cli("generate", str(sampled), "--input-ids", ",".join(map(str, prompt)), "--max-new-tokens", "12",
+                   "--eos-token-id", "none", "--seed", "5", "--json", timeout=300)
     assert proc.returncode == 0 and json.loads(proc.stdout)["output_ids"] == drawn, proc.stderr[-2000:]
     with Server([sampled], port=0).start() as srv:
         answer = json.loads(call(srv, "POST", "/v1/chat/completions", {
