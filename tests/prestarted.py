@@ -62,9 +62,11 @@ class _Server:
             return False
         return not any((Path(p) / "tripy_build").exists() for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
 
-    def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float, merged: bool
+            ) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory() as tmp:
-            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            out = Path(tmp) / "stdout"
+            err = out if merged else Path(tmp) / "stderr"
             request = {"args": args, "cwd": str(Path(cwd).absolute()), "env": env, "stdout": str(out),
                        "stderr": str(err)}
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
@@ -81,7 +83,8 @@ class _Server:
                 raise RuntimeError(f"the forking server of tests/prestarted.py died running {args}")
             code = json.loads(line)["returncode"]
             argv = [sys.executable, "-m", "tripy_build", *args]
-            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+            stdout = out.read_text(errors="replace")
+            stderr = None if merged else err.read_text(errors="replace")
             if killed.is_set():
                 raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
             return subprocess.CompletedProcess(argv, code, stdout, stderr)
@@ -90,18 +93,20 @@ class _Server:
 _server = _Server()
 
 
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``subprocess.run([sys.executable, "-m", "tripy_build", *args], cwd=cwd, env=env, capture_output=True,
-    text=True, timeout=timeout)``, the process forked from this worker's server where it can be (module docstring).
-    ``env`` is the whole environment (None: this process's)."""
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300,
+            stderr_to_stdout: bool = False) -> subprocess.CompletedProcess:
+    """``subprocess.run([sys.executable, "-m", "tripy_build", *args], cwd=cwd, env=env, stdout=PIPE, stderr=PIPE
+    (``stderr_to_stdout``: STDOUT), text=True, timeout=timeout)``, the process forked from this worker's server where
+    it can be (module docstring). ``env`` is the whole environment (None: this process's)."""
     env = dict(os.environ if env is None else env)
     if _server.lock.acquire(blocking=False):
         try:
             if _server.start() and _server.forkable(env):
-                return _server.run(list(args), cwd, env, timeout)
+                return _server.run(list(args), cwd, env, timeout, stderr_to_stdout)
         finally:
             _server.lock.release()
-    return subprocess.run([sys.executable, "-m", "tripy_build", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tripy_build", *args], cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE, text=True,
                           timeout=timeout, env=env)
 
 
@@ -117,11 +122,15 @@ def _child(request: dict, added: dict[str, str], base_path: list[str]) -> None:
 
     code = 1
     try:
-        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
-                                (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
+        streams = [(0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT)]
+        if request["stderr"] != request["stdout"]:
+            streams.append((2, request["stderr"], os.O_WRONLY | os.O_CREAT))
+        for fd, path, flags in streams:
             opened = os.open(path, flags, 0o644)
             os.dup2(opened, fd)
             os.close(opened)
+        if request["stderr"] == request["stdout"]:  # one file, one offset: interleaved as through one pipe
+            os.dup2(1, 2)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import prestarted
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,10 +60,18 @@ class Run:
         return self
 
 
-def run(argv: list[str], *, cwd: Path, xdg: Path, env: dict[str, str] | None = None, timeout: int = TIMEOUT) -> Run:
+def run(argv: list[str], *, cwd: Path, xdg: Path, env: dict[str, str] | None = None, timeout: int = TIMEOUT,
+        fork: bool = True) -> Run:
+    """``argv`` in a fresh process; a ``python -m tripy_build`` one forked from a process that has imported the
+    package (``prestarted.py``) unless ``fork`` is False (builds whose bytes are compared across processes: a
+    forked process has its server's hash seed)."""
     cwd.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(argv, cwd=cwd, env=env_with(xdg, **(env or {})), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    if fork and argv[:3] == [PY, "-m", "tripy_build"]:
+        proc = prestarted.run_cli(*argv[3:], cwd=cwd, env=env_with(xdg, **(env or {})), timeout=timeout,
+                                  stderr_to_stdout=True)
+    else:
+        proc = subprocess.run(argv, cwd=cwd, env=env_with(xdg, **(env or {})), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return Run(argv, proc.returncode, proc.stdout)
 
 
@@ -88,9 +97,10 @@ class Site:
     def cwd(self) -> Path:
         return self.root / "work"
 
-    def build(self, *overrides: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Run:
+    def build(self, *overrides: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+              fork: bool = True) -> Run:
         return run([PY, "-m", "tripy_build", *overrides, f"artifacts_dir={self.arts}"], cwd=cwd or self.cwd,
-                   xdg=self.xdg, env=env)
+                   xdg=self.xdg, env=env, fork=fork)
 
 
 def artifact_dirs(model_dir: Path) -> list[Path]:
@@ -223,7 +233,7 @@ def builds(tmp_path_factory, checkout2) -> dict[str, Built]:
     def job(name):
         overrides, env, cwd = plan[name]
         site = Site(tmp_path_factory.mktemp(name))
-        return name, Built(site, overrides, site.build(*overrides, env=env, cwd=cwd), cwd)
+        return name, Built(site, overrides, site.build(*overrides, env=env, cwd=cwd, fork=False), cwd)
 
     return dict(in_parallel([lambda n=n: job(n) for n in plan]))
 
