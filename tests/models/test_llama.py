@@ -171,9 +171,10 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
                                   "granite", "smollm3"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
+    # prompt chunks of 8 and 1 (the prompts: 5 = 5 x 1, 11 = 8 + 3 x 1), the windows of 3 and 4 within a chunk
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]",
-                   "shapes.dims.seq=[1,4,8]", "generate.max_length=32", f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+                   "shapes.dims.seq=[1,8,8]", "shapes.buckets.seq=[1,8]", "generate.max_length=32",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / FAMILIES[case][0]).iterdir())
     want = [greedy(model, p, 10) for p in PROMPTS]
