@@ -30,6 +30,7 @@ SCALE_TOL = 1e-4
 VOCAB = 99
 TEXT_SHAPES = ["shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,8,16]"]
 IMAGE_SHAPES = ["shapes.dims.batch=[1,2,4]"]
+SMALL_TEXT = ["shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[8,8,8]"]  # after TEXT_SHAPES: the last value of a key counts
 
 # zoo name -> (HF model class, its tiny config, build overrides)
 CASES = {
@@ -212,12 +213,15 @@ def test_a_bad_checkpoint_is_one_line_naming_the_tensor_and_nothing_is_written(c
     assert not (tmp_path / "arts").exists() or not any((tmp_path / "arts").rglob("manifest.json"))
 
 
-def test_weights_saved_prepared_rebuild_from_their_checkpoint_and_raw_ones_keep_every_tensor(tmp_path_factory, tmp_path):
+def test_weights_saved_prepared_rebuild_from_their_checkpoint_and_raw_ones_keep_every_tensor(tmp_path):
     """weights=prepared (the default) stores BERT's prepared matrices in place of the raw tensors: a rebuild
     reads the checkpoint the artifact records (its path and files' digests, in the index) while it is there and
-    unchanged, else the one given (verify --rebuild --checkpoint), and says so without it; weights=raw keeps them."""
-    _, model, path = _built("bert", tmp_path_factory)
-    hf = path.parents[2] / "hf"
+    unchanged, else the one given (verify --rebuild --checkpoint), and says so without it; weights=raw keeps them.
+    (Two profiles each: the weights are what is checked, and the test builds four times.)"""
+    hf = tmp_path / "hf"
+    save_pretrained("bert", hf)
+    assert build("bert", hf, tmp_path / "arts", *SMALL_TEXT).returncode == 0
+    path = next((tmp_path / "arts" / "bert").iterdir())
     m = json.loads((path / "manifest.json").read_text())
     assert all(c.get("at_rest") for c in m["prep"]["chunks"])
     assert sum(not w["file"] for w in m["weights"]) > 0
@@ -231,7 +235,7 @@ def test_weights_saved_prepared_rebuild_from_their_checkpoint_and_raw_ones_keep_
 
     moved = tmp_path / "hf2"  # a checkpoint changed since the build: not read, and the fix named
     shutil.copytree(hf, moved)
-    assert build("bert", moved, tmp_path / "arts2").returncode == 0
+    assert build("bert", moved, tmp_path / "arts2", *SMALL_TEXT).returncode == 0
     copy = next((tmp_path / "arts2" / "bert").iterdir())
     params = json.loads((copy / "manifest.json").read_text())["metadata"]["params"]["sha256"]
     assert f"ckpt=hf2@{params[:8]}" in run_cli("list", str(tmp_path / "arts2"), cwd=tmp_path).stdout
@@ -243,7 +247,7 @@ def test_weights_saved_prepared_rebuild_from_their_checkpoint_and_raw_ones_keep_
     r = run_cli("verify", "--rebuild", "--checkpoint", str(hf), str(copy), cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:]
     assert "PASS  rebuild: params by value" in r.stdout
-    raw = build("bert", hf, tmp_path / "raw", "weights=raw")
+    raw = build("bert", hf, tmp_path / "raw", *SMALL_TEXT, "weights=raw")
     assert raw.returncode == 0, raw.stderr[-3000:]
     raw_path = next((tmp_path / "raw" / "bert").iterdir())
     assert all(w["file"] for w in json.loads((raw_path / "manifest.json").read_text())["weights"])
