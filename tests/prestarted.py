@@ -5,13 +5,15 @@ package before it read its arguments. Here one server process per test worker im
 is a ``fork`` of it: a new process, with the test's working directory, environment, ``sys.path``, arguments and
 standard streams (``/dev/null`` in, files out), that runs ``tripy_build/__main__.py`` as ``python -m`` does
 (``runpy``, ``__main__``) and exits with the command's status after Python's own exit steps (non-daemon threads
-joined, ``atexit``). Nothing had run in the server but imports: jax has started no backend and no thread (checked:
-a server with a second thread is not used), so every run compiles, caches and writes as a fresh process would.
+joined, ``atexit``). Nothing had run in the server but imports: jax has started no backend, and no Python thread
+runs (checked: a server with a second one is not used; numpy's and scipy's OpenBLAS pools are native threads their
+fork handlers remake), so every run compiles, caches and writes as a fresh process would. What a fork shares with
+its server is the hash seed: builds whose bytes are compared across processes run as plain processes.
 
 A run whose environment would change what an import already read runs as a plain subprocess instead: a
-``JAX_``/``XLA_``/``TF_``/``PYTHON`` variable (but ``PYTHONPATH``) other than the server's, a ``PYTHONPATH``
-holding another copy of the package, a call made while another is in flight (from a test's thread), or a server
-that could not start.
+variable in ``READ_AT_IMPORT`` (``JAX_``, ``XLA_``, ``PYTHON`` but ``PYTHONPATH``, ...) other than the server's,
+a ``PYTHONPATH`` holding another copy of the package, a call made while another is in flight (from a test's
+thread), or a server that could not start.
 """
 
 from __future__ import annotations
