@@ -66,12 +66,12 @@ def run(argv: list[str], *, cwd: Path, xdg: Path, env: dict[str, str] | None = N
     package (``prestarted.py``) unless ``fork`` is False (builds whose bytes are compared across processes: a
     forked process has its server's hash seed)."""
     cwd.mkdir(parents=True, exist_ok=True)
+    whole = env_with(xdg, **(env or {}))
     if fork and argv[:3] == [PY, "-m", "tripy_build"]:
-        proc = prestarted.run_cli(*argv[3:], cwd=cwd, env=env_with(xdg, **(env or {})), timeout=timeout,
-                                  stderr_to_stdout=True)
+        proc = prestarted.run_cli(*argv[3:], cwd=cwd, env=whole, timeout=timeout, stderr_to_stdout=True)
     else:
-        proc = subprocess.run(argv, cwd=cwd, env=env_with(xdg, **(env or {})), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        proc = subprocess.run(argv, cwd=cwd, env=whole, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout)
     return Run(argv, proc.returncode, proc.stdout)
 
 
