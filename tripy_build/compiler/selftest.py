@@ -22,6 +22,7 @@ loads compute what the model computed when it was built, without the model's cod
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..artifact.selftest import CASES, Case, OutputSketch, sample
 from ..core.spec import InputInfo
+from ..host import usable_cores
 
 
 def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict[int, Any] | None = None,
@@ -45,21 +47,21 @@ def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict
     shapes = {which: {li: getattr(info.shape_bounds, which) for li, (_, info) in enumerate(leaves)} for which in CASES}
     if extra:
         shapes["padded"] = extra
-    cases = []
+    drawn = []
     for ci, (which, case_shapes) in enumerate(shapes.items()):
         sampled = {li: np.ones(case_shapes[li], info.dtype) if li in ones else sample(info, case_shapes[li], (seed, ci, li))
                    for li, (_, info) in enumerate(leaves) if li not in fixed}
-        full = [fixed[li] if li in fixed else sampled[li] for li in range(len(leaves))]
-        cases.append(Case(which, list(sampled.values()), reference_outputs(flat_fn, full, rows),
-                          seeds=[None if li in ones else (seed, ci, li) for li in sampled],
-                          values=[leaves[li][1].values for li in sampled]))
-    return cases
+        drawn.append((which, ci, sampled, [fixed[li] if li in fixed else sampled[li] for li in range(len(leaves))]))
+    options = ROWS_OPTIONS if rows else ONCE_OPTIONS
+    runs = compile_each(flat_fn, [first_batch(full, rows) for *_, full in drawn], options)
+    return [Case(which, list(sampled.values()), reference_outputs(run, full, rows),
+                 seeds=[None if li in ones else (seed, ci, li) for li in sampled],
+                 values=[leaves[li][1].values for li in sampled])
+            for run, (which, ci, sampled, full) in zip(runs, drawn)]
 
 
-def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mapping[int, int], Sequence[int]] | None
-                      ) -> list[Any]:
-    """``flat_fn(*full)``'s flat outputs as the self-test keeps them (``OutputSketch.result``), computed a row at a
-    time along ``rows`` (``make``) when it is given.
+def batches(full: Sequence[Any], rows: tuple[Mapping[int, int], Sequence[int]] | None) -> tuple[int, int]:
+    """How many rows the reference runs along ``rows`` (1 without), and how many at a time.
 
     Where each row of every input along ``rows`` is a single element (BERT's ``min`` case, (1, 1)), two rows run
     at a time, a last one beside a copy of itself: at one such row every matrix product is a matrix-vector one,
@@ -67,18 +69,35 @@ def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mappin
     81 MB at (2, 1); (1, 1) was the peak of its build). Not two everywhere: two rows of GPT-2's logits at
     (16, 512) are 206 MB.
     """
-    in_axes, out_axes = rows if rows else ({}, None)
+    in_axes = rows[0] if rows else {}
     n = next((np.shape(full[li])[a] for li, a in in_axes.items()), 1)
     step = 2 if in_axes and all(np.size(full[li]) == np.shape(full[li])[a] for li, a in in_axes.items()) else 1
+    return n, step
+
+
+def first_batch(full: Sequence[Any], rows: tuple[Mapping[int, int], Sequence[int]] | None) -> list[Any]:
+    """The abstract values (shape, dtype) of the arguments each run of the reference takes."""
+    in_axes = rows[0] if rows else {}
+    _, step = batches(full, rows)
+    avals = [jax.typeof(x) for x in full]
+    return [jax.ShapeDtypeStruct(tuple(step if a == in_axes[li] else k for a, k in enumerate(v.shape)), v.dtype)
+            if li in in_axes else jax.ShapeDtypeStruct(v.shape, v.dtype, weak_type=v.weak_type)
+            for li, v in enumerate(avals)]
+
+
+def reference_outputs(run: Callable[..., list[Any]], full: Sequence[Any],
+                      rows: tuple[Mapping[int, int], Sequence[int]] | None) -> list[Any]:
+    """``run(*full)``'s flat outputs as the self-test keeps them (``OutputSketch.result``), computed a row at a
+    time along ``rows`` (``make``; ``batches``) when it is given; ``run`` is compiled for ``first_batch``."""
+    in_axes, out_axes = rows if rows else ({}, None)
+    n, step = batches(full, rows)
     whole = [None if li in in_axes else jax.numpy.asarray(x) for li, x in enumerate(full)]  # placed once
-    run: Callable | None = None
     sketches: list[OutputSketch] = []
     for start in range(0, n, step):
         kept = min(step, n - start)
         taken = [min(start + k, n - 1) for k in range(step)]  # the last row again where fewer are left
         args = [jax.numpy.asarray(np.take(x, taken, axis=in_axes[li])) if li in in_axes else whole[li]
                 for li, x in enumerate(full)]
-        run = run or compile_once(flat_fn, *args, options=ROWS_OPTIONS if in_axes else ONCE_OPTIONS)
         outs = [np.asarray(o) for o in run(*args)]
         axes = out_axes or [None] * len(outs)
         outs = [o if axis is None else o[(slice(None),) * axis + (slice(0, kept),)] for o, axis in zip(outs, axes)]
@@ -90,6 +109,16 @@ def reference_outputs(flat_fn: Callable, full: Sequence[Any], rows: tuple[Mappin
     return [s.result() for s in sketches]
 
 
+def compile_each(fn: Callable, specs: Sequence[Sequence[Any]], options: dict[str, Any]) -> list[Callable[..., list[Any]]]:
+    """``lower_once(fn, *args, options=options)`` compiled, for each ``args`` of ``specs`` (abstract values): traced in
+    turn, each compiled in a thread pool as soon as it is traced (XLA releases the GIL: the next one traces
+    meanwhile), as the profiles are (``compiler/pipeline.py``)."""
+    workers = max(1, min(len(specs), len(usable_cores())))
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tripy_build-reference") as pool:
+        compiling = [pool.submit(lower_once(fn, *args, options=options)[0]) for args in specs]
+        return [c.result() for c in compiling]
+
+
 ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
 
 ROWS_OPTIONS: dict[str, Any] = {}
@@ -97,30 +126,33 @@ ROWS_OPTIONS: dict[str, Any] = {}
 product ran the default GEGLU's 64 rows in 1.6 s (19 ms a row) against 0.27 s for all its cases run whole."""
 
 
-def compile_once(fn: Callable, *args: Any, options: dict[str, Any] = ONCE_OPTIONS) -> Callable[..., list[Any]]:
-    """``fn`` compiled by ``jax.jit`` for code that runs a few times at ``args``' shapes: a callable on arguments
-    of those shapes that returns the flat outputs. LLVM at -O0 compiles in ~60% of the time, and the arrays
-    ``fn`` closes over (a model's weights) are passed in as arguments rather than folded into the program as
+def lower_once(fn: Callable, *args: Any, options: dict[str, Any] = ONCE_OPTIONS
+               ) -> tuple[Callable[[], Callable[..., list[Any]]], Any]:
+    """``fn`` traced and lowered by ``jax.jit`` for code that runs a few times at ``args``' shapes (arrays or
+    abstract values), and the tree of its outputs. Calling the first compiles it: a callable on arguments of
+    those shapes that returns the flat outputs. LLVM at -O0 compiles in ~60% of the time, and the arrays ``fn``
+    closes over (a model's weights) are passed in as arguments rather than folded into the program as
     constants, which for BERT-base (418 MB of weights) made the compile take minutes and gigabytes.
 
     The backend level changes how fast the code runs, not what it computes (no fast-math, no
     reassociation), and a reference compiled differently from the profiles is a better check.
     """
-    return _compile_once(fn, *args, options=options)[0]
-
-
-def _compile_once(fn: Callable, *args: Any, options: dict[str, Any] = ONCE_OPTIONS) -> tuple[Callable[..., list[Any]], Any]:
     closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
     consts = list(closed.consts)
 
     def with_weights(weights: Sequence[Any], *xs: Any) -> Any:
         return jax.core.eval_jaxpr(closed.jaxpr, weights, *xs)
 
-    compiled = jax.jit(with_weights).lower(consts, *args).compile(compiler_options=options or None)
-    return (lambda *xs: compiled(consts, *xs)), jax.tree_util.tree_structure(shapes)
+    lowered = jax.jit(with_weights).lower(consts, *args)
+
+    def compile_() -> Callable[..., list[Any]]:
+        compiled = lowered.compile(compiler_options=options or None)
+        return lambda *xs: compiled(consts, *xs)
+
+    return compile_, jax.tree_util.tree_structure(shapes)
 
 
 def run_once(fn: Callable, *args: Any) -> Any:
-    """``jax.jit(fn)(*args)`` for code that runs once (``compile_once``), its outputs in ``fn``'s structure."""
-    run, tree = _compile_once(fn, *args)
-    return jax.tree_util.tree_unflatten(tree, run(*args))
+    """``jax.jit(fn)(*args)`` for code that runs once (``lower_once``), its outputs in ``fn``'s structure."""
+    compile_, tree = lower_once(fn, *args)
+    return jax.tree_util.tree_unflatten(tree, compile_()(*args))
