@@ -9,6 +9,8 @@ joined, ``atexit``). Nothing had run in the server but imports: jax has started 
 runs (checked: a server with a second one is not used; numpy's and scipy's OpenBLAS pools are native threads their
 fork handlers remake), so every run compiles, caches and writes as a fresh process would. What a fork shares with
 its server is the hash seed: builds whose bytes are compared across processes run as plain processes.
+``spawn_cli`` starts a run without waiting for it (a test that kills a build partway), the server busy with it
+until it has ended.
 
 A run whose environment would change what an import already read runs as a plain subprocess instead: a
 variable in ``READ_AT_IMPORT`` (``JAX_``, ``XLA_``, ``PYTHON`` but ``PYTHONPATH``, ...) other than the server's,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -49,8 +52,9 @@ class _Server:
         if self.failed:
             return False
         self.env = dict(os.environ)
+        # unbuffered: Spawned.poll selects on the replies' pipe, which a buffered reader could have emptied ahead
         self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     cwd=tempfile.gettempdir(), env=self.env)
+                                     cwd=tempfile.gettempdir(), env=self.env, bufsize=0)
         ready = self.proc.stdout.readline()
         if json.loads(ready or b'{"ready": false}').get("ready") is not True:
             self.proc.kill()
@@ -64,26 +68,33 @@ class _Server:
             return False
         return not any((Path(p) / "tripy_build").exists() for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
 
+    def fork(self, args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> int:
+        """Start a forked run, its output to ``out`` and ``err`` (the same path: together); its pid."""
+        request = {"args": args, "cwd": str(Path(cwd).absolute()), "env": env, "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["pid"]
+
+    def returncode(self, args: list[str]) -> int:
+        """The status of the forked run in flight, waiting for it to end."""
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the forking server of tests/prestarted.py died running {args}")
+        return json.loads(line)["returncode"]
+
     def run(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float, merged: bool
             ) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "stdout"
             err = out if merged else Path(tmp) / "stderr"
-            request = {"args": args, "cwd": str(Path(cwd).absolute()), "env": env, "stdout": str(out),
-                       "stderr": str(err)}
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-            pid = json.loads(self.proc.stdout.readline())["pid"]
+            pid = self.fork(args, cwd, env, out, err)
             killed = threading.Event()
             killer = threading.Timer(timeout, lambda: (killed.set(), os.kill(pid, 9)))
             killer.start()
             try:
-                line = self.proc.stdout.readline()
+                code = self.returncode(args)
             finally:
                 killer.cancel()
-            if not line:
-                raise RuntimeError(f"the forking server of tests/prestarted.py died running {args}")
-            code = json.loads(line)["returncode"]
             argv = [sys.executable, "-m", "tripy_build", *args]
             stdout = out.read_text(errors="replace")
             stderr = None if merged else err.read_text(errors="replace")
@@ -110,6 +121,70 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: f
     return subprocess.run([sys.executable, "-m", "tripy_build", *args], cwd=cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE, text=True,
                           timeout=timeout, env=env)
+
+
+class Spawned:
+    """A run of the command in flight (``spawn_cli``), forked or a plain subprocess: ``pid``, ``poll``, ``kill`` and
+    ``wait`` as a ``Popen``'s, and ``output()``: its stdout and stderr together, as far as written."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self._out = Path(self._tmp.name) / "output"
+        self._args, self.returncode = list(args), None
+        self._forked = _server.lock.acquire(blocking=False)
+        if self._forked and not (_server.start() and _server.forkable(env)):
+            _server.lock.release()
+            self._forked = False
+        if self._forked:  # the lock is held until the run has ended (wait)
+            try:
+                self.pid = _server.fork(self._args, cwd, env, self._out, self._out)
+            except BaseException:
+                _server.lock.release()
+                raise
+        else:
+            with open(self._out, "wb") as out:
+                self._popen = subprocess.Popen([sys.executable, "-m", "tripy_build", *args], cwd=cwd, env=env,
+                                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self.pid = self._popen.pid
+
+    def output(self) -> str:
+        return self._out.read_text(errors="replace") if self._out.exists() else ""
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            if not self._forked:
+                self.returncode = self._popen.poll()
+            elif select.select([_server.proc.stdout], [], [], 0)[0]:
+                self._ended(_server.returncode(self._args))
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self._ended(_server.returncode(self._args) if self._forked else self._popen.wait())
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:  # it ended meanwhile; wait reads its status
+                pass
+
+    def _ended(self, code: int) -> None:
+        self.returncode = code
+        if self._forked:
+            _server.lock.release()
+
+    def __del__(self) -> None:
+        if self.returncode is None:  # never left running: the server answers one run at a time
+            self.kill()
+            self.wait()
+        self._tmp.cleanup()
+
+
+def spawn_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Spawned:
+    """``python -m tripy_build ARGS`` started, not waited for (``run_cli``'s process: forked where it can be)."""
+    return Spawned(list(args), cwd, dict(os.environ if env is None else env))
 
 
 # --- the server ------------------------------------------------------------------------------------------------

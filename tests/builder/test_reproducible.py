@@ -11,11 +11,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -457,30 +455,6 @@ def test_concurrent_builds_of_one_key_leave_one_artifact(tmp_path):
     assert_verified(verify(path, xdg=site.xdg, cwd=site.cwd))
 
 
-class Streamed:
-    """A build process whose output lines are collected, with arrival times, by a reader thread."""
-
-    def __init__(self, argv, cwd, env):
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
-        self.lines: list[str] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def seen(self, text: str) -> bool:
-        return any(text in ln for ln in list(self.lines))
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=60)
-        self.thread.join(timeout=10)
-
-
 # When to kill: after a log line appears, or once this process's temporary artifact dir exists
 # (the write stage: files, fsync, rename), plus a delay. 20 points spread over every stage.
 KILL_POINTS = [("start", 0.3), ("init params", 0.0), ("trace+export", 0.0), ("compile prep", 0.0),
@@ -492,23 +466,25 @@ SWEEP_KILL_POINTS = [("#0 :", 0.5), ("#1 :", 0.0), ("#1 :", 1.0), ("tmpdir", 0.0
 
 def _kill_at(argv, site, model_dir, event, delay) -> tuple[bool, str]:
     """Run ``argv``, SIGKILL it at ``event`` + ``delay``; whether it was killed, and a line saying where."""
-    b = Streamed(argv, site.cwd, env_with(site.xdg))
+    assert argv[:3] == [PY, "-m", "tripy_build"], argv
+    b = prestarted.spawn_cli(*argv[3:], cwd=site.cwd, env=env_with(site.xdg))  # forked: no seconds of imports first
     t0 = time.monotonic()
     fired = None
-    while b.proc.poll() is None and time.monotonic() - t0 < TIMEOUT:
+    while b.poll() is None and time.monotonic() - t0 < TIMEOUT:
         if event == "start":
             hit = True
         elif event == "tmpdir":
-            hit = model_dir.is_dir() and any(f".tmp-{b.proc.pid}@" in n for n in hidden_entries(model_dir))
+            hit = model_dir.is_dir() and any(f".tmp-{b.pid}@" in n for n in hidden_entries(model_dir))
         else:
-            hit = b.seen(event)
+            hit = event in b.output()
         if hit and fired is None:
             fired = time.monotonic()
         if fired is not None and time.monotonic() - fired >= delay:
             break
         time.sleep(0.005)
-    finished = b.proc.poll() is not None
+    finished = b.poll() is not None
     b.kill()
+    b.wait()
     return not finished, f"{event}+{delay}s: {'finished' if finished else 'killed'} at {time.monotonic() - t0:.2f}s"
 
 
