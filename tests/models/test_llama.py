@@ -271,7 +271,8 @@ def test_a_bfloat16_generate_build_writes_its_cache_in_its_own_dtype(checkpoints
     float32 value into a bfloat16 scatter will be an error), and both loaders generate the same ids."""
     _, path = checkpoints["qwen2"]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "precision=bfloat16",
-                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,4,8]", "generate.max_length=32",
+                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,4,8]", "shapes.buckets.seq=[1,8]",
+                   "generate.max_length=32",
                    f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FutureWarning" not in proc.stderr, proc.stderr[-3000:]
@@ -381,8 +382,8 @@ def test_a_checkpoint_stored_in_bfloat16_is_read_exactly_and_built_in_either_pre
         want = model.float()(input_ids=torch.tensor(ids, dtype=torch.long)).logits.numpy()
     assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()
 
-    proc = run_cli("model=hf", f"params.checkpoint={path}", "precision=bfloat16", "shapes.dims.batch=[1,1,2]",
-                   "shapes.dims.seq=[1,4,8]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "precision=bfloat16", "shapes.dims.batch=[1,1,1]",
+                   "shapes.dims.seq=[8,8,8]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "bfloat16 tensor(s) read as float32, exactly; precision=bfloat16 builds" in proc.stdout + proc.stderr
     art = next((tmp_path / "arts" / "qwen2").iterdir())
