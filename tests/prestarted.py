@@ -68,6 +68,16 @@ class _Server:
             return False
         return not any((Path(p) / "tripy_build").exists() for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
 
+    def claim(self, env: dict[str, str]) -> bool:
+        """Whether a run in ``env`` can be forked now: the lock taken (the caller releases it when the run has
+        ended), the server started and ``env`` forkable; else nothing held."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        if self.start() and self.forkable(env):
+            return True
+        self.lock.release()
+        return False
+
     def fork(self, args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> int:
         """Start a forked run, its output to ``out`` and ``err`` (the same path: together); its pid."""
         request = {"args": args, "cwd": str(Path(cwd).absolute()), "env": env, "stdout": str(out), "stderr": str(err)}
@@ -112,10 +122,9 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: f
     (``stderr_to_stdout``: STDOUT), text=True, timeout=timeout)``, the process forked from this worker's server where
     it can be (module docstring). ``env`` is the whole environment (None: this process's)."""
     env = dict(os.environ if env is None else env)
-    if _server.lock.acquire(blocking=False):
+    if _server.claim(env):
         try:
-            if _server.start() and _server.forkable(env):
-                return _server.run(list(args), cwd, env, timeout, stderr_to_stdout)
+            return _server.run(list(args), cwd, env, timeout, stderr_to_stdout)
         finally:
             _server.lock.release()
     return subprocess.run([sys.executable, "-m", "tripy_build", *args], cwd=cwd, stdout=subprocess.PIPE,
@@ -131,10 +140,7 @@ class Spawned:
         self._tmp = tempfile.TemporaryDirectory()
         self._out = Path(self._tmp.name) / "output"
         self._args, self.returncode = list(args), None
-        self._forked = _server.lock.acquire(blocking=False)
-        if self._forked and not (_server.start() and _server.forkable(env)):
-            _server.lock.release()
-            self._forked = False
+        self._forked = _server.claim(env)
         if self._forked:  # the lock is held until the run has ended (wait)
             try:
                 self.pid = _server.fork(self._args, cwd, env, self._out, self._out)

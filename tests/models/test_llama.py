@@ -272,8 +272,7 @@ def test_a_bfloat16_generate_build_writes_its_cache_in_its_own_dtype(checkpoints
     _, path = checkpoints["qwen2"]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "precision=bfloat16",
                    "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,4,8]", "shapes.buckets.seq=[1,8]",
-                   "generate.max_length=32",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "generate.max_length=32", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FutureWarning" not in proc.stderr, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "qwen2").iterdir())

@@ -79,10 +79,8 @@ def first_batch(full: Sequence[Any], rows: tuple[Mapping[int, int], Sequence[int
     """The abstract values (shape, dtype) of the arguments each run of the reference takes."""
     in_axes = rows[0] if rows else {}
     _, step = batches(full, rows)
-    avals = [jax.typeof(x) for x in full]
-    return [jax.ShapeDtypeStruct(tuple(step if a == in_axes[li] else k for a, k in enumerate(v.shape)), v.dtype)
-            if li in in_axes else jax.ShapeDtypeStruct(v.shape, v.dtype, weak_type=v.weak_type)
-            for li, v in enumerate(avals)]
+    return [jax.ShapeDtypeStruct(tuple(step if a == in_axes.get(li) else k for a, k in enumerate(v.shape)), v.dtype,
+                                 weak_type=v.weak_type) for li, v in enumerate(map(jax.typeof, full))]
 
 
 def reference_outputs(run: Callable[..., list[Any]], full: Sequence[Any],
