@@ -57,6 +57,11 @@ CASES = {  # case -> (zoo model, config class, Hugging Face class, extra setting
                               "pad_token_id": PAD}),
     "phi3-tokens": ("phi3", transformers.Phi3Config, transformers.Phi3ForTokenClassification,
                     {"pad_token_id": 0, "eos_token_id": 2, "token_classification_bias": False}),
+    # OLMo 2's reward models (OLMo-2-1124-7B-RM) are Olmo2ForSequenceClassification
+    "olmo2-classifier": ("olmo2", transformers.Olmo2Config, transformers.Olmo2ForSequenceClassification,
+                         {"pad_token_id": PAD, "id2label": LABELS}),
+    "olmoe-bare": ("olmoe", transformers.OlmoeConfig, transformers.OlmoeModel,
+                   {"num_experts": 4, "num_experts_per_tok": 2}),
     "mixtral-bare": ("mixtral", transformers.MixtralConfig, transformers.MixtralModel,
                      {"num_local_experts": 4, "num_experts_per_tok": 2}),
     # GPT-2's: DialogRPT and reward models are GPT2ForSequenceClassification, its score Linear without a bias

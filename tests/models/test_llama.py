@@ -1,5 +1,6 @@
 """The Llama family (Llama 2 and 3 with ``rope_type: llama3``, Qwen2 (with YaRN too), Qwen3, Mistral, Gemma 2 and 3,
-Phi-3, and the mixtures of experts Qwen3-MoE, Qwen2-MoE, Mixtral and gpt-oss) from Hugging Face checkpoints.
+Phi-3, OLMo 2 and 3, and the mixtures of experts Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE and gpt-oss) from Hugging
+Face checkpoints.
 
 Tiny ``save_pretrained`` checkpoints of each (grouped-query attention: 4 query heads over 2 key/value heads): the
 logits of ``models/llama.py`` against the PyTorch model's within 1e-4 of their scale at the real positions of
@@ -89,14 +90,27 @@ FAMILIES = {  # name -> (zoo model, config class, causal LM class, extra setting
     "qwen2-yarn": ("qwen2", transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
                    {"rope_theta": 100.0, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                           "original_max_position_embeddings": 32}}),
-    # gpt-oss: sinks and biases drawn large (LOUD), its own YaRN unrounded, a window in layer 0
+    # gpt-oss: sinks and biases drawn large (DRAWN), its own YaRN unrounded, a window in layer 0
     "gpt_oss": ("gpt_oss", transformers.GptOssConfig, transformers.GptOssForCausalLM,
                 {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
                  "sliding_window": 4, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 8.0,
                                                           "beta_slow": 1.0, "original_max_position_embeddings": 32,
                                                           "truncate": False, "rope_theta": 100.0}}),
+    # OLMo 2: norms after the branches, of all the queries and keys at once (each norm's weights drawn: DRAWN)
+    "olmo2": ("olmo2", transformers.Olmo2Config, transformers.Olmo2ForCausalLM, {}),
+    # OLMo 3: layer 0 sliding at its own rotary base, layer 1 global with YaRN (OLMo-3's long-context setting)
+    "olmo3": ("olmo3", transformers.Olmo3Config, transformers.Olmo3ForCausalLM,
+              {"sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
+               "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 100.0,
+                                                      "original_max_position_embeddings": 32},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}}}),
+    # OLMoE: OLMo's query and key norms, 4 experts of 48 in every layer, 2 per token, their weights not renormalised
+    "olmoe": ("olmoe", transformers.OlmoeConfig, transformers.OlmoeForCausalLM,
+              {"num_experts": 4, "num_experts_per_tok": 2}),
 }
-LOUD = {"gpt_oss"}  # its attention sinks and biases start at ~0 in Hugging Face's init: drawn N(0, 1) instead
+# Parameters Hugging Face's init leaves at a constant, drawn so that a misplaced one shows: gpt-oss's attention sinks
+# and biases (~0: drawn N(0, 1)), OLMo's and OLMoE's norms (ones: drawn N(1, 0.3), so that each norm is told from the others)
+DRAWN = {"gpt_oss": (("sinks", "bias"), 0.0, 1.0), **{case: (("norm.weight",), 1.0, 0.3) for case in ("olmo2", "olmo3", "olmoe")}}
 TIED = {"llama-tied", "gemma", "gemma2", "gemma3", "smollm3"}
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 
@@ -107,11 +121,12 @@ def checkpoints(tmp_path_factory):
     for case, (_, config, causal, extra) in FAMILIES.items():
         torch.manual_seed(0)
         model = causal(config(**SIZES, **extra)).eval()
-        if case in LOUD:
+        if case in DRAWN:
+            suffixes, mean, std = DRAWN[case]
             with torch.no_grad():
                 for name, param in model.named_parameters():
-                    if name.endswith(("sinks", "bias")):
-                        param.normal_(0, 1.0)
+                    if name.endswith(suffixes):
+                        param.normal_(mean, std)
         path = tmp_path_factory.mktemp(case)
         model.save_pretrained(path)
         out[case] = (model, path)
@@ -168,7 +183,7 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
 # test_logits_match_pytorch (Granite's multipliers in a cache's steps: granite's generation). Qwen2's biases and
 # Mistral's window in every layer run in qwen2-window's generation, Phi-3's fused projections in phi3-longrope's.
 @pytest.mark.parametrize("case", ["llama3", "qwen3", "qwen2-window", "gemma2", "gemma3", "phi3-longrope", "gpt_oss",
-                                  "granite", "smollm3"])
+                                  "granite", "smollm3", "olmo3"])
 def test_generate_equals_an_argmax_loop_over_pytorch(case, checkpoints, tmp_path):
     model, path = checkpoints[case]
     # prompt chunks of 8 and 1 (the prompts: 5 = 5 x 1, 11 = 8 + 3 x 1), the windows of 3 and 4 within a chunk

@@ -20,8 +20,8 @@ import pytest
 import tripy_build as tb
 from tripy_build.models import (
     GPT2, MLP, MODELS, Bert, ConvNet, DebertaV2, DistilBert, Gemma, Gemma2, Gemma3, GEGLU, GptOss, Granite, GraniteMoe,
-    Llama, Mistral, ModernBert, MPNet, Mixtral, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta, SmolLM3,
-    TransformerBlock, ViT, XLMRoberta, input_infos,
+    Llama, Mistral, ModernBert, MPNet, Mixtral, Olmo2, Olmo3, Olmoe, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta,
+    SmolLM3, TransformerBlock, ViT, XLMRoberta, input_infos,
 )
 
 KEY = jax.random.PRNGKey(0)
@@ -104,9 +104,10 @@ def test_registry():
                       "bert": Bert, "roberta": Roberta, "xlm-roberta": XLMRoberta, "distilbert": DistilBert,
                       "mpnet": MPNet, "deberta-v2": DebertaV2, "modernbert": ModernBert, "gpt2": GPT2, "llama": Llama,
                       "qwen2": Qwen2, "qwen3": Qwen3, "mistral": Mistral, "granite": Granite, "smollm3": SmolLM3,
-                      "gemma": Gemma,
+                      "olmo2": Olmo2, "olmo3": Olmo3, "gemma": Gemma,
                       "gemma2": Gemma2, "gemma3": Gemma3, "phi3": Phi3, "qwen3_moe": Qwen3Moe, "qwen2_moe": Qwen2Moe,
-                      "mixtral": Mixtral, "granite_moe": GraniteMoe, "gpt_oss": GptOss, "vit": ViT, "resnet50": ResNet}
+                      "mixtral": Mixtral, "granite_moe": GraniteMoe, "olmoe": Olmoe,
+                      "gpt_oss": GptOss, "vit": ViT, "resnet50": ResNet}
     for key, cls in MODELS.items():
         assert cls.name == key
         model = cls()  # every hyperparameter has a default

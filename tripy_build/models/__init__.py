@@ -33,10 +33,10 @@ from .convnet import ConvNet
 from .deberta import DebertaV2
 from .geglu import GEGLU
 from .gpt2 import GPT2
-from .llama import Gemma, Gemma2, Gemma3, Granite, Llama, Mistral, Phi3, Qwen2, Qwen3, SmolLM3
+from .llama import Gemma, Gemma2, Gemma3, Granite, Llama, Mistral, Olmo2, Olmo3, Phi3, Qwen2, Qwen3, SmolLM3
 from .mlp import MLP
 from .modernbert import ModernBert
-from .moe import GptOss, GraniteMoe, Mixtral, Qwen2Moe, Qwen3Moe
+from .moe import GptOss, GraniteMoe, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe
 from .mpnet import MPNet
 from .resnet import ResNet
 from .transformer import TransformerBlock
@@ -65,10 +65,13 @@ MODELS: dict[str, type] = {
     "mistral": Mistral,
     "granite": Granite,
     "smollm3": SmolLM3,
+    "olmo2": Olmo2,
+    "olmo3": Olmo3,
     "qwen3_moe": Qwen3Moe,
     "qwen2_moe": Qwen2Moe,
     "mixtral": Mixtral,
     "granite_moe": GraniteMoe,
+    "olmoe": Olmoe,
     "gpt_oss": GptOss,
     "vit": ViT,
     "resnet50": ResNet,
@@ -102,5 +105,5 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
            "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
-           "Gemma", "Gemma2", "Gemma3", "Phi3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss", "ViT",
-           "ResNet", "input_infos"]
+           "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
+           "Olmoe", "ViT", "ResNet", "input_infos"]

@@ -208,6 +208,7 @@ def _experts(block: str, gate: str, up: str, down: str) -> tuple[tuple[str, str]
 
 
 _POST_NORM = (("layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_norm"),)
+_OLMO_UNSUPPORTED = (("attention_bias", False),)  # OLMo's attention_bias puts a bias on the output projection too
 _MOE_RENAMES = (("num_local_experts", "num_experts"),)  # transformers 5 saves Qwen3-MoE's and Mixtral's so
 
 
@@ -388,6 +389,13 @@ NAMES: dict[str, Architecture] = {
               # Gemma3Model and Gemma3ForSequenceClassification are the multimodal model's (model_type gemma3)
               ("gemma3", "Gemma3", "gemma3_text", (("ForCausalLM", "causal_lm"), ("TextModel", "none"),
                                                    ("TextForSequenceClassification", "sequence_classification"))))))},
+    # OLMo's norms on the attention's and the MLP's outputs (and none on a layer's input); no token classifier
+    **{name: _decoder(name, classes, (*_ATTENTION, ("layers.{i}.post_attention_layernorm.weight", "layers.{i}.attn_out_norm"),
+                                      ("layers.{i}.post_feedforward_layernorm.weight", "layers.{i}.mlp_out_norm"), *_MLP),
+                      suffixes=_DECODER_SUFFIXES[:3], unsupported=_OLMO_UNSUPPORTED)
+       for name, classes in (("olmo2", "Olmo2"), ("olmo3", "Olmo3"))},
+    "olmoe": _decoder("olmoe", "Olmoe", (*_ATTENTION, *_POST_NORM, *_MLP, *_experts("mlp", "gate_proj", "up_proj", "down_proj")),
+                      suffixes=_DECODER_SUFFIXES[:2], unsupported=(*_OLMO_UNSUPPORTED, ("clip_qkv", None))),
     # GraniteForCausalLM only (transformers has no other head for it)
     "granite": _decoder("granite", "Granite", (*_ATTENTION, *_POST_NORM, *_MLP),
                         suffixes=(("ForCausalLM", "causal_lm"), ("Model", "none"))),

@@ -1,7 +1,8 @@
 """The Llama family (Hugging Face ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
 ``MistralForCausalLM``, ``GraniteForCausalLM``, ``SmolLM3ForCausalLM``, ``GemmaForCausalLM``, ``Gemma2ForCausalLM``,
-``Gemma3ForCausalLM``, ``Phi3ForCausalLM``), one implementation in plain JAX: RMSNorm, rotary positions, grouped-query
-attention, a gated MLP, logits through ``lm_head`` (or the embeddings, tied).
+``Gemma3ForCausalLM``, ``Phi3ForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``), one implementation in plain
+JAX: RMSNorm, rotary positions, grouped-query attention, a gated MLP, logits through ``lm_head`` (or the embeddings,
+tied).
 
 Fields are the families' ``config.json`` keys, defaults Llama-2-7B's, so a checkpoint's config maps onto the
 dataclass by key (``tripy_build.models.hf``). What differs between the families is a setting: Qwen2's q/k/v
@@ -12,7 +13,9 @@ embeddings, the scores, the residual branches and the logits; SmolLM3 (``SmolLM3
 positions; Gemma (``Gemma``) scaled embeddings and ``1 + weight``
 norms; Gemma 2 (``Gemma2``) adds norms on the attention's and the MLP's outputs and soft-capped scores and logits;
 Gemma 3 (``Gemma3``) queries' and keys' norms and the sliding layers' own rotary frequencies; Phi-3 (``Phi3``)
-fused projections, ``longrope`` and ``partial_rotary_factor``.
+fused projections, ``longrope`` and ``partial_rotary_factor``; OLMo 2 (``Olmo2``) norms after the attention and
+the MLP in place of before them, and of all the queries and keys at once; OLMo 3 (``Olmo3``) sliding windows in
+three layers of four, rotated at a base of their own.
 ``rope_parameters`` is transformers 5's record of the rotary settings; older checkpoints' top-level
 ``rope_theta`` and ``rope_scaling`` are read into it.
 
@@ -41,6 +44,8 @@ Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
      ("score": {"weight": [num_labels, d], ("bias")})}
 
 Gemma's layers add ``"attn_out_norm"`` and ``"mlp_out_norm"`` ([d]; ``"post_norm"`` is its pre-feedforward norm);
+OLMo's hold those two in place of ``"input_norm"`` and ``"post_norm"``, its ``"q_norm"`` ``[h*hd]`` and ``"k_norm"``
+``[kv*hd]``;
 Phi-3's hold ``"qkv": {"weight": [(h + 2kv)*hd, d]}`` and ``"gate_up": {"weight": [2ff, d]}`` instead of q, k, v,
 gate and up.
 """
@@ -111,7 +116,9 @@ class Llama(DecoderHeaded, TokenInputs):
     normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)
 
     name: ClassVar[str] = "llama"
-    qk_norm: ClassVar[bool] = False
+    # an RMSNorm of the queries and the keys: "head" (each head's, [head_dim]: Qwen3's, Gemma 3's) or "all" (every
+    # head's at once, before they split: [heads * head_dim], OLMo's); None: none
+    qk_norm: ClassVar[str | None] = None
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
 
     def __post_init__(self) -> None:
@@ -167,7 +174,8 @@ class Llama(DecoderHeaded, TokenInputs):
                      "gate": lin(kg, d, ff, self.mlp_bias), "up": lin(ku, d, ff, self.mlp_bias),
                      "down": lin(kd, ff, d, self.mlp_bias)}
             if self.qk_norm:
-                layer.update(q_norm=jnp.ones((hd,), jnp.float32), k_norm=jnp.ones((hd,), jnp.float32))
+                q_width, k_width = (hd, hd) if self.qk_norm == "head" else (self.heads * hd, self.kv_heads * hd)
+                layer.update(q_norm=jnp.ones((q_width,), jnp.float32), k_norm=jnp.ones((k_width,), jnp.float32))
             layers.append(layer)
         params = {"embed": normal_init(k_embed, (self.vocab_size, d)), "layers": layers,
                   "norm": jnp.ones((d,), jnp.float32)}
@@ -284,12 +292,14 @@ class Llama(DecoderHeaded, TokenInputs):
         n, s, _ = x.shape
         hd = self.hd
 
-        def proj(lin: Params, heads: int) -> jax.Array:
+        def proj(lin: Params, heads: int, norm: jax.Array | None = None) -> jax.Array:
             y = matmul(x, lin["weight"].T) + (lin["bias"] if "bias" in lin else 0.0)
-            return y.reshape(n, s, heads, hd)
-        q, k, v = proj(p["q"], self.heads), proj(p["k"], self.kv_heads), proj(p["v"], self.kv_heads)
-        if self.qk_norm:
-            q, k = self._norm(p["q_norm"], q), self._norm(p["k_norm"], k)
+            if norm is not None and self.qk_norm == "all":
+                y = self._norm(norm, y)
+            y = y.reshape(n, s, heads, hd)
+            return self._norm(norm, y) if norm is not None and self.qk_norm == "head" else y
+        q, k = proj(p["q"], self.heads, p.get("q_norm")), proj(p["k"], self.kv_heads, p.get("k_norm"))
+        v = proj(p["v"], self.kv_heads)
         return self._rope(q, position_ids, layer) * self._query_scale(), self._rope(k, position_ids, layer), v
 
     def _query_scale(self) -> float:
@@ -297,6 +307,10 @@ class Llama(DecoderHeaded, TokenInputs):
 
     def _norm(self, weight: jax.Array, x: jax.Array) -> jax.Array:
         return rms_norm(weight, x, self.rms_norm_eps)
+
+    def _layer_input(self, p: Params, h: jax.Array) -> jax.Array:
+        """What a layer's attention reads of the residual stream ``h``: its input norm's output."""
+        return self._norm(p["input_norm"], h)
 
     def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
         """The residual stream after a layer's attention: ``h`` plus the output projection of ``ctx``."""
@@ -341,7 +355,7 @@ class Llama(DecoderHeaded, TokenInputs):
         keep = (pos[:, None] >= pos[None, :])[None, None] & (attention_mask != 0)[:, None, None, :]
         biases = {w: mask_bias(within_window(keep, pos, w), h.dtype) for w in dict.fromkeys(self.layer_windows())}
         for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
-            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), pos, i)
+            q, k, v = self._qkv(p, self._layer_input(p, h), pos, i)
             ctx = grouped_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), biases[window],
                                     self.attn_logit_softcapping, self._sinks(p))
             h = self._mlp(p, self._attended(p, h, ctx.reshape(b, s, self.heads * self.hd)))
@@ -393,7 +407,7 @@ class Llama(DecoderHeaded, TokenInputs):
         rows, query_at, keep, windows = cache_step(attention_mask, cache_index, n, s, row)
         biases = {w: mask_bias(within_window(keep, query_at[:, None], w), h.dtype) for w in dict.fromkeys(self.layer_windows())}
         for i, (p, window) in enumerate(zip(params["layers"], self.layer_windows())):
-            q, k, v = self._qkv(p, self._norm(p["input_norm"], h), position_ids, i)
+            q, k, v = self._qkv(p, self._layer_input(p, h), position_ids, i)
             for kind, new in ((0, k), (1, v)):  # [n, s, kv, hd] into the donated cache, in place
                 cache = cache.at[i, kind, rows[:, None], :, query_at, :].set(new.astype(cache.dtype))
 
@@ -426,7 +440,7 @@ class Qwen3(Llama):
     use_sliding_window: bool = False
     max_window_layers: int = 28
     name: ClassVar[str] = "qwen3"
-    qk_norm: ClassVar[bool] = True
+    qk_norm: ClassVar[str | None] = "head"
 
 
 @dataclass(frozen=True)
@@ -583,8 +597,31 @@ class Gemma2(Gemma):
         return h + self._norm(p["mlp_out_norm"], self._ffn(p, self._norm(p["post_norm"], h)))
 
 
+class LocalRope:
+    """Sliding layers with rotary frequencies of their own (Gemma 3's, OLMo 3's): the dataclass has
+    ``rope_local_base_freq`` (their base, ``rope_type: default``), and ``rope_parameters`` are the global layers'.
+    transformers 5 saves the two as ``rope_parameters: {full_attention: ..., sliding_attention: ...}``, read apart
+    here before the family's ``__post_init__`` reads ``rope_parameters``."""
+
+    def split_rope(self) -> None:
+        rope = dict(self.rope_parameters or {})
+        if "full_attention" in rope or "sliding_attention" in rope:
+            local = dict(rope.get("sliding_attention") or {})
+            if local.get("rope_type", "default") != "default":
+                raise ValueError(f"rope_parameters.sliding_attention: rope_type={local['rope_type']!r}; "
+                                 f"{type(self).__name__}'s sliding layers implement rope_type default only.")
+            theta = local.get("rope_theta", self.rope_local_base_freq)
+            object.__setattr__(self, "rope_local_base_freq", None if theta is None else float(theta))
+            object.__setattr__(self, "rope_parameters", rope.get("full_attention") or None)
+
+    def layer_rope(self, layer: int) -> dict[str, Any]:
+        if self.kinds()[layer] == "sliding_attention":
+            return {"rope_type": "default", "rope_theta": self.rope_local_base_freq}
+        return super().layer_rope(layer)
+
+
 @dataclass(frozen=True)
-class Gemma3(Gemma2):
+class Gemma3(LocalRope, Gemma2):
     """Gemma 3's text model (``Gemma3ForCausalLM``, ``model_type: gemma3_text``: gemma-3-270m and 1b): Gemma 2's
     layer with a ``1 + weight`` RMSNorm of each head's queries and keys, no soft caps, five sliding layers to
     each global one (``sliding_window_pattern``; ``layer_types`` where the config names them), and rotary
@@ -604,17 +641,10 @@ class Gemma3(Gemma2):
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
     name: ClassVar[str] = "gemma3"
-    qk_norm: ClassVar[bool] = True
+    qk_norm: ClassVar[str | None] = "head"
 
     def __post_init__(self) -> None:
-        rope = dict(self.rope_parameters or {})
-        if "full_attention" in rope or "sliding_attention" in rope:  # transformers 5: per layer type
-            local = dict(rope.get("sliding_attention") or {})
-            if local.get("rope_type", "default") != "default":
-                raise ValueError(f"rope_parameters.sliding_attention: rope_type={local['rope_type']!r}; Gemma 3's "
-                                 "sliding layers implement rope_type default only.")
-            object.__setattr__(self, "rope_local_base_freq", float(local.get("rope_theta", self.rope_local_base_freq)))
-            object.__setattr__(self, "rope_parameters", rope.get("full_attention") or None)
+        self.split_rope()
         super().__post_init__()
 
     def init(self, key: jax.Array) -> Params:
@@ -627,11 +657,6 @@ class Gemma3(Gemma2):
         """Without ``layer_types``: every ``sliding_window_pattern``-th layer global, the others sliding."""
         pattern = self.sliding_window_pattern
         return self.layer_types or tuple(LAYER_TYPES[bool((i + 1) % pattern)] for i in range(self.num_hidden_layers))
-
-    def layer_rope(self, layer: int) -> dict[str, Any]:
-        if self.kinds()[layer] == "sliding_attention":
-            return {"rope_type": "default", "rope_theta": self.rope_local_base_freq}
-        return super().layer_rope(layer)
 
 
 @dataclass(frozen=True)
@@ -690,3 +715,66 @@ class Phi3(Llama):
     def _ffn(self, p: Params, x: jax.Array) -> jax.Array:
         gate, up = jnp.split(matmul(x, p["gate_up"]["weight"].T), 2, axis=-1)
         return matmul(activation(self.hidden_act, "hidden_act")(gate) * up, p["down"]["weight"].T)
+
+
+@dataclass(frozen=True)
+class Olmo2(Llama):
+    """OLMo 2 (``Olmo2ForCausalLM``: AllenAI's OLMo-2 1B, 7B, 13B and 32B, base, instruct and reward models): the
+    Llama family's attention and gated MLP with the norms after the branches (RMSNorms of the attention's output,
+    ``post_attention_layernorm``, and of the MLP's, ``post_feedforward_layernorm``, before each joins the residual
+    stream; no norm of a layer's input) and an RMSNorm of all the queries and of all the keys before they split
+    into heads. As OLMo's, the norms scale in float32 and the rotation is computed in float32, each cast back
+    after. Defaults: ``Olmo2Config``'s."""
+
+    vocab_size: int = 50304
+    max_position_embeddings: int = 2048
+    rms_norm_eps: float = 1e-5
+    name: ClassVar[str] = "olmo2"
+    qk_norm: ClassVar[str | None] = "all"
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        ones = jnp.ones((self.hidden_size,), jnp.float32)
+        params["layers"] = [{**{k: v for k, v in p.items() if k not in ("input_norm", "post_norm")},
+                             "attn_out_norm": ones, "mlp_out_norm": ones} for p in params["layers"]]
+        return params
+
+    def _norm(self, weight: jax.Array, x: jax.Array) -> jax.Array:
+        return rms_norm(weight, x.astype(jnp.float32), self.rms_norm_eps).astype(x.dtype)
+
+    def _rope(self, x: jax.Array, position_ids: jax.Array, layer: int) -> jax.Array:
+        return super()._rope(x.astype(jnp.float32), position_ids, layer).astype(x.dtype)
+
+    def _layer_input(self, p: Params, h: jax.Array) -> jax.Array:
+        return h
+
+    def _attended(self, p: Params, h: jax.Array, ctx: jax.Array) -> jax.Array:
+        return h + self._norm(p["attn_out_norm"], self._projected(p, ctx))
+
+    def _mlp(self, p: Params, h: jax.Array) -> jax.Array:
+        return h + self._norm(p["mlp_out_norm"], self._ffn(p, h))
+
+
+@dataclass(frozen=True)
+class Olmo3(LocalRope, Olmo2):
+    """OLMo 3 (``Olmo3ForCausalLM``: OLMo-3 7B and 32B, base, instruct and thinking models): OLMo 2's layer with a
+    sliding window in three layers of four (``layer_types`` where the config names them), the sliding layers
+    rotated at ``rope_local_base_freq`` and the global ones by ``rope_parameters`` (OLMo-3's long-context YaRN is
+    the global layers' only). Older configs' ``rope_theta`` is every layer's base (where ``rope_local_base_freq``
+    is not set), their ``rope_scaling`` the global layers', as transformers reads them. Defaults: ``Olmo3Config``'s."""
+
+    rope_theta: float | None = 500000.0
+    rope_local_base_freq: float | None = None  # the sliding layers' rotary base (None: the global layers' base)
+    sliding_window: int | None = 4096
+    name: ClassVar[str] = "olmo3"
+
+    def __post_init__(self) -> None:
+        self.split_rope()
+        if self.rope_local_base_freq is None:
+            theta = dict(self.rope_parameters or {}).get("rope_theta", self.rope_theta)
+            object.__setattr__(self, "rope_local_base_freq", float(theta))
+        super().__post_init__()
+
+    def kinds(self) -> tuple[str, ...]:
+        """Without ``layer_types``: every fourth layer global, the others sliding (transformers' rule)."""
+        return self.layer_types or tuple(LAYER_TYPES[bool((i + 1) % 4)] for i in range(self.num_hidden_layers))

@@ -1,8 +1,9 @@
 """Mixture-of-experts decoders of the Llama family: Qwen3-MoE (``Qwen3MoeForCausalLM``: Qwen3-30B-A3B,
 Qwen3-235B-A22B, Qwen3-Coder-30B-A3B), Qwen2-MoE (``Qwen2MoeForCausalLM``: Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B,
 with a gated shared expert beside the routed ones), Mixtral (``MixtralForCausalLM``), Granite-MoE
-(``GraniteMoeForCausalLM``: Granite's multipliers, its experts' tensors stacked) and gpt-oss (``GptOssForCausalLM``:
-gpt-oss-20b and -120b, ``GptOss``: attention sinks, biases, experts of its own).
+(``GraniteMoeForCausalLM``: Granite's multipliers, its experts' tensors stacked), OLMoE (``OlmoeForCausalLM``:
+OLMoE-1B-7B, OLMo's norm of all the queries and keys) and gpt-oss (``GptOssForCausalLM``: gpt-oss-20b and -120b,
+``GptOss``: attention sinks, biases, experts of its own).
 
 Attention, norms, rotary positions and the key/value cache are their dense family's (``models/llama.py``); a
 sparse layer's MLP is a router and ``num_experts`` gated MLPs. Each token's router logits go through a softmax,
@@ -119,7 +120,7 @@ def check_picks(model: Any) -> None:
 @dataclass(frozen=True)
 class Experts:
     """What a mixture-of-experts config adds to its dense family's (``config.json``'s keys; Qwen3-MoE's defaults).
-    A base of ``Qwen3Moe``, ``Qwen2Moe`` and ``Mixtral``, listed first so that its ``init`` and ``_ffn`` come
+    A base of ``Qwen3Moe``, ``Qwen2Moe``, ``Mixtral`` and ``Olmoe``, listed first so that its ``init`` and ``_ffn`` come
     before the dense family's."""
 
     num_experts: int = 128  # routed experts per sparse layer (Mixtral's config: num_local_experts)
@@ -224,6 +225,27 @@ class Mixtral(Experts, Llama):
     moe_intermediate_size: int | None = None
     norm_topk_prob: bool = True
     name: ClassVar[str] = "mixtral"
+
+
+@dataclass(frozen=True)
+class Olmoe(Experts, Llama):
+    """OLMoE (``OlmoeForCausalLM``: AllenAI's OLMoE-1B-7B, base and instruct): Llama with an RMSNorm of all the
+    queries and of all the keys before they split into heads (OLMo's) and every MLP ``num_experts`` experts of
+    ``intermediate_size``, ``num_experts_per_tok`` per token, weighted as the softmax gives them (renormalised only
+    where ``norm_topk_prob``). Defaults: ``OlmoeConfig``'s."""
+
+    vocab_size: int = 50304
+    hidden_size: int = 2048
+    intermediate_size: int = 2048
+    num_hidden_layers: int = 16
+    num_attention_heads: int = 16
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-5
+    num_experts: int = 64
+    num_experts_per_tok: int = 8
+    moe_intermediate_size: int | None = None
+    name: ClassVar[str] = "olmoe"
+    qk_norm: ClassVar[str | None] = "all"
 
 
 @dataclass(frozen=True)
