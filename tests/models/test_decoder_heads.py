@@ -1,7 +1,7 @@
 """The decoders' heads beside the LM head (the Llama family's and GPT-2's), from Hugging Face checkpoints: the bare
 decoder (``*Model``: ``last_hidden_state``, and the sentence embedding the decoder embedding models read,
 Qwen3-Embedding's last token), ``*ForSequenceClassification`` (reward models, classifiers: the last real token's
-``score``) and ``*ForTokenClassification``.
+``score``), ``*ForTokenClassification`` and ``*ForQuestionAnswering`` (an answer span's start and end logits).
 
 Tiny ``save_pretrained`` checkpoints of several families and heads (MoE and Gemma's included), read by
 ``models/hf.py`` from ``config.json``'s ``architectures`` and run under ``jax.jit``: their outputs against the
@@ -69,7 +69,14 @@ CASES = {  # case -> (zoo model, config class, Hugging Face class, extra setting
                         {"pad_token_id": PAD, "id2label": LABELS}),
     "gpt2-tokens": ("gpt2", transformers.GPT2Config, transformers.GPT2ForTokenClassification, {"num_labels": 5}),
     "gpt2-bare": ("gpt2", transformers.GPT2Config, transformers.GPT2Model, {}),
+    # extractive QA heads (qa_outputs): Llama's and Qwen3-MoE's under transformer., Mistral's under model., GPT-2's
+    "llama-qa": ("llama", transformers.LlamaConfig, transformers.LlamaForQuestionAnswering, {}),
+    "mistral-qa": ("mistral", transformers.MistralConfig, transformers.MistralForQuestionAnswering, {}),
+    "qwen3_moe-qa": ("qwen3_moe", transformers.Qwen3MoeConfig, transformers.Qwen3MoeForQuestionAnswering,
+                     {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24}),
+    "gpt2-qa": ("gpt2", transformers.GPT2Config, transformers.GPT2ForQuestionAnswering, {}),
 }
+OUTPUTS = {"none": ["last_hidden_state"], "question_answering": ["start_logits", "end_logits"]}  # else ["logits"]
 SIZES_OF = {"gpt2": dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128)}  # GPT2Config's keys
 
 
@@ -112,14 +119,14 @@ def test_outputs_match_pytorch(case, tmp_path):
     ids[0, 8] = PAD
     got = jax.jit(zoo.apply)(params, ids, mask)
     out = torch_out(model, ids, mask)
-    key = "last_hidden_state" if task == "none" else "logits"
-    assert list(got) == [key]
-    want, mine = getattr(out, key).numpy(), np.asarray(got[key])
-    if task == "sequence_classification":
-        assert mine.shape == (3, zoo.num_labels) and close(mine, want)
-    else:
-        real = mask.astype(bool)
-        assert mine.shape[:2] == ids.shape and close(mine[real], want[real])
+    assert sorted(got) == sorted(OUTPUTS.get(task, ["logits"]))
+    for key in got:
+        want, mine = getattr(out, key).numpy(), np.asarray(got[key])
+        if task == "sequence_classification":
+            assert mine.shape == (3, zoo.num_labels) and close(mine, want)
+        else:
+            real = mask.astype(bool)
+            assert mine.shape[:2] == ids.shape and close(mine[real], want[real])
 
 
 def with_tokenizer(path) -> tuple[Any, int]:
@@ -175,6 +182,31 @@ def test_a_classifier_builds_and_serves_its_class_names_at_padded_shapes(tmp_pat
     gen = run_cli("model=hf", "task=generate", f"params.checkpoint={ckpt}", arts, cwd=tmp_path)
     assert gen.returncode == 2 and "is built with head=sequence_classification, which has no language model head" \
         in gen.stderr, gen.stderr[-2000:]
+
+
+def test_a_question_answering_decoder_builds_and_answers_at_padded_shapes(tmp_path):
+    """Qwen2ForQuestionAnswering (its decoder under ``transformer.``) through ``model=hf``: the head from
+    ``architectures``, an answer span's start and end logits through both loaders at a padded sequence and batch
+    (right padding: the real positions' logits are PyTorch's)."""
+    ckpt = tmp_path / "ckpt"
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForQuestionAnswering(transformers.Qwen2Config(**SIZES)).eval()
+    model.save_pretrained(ckpt)
+    proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,8,16]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "qwen2").iterdir())
+    config = json.loads((art / "manifest.json").read_text())["metadata"]["build_key_parts"]["config"]
+    assert config["model"]["head"] == "question_answering"
+    ids, mask = batch(11, [11, 7, 3], seed=3)  # seq 11 runs padded to 16, 3 rows to 4
+    want = torch_out(model, ids, mask)
+    real = mask.astype(bool)
+    for loader in (tb.load, runtime.load):
+        out = loader(art)(input_ids=ids, attention_mask=mask)
+        assert sorted(out) == ["end_logits", "start_logits"], loader
+        for key in out:
+            got = np.asarray(out[key])
+            assert got.shape == (3, 11) and close(got[real], getattr(want, key).numpy()[real]), (loader, key)
 
 
 def test_a_decoder_embedding_model_pools_its_last_real_token(tmp_path):

@@ -10,8 +10,9 @@ token, 0 = padding). Outputs by ``head`` (``heads.DECODER_HEADS``, as the Llama 
 after ``ln_f`` (with ``pooling``, a ``sentence_embedding``); ``sequence_classification``
 (``GPT2ForSequenceClassification``: DialogRPT, reward models) the ``score`` Linear (no bias) of each row's last real
 token; ``token_classification`` (``GPT2ForTokenClassification``) its ``classifier`` Linear (read as ``score``) on
-every token. Positions are ``0..seq-1`` (as ``GPT2LMHeadModel`` without ``position_ids``), so padding goes on the
-right.
+every token; ``question_answering`` (``GPT2ForQuestionAnswering``) its ``qa_outputs`` Linear (read as ``score``) on
+every token, ``{"start_logits", "end_logits": [batch, seq]}``. Positions are ``0..seq-1`` (as ``GPT2LMHeadModel``
+without ``position_ids``), so padding goes on the right.
 
     h = wte[ids] + wpe[0..s-1]
     per layer: h = h + Proj(CausalAttention(LN1(h)));  h = h + MlpProj(act(FC(LN2(h))))   # pre-LN
@@ -120,12 +121,8 @@ class GPT2(DecoderHeaded, TokenInputs):
             "h": layers,
             "ln_f": _ln(d),
         }
-        if self.task in ("sequence_classification", "token_classification"):
-            score = {"weight": normal_init(jax.random.fold_in(k_wpe, 1), (self.num_labels, d))}  # torch's [out, in]
-            if self.task == "token_classification":  # GPT2ForTokenClassification's Linear has a bias; the other not
-                score["bias"] = jnp.zeros((self.num_labels,), jnp.float32)
-            params["score"] = score
-        return params
+        score = self.score_init(jax.random.fold_in(k_wpe, 1), d)
+        return params if score is None else {**params, "score": score}
 
     def _scale(self, layer: int) -> float:
         scale = 1.0 / math.sqrt(self.n_embd // self.n_head) if self.scale_attn_weights else 1.0

@@ -28,10 +28,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._layers import Params, activation, layer_norm, linear, matmul
+from ._layers import Params, activation, layer_norm, linear, matmul, normal_init
 
 HEADS = ("none", "sequence_classification", "token_classification", "question_answering", "masked_lm")
-DECODER_HEADS = ("causal_lm", "none", "sequence_classification", "token_classification")
+DECODER_HEADS = ("causal_lm", "none", "sequence_classification", "token_classification", "question_answering")
 DECODER_POOLINGS = ("none", "last", "mean")
 IMAGE_HEADS = ("none", "image_classification")
 CLASSIFIERS = ("sequence_classification", "token_classification", "image_classification")
@@ -117,13 +117,26 @@ class DecoderHeaded(Headed):
         if self.task != "sequence_classification":
             object.__setattr__(self, "pad_token_id", None)
 
+    def score_init(self, key: jax.Array, d: int, token_bias: bool = True) -> Params | None:
+        """The Linear ``score`` of a head other than the LM head (Hugging Face's ``score``, ``classifier`` or
+        ``qa_outputs``), None for the others: ``[num_labels, d]``, with a bias for the token classifier where
+        ``token_bias`` (the sequence classifier has none); the question-answering head's ``[2, d]`` (start, end)
+        with a bias."""
+        if self.task not in ("sequence_classification", "token_classification", "question_answering"):
+            return None
+        qa = self.task == "question_answering"
+        out = 2 if qa else self.num_labels
+        bias = qa or (self.task == "token_classification" and token_bias)
+        return {"weight": normal_init(key, (out, d)), **({"bias": jnp.zeros((out,), jnp.float32)} if bias else {})}
+
     def head_outputs(self, score: Params | None, h: jax.Array, input_ids: jax.Array,
                      attention_mask: jax.Array) -> dict[str, jax.Array]:
         """A head other than the LM head on the final norm's states ``h: [b, s, d]``: ``none``
         ``{"last_hidden_state"}`` (with ``pooling``, ``sentence_embedding`` too), ``sequence_classification``
         ``{"logits": [b, num_labels]}``, the ``score`` Linear of each row's last real token (the last whose mask is 1
-        and, with a ``pad_token_id``, whose id is not it: Hugging Face's rule, left or right padding alike), and
-        ``token_classification`` ``{"logits": [b, s, num_labels]}``."""
+        and, with a ``pad_token_id``, whose id is not it: Hugging Face's rule, left or right padding alike),
+        ``token_classification`` ``{"logits": [b, s, num_labels]}`` and ``question_answering`` (``*ForQuestionAnswering``:
+        an answer span's ``{"start_logits", "end_logits": [b, s]}``, the ``score`` Linear's two outputs)."""
         if self.task == "none":
             pooled = ({"sentence_embedding": sentence_embedding(h, attention_mask, self.pooling, self.normalize)}
                       if self.pooling != "none" else {})
@@ -133,7 +146,10 @@ class DecoderHeaded(Headed):
             if self.pad_token_id is not None:
                 keep = keep & (input_ids != self.pad_token_id)
             h = jnp.take_along_axis(h, last_real(keep)[:, None, None], axis=1)[:, 0]
-        return {"logits": matmul(h, score["weight"].T) + (score["bias"] if "bias" in score else 0.0)}
+        logits = matmul(h, score["weight"].T) + (score["bias"] if "bias" in score else 0.0)
+        if self.task == "question_answering":
+            return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+        return {"logits": logits}
 
 
 def has_pooler(head: str, style: Style) -> bool:

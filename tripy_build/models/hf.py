@@ -215,23 +215,27 @@ _MOE_RENAMES = (("num_local_experts", "num_experts"),)  # transformers 5 saves Q
 _DECODER_SUFFIXES = (("ForCausalLM", "causal_lm"), ("Model", "none"),
                      ("ForSequenceClassification", "sequence_classification"),
                      ("ForTokenClassification", "token_classification"))
+# the families transformers has a question-answering head for
+_QA_SUFFIXES = (*_DECODER_SUFFIXES, ("ForQuestionAnswering", "question_answering"))
 _DECODER_HEADS = (("causal_lm", (("lm_head.weight", "lm_head"),)),
                   ("sequence_classification", (("score.weight", "score.weight"),)),
-                  ("token_classification", tuple(_linear("score", "score"))))
+                  ("token_classification", tuple(_linear("score", "score"))),
+                  ("question_answering", tuple(_linear("qa_outputs", "score"))))
 
 
 def _decoder(name: str, classes: str, layer: tuple[tuple[str, str], ...],
              suffixes: tuple[tuple[str, str], ...] = _DECODER_SUFFIXES, **extra: Any) -> Architecture:
     """A decoder of the Llama family (``models/llama.py``): the embeddings, each layer's input norm and then
     ``layer``'s tensors, the final norm; under ``model.`` in a head model's checkpoint (``*ForCausalLM``,
-    ``*ForSequenceClassification``), at the top in the bare model's (``*Model``). The LM head is read unless it is
-    tied to the embeddings, a classifier's ``score`` Linear beside it."""
-    return Architecture(**{"model_type": name, **extra}, prefixes=("", "model."),
+    ``*ForSequenceClassification``; ``transformer.`` in some families' ``*ForQuestionAnswering``), at the top in the
+    bare model's (``*Model``). The LM head is read unless it is tied to the embeddings, a classifier's ``score``
+    Linear (a QA head's ``qa_outputs``) beside it."""
+    return Architecture(**{"model_type": name, **extra}, prefixes=("", "model.", "transformer."),
                         names=(("embed_tokens.weight", "embed"),
                                ("layers.{i}.input_layernorm.weight", "layers.{i}.input_norm"), *layer,
                                ("norm.weight", "norm")),
                         ignored=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",),  # a buffer older checkpoints saved
-                        heads=_DECODER_HEADS, head_tensors=r"(lm_head|score)\..*", tied=(r"lm_head\.weight",),
+                        heads=_DECODER_HEADS, head_tensors=r"(lm_head|score|qa_outputs)\..*", tied=(r"lm_head\.weight",),
                         classes=classes, suffixes=suffixes)
 
 
@@ -366,16 +370,17 @@ NAMES: dict[str, Architecture] = {
         ignored=(r"h\.\d+\.attn\.(bias|masked_bias)",),
         tied=(r"lm_head\.weight",),  # older checkpoints save the LM head, tied to wte
         heads=(("sequence_classification", (("score.weight", "score.weight"),)),
-               ("token_classification", tuple(_linear("classifier", "score")))),
-        head_tensors=r"(lm_head|score|classifier)\..*",
+               ("token_classification", tuple(_linear("classifier", "score"))),
+               ("question_answering", tuple(_linear("qa_outputs", "score")))),
+        head_tensors=r"(lm_head|score|classifier|qa_outputs)\..*",
         classes="GPT2", suffixes=(("LMHeadModel", "causal_lm"), ("Model", "none"),
                                   ("ForSequenceClassification", "sequence_classification"),
-                                  ("ForTokenClassification", "token_classification")),
+                                  *_QA_SUFFIXES[-2:]),
         # The logits use wte: an untied lm_head.weight would be silently ignored.
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),
     **{name: _decoder(name, classes, (*_ATTENTION, *norms, *_MLP), **extra) for name, classes, norms, extra in (
-        *((n, c, _POST_NORM, {})
+        *((n, c, _POST_NORM, {"suffixes": _DECODER_SUFFIXES if n == "gemma" else _QA_SUFFIXES})
           for n, c in (("llama", "Llama"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"), ("mistral", "Mistral"),
                        ("gemma", "Gemma"), ("smollm3", "SmolLM3"))),
         # Gemma's post_attention_layernorm is on the attention's output; the MLP's input norm is pre_feedforward
@@ -406,15 +411,15 @@ NAMES: dict[str, Architecture] = {
         model_type="granitemoe", suffixes=(("ForCausalLM", "causal_lm"), ("Model", "none")), renames=_MOE_RENAMES),
     "qwen3_moe": _decoder("qwen3_moe", "Qwen3Moe", (*_ATTENTION, *_POST_NORM, *_MLP,
                                                    *_experts("mlp", "gate_proj", "up_proj", "down_proj")),
-                          renames=_MOE_RENAMES),
+                          suffixes=_QA_SUFFIXES, renames=_MOE_RENAMES),
     "qwen2_moe": _decoder("qwen2_moe", "Qwen2Moe", (
         *_ATTENTION, *_POST_NORM, *_MLP, *_experts("mlp", "gate_proj", "up_proj", "down_proj"),
         *((f"layers.{{i}}.mlp.shared_expert.{p}_proj.weight", f"layers.{{i}}.shared.{p}.weight")
           for p in ("gate", "up", "down")),
         ("layers.{i}.mlp.shared_expert_gate.weight", "layers.{i}.shared_gate.weight")),
-        renames=(("qkv_bias", "attention_bias"),)),  # transformers 5's name for Qwen2-MoE's
+        suffixes=_QA_SUFFIXES, renames=(("qkv_bias", "attention_bias"),)),  # transformers 5's name for Qwen2-MoE's
     "mixtral": _decoder("mixtral", "Mixtral", (*_ATTENTION, *_POST_NORM, *_experts("block_sparse_moe", "w1", "w3", "w2")),
-                        renames=_MOE_RENAMES),
+                        suffixes=_QA_SUFFIXES, renames=_MOE_RENAMES),
     "gpt_oss": _decoder("gpt_oss", "GptOss", (
         *_ATTENTION, ("layers.{i}.self_attn.sinks", "layers.{i}.sinks"), *_POST_NORM,
         *_linear("layers.{i}.mlp.router", "layers.{i}.router"),

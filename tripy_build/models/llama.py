@@ -26,7 +26,8 @@ vocab_size]}``; ``none`` (``*Model``) ``{"last_hidden_state": [batch, seq, d]}``
 gte-Qwen2 and e5-mistral read it) a ``sentence_embedding`` ``[batch, d]`` too; ``sequence_classification``
 (``*ForSequenceClassification``: reward models, classifiers) ``{"logits": [batch, num_labels]}``, the ``score``
 Linear of the last real token (the last whose mask is 1 and, where the config has a ``pad_token_id``, that is not
-it: Hugging Face's rule); ``token_classification`` ``{"logits": [batch, seq, num_labels]}``. Positions
+it: Hugging Face's rule); ``token_classification`` ``{"logits": [batch, seq, num_labels]}``; ``question_answering``
+(``*ForQuestionAnswering``) ``{"start_logits", "end_logits": [batch, seq]}``. Positions
 ``0..seq-1``, so padding goes on the right (``seq`` is padded through the mask, as GPT-2's). ``task=generate``
 (``causal_lm`` only) drives ``extend`` as it drives GPT-2's (``builder/generate.py``): the cache holds each layer's
 keys (after the rotation) and values per key/value head, ``[layers, 2, batch, kv_heads, max_length, head_dim]``.
@@ -41,7 +42,7 @@ Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
     {"embed": [vocab, d], "layers": [{"input_norm": [d], "q": {"weight": [h*hd, d], ("bias")}, "k", "v":
      {"weight": [kv*hd, d], ...}, "o": {"weight": [d, h*hd]}, ("q_norm", "k_norm": [hd]), "post_norm": [d],
      "gate", "up": {"weight": [ff, d]}, "down": {"weight": [d, ff]}}, ...], "norm": [d], ("lm_head": [vocab, d]),
-     ("score": {"weight": [num_labels, d], ("bias")})}
+     ("score": {"weight": [num_labels or 2, d], ("bias")})}
 
 Gemma's layers add ``"attn_out_norm"`` and ``"mlp_out_norm"`` ([d]; ``"post_norm"`` is its pre-feedforward norm);
 OLMo's hold those two in place of ``"input_norm"`` and ``"post_norm"``, its ``"q_norm"`` ``[h*hd]`` and ``"k_norm"``
@@ -181,10 +182,8 @@ class Llama(DecoderHeaded, TokenInputs):
                   "norm": jnp.ones((d,), jnp.float32)}
         if self.task == "causal_lm" and not self.tie_word_embeddings:
             params["lm_head"] = normal_init(k_head, (self.vocab_size, d))
-        if self.task in ("sequence_classification", "token_classification"):
-            bias = self.task == "token_classification" and self.token_classification_bias
-            params["score"] = lin(k_head, d, self.num_labels, bias)
-        return params
+        score = self.score_init(k_head, d, self.token_classification_bias)
+        return params if score is None else {**params, "score": score}
 
     def kinds(self) -> tuple[str, ...]:
         """Each layer's type, as Hugging Face's configs say: ``layer_types``, or (without it) ``sliding_attention``
