@@ -1,6 +1,6 @@
 """GPT-2 small (or, ``--model qwen2``, a Llama-family model of Qwen2.5-0.5B's shape; ``--model gemma3``, of
 gemma-3-270m's; ``--model qwen3_moe``, a mixture of experts of two of Qwen3-30B-A3B's layers; ``--model gpt_oss``,
-one of gpt-oss-20b's) generating tokens:
+one of gpt-oss-20b's; ``--model olmo2``, four of OLMo-2-0425-1B's) generating tokens:
 tripy_build (both loaders, and its server) next to Hugging Face on PyTorch and ONNX Runtime.
 
 The model is ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small: 12 layers, 768 wide, vocab 50257) from
@@ -119,6 +119,14 @@ GENERATORS = {
                 {"hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
                  "vocab_size": 1000, "sliding_window": 16, "tie_word_embeddings": True}, "model=hf"),
+    # OLMo-2-0425-1B's layers (2048 wide, 16 heads of 128, an MLP of 8192, norms after the branches and of all the
+    # queries and keys, vocab 100352, embeddings and LM head apart), four of its 16 (0.68 B parameters)
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM",
+              {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 4, "num_attention_heads": 16,
+               "num_key_value_heads": 16, "vocab_size": 100352, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+               "rope_theta": 500000.0},
+              {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "num_key_value_heads": 4, "vocab_size": 1000}, "model=hf"),
 }
 
 
@@ -369,7 +377,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--model", choices=list(GENERATORS), default="gpt2",
                     help="gpt2 (GPT-2 small), qwen2 (Qwen2.5-0.5B's shape), gemma3 (gemma-3-270m's), qwen3_moe (two of "
-                         "Qwen3-30B-A3B's layers) or gpt_oss (one of gpt-oss-20b's), random weights")
+                         "Qwen3-30B-A3B's layers), gpt_oss (one of gpt-oss-20b's) or olmo2 (four of OLMo-2-0425-1B's), random "
+                         "weights")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=128)
@@ -429,7 +438,8 @@ def main() -> None:
     title = {"gpt2": "GPT-2 small", "qwen2": "Qwen2.5-0.5B's shape (Qwen2ForCausalLM)",
              "gemma3": "gemma-3-270m's shape (Gemma3ForCausalLM)",
              "qwen3_moe": "two of Qwen3-30B-A3B's layers (Qwen3MoeForCausalLM)",
-             "gpt_oss": "one of gpt-oss-20b's layers (GptOssForCausalLM)"}[args.model]
+             "gpt_oss": "one of gpt-oss-20b's layers (GptOssForCausalLM)",
+             "olmo2": "four of OLMo-2-0425-1B's layers (Olmo2ForCausalLM)"}[args.model]
     print(f"\n{title}{' (quick)' if args.quick else ''}, {args.precision}: prompt {args.prompt}, {args.new} new tokens, "
           f"{args.sampling}; {len(os.sched_getaffinity(0))} cores; tripy_build build {build_s:.1f} s")
     print(f"{'batch':>5}  {'contender':<20} {'TTFT ms':>9} {'vs torch':>8} {'decode tok/s':>13} {'vs torch':>8}  ids = torch")
