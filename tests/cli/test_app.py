@@ -532,11 +532,14 @@ def test_help_lists_groups_keys_and_commands(tmp_path):
     # the Hugging Face architectures model=hf builds: zoo model, class names, heads and tasks
     assert re.search(r"model=bert\s+BertModel, BertForSequenceClassification.*heads: none, sequence_classification", out)
     assert re.search(r"model=qwen2\s+Qwen2ForCausalLM, Qwen2Model, Qwen2ForSequenceClassification, "
-                     r"Qwen2ForTokenClassification\s+heads: causal_lm, none, sequence_classification, "
-                     r"token_classification; task: forward, generate \(causal_lm\)", out)
+                     r"Qwen2ForTokenClassification, Qwen2ForQuestionAnswering\s+heads: causal_lm, none, "
+                     r"sequence_classification, token_classification, question_answering; task: forward, generate "
+                     r"\(causal_lm\)", out)
     assert re.search(r"model=gpt2\s+GPT2LMHeadModel, GPT2Model, GPT2ForSequenceClassification, GPT2ForTokenClassific"
-                     r"ation\s+heads: causal_lm, none, sequence_classification, token_classification; task: forward, "
-                     r"generate \(causal_lm\)\n", out)
+                     r"ation, GPT2ForQuestionAnswering\s+heads: causal_lm, none, sequence_classification, "
+                     r"token_classification, question_answering; task: forward, generate \(causal_lm\)\n", out)
+    assert re.search(r"model=olmo2\s+Olmo2ForCausalLM, Olmo2Model, Olmo2ForSequenceClassification\s+heads: causal_lm, "
+                     r"none, sequence_classification; task: forward, generate \(causal_lm\)\n", out)
     assert re.search(r"precision\.dtype\s+float32\|bfloat16\|float16\s+float32", out)
     assert "mlp: dim_in=512, hidden=1024" in out and "model.inputs" in out
     assert "schema" not in out  # Hydra's internal schema/* groups stay hidden
