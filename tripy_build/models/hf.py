@@ -373,9 +373,8 @@ NAMES: dict[str, Architecture] = {
                ("token_classification", tuple(_linear("classifier", "score"))),
                ("question_answering", tuple(_linear("qa_outputs", "score")))),
         head_tensors=r"(lm_head|score|classifier|qa_outputs)\..*",
-        classes="GPT2", suffixes=(("LMHeadModel", "causal_lm"), ("Model", "none"),
-                                  ("ForSequenceClassification", "sequence_classification"),
-                                  *_QA_SUFFIXES[-2:]),
+        # its LM head is GPT2LMHeadModel; its other classes are named as the Llama family's
+        classes="GPT2", suffixes=(("LMHeadModel", "causal_lm"), *_QA_SUFFIXES[1:]),
         # The logits use wte: an untied lm_head.weight would be silently ignored.
         unsupported=(("add_cross_attention", False), ("tie_word_embeddings", True)),
     ),
