@@ -4,6 +4,7 @@ with ``save_pretrained`` as the Hub's fine-tunes are::
 
     python examples/classifier_checkpoint.py my-classifier
     python -m tripy_build model=hf params.checkpoint=my-classifier
+    python examples/classifier_checkpoint.py my-ner --ner   # a BertForTokenClassification tagging O, B-PER, ... I-LOC
 
 Its classes are noise (random weights, a tiny vocabulary); a real checkpoint (a downloaded sentiment model) builds
 the same way. Needs transformers and torch (``pip install -e '.[hf]'``).
@@ -44,6 +45,13 @@ def checkpoint(path: str | Path, model_class: type | None = None, **config) -> P
     return Path(path)
 
 
+NER_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}  # a named-entity tagger's, in the BIO scheme
+
 if __name__ == "__main__":
-    print(checkpoint(sys.argv[1] if len(sys.argv) > 1 else "my-classifier",
-                     id2label={0: "negative", 1: "positive"}))
+    import transformers
+
+    ner = "--ner" in sys.argv[1:]  # a token classifier (a NER model) instead of a sentence classifier
+    names = [a for a in sys.argv[1:] if a != "--ner"]
+    print(checkpoint(names[0] if names else "my-classifier",
+                     transformers.BertForTokenClassification if ner else None,
+                     id2label=NER_LABELS if ner else {0: "negative", 1: "positive"}))

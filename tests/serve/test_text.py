@@ -734,7 +734,9 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
         assert [t.split(":")[2] for t in top] == [["negative", "positive"][i] for i in want.argmax(1)]
         meta = json.loads(call(srv, "GET", "/v2/models/bert")[1])
         assert meta["text_input"] == {"name": "text", "datatype": "BYTES", "shape": [-1],
-                                      "stands_for": ["input_ids", "attention_mask"]}
+                                      "stands_for": ["input_ids", "attention_mask"]} and "entities" not in meta
+        with pytest.raises(CallError, match=r"bert: finding entities needs a token classifier .*outputs are logits\."):
+            runtime.load(art).entities("the fox")
         host = srv.url.split("//")[1]
         for client, module in ((triton_http.InferenceServerClient(host), triton_http),
                                (triton_grpc.InferenceServerClient(srv.grpc.address), triton_grpc)):
@@ -749,7 +751,11 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
                 ({"inputs": [{**text, "shape": [5], "data": TEXTS}]}, "5 texts, but model 'bert' takes at most 4 rows"),
                 ({"inputs": [{**text, "datatype": "INT32"}]}, "input 'text': BYTES of shape [n] (or [n, 1])"),
                 ({"inputs": [{**text, "shape": [1], "data": ["fox " * 20]}]}, "input 0 is 22 tokens, but model 'bert' "
-                                                                              "takes at most 16")]:
+                                                                              "takes at most 16"),
+                ({"inputs": [text], "outputs": [{"name": "entities"}]},  # a token classifier's output only
+                 "output 'entities': bert has no such output; it has logits."),
+                ({"inputs": [text], "outputs": [{"name": "logits", "parameters": {"aggregation_strategy": "simple"}}]},
+                 "which output 'entities' gives (a token classifier's, with texts: bert is not one)")]:
             status, data = call(srv, "POST", "/v2/models/bert/infer", body)
             message = json.loads(data)["error"]
             assert status == 400 and fragment in message and "\n" not in message, (body, message)

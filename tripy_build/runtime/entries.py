@@ -163,6 +163,35 @@ class MultiEntry:
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                         presence_penalty=presence_penalty)
 
+    def entities(self, texts: Any, *, aggregation_strategy: str = "simple",
+                 ignore_labels: Any = ("O",)) -> list[list[dict[str, Any]]]:
+        """The entities a token classifier (a ``*ForTokenClassification`` checkpoint built with its tokenizer) finds in
+        each text, as transformers' token-classification pipeline answers (``runtime/entities.py``); the same with
+        both loaders.
+
+        Args:
+            texts: a text, or a list of texts; each at most the build's ``seq`` tokens once tokenized.
+            aggregation_strategy: ``simple`` (the default): adjacent tokens of one tag joined into an entity;
+                ``first``, ``average`` or ``max``: a word's tokens made to agree first; ``none``: every token.
+            ignore_labels: the labels left out of the answer (``O``: outside any entity).
+
+        Returns:
+            A text's entities in order (for a list of texts, a list of them): ``{"entity_group", "score", "word",
+            "start", "end"}`` (``none``: ``{"entity", "score", "index", "word", "start", "end"}``);
+            ``text[start:end]`` is what each covers.
+
+        Example::
+
+            ner = tripy_build.runtime.load("artifacts/bert/8a1f...")  # model=hf params.checkpoint=bert-base-NER
+            ner.entities("My name is Wolfgang and I live in Berlin")
+            # [{'entity_group': 'PER', 'score': 0.99, 'word': 'Wolfgang', 'start': 11, 'end': 19},
+            #  {'entity_group': 'LOC', 'score': 0.99, 'word': 'Berlin', 'start': 34, 'end': 40}]
+        """
+        from .entities import Grouping, of_texts
+
+        grouping = Grouping(aggregation_strategy, ignore_labels)
+        return of_texts(self, [texts], grouping)[0] if isinstance(texts, str) else of_texts(self, texts, grouping)
+
     @property
     def tokenizer(self) -> Any:
         """The checkpoint's tokenizer, stored in the artifact (``runtime/tokenizer.Tokenizer``: ``encode``, ``decode``,

@@ -1,4 +1,4 @@
-"""Text in and out of a ``task=generate`` artifact: the checkpoint's tokenizer, stored in the artifact.
+"""Text in and out of an artifact: the checkpoint's tokenizer, stored in the artifact.
 
 A build from a Hugging Face directory that holds a fast tokenizer (``tokenizer.json``, what ``save_pretrained`` of
 any tokenizer on the Hub writes) stores it under ``tokenizer/`` with its ``tokenizer_config.json`` and chat
@@ -13,6 +13,9 @@ Hugging Face's tokenizer does it, with the same libraries and no torch: ``tokeni
   template rendered in jinja2's immutable sandbox (a template is code from the checkpoint's author), then
   encoded without adding special tokens (the template writes them).
 - ``decode(ids)``: ``decode(ids, skip_special_tokens=True)``.
+- ``spans(text)``: the ids with each token's vocabulary string, characters and whether it was added
+  (``return_offsets_mapping``, ``return_special_tokens_mask``), what a token classifier's entities are read from.
+- ``pad(rows)``: token-id rows as one batch, padded on the right as ``padding=True`` pads them.
 - ``stream()``: a ``Detokenizer`` that turns ids into text as they come, holding back a character split
   across tokens until it is whole (what ``/generate_stream`` and the chat API send).
 
@@ -25,7 +28,9 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import numpy as np
 
 from ..errors import CallError
 
@@ -51,6 +56,16 @@ def _plain(value: Any, where: str) -> Any:
         return [_plain(v, where) for v in value]
     raise CallError(f"{where}: a chat message or template argument holds {type(value).__name__}; they are JSON data "
                     "(strings, numbers, lists and objects).")
+
+
+class Spans(NamedTuple):
+    """A text's tokens (``Tokenizer.spans``): ids, vocabulary strings, ``(start, end)`` character offsets into the
+    text (``(0, 0)`` for an added token) and whether each was added by the tokenizer."""
+
+    ids: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+    special: list[bool]
 
 
 class Tokenizer:
@@ -104,6 +119,43 @@ class Tokenizer:
         if not isinstance(text, str):
             raise CallError(f"{self.where}: text to encode must be a string, got {type(text).__name__}.")
         return self._fast.encode(text, add_special_tokens=True).ids
+
+    def spans(self, text: str) -> "Spans":
+        """``text`` encoded as ``encode`` encodes it, with what each token stands for: its vocabulary string, its
+        characters ``(start, end)`` in ``text`` and whether the tokenizer added it (``[CLS]``, ``<s>``): the fast
+        tokenizer's offsets and special-tokens mask, as transformers' ``return_offsets_mapping`` gives them."""
+        if not isinstance(text, str):
+            raise CallError(f"{self.where}: text to encode must be a string, got {type(text).__name__}.")
+        e = self._fast.encode(text, add_special_tokens=True)
+        return Spans(e.ids, e.tokens, [tuple(o) for o in e.offsets], [bool(s) for s in e.special_tokens_mask])
+
+    def pad(self, rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Token-id rows as one batch, as transformers pads one (``padding=True``): ``input_ids`` int32 ``[rows,
+        longest]`` filled on the right with ``pad_token_id``, and ``attention_mask`` 1 over each row's tokens."""
+        width = max(map(len, rows))
+        ids = np.full((len(rows), width), self.pad_token_id, np.int32)
+        mask = np.zeros((len(rows), width), np.int32)
+        for i, row in enumerate(rows):
+            ids[i, :len(row)], mask[i, :len(row)] = row, 1
+        return ids, mask
+
+    def tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """Vocabulary strings joined into text by the tokenizer's decoder (``##`` pieces glued, ``Ġ`` a space), as
+        transformers' ``convert_tokens_to_string``; joined with spaces where the tokenizer has no decoder."""
+        decoder = self._fast.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
+
+    @property
+    def marks_subwords(self) -> bool:
+        """Whether the vocabulary marks a word's later pieces (WordPiece's ``##``): then a token is a word's
+        continuation exactly when its string is longer than the text it covers."""
+        return bool(getattr(self._fast.model, "continuing_subword_prefix", None))
+
+    @property
+    def unk_token_id(self) -> int | None:
+        """The id of the unknown token (``[UNK]``), or None where the tokenizer has none."""
+        unk = self.special_tokens.get("unk_token")
+        return self._fast.token_to_id(unk) if unk is not None else None
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids``, special tokens left out."""

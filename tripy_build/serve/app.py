@@ -174,11 +174,11 @@ class App:
             request = orjson.loads(memoryview(body)[:split])
         except orjson.JSONDecodeError as e:
             raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
-        leaves, wanted = ep.prepare(request, memoryview(body)[split:])
-        future = ep.batcher.submit(leaves)
+        prepared = ep.prepare(request, memoryview(body)[split:])
+        future = ep.batcher.submit(prepared.leaves)
         scope["queued"] = True  # counted by the batcher from here on, success or failure
         outs = await asyncio.wrap_future(future)
-        response, blobs = ep.respond(request, wanted, outs)
+        response, blobs = ep.respond(request, prepared, outs)
         head = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
         if blobs:
             out_headers = [(b"content-type", b"application/octet-stream"),

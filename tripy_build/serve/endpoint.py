@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -18,10 +18,26 @@ from ..core.signature import Parameter, declared, defaults
 from ..errors import CallError, ConfigError, TripyBuildError
 from . import batching
 from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
+from .outputs import Wanted, answer, entities_info, prefixed, wanted
 from .request import InputTensor, check
 
 log = logging.getLogger(__name__)
 TEXT = "text"  # the BYTES input that stands for a text model's token ids on /infer (``Endpoint.from_text``)
+
+
+class Texts(NamedTuple):
+    """A request's texts (its BYTES input ``text``) and their tokens (``Tokenizer.spans``)."""
+
+    texts: list[str]
+    spans: list[Any]
+
+
+class Prepared(NamedTuple):
+    """A request checked: its flat inputs, the outputs it asks for, and its texts where it sent them (None)."""
+
+    leaves: list[np.ndarray]
+    wanted: list[Wanted]
+    texts: Texts | None
 
 
 LOADERS = ("auto", "runtime", "jax")  # which loader serves an artifact (``loader_for``)
@@ -84,6 +100,18 @@ class Endpoint:
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
         self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
+        # a token classifier taking texts: each text's entities as an output of /infer (serve/outputs.py)
+        self.finds_entities = self.takes_text and self._token_classifier(model)
+
+    @staticmethod
+    def _token_classifier(model: Any) -> bool:
+        from ..runtime.entities import token_labels
+
+        try:
+            token_labels(model)
+        except CallError:
+            return False
+        return True
 
     def _tokenizer(self, model: Any) -> Any:
         """The tokenizer the artifact stores, or None: without one, or where it cannot be read here (the model
@@ -101,6 +129,7 @@ class Endpoint:
         base = f"{url}/v2/models/{self.name}"
         if self.generator is None:
             text = f"; texts as a BYTES input {TEXT!r} instead of token ids" if self.takes_text else ""
+            text += "; their entities as the output 'entities'" if self.finds_entities else ""
             text += f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
             return f"POST {base}/infer; {self.batching}{text}"
         g = self.generator
@@ -167,6 +196,8 @@ class Endpoint:
         if self.takes_text:  # texts instead of token ids, tokenized here
             out["text_input"] = {"name": TEXT, "datatype": "BYTES", "shape": [-1], "stands_for": [
                 n for n in ("input_ids", "attention_mask") if n in dict(self.args)]}
+        if self.finds_entities:  # an output of texts' entities, asked for by name
+            out["entities"] = entities_info()
         if self.generator is not None:  # its entry exposed (expose_entries)
             out.update(entry=self.generator.spec.prefill, generate=self._generate_info())
         return out
@@ -178,9 +209,9 @@ class Endpoint:
                             'send "input_ids", or rebuild from a checkpoint with its tokenizer saved beside it.')
         return self.tokenizer
 
-    def from_text(self, tensor: InputTensor, given: int) -> list[np.ndarray]:
+    def from_text(self, tensor: InputTensor, given: int) -> tuple[list[np.ndarray], Texts]:
         """An inference's inputs from its ``text`` input: BYTES ``[n]`` (or ``[n, 1]``), one text per row, tokenized
-        by the checkpoint's tokenizer and padded as ``text_rows`` pads them, in one call."""
+        by the checkpoint's tokenizer and padded as ``text_rows`` pads them, in one call; and the texts."""
         name = tensor.name
         if given != 1:
             raise CallError(f"input {name!r} stands for input_ids and attention_mask (the texts tokenized): send it "
@@ -199,12 +230,13 @@ class Endpoint:
             raise CallError(f"input {name!r}: a text is not UTF-8.") from None
         if not all(isinstance(t, str) for t in texts):
             raise CallError(f"input {name!r}: every element must be a string (a text), got {_quote(texts)}.")
-        calls = self.text_rows([self.tokenizer.encode(t) for t in texts])
+        spans = [self.tokenizer.spans(t) for t in texts]
+        calls = self.text_rows([s.ids for s in spans])
         if len(calls) > 1:
             most = dict(self.args)["input_ids"].shape_bounds.max[0]
             raise CallError(f"input {name!r}: {len(texts)} texts, but model {self.name!r} takes at most {most} rows "
                             "a call (the build's batch range): send at most that many.")
-        return calls[0]
+        return calls[0], Texts(texts, spans)
 
     def text_rows(self, rows: list[list[int]]) -> list[list[np.ndarray]]:
         """Texts' token ids as the model's flat inputs, in calls of at most the batch dim's size: ``input_ids``
@@ -218,12 +250,7 @@ class Endpoint:
                             "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
         calls = []
         for start in range(0, len(rows), most):
-            group = rows[start:start + most]
-            width = max(map(len, group))
-            ids = np.full((len(group), width), self.tokenizer.pad_token_id, np.int32)
-            mask = np.zeros((len(group), width), np.int32)
-            for i, row in enumerate(group):
-                ids[i, :len(row)], mask[i, :len(row)] = row, 1
+            ids, mask = self.tokenizer.pad(rows[start:start + most])
             given = {"input_ids": ids, "attention_mask": mask}
             leaves = self.in_order((n, lambda info, a=a: a) for n, a in given.items() if n in dict(self.args))
             self.runtime.check_flat(*leaves)
@@ -264,8 +291,9 @@ class Endpoint:
                 "entries, which take the cache and positions generation keeps, are not served on /infer (start the "
                 "server with --expose-entries to call its first entry there).")
 
-    def decode(self, request: Any, binary: memoryview) -> list[np.ndarray]:
-        """A request's flat inputs, in the model's order, each checked against its declaration."""
+    def decode(self, request: Any, binary: memoryview) -> tuple[list[np.ndarray], Texts | None]:
+        """A request's flat inputs, in the model's order, each checked against its declaration; and its texts, where
+        it sent them instead of token ids."""
         if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
             raise CallError('the request must be a JSON object with an "inputs" list '
                             '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')
@@ -273,11 +301,11 @@ class Endpoint:
         if self.takes_text and any(isinstance(i, dict) and i.get("name") == TEXT for i in request["inputs"]):
             item = next(i for i in request["inputs"] if i.get("name") == TEXT)
             tensor, after = self._tensor(item, binary, 0)
-            leaves = self.from_text(tensor, len(request["inputs"]))
+            leaves, texts = self.from_text(tensor, len(request["inputs"]))
             if after() != len(binary):
                 raise CallError(f"the request carries {len(binary)} bytes of binary data but its text input's "
                                 f"binary_data_size is {after()}.")
-            return leaves
+            return leaves, texts
         offset = 0
 
         def read(item: dict[str, Any]) -> Callable[[Any], np.ndarray]:
@@ -300,7 +328,7 @@ class Endpoint:
             raise CallError(f"the request carries {len(binary)} bytes of binary tensor data but its inputs' "
                             f"binary_data_size add up to {offset}.")
         self.runtime.check_flat(*leaves)
-        return leaves
+        return leaves, None
 
     def in_order(self, named: Iterable[tuple[str, Callable[[Any], np.ndarray]]]) -> list[np.ndarray]:
         """A request's inputs in the model's flat order, from (name, its reader) pairs in the request's order: a
@@ -363,14 +391,14 @@ class Endpoint:
             return np.asarray(data, dtype=object).ravel().tolist() if isinstance(data, list) else [data]
         return InputTensor(name, item.get("datatype"), item.get("shape"), values, strings=strings), lambda: end[0]
 
-    def prepare(self, request: Any, binary: memoryview) -> tuple[list[np.ndarray], list[tuple[str, bool]]]:
-        """A request checked: its flat inputs, and (output name, as binary) for each output it wants."""
-        leaves = self.decode(request, binary)
+    def prepare(self, request: Any, binary: memoryview) -> Prepared:
+        """A request checked: its flat inputs, the outputs it wants, its texts."""
+        leaves, texts = self.decode(request, binary)
         if "id" in request and not isinstance(request["id"], str):
             raise CallError(f'"id" must be a string, got {_quote(request["id"])}.')
-        return leaves, self._wanted(request)
+        return Prepared(leaves, self._wanted(request, texts), texts)
 
-    def respond(self, request: dict[str, Any], wanted: list[tuple[str, bool]],
+    def respond(self, request: dict[str, Any], prepared: Prepared,
                 outs: list[np.ndarray]) -> tuple[dict[str, Any], list[bytes]]:
         """The v2 response to a request, and the binary output data that follows it. JSON ``data`` is left
         as arrays (see ``codec.to_json_data``) for a serializer that writes numpy arrays."""
@@ -379,59 +407,44 @@ class Endpoint:
         if "id" in request:
             response["id"] = request["id"]
         blobs = []
-        for name, as_binary, k in wanted:
-            out = np.ascontiguousarray(outs[self.output_names.index(name)])
-            if k:
-                top = classify(out, k, self.labels.get(name))
-                response["outputs"].append({"name": name, "datatype": "BYTES", "shape": list(top.shape),
-                                            "data": top.ravel().tolist()})
-                continue
-            entry: dict[str, Any] = {"name": name, "datatype": datatype(out.dtype), "shape": list(out.shape)}
-            if as_binary:
-                blob = out.tobytes()
+        for w in prepared.wanted:
+            out = answer(self, w, outs, prepared.texts)
+            strings = out.dtype == object
+            entry: dict[str, Any] = {"name": w.name, "datatype": "BYTES" if strings else datatype(out.dtype),
+                                     "shape": list(out.shape)}
+            if w.binary:
+                blob = prefixed(out) if strings else out.tobytes()
                 entry["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(blob)
             else:
-                entry["data"] = to_json_data(out)
+                entry["data"] = out.ravel().tolist() if strings else to_json_data(out)
             response["outputs"].append(entry)
         return response, blobs
 
     def infer(self, request: Any, binary: memoryview) -> tuple[dict[str, Any], list[bytes]]:
         """Run one request and wait for it: the v2 response, and the binary output data that follows it."""
-        leaves, wanted = self.prepare(request, binary)
-        return self.respond(request, wanted, self.batcher.submit(leaves).result())
+        prepared = self.prepare(request, binary)
+        return self.respond(request, prepared, self.batcher.submit(prepared.leaves).result())
 
-    def _wanted(self, request: dict[str, Any]) -> list[tuple[str, bool, int]]:
-        """(output name, as binary, top classes) for each output to return: the requested ones, else all; top
-        classes (Triton's classification extension: the output's ``classification`` parameter): 0 for the tensor
-        itself."""
+    def _wanted(self, request: dict[str, Any], texts: Texts | None) -> list[Wanted]:
+        """The outputs to return: the requested ones (``outputs.wanted`` checks each), else all of the model's."""
         default = _parameters(request, "the request").get("binary_data_output", False)
         if not isinstance(default, bool):
             raise CallError(f'parameter "binary_data_output" must be true or false, got {_quote(default)}.')
         asked = request.get("outputs")
         if asked is None:
-            return [(n, default, 0) for n in self.output_names]
+            return [Wanted(n, default) for n in self.output_names]
         if not isinstance(asked, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked):
             raise CallError(f'"outputs" must be a list of objects with a string "name", got {_quote(asked)}.')
-        wanted = []
+        out = []
         for o in asked:
-            if o["name"] not in self.output_names:
-                raise CallError(f"output {_quote(o['name'])}: {self.name} has no such output; it has "
-                                f"{', '.join(self.output_names)}.")
             params = _parameters(o, f"output {o['name']!r}")
             as_binary = params.get("binary_data", default)
             if not isinstance(as_binary, bool):
                 raise CallError(f'output {o["name"]!r}: parameter "binary_data" must be true or false, '
                                 f"got {_quote(as_binary)}.")
-            k = 0
-            if "classification" in params:
-                info = self.outputs[self.output_names.index(o["name"])]
-                k = classification_count(params["classification"], o["name"], self.labels, info.shape_bounds.max[-1])
-                if as_binary:
-                    raise CallError(f"output {o['name']!r}: classification results are strings, sent as JSON; "
-                                    'remove "binary_data" for it.')
-            wanted.append((o["name"], as_binary, k))
-        return wanted
+            out.append(wanted(self, o["name"], params, as_binary, texts))
+        return out
 
     def statistics(self) -> dict[str, Any]:
         s = self.batcher.stats
@@ -449,25 +462,6 @@ class Endpoint:
         self.batcher.close()
         if self.generator is not None:
             self.generator.close()
-
-
-def classification_count(value: Any, name: str, labels: dict[str, list[str]], classes: int) -> int:
-    """Triton's classification extension: an output's ``classification`` parameter, the top-k classes to answer
-    with, checked (an integer from 1 to the output's last dim)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= classes:
-        raise CallError(f"output {name!r}: parameter \"classification\" is the number of top classes to return, "
-                        f"an integer in [1, {classes}], got {_quote(value)}.")
-    return value
-
-
-def classify(out: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:
-    """Triton's classification extension: the top ``k`` classes along the last axis as ``"score:index:label"``
-    strings (``"score:index"`` without labels), highest first: an output ``[..., classes]`` -> ``[..., k]``."""
-    top = np.argsort(-out, axis=-1, kind="stable")[..., :k]
-    scores = np.take_along_axis(out, top, axis=-1)
-    text = [f"{float(v):g}:{int(i)}" + (f":{labels[int(i)]}" if labels else "")
-            for v, i in zip(scores.ravel(), top.ravel())]
-    return np.asarray(text, dtype=object).reshape(top.shape)
 
 
 def _parameters(entry: dict[str, Any], what: str) -> dict[str, Any]:

@@ -32,7 +32,8 @@ import numpy as np
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
 from .codec import datatype, length_prefixed, metadata_shape, quote as _quote
-from .endpoint import TEXT, classification_count, classify
+from .endpoint import TEXT, Texts
+from .outputs import Wanted, answer, prefixed, wanted
 from .request import InputTensor, check
 
 if TYPE_CHECKING:
@@ -147,8 +148,9 @@ def _tensor(item: Any, raw: bytes | None) -> InputTensor:
                        if shared else None, strings)
 
 
-def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
-    """A ModelInferRequest's flat inputs, in the model's order, each checked against its declaration."""
+def _decode(ep: "Endpoint", request: Any) -> tuple[list[np.ndarray], Texts | None]:
+    """A ModelInferRequest's flat inputs, in the model's order, each checked against its declaration; and its texts,
+    where it sent them instead of token ids."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise CallError(f"the request has {len(raw)} raw_input_contents for its {len(request.inputs)} inputs; give one "
@@ -159,29 +161,20 @@ def _decode(ep: "Endpoint", request: Any) -> list[np.ndarray]:
     leaves = ep.in_order((item.name, functools.partial(check, _tensor(item, raw[k] if raw else None)))
                          for k, item in enumerate(request.inputs))
     ep.runtime.check_flat(*leaves)
-    return leaves
+    return leaves, None
 
 
-def _wanted(ep: "Endpoint", request: Any) -> list[tuple[str, int]]:
-    """(output, top classes) to return: the requested ones, else all; top classes: an output's ``classification``
-    parameter (Triton's classification extension; 0 for the tensor itself)."""
+def _wanted(ep: "Endpoint", request: Any, texts: Texts | None) -> list[Wanted]:
+    """The outputs to return: the requested ones (``outputs.wanted`` checks each, its parameters as Python values),
+    else all of the model's."""
     if not request.outputs:
-        return [(n, 0) for n in ep.output_names]
-    wanted = []
-    for o in request.outputs:
-        if o.name not in ep.output_names:
-            raise CallError(f"output {_quote(o.name)}: {ep.name} has no such output; it has {', '.join(ep.output_names)}.")
-        k = 0
-        for key, value in o.parameters.items():
-            if key.startswith("shared_memory"):
-                raise CallError(f"output {o.name!r}: parameter {key!r} (Triton's shared memory extension) is not "
-                                "served here; ask for the tensor itself.")
-            if key == "classification":
-                info = ep.outputs[ep.output_names.index(o.name)]
-                given = getattr(value, value.WhichOneof("parameter_choice")) if value.WhichOneof("parameter_choice") else None
-                k = classification_count(given, o.name, ep.labels, info.shape_bounds.max[-1])
-        wanted.append((o.name, k))
-    return wanted
+        return [Wanted(n) for n in ep.output_names]
+
+    def value(p: Any) -> Any:
+        kind = p.WhichOneof("parameter_choice")
+        return getattr(p, kind) if kind else None
+
+    return [wanted(ep, o.name, {k: value(v) for k, v in o.parameters.items()}, True, texts) for o in request.outputs]
 
 
 class _Servicer:
@@ -257,8 +250,8 @@ class _Servicer:
         ep = self._endpoint(request.model_name, request.model_version)
         if not ep.infer_served:
             raise _Status("UNIMPLEMENTED", ep.not_served())
-        leaves = _decode(ep, request)
-        wanted = _wanted(ep, request)
+        leaves, texts = _decode(ep, request)
+        asked = _wanted(ep, request, texts)
         try:
             future = ep.batcher.submit(leaves)
         except CallError as e:  # the server is stopping: the batcher takes no more requests
@@ -270,16 +263,11 @@ class _Servicer:
             raise _Status("UNAVAILABLE", str(e)) from None
         ep.last_inference_ms = int(time.time() * 1000)
         response = self.p.pb.ModelInferResponse(model_name=ep.name, model_version=ep.version, id=request.id)
-        for name, k in wanted:
-            out = np.ascontiguousarray(outs[ep.output_names.index(name)])
-            if k:  # strings, each its 4-byte little-endian length and its UTF-8 (Triton's BYTES)
-                top = classify(out, k, ep.labels.get(name))
-                response.outputs.add(name=name, datatype="BYTES", shape=top.shape)
-                response.raw_output_contents.append(b"".join(len(b).to_bytes(4, "little") + b for b in
-                                                             (str(t).encode() for t in top.ravel())))
-                continue
-            response.outputs.add(name=name, datatype=datatype(out.dtype), shape=out.shape)
-            response.raw_output_contents.append(out.tobytes())
+        for w in asked:
+            out = answer(ep, w, outs, texts)
+            strings = out.dtype == object  # BYTES: classes or entities as strings
+            response.outputs.add(name=w.name, datatype="BYTES" if strings else datatype(out.dtype), shape=out.shape)
+            response.raw_output_contents.append(prefixed(out) if strings else out.tobytes())
         return response
 
     @_rpc

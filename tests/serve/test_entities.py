@@ -1,0 +1,143 @@
+"""A token classifier (a ``BertForTokenClassification`` checkpoint with its WordPiece tokenizer) built and asked for
+the entities in texts: ``entities()`` with both loaders, and the server's ``entities`` output over HTTP (JSON and
+Triton's binary form) and gRPC, each equal to what transformers' token-classification pipeline finds with the
+PyTorch model; what cannot be answered is one line. The grouping rules alone, over every kind of tokenizer:
+``tests/runtime/test_entities.py``."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+import tripy_build as tb  # noqa: E402
+from examples.classifier_checkpoint import checkpoint  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.errors import CallError  # noqa: E402
+from tripy_build.serve.http import Server  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
+TEXTS = ["the quick brown fox jumps over the lazy dog", "hello", "héllo wörld, the lazy dog jumps", "don't", "xyzzy fox"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ner")
+    ckpt = checkpoint(root / "ckpt", transformers.BertForTokenClassification, id2label=LABELS)
+    proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]",
+                   f"artifacts_dir={root / 'arts'}", cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model = transformers.AutoModelForTokenClassification.from_pretrained(ckpt).eval()
+    return next((root / "arts" / "bert").iterdir()), model, transformers.AutoTokenizer.from_pretrained(ckpt)
+
+
+def pipeline_finds(built, texts, **options):
+    _, model, hf_tok = built
+    pipe = transformers.pipeline("token-classification", model=model, tokenizer=hf_tok, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [pipe(t) for t in texts]
+
+
+def same(got, want):
+    """The same entities: labels, words, characters and indices equal, scores within float32's rounding."""
+    assert [[{k: v for k, v in e.items() if k != "score"} for e in row] for row in got] == \
+           [[{k: (int(v) if k == "index" else v) for k, v in e.items() if k != "score"} for e in row] for row in want]
+    assert np.allclose([e["score"] for row in got for e in row], [float(e["score"]) for row in want for e in row],
+                       rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("load", [runtime.load, tb.load], ids=["runtime", "jax"])
+def test_entities_equal_the_pipelines_with_both_loaders(built, load):
+    """Five texts over a batch range of 4 (two padded calls); a text alone answers with its list, as the pipeline."""
+    model = load(built[0])
+    for strategy in ("simple", "first", "none"):
+        same(model.entities(TEXTS, aggregation_strategy=strategy),
+             pipeline_finds(built, TEXTS, aggregation_strategy=strategy))
+    kept = model.entities(TEXTS[0], aggregation_strategy="none", ignore_labels=[])
+    assert kept[0]["index"] == 1 and len(kept) == len(built[2](TEXTS[0])["input_ids"]) - 2  # every token but [CLS], [SEP]
+    for call, fragment in [
+            (lambda: model.entities(["fox " * 20]), "text 0 is 22 tokens, but the model takes at most 16 (the build's "
+                                                    "seq range)"),
+            (lambda: model.entities([]), "texts must be a text or a non-empty list of texts"),
+            (lambda: model.entities("fox", aggregation_strategy="word"), "aggregation_strategy 'word' is not one of")]:
+        with pytest.raises(CallError) as e:
+            call()
+        assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def call(srv, body):
+    host, port = srv.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", "/v2/models/bert/infer", json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_the_server_answers_with_entities_over_http_and_grpc(built):
+    import tritonclient.grpc as triton_grpc
+    import tritonclient.http as triton_http
+
+    texts = TEXTS[:3]
+    width = max(len(built[2](t)["input_ids"]) for t in texts)  # the texts padded to the longest, as a batch is
+    want = pipeline_finds(built, texts, aggregation_strategy="average")
+    simple = pipeline_finds(built, texts, aggregation_strategy="simple", ignore_labels=["O", "PER"])
+    with Server([built[0]], port=0, grpc_port=0).start() as srv:
+        text = {"name": "text", "datatype": "BYTES", "shape": [3], "data": texts}
+        status, data = call(srv, {"inputs": [text], "outputs": [
+            {"name": "entities", "parameters": {"aggregation_strategy": "average"}},
+            {"name": "logits", "parameters": {"classification": 1}}]})
+        assert status == 200, data
+        entities, top = data["outputs"]
+        assert entities["datatype"] == "BYTES" and entities["shape"] == [3] and top["shape"] == [3, width, 1]
+        same([json.loads(row) for row in entities["data"]], want)
+        meta = json.loads(srv_get(srv, "/v2/models/bert"))
+        assert meta["entities"]["parameters"]["aggregation_strategy"]["default"] == "simple"
+        host = srv.url.split("//")[1]
+        grpc_out = triton_grpc.InferRequestedOutput("entities")
+        grpc_out._output.parameters["ignore_labels"].string_param = "O, PER"  # gRPC's parameters are scalars
+        for client, module, outputs in (
+                (triton_http.InferenceServerClient(host), triton_http,  # binary BYTES: tritonclient's default
+                 [triton_http.InferRequestedOutput("entities"), triton_http.InferRequestedOutput("logits", class_count=2)]),
+                (triton_grpc.InferenceServerClient(srv.grpc.address), triton_grpc,
+                 [grpc_out, triton_grpc.InferRequestedOutput("logits", class_count=2)])):
+            inp = module.InferInput("text", [3], "BYTES")
+            inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))
+            result = client.infer("bert", [inp], outputs=outputs)
+            found = [json.loads(row) for row in result.as_numpy("entities")]
+            if module is triton_http:
+                same(found, pipeline_finds(built, texts, aggregation_strategy="simple"))
+            else:
+                same(found, simple)
+            assert result.as_numpy("logits").shape == (3, width, 2), module.__name__
+            client.close()
+        ids = {"name": "input_ids", "datatype": "INT32", "shape": [1, 3], "data": [2, 5, 3]}
+        for body, fragment in [
+                ({"inputs": [ids], "outputs": [{"name": "entities"}]},
+                 "output 'entities' is found in texts: send the texts as the BYTES input 'text' instead of token ids"),
+                ({"inputs": [text], "outputs": [{"name": "entities", "parameters": {"aggregation_strategy": "word"}}]},
+                 "output 'entities': aggregation_strategy 'word' is not one of none, simple, first, average, max"),
+                ({"inputs": [text], "outputs": [{"name": "entities", "parameters": {"classification": 1}}]},
+                 "output 'entities' gives entities, not classes"),
+                ({"inputs": [text], "outputs": [{"name": "logits", "parameters": {"ignore_labels": ["O"]}}]},
+                 "output 'logits': parameter 'ignore_labels' groups entities, which output 'entities' gives."),
+                ({"inputs": [text], "outputs": [{"name": "entity"}]},
+                 "output 'entity': bert has no such output; it has logits (and 'entities', with texts)")]:
+            status, data = call(srv, body)
+            assert status == 400 and fragment in data["error"] and "\n" not in data["error"], (body, data)
+
+
+def srv_get(srv, path):
+    host, port = srv.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("GET", path)
+    return conn.getresponse().read()

@@ -1,0 +1,181 @@
+"""A token classifier's entities in a text (named entities, parts of speech): what transformers' token-classification
+pipeline (``pipeline("ner")``) answers, from an artifact's ``logits [batch, seq, num_labels]``, its class names
+(``id2label``) and the tokenizer it stores; numpy only.
+
+Each token's scores are the softmax of its logits; the tokens the tokenizer added (``[CLS]``, ``<s>``) are left out.
+Then, by ``aggregation_strategy`` (transformers' names and rules):
+
+- ``none``: every token: its most likely label (``entity``), that label's score, its position (``index``), its
+  vocabulary string (``word``: ``##ing``, ``Ġfox``) and its characters;
+- ``simple``: adjacent tokens of one tag joined into an entity: ``entity_group`` is the tag without its ``B-`` or
+  ``I-`` (a ``B-`` starts a new entity), ``score`` the mean of the tokens', ``word`` their text;
+- ``first``, ``average``, ``max``: the tokens of one word first made to agree (on its first token's label, on the
+  label of its averaged scores, on its most confident token's label), then joined as ``simple`` joins them. A
+  word's later pieces are known from a WordPiece vocabulary's ``##``; with other tokenizers (byte-level BPE) by
+  transformers' rule of thumb: a token that starts right after a character other than a space continues a word.
+
+Entities whose label is one of ``ignore_labels`` (``O``: outside any entity) are left out. ``start`` and ``end`` index
+the text's characters: ``text[start:end]`` is what the entity covers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from ..errors import CallError
+
+STRATEGIES = ("none", "simple", "first", "average", "max")
+LOGITS = "logits"  # the output whose classes are per token: [batch, seq, num_labels]
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a text's tokens become entities (transformers' pipeline arguments of the same names)."""
+
+    aggregation_strategy: str = "simple"  # one of STRATEGIES (the pipeline's default is none; its hosted API's simple)
+    ignore_labels: tuple[str, ...] = ("O",)  # labels whose tokens or entities are left out of the answer
+
+    def __post_init__(self) -> None:
+        if self.aggregation_strategy not in STRATEGIES:
+            raise CallError(f"aggregation_strategy {self.aggregation_strategy!r} is not one of "
+                            f"{', '.join(STRATEGIES)} (transformers' token-classification pipeline's).")
+        ignore = self.ignore_labels
+        if not isinstance(ignore, (list, tuple)) or not all(isinstance(x, str) for x in ignore):
+            raise CallError(f"ignore_labels must be a list of class names (['O']), got {ignore!r}.")
+        object.__setattr__(self, "ignore_labels", tuple(ignore))
+
+
+class _Token(NamedTuple):
+    word: str
+    scores: np.ndarray
+    start: int
+    end: int
+    index: int
+    continues: bool  # a later piece of the word before it
+
+
+def token_labels(model: Any) -> list[str]:
+    """The class names of a token classifier's ``logits`` (``metadata.labels``); a ``CallError`` naming what the
+    model is instead."""
+    names = model.output_names
+    labels = model.labels.get(LOGITS)
+    if labels is None or LOGITS not in names or model.output_infos[names.index(LOGITS)].rank != 3:
+        raise CallError(f"{model.model_name}: finding entities needs a token classifier (a *ForTokenClassification "
+                        f"checkpoint: per-token logits [batch, seq, num_labels] and their class names); this model's "
+                        f"outputs are {', '.join(names)}.")
+    return labels
+
+
+def find(tokenizer: Any, text: str, spans: Any, logits: np.ndarray, labels: Sequence[str],
+         grouping: Grouping) -> list[dict[str, Any]]:
+    """The entities of one text, from its ``spans`` (``Tokenizer.spans``) and its row of logits ``[seq, num_labels]``
+    (the row may run past the text's tokens: padding, not read)."""
+    logits = np.asarray(logits[:len(spans.ids)], np.float32)
+    if not np.isfinite(logits).all():
+        raise CallError(f"the model's logits for the text {text[:40]!r} hold NaN or infinity: no entity can be read "
+                        "from them (a bfloat16 or float16 build overflowing? build it in float32).")
+    exp = np.exp(logits - logits.max(-1, keepdims=True))
+    scores = exp / exp.sum(-1, keepdims=True)
+    tokens = _tokens(tokenizer, text, spans, scores)
+    strategy = grouping.aggregation_strategy
+    if strategy in ("none", "simple"):
+        found = [{"entity": labels[int(t.scores.argmax())], "score": float(t.scores.max()), "index": t.index,
+                  "word": t.word, "start": t.start, "end": t.end} for t in tokens]
+    else:
+        found = [_word(tokenizer, group, labels, strategy) for group in _words(tokens)]
+    if strategy != "none":
+        found = [_entity(tokenizer, run) for run in _runs(found)]
+    return [e for e in found if e.get("entity", e.get("entity_group")) not in grouping.ignore_labels]
+
+
+def _tokens(tokenizer: Any, text: str, spans: Any, scores: np.ndarray) -> list[_Token]:
+    """The text's own tokens (the added ones left out), each with whether it continues a word."""
+    marks, unk = tokenizer.marks_subwords, tokenizer.unk_token_id
+    out = []
+    for i, (token, word, (start, end), added) in enumerate(zip(spans.ids, spans.tokens, spans.offsets, spans.special)):
+        if added:
+            continue
+        covered = text[start:end]
+        continues = len(word) != len(covered) if marks else start > 0 and " " not in text[start - 1:start + 1]
+        if token == unk:  # [UNK] stands for the text it covers, a word of its own
+            word, continues = covered, False
+        out.append(_Token(word, scores[i], start, end, i, continues))
+    return out
+
+
+def _words(tokens: list[_Token]) -> list[list[_Token]]:
+    """Tokens in words: a token that continues a word joins the one before it."""
+    words: list[list[_Token]] = []
+    for t in tokens:
+        if words and t.continues:
+            words[-1].append(t)
+        else:
+            words.append([t])
+    return words
+
+
+def _word(tokenizer: Any, pieces: list[_Token], labels: Sequence[str], strategy: str) -> dict[str, Any]:
+    """One word's label and score from its pieces' (``first``, ``max`` or ``average``)."""
+    if strategy == "first":
+        scores = pieces[0].scores
+    elif strategy == "max":
+        scores = max(pieces, key=lambda t: t.scores.max()).scores
+    else:
+        scores = np.nanmean(np.stack([t.scores for t in pieces]), axis=0)
+    best = int(scores.argmax())
+    return {"entity": labels[best], "score": float(scores[best]),
+            "word": tokenizer.tokens_to_string([t.word for t in pieces]), "start": pieces[0].start, "end": pieces[-1].end}
+
+
+def _tag(label: str) -> tuple[str, str]:
+    """A label's (B or I, tag): ``B-PER`` -> (B, PER); a label without the prefix continues (I, label)."""
+    if label.startswith(("B-", "I-")):
+        return label[0], label[2:]
+    return "I", label
+
+
+def _runs(found: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Adjacent tokens (or words) of one tag, a ``B-`` starting a new run."""
+    runs: list[list[dict[str, Any]]] = []
+    for e in found:
+        bi, tag = _tag(e["entity"])
+        if runs and bi != "B" and _tag(runs[-1][-1]["entity"])[1] == tag:
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    return runs
+
+
+def _entity(tokenizer: Any, run: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run of tokens as one entity: its tag, their mean score, their text and characters."""
+    return {"entity_group": run[0]["entity"].split("-", 1)[-1], "score": float(np.nanmean([e["score"] for e in run])),
+            "word": tokenizer.tokens_to_string([e["word"] for e in run]), "start": run[0]["start"],
+            "end": run[-1]["end"]}
+
+
+def of_texts(model: Any, texts: Sequence[str], grouping: Grouping) -> list[list[dict[str, Any]]]:
+    """Each text's entities (``MultiEntry.entities``): the texts tokenized by the artifact's tokenizer, run in padded
+    calls of at most the build's batch, each row's logits grouped by ``find``."""
+    labels = token_labels(model)
+    if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
+        raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of texts (strings), got "
+                        f"{texts!r:.80}.")
+    tokenizer = model.tokenizer
+    spans = [tokenizer.spans(t) for t in texts]
+    bounds = model.input_infos["input_ids"].shape_bounds
+    most, longest = bounds.max[0], bounds.max[1]
+    for i, s in enumerate(spans):
+        if len(s.ids) > longest:
+            raise CallError(f"{model.model_name}: text {i} is {len(s.ids)} tokens, but the model takes at most {longest} "
+                            "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
+    found = []
+    takes = set(model.input_infos)
+    for start in range(0, len(texts), most):
+        ids, mask = tokenizer.pad([s.ids for s in spans[start:start + most]])
+        logits = model(**{k: v for k, v in (("input_ids", ids), ("attention_mask", mask)) if k in takes})[LOGITS]
+        found += [find(tokenizer, t, s, row, labels, grouping)
+                  for t, s, row in zip(texts[start:start + most], spans[start:start + most], np.asarray(logits))]
+    return found
