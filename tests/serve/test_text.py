@@ -707,7 +707,8 @@ def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
 def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(tmp_path):
     """``/infer`` with a BYTES input ``text`` (JSON strings, Triton's binary form, gRPC's bytes_contents): the texts
     tokenized by the checkpoint's tokenizer and padded as Hugging Face pads a batch, the logits PyTorch's, and
-    Triton's classification extension names the classes; what cannot be taken is one line."""
+    Triton's classification extension names the classes; the output ``classes`` and ``classify()`` (both loaders)
+    answer as transformers' text-classification pipeline does; what cannot be taken is one line."""
     import tritonclient.grpc as triton_grpc
     import tritonclient.http as triton_http
 
@@ -719,9 +720,21 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
     art = next((tmp_path / "arts" / "bert").iterdir())
     hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
     texts = TEXTS[:3]
+    hf_model = transformers.BertForSequenceClassification.from_pretrained(ckpt).eval()
     with torch.no_grad():
-        want = transformers.BertForSequenceClassification.from_pretrained(ckpt).eval()(
-            **hf_tok(texts, padding=True, return_tensors="pt")).logits.numpy()
+        want = hf_model(**hf_tok(texts, padding=True, return_tensors="pt")).logits.numpy()
+    pipe = transformers.pipeline("text-classification", model=hf_model, tokenizer=hf_tok)
+
+    def same(got, want):
+        assert [[c["label"] for c in row] for row in got] == [[c["label"] for c in row] for row in want]
+        assert np.allclose([c["score"] for row in got for c in row], [c["score"] for row in want for c in row],
+                           rtol=0, atol=1e-5)
+
+    for load in (runtime.load, tb.load):
+        model = load(art)
+        same(model.classify(TEXTS), pipe(TEXTS, top_k=1))  # five texts: two calls of the batch range's 4
+        same([model.classify(TEXTS[0], top_k=2, function_to_apply="none")], [pipe(TEXTS[0], top_k=2,
+                                                                                  function_to_apply="none")])
     with Server([art], port=0, grpc_port=0).start() as srv:
         text = {"name": "text", "datatype": "BYTES", "shape": [3], "data": texts}
         status, data = call(srv, "POST", "/v2/models/bert/infer", {"inputs": [text]})
@@ -732,9 +745,13 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
             "inputs": [text], "outputs": [{"name": "logits", "parameters": {"classification": 1}}]})
         top = json.loads(data)["outputs"][0]["data"]
         assert [t.split(":")[2] for t in top] == [["negative", "positive"][i] for i in want.argmax(1)]
+        status, data = call(srv, "POST", "/v2/models/bert/infer", {
+            "inputs": [text], "outputs": [{"name": "classes", "parameters": {"top_k": 2}}]})
+        same([json.loads(row) for row in json.loads(data)["outputs"][0]["data"]], pipe(texts, top_k=2))
         meta = json.loads(call(srv, "GET", "/v2/models/bert")[1])
         assert meta["text_input"] == {"name": "text", "datatype": "BYTES", "shape": [-1],
                                       "stands_for": ["input_ids", "attention_mask"]} and "entities" not in meta
+        assert meta["classes"]["parameters"]["function_to_apply"]["default"] == "softmax"
         with pytest.raises(CallError, match=r"bert: finding entities needs a token classifier .*outputs are logits\."):
             runtime.load(art).entities("the fox")
         host = srv.url.split("//")[1]
@@ -753,9 +770,13 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
                 ({"inputs": [{**text, "shape": [1], "data": ["fox " * 20]}]}, "input 0 is 22 tokens, but model 'bert' "
                                                                               "takes at most 16"),
                 ({"inputs": [text], "outputs": [{"name": "entities"}]},  # a token classifier's output only
-                 "output 'entities': bert has no such output; it has logits."),
+                 "output 'entities': bert has no such output; it has logits (and 'classes')."),
                 ({"inputs": [text], "outputs": [{"name": "logits", "parameters": {"aggregation_strategy": "simple"}}]},
-                 "which output 'entities' gives (a token classifier's, with texts: bert is not one)")]:
+                 "groups entities, which output 'entities' gives (bert's outputs do not include it)"),
+                ({"inputs": [text], "outputs": [{"name": "classes", "parameters": {"top_k": 3}}]},
+                 "output 'classes': top_k is how many classes to answer with, an integer in [1, 2], got 3."),
+                ({"inputs": [text], "outputs": [{"name": "classes", "parameters": {"classification": 1}}]},
+                 "output 'classes' is scored classes already: ask for its top_k")]:
             status, data = call(srv, "POST", "/v2/models/bert/infer", body)
             message = json.loads(data)["error"]
             assert status == 400 and fragment in message and "\n" not in message, (body, message)

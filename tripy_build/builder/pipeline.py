@@ -195,6 +195,9 @@ def _build(request, model, model_name, infos, params, parts, key, target, timing
     used = {d for info in infos.values() for d in info.dimension_names.values()}
     labels = model.output_labels() if hasattr(model, "output_labels") else {}
     metadata: dict[str, Any] = {"labels": labels} if labels else {}  # a classifier's class names (config.json's id2label)
+    scores = model.output_scores() if hasattr(model, "output_scores") else {}
+    if scores:  # how its classes are scored: softmax, sigmoid or none (config.json's problem_type, num_labels)
+        metadata["scores"] = scores
     if tokenizer:
         metadata["tokenizer"] = sorted(tokenizer)  # its files under tokenizer/ (runtime/tokenizer.py)
     metadata.update(

@@ -87,6 +87,7 @@ class GPT2(DecoderHeaded, TokenInputs):
     head: str = "auto"  # DECODER_HEADS; auto: the checkpoint's (config.json's architectures), causal_lm without one
     num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
     labels: tuple = ()  # the classes' names, in id order (config.json's id2label; default LABEL_0, LABEL_1, ...)
+    problem_type: str | None = None  # a classifier's (config.json's): its scores' function (output_scores); null: by num_labels
     pad_token_id: int | None = None  # sequence_classification: a token with this id is never the one classified
     pooling: str = "none"  # none | last | mean: a sentence_embedding output (head none), as sentence-transformers
     normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)

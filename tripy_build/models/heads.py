@@ -35,6 +35,8 @@ DECODER_HEADS = ("causal_lm", "none", "sequence_classification", "token_classifi
 DECODER_POOLINGS = ("none", "last", "mean")
 IMAGE_HEADS = ("none", "image_classification")
 CLASSIFIERS = ("sequence_classification", "token_classification", "image_classification")
+SCORED = ("sequence_classification", "image_classification")  # one row's classes, scored as problem_type says
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")  # config.json's
 SUFFIXES = {"Model": "none", "ForSequenceClassification": "sequence_classification",
             "ForTokenClassification": "token_classification", "ForQuestionAnswering": "question_answering",
             "ForMaskedLM": "masked_lm"}
@@ -56,8 +58,9 @@ STYLES = {"bert": Style("pooler", True), "roberta": Style("dense_tanh", True, "g
 
 
 class Headed:
-    """What a zoo model with heads shares (its dataclass has ``head``, ``num_labels`` and ``labels`` fields, and
-    ``HEADS``): the head it applies (``task``), its class names (``output_labels``), their checks."""
+    """What a zoo model with heads shares (its dataclass has ``head``, ``num_labels``, ``labels`` and ``problem_type``
+    fields, and ``HEADS``): the head it applies (``task``), its class names (``output_labels``), how its classes are
+    scored (``output_scores``), their checks."""
 
     HEADS: tuple[str, ...] = HEADS
 
@@ -69,6 +72,12 @@ class Headed:
         if self.labels and len(self.labels) != self.num_labels:
             raise ValueError(f"labels names {len(self.labels)} classes, num_labels={self.num_labels}: give one name "
                              "per class, or no labels.")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"problem_type={self.problem_type!r} is not one of {', '.join(PROBLEM_TYPES)} (or null: "
+                             "by num_labels).")
+        if self.problem_type is not None and self.task not in SCORED:
+            raise ValueError(f"problem_type={self.problem_type} says how a classifier's logits are scored, and "
+                             f"head={self.task} has none: set it with head=sequence_classification, or leave it out.")
 
     @property
     def task(self) -> str:
@@ -93,6 +102,17 @@ class Headed:
         if self.task not in CLASSIFIERS:
             return {}
         return {"logits": list(self.labels or (f"LABEL_{i}" for i in range(self.num_labels)))}
+
+    def output_scores(self) -> dict[str, str]:
+        """How a classifier's ``logits`` become its classes' scores, by transformers' text- and image-classification
+        pipelines' rule: ``none`` for a regression, ``sigmoid`` for a multi-label classifier or a single class (a
+        cross-encoder's relevance), else ``softmax``; {} for the other heads."""
+        if self.task not in SCORED:
+            return {}
+        if self.problem_type == "regression":
+            return {"logits": "none"}
+        multi = self.problem_type == "multi_label_classification" or self.num_labels == 1
+        return {"logits": "sigmoid" if multi else "softmax"}
 
 
 class DecoderHeaded(Headed):

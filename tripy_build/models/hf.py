@@ -56,7 +56,7 @@ import jax.numpy as jnp
 
 from ..errors import ConfigError
 from . import mxfp4
-from .heads import CLASSIFIERS
+from .heads import CLASSIFIERS, SCORED
 
 log = logging.getLogger(__name__)
 
@@ -602,7 +602,8 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
             )
     config = {dict(arch.renames).get(k, k): v for k, v in {**dict(arch.defaults), **config}.items()}
     fields = {f.name for f in dataclasses.fields(model_class)}
-    settings = {k: v for k, v in config.items() if k in fields and k not in ("head", "num_labels", "labels")}
+    settings = {k: v for k, v in config.items() if k in fields and k not in ("head", "num_labels", "labels",
+                                                                             "problem_type")}
     if "head" in fields:
         settings["head"] = head_of(config, arch, path)
         id2label = config.get("id2label") or {}
@@ -613,6 +614,8 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
                 raise CheckpointError(f"{path}: id2label={id2label!r} is not a map of class ids to names.") from None
             settings["num_labels"] = len(labels) or 2  # Hugging Face's default: two classes, LABEL_0 and LABEL_1
             settings["labels"] = tuple(labels)
+        if settings["head"] in SCORED and config.get("problem_type") is not None:  # a token classifier's: unread
+            settings["problem_type"] = config["problem_type"]
     return settings
 
 

@@ -101,6 +101,7 @@ class ModernBert(Headed, TokenInputs):
     head: str = "auto"  # models/heads.HEADS; auto: the checkpoint's (config.json's architectures), none without one
     num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
     labels: tuple = ()  # the classes' names, in id order (config.json's id2label; default LABEL_0, LABEL_1, ...)
+    problem_type: str | None = None  # a classifier's (config.json's): its scores' function (output_scores); null: by num_labels
     pooling: str = "none"  # none | mean | cls: a sentence_embedding output (the encoder alone), as sentence-transformers
     normalize: bool = False  # the sentence_embedding scaled to unit length (cosine similarity as a dot product)
 

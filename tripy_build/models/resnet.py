@@ -95,6 +95,7 @@ class ResNet(Headed):
     head: str = "auto"  # none | image_classification (ResNetForImageClassification); auto: the checkpoint's
     num_labels: int = 2  # the classes of image_classification (config.json: id2label's size)
     labels: tuple = ()  # their names, in id order (config.json's id2label)
+    problem_type: str | None = None  # a classifier's (config.json's): its scores' function (output_scores); null: by num_labels
 
     HEADS: ClassVar[tuple[str, ...]] = IMAGE_HEADS
     name: ClassVar[str] = "resnet50"

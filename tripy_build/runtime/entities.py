@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import CallError
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
-LOGITS = "logits"  # the output whose classes are per token: [batch, seq, num_labels]
+LOGITS = "logits"  # a token classifier's per-token classes: [batch, seq, num_labels]
 
 
 @dataclass(frozen=True)
@@ -60,13 +60,10 @@ class _Token(NamedTuple):
 def token_labels(model: Any) -> list[str]:
     """The class names of a token classifier's ``logits`` (``metadata.labels``); a ``CallError`` naming what the
     model is instead."""
-    names = model.output_names
-    labels = model.labels.get(LOGITS)
-    if labels is None or LOGITS not in names or model.output_infos[names.index(LOGITS)].rank != 3:
-        raise CallError(f"{model.model_name}: finding entities needs a token classifier (a *ForTokenClassification "
-                        f"checkpoint: per-token logits [batch, seq, num_labels] and their class names); this model's "
-                        f"outputs are {', '.join(names)}.")
-    return labels
+    from .classes import labels_of
+
+    return labels_of(model, 3, "finding entities needs a token classifier (a *ForTokenClassification checkpoint: "
+                               "per-token logits [batch, seq, num_labels]")
 
 
 def find(tokenizer: Any, text: str, spans: Any, logits: np.ndarray, labels: Sequence[str],
@@ -156,26 +153,11 @@ def _entity(tokenizer: Any, run: list[dict[str, Any]]) -> dict[str, Any]:
             "end": run[-1]["end"]}
 
 
-def of_texts(model: Any, texts: Sequence[str], grouping: Grouping) -> list[list[dict[str, Any]]]:
-    """Each text's entities (``MultiEntry.entities``): the texts tokenized by the artifact's tokenizer, run in padded
-    calls of at most the build's batch, each row's logits grouped by ``find``."""
+def of_texts(model: Any, texts: Any, grouping: Grouping) -> list[list[dict[str, Any]]]:
+    """Each text's entities (``MultiEntry.entities``): the texts run as ``texts.run`` runs them, each row's logits
+    grouped by ``find``."""
+    from .texts import run
+
     labels = token_labels(model)
-    if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
-        raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of texts (strings), got "
-                        f"{texts!r:.80}.")
-    tokenizer = model.tokenizer
-    spans = [tokenizer.spans(t) for t in texts]
-    bounds = model.input_infos["input_ids"].shape_bounds
-    most, longest = bounds.max[0], bounds.max[1]
-    for i, s in enumerate(spans):
-        if len(s.ids) > longest:
-            raise CallError(f"{model.model_name}: text {i} is {len(s.ids)} tokens, but the model takes at most {longest} "
-                            "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
-    found = []
-    takes = set(model.input_infos)
-    for start in range(0, len(texts), most):
-        ids, mask = tokenizer.pad([s.ids for s in spans[start:start + most]])
-        logits = model(**{k: v for k, v in (("input_ids", ids), ("attention_mask", mask)) if k in takes})[LOGITS]
-        found += [find(tokenizer, t, s, row, labels, grouping)
-                  for t, s, row in zip(texts[start:start + most], spans[start:start + most], np.asarray(logits))]
-    return found
+    texts, spans, rows = run(model, texts, LOGITS)
+    return [find(model.tokenizer, t, s, row, labels, grouping) for t, s, row in zip(texts, spans, rows)]

@@ -79,6 +79,13 @@ class MultiEntry:
         return {k: [str(x) for x in v] for k, v in labels.items() if isinstance(v, list)} if isinstance(labels, dict) else {}
 
     @property
+    def scores(self) -> dict[str, str]:
+        """How a classifier's classes are scored per output (``softmax``, ``sigmoid`` or ``none``), as the build
+        recorded it (``metadata.scores``, from the checkpoint's ``problem_type`` and ``num_labels``); {} where none."""
+        scores = self._main.metadata.get("scores") or {}
+        return {k: v for k, v in scores.items() if isinstance(v, str)} if isinstance(scores, dict) else {}
+
+    @property
     def model_name(self) -> str:
         """The model's name (the build's ``model.name``; the function's for an artifact saved from Python)."""
         main = self._main
@@ -188,9 +195,36 @@ class MultiEntry:
             #  {'entity_group': 'LOC', 'score': 0.99, 'word': 'Berlin', 'start': 34, 'end': 40}]
         """
         from .entities import Grouping, of_texts
+        from .texts import one_or_many
 
         grouping = Grouping(aggregation_strategy, ignore_labels)
-        return of_texts(self, [texts], grouping)[0] if isinstance(texts, str) else of_texts(self, texts, grouping)
+        return one_or_many(lambda many: of_texts(self, many, grouping), texts)
+
+    def classify(self, texts: Any, *, top_k: int = 1, function_to_apply: str | None = None) -> list[Any]:
+        """The classes a text classifier (a ``*ForSequenceClassification`` checkpoint built with its tokenizer: a
+        sentiment, intent, toxicity model, a reranker) gives each text, with their scores, as transformers'
+        text-classification pipeline answers (``runtime/classes.py``); the same with both loaders.
+
+        Args:
+            texts: a text, or a list of texts; each at most the build's ``seq`` tokens once tokenized.
+            top_k: how many classes to answer with, highest score first (1: the predicted class).
+            function_to_apply: ``softmax``, ``sigmoid`` or ``none`` (the logits as they are); None (the default): the
+                build's, from the checkpoint's ``problem_type`` (``multi_label_classification``: sigmoid;
+                ``regression``: none) and ``num_labels`` (one class: sigmoid; more: softmax), as the pipeline picks.
+
+        Returns:
+            A text's ``top_k`` classes, ``[{"label", "score"}, ...]`` (for a list of texts, a list of them).
+
+        Example::
+
+            sentiment = tripy_build.runtime.load("artifacts/bert/3c9e...")  # distilbert-base-...-sst-2-english
+            sentiment.classify(["a delight", "a bore"])
+            # [[{'label': 'POSITIVE', 'score': 0.9998}], [{'label': 'NEGATIVE', 'score': 0.9997}]]
+        """
+        from .classes import of_texts
+        from .texts import one_or_many
+
+        return one_or_many(lambda many: of_texts(self, many, top_k, function_to_apply), texts)
 
     @property
     def tokenizer(self) -> Any:

@@ -18,7 +18,8 @@ from ..core.signature import Parameter, declared, defaults
 from ..errors import CallError, ConfigError, TripyBuildError
 from . import batching
 from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
-from .outputs import Wanted, answer, entities_info, prefixed, wanted
+from ..runtime import classes
+from .outputs import Wanted, answer, classes_info, entities_info, prefixed, wanted
 from .request import InputTensor, check
 
 log = logging.getLogger(__name__)
@@ -100,15 +101,18 @@ class Endpoint:
         # whether /infer (gRPC's ModelInfer) runs the artifact: a generate artifact's entry only when asked for
         self.infer_served = self.generator is None or expose_entries
         self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
-        # a token classifier taking texts: each text's entities as an output of /infer (serve/outputs.py)
-        self.finds_entities = self.takes_text and self._token_classifier(model)
+        # derived outputs of /infer (serve/outputs.py): a token classifier's entities in texts; a sequence or image
+        # classifier's scored classes (the scores' function the build chose, "" where the model is no such classifier)
+        self.finds_entities = self.takes_text and self._is(model, "entities")
+        self.scores_classes = classes.class_labels(model)[1] if self._is(model, "classes") else ""
 
     @staticmethod
-    def _token_classifier(model: Any) -> bool:
+    def _is(model: Any, kind: str) -> bool:
+        """Whether ``model`` is a token classifier (``kind`` entities) or a sequence or image classifier (classes)."""
         from ..runtime.entities import token_labels
 
         try:
-            token_labels(model)
+            token_labels(model) if kind == "entities" else classes.class_labels(model)
         except CallError:
             return False
         return True
@@ -130,6 +134,7 @@ class Endpoint:
         if self.generator is None:
             text = f"; texts as a BYTES input {TEXT!r} instead of token ids" if self.takes_text else ""
             text += "; their entities as the output 'entities'" if self.finds_entities else ""
+            text += "; scored classes as the output 'classes'" if self.scores_classes else ""
             text += f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
             return f"POST {base}/infer; {self.batching}{text}"
         g = self.generator
@@ -198,6 +203,8 @@ class Endpoint:
                 n for n in ("input_ids", "attention_mask") if n in dict(self.args)]}
         if self.finds_entities:  # an output of texts' entities, asked for by name
             out["entities"] = entities_info()
+        if self.scores_classes:  # an output of each row's scored classes, asked for by name
+            out["classes"] = classes_info(self.scores_classes)
         if self.generator is not None:  # its entry exposed (expose_entries)
             out.update(entry=self.generator.spec.prefill, generate=self._generate_info())
         return out

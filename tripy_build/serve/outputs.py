@@ -1,7 +1,8 @@
 """What a request asks of each output, and the output in that form, for HTTP and gRPC alike: the tensor itself, its
-top classes (Triton's classification extension: ``"parameters": {"classification": k}``), or a token classifier's
-entities (``ENTITIES``: a BYTES output, one JSON list per text, the answer of transformers' token-classification
-pipeline; ``runtime/entities.py``).
+top classes (Triton's classification extension: ``"parameters": {"classification": k}``), a classifier's scored
+classes (``CLASSES``: transformers' text-classification pipeline's answer; ``runtime/classes.py``) or a token
+classifier's entities (``ENTITIES``: its token-classification pipeline's; ``runtime/entities.py``). Those two are
+BYTES outputs ``[n]`` of one JSON list per row, as MLServer answers a pipeline's objects, asked for by name.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import CallError
+from ..runtime import classes
 from ..runtime.entities import LOGITS, STRATEGIES, Grouping, find
 from .codec import quote as _quote
 
 ENTITIES = "entities"  # a token classifier's entities, asked for as an output of a request that sends texts
+CLASSES = "classes"  # a sequence or image classifier's classes with their scores, each row's
 _GROUPING = ("aggregation_strategy", "ignore_labels")  # ENTITIES' parameters (Grouping's fields)
+_SCORING = ("top_k", "function_to_apply")  # CLASSES' parameters
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class Wanted:
     binary: bool = False  # HTTP: sent as binary data after the JSON (gRPC's are always raw)
     top: int = 0  # the top classes as "score:index:label" strings; 0: the tensor itself
     grouping: Grouping | None = None  # ENTITIES: how each text's tokens become entities
+    scoring: tuple[int, str] | None = None  # CLASSES: how many classes, and the function that scores the logits
 
 
 def entities_info() -> dict[str, Any]:
@@ -37,9 +42,17 @@ def entities_info() -> dict[str, Any]:
                            "ignore_labels": {"default": list(Grouping.ignore_labels)}}}
 
 
+def classes_info(function: str) -> dict[str, Any]:
+    """The ``classes`` output as the model's metadata describes it (``function``: the build's scores' function)."""
+    return {"name": CLASSES, "datatype": "BYTES", "shape": [-1], "from": LOGITS,
+            "parameters": {"top_k": {"default": 1}, "function_to_apply": {"default": function,
+                                                                          "one_of": list(classes.FUNCTIONS)}}}
+
+
 def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: Any) -> Wanted:
-    """One requested output checked: ``name`` one of ``ep``'s outputs (or ``ENTITIES``, where it finds them and the
-    request sent texts), ``params`` its parameters (``classification``; ``aggregation_strategy`` and
+    """One requested output checked: ``name`` one of ``ep``'s outputs (or ``CLASSES`` of a sequence or image
+    classifier, or ``ENTITIES`` of a token classifier where the request sent texts), ``params`` its parameters
+    (``classification``; ``top_k`` and ``function_to_apply`` for ``CLASSES``; ``aggregation_strategy`` and
     ``ignore_labels`` for ``ENTITIES``), ``binary`` how HTTP sends it."""
     for key in params:
         if key.startswith("shared_memory"):
@@ -58,15 +71,26 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
             return Wanted(name, binary, grouping=Grouping(**given))
         except CallError as e:
             raise CallError(f"output {ENTITIES!r}: {e}") from None
+    if name == CLASSES and ep.scores_classes and CLASSES not in ep.output_names:
+        if "classification" in params:
+            raise CallError(f"output {CLASSES!r} is scored classes already: ask for its top_k, not \"classification\".")
+        top_k, function = params.get("top_k", 1), params.get("function_to_apply")
+        try:
+            classes.check(top_k, function, len(ep.labels[LOGITS]))
+        except CallError as e:
+            raise CallError(f"output {CLASSES!r}: {e}") from None
+        return Wanted(name, binary, scoring=(top_k, function or ep.scores_classes))
     if name not in ep.output_names:
-        also = f" (and {ENTITIES!r}, with texts)" if ep.finds_entities else ""
+        also = "".join(f" (and {n!r}{w})" for n, w, on in ((CLASSES, "", ep.scores_classes),
+                                                            (ENTITIES, ", with texts", ep.finds_entities)) if on)
         raise CallError(f"output {_quote(name)}: {ep.name} has no such output; it has {', '.join(ep.output_names)}"
                         f"{also}.")
-    stray = [k for k in _GROUPING if k in params]
-    if stray:
-        which = "" if ep.finds_entities else f" (a token classifier's, with texts: {ep.name} is not one)"
-        raise CallError(f"output {name!r}: parameter {stray[0]!r} groups entities, which output {ENTITIES!r} "
-                        f"gives{which}.")
+    for keys, output, what, on in ((_GROUPING, ENTITIES, "groups entities", ep.finds_entities),
+                                   (_SCORING, CLASSES, "scores classes", ep.scores_classes)):
+        stray = [k for k in keys if k in params]
+        if stray:
+            which = "" if on else f" ({ep.name}'s outputs do not include it)"
+            raise CallError(f"output {name!r}: parameter {stray[0]!r} {what}, which output {output!r} gives{which}.")
     top = 0
     if "classification" in params:
         info = ep.outputs[ep.output_names.index(name)]
@@ -76,12 +100,12 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
 
 def answer(ep: Any, w: Wanted, outs: Sequence[np.ndarray], texts: Any) -> np.ndarray:
     """The output ``w`` from the model's outputs ``outs``: the tensor itself, or BYTES as an object array of
-    strings (its top classes; ``ENTITIES``: each text's entities as a JSON list, ``[n]``)."""
-    if w.grouping is not None:
-        logits = outs[ep.output_names.index(LOGITS)]
-        labels = ep.labels[LOGITS]
-        return np.asarray([json.dumps(find(ep.tokenizer, t, s, row, labels, w.grouping), ensure_ascii=False)
-                           for t, s, row in zip(texts.texts, texts.spans, logits)], dtype=object)
+    strings (its top classes; ``CLASSES`` and ``ENTITIES``: each row's as a JSON list, ``[n]``)."""
+    if w.grouping is not None or w.scoring is not None:
+        logits, labels = outs[ep.output_names.index(LOGITS)], ep.labels[LOGITS]
+        rows = ([find(ep.tokenizer, t, s, row, labels, w.grouping) for t, s, row in zip(texts.texts, texts.spans, logits)]
+                if w.grouping is not None else [classes.top(row, labels, *w.scoring) for row in logits])
+        return np.asarray([json.dumps(row, ensure_ascii=False) for row in rows], dtype=object)
     out = np.ascontiguousarray(outs[ep.output_names.index(w.name)])
     return classify(out, w.top, ep.labels.get(w.name)) if w.top else out
 
