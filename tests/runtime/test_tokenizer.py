@@ -133,3 +133,22 @@ def test_the_sandbox_keeps_a_template_from_python(tmp_path):
     with pytest.raises(CallError, match="the chat template refused the messages"):
         ours(path).chat(MESSAGES[0])
 
+
+
+def test_a_pairs_ids_and_token_types_equal_hugging_faces(tmp_path):
+    """``spans(text, pair)``: the ids ``tokenizer(text, pair)`` gives, and its ``token_type_ids`` where the
+    tokenizer's ``model_input_names`` hold them (BERT's: the pair's second text 1), else zeros, as the model gets
+    them when transformers leaves them out (RoBERTa's, a generic tokenizer.json's)."""
+    from examples.classifier_checkpoint import checkpoint
+
+    path = checkpoint(tmp_path / "wp")
+    for typed in (False, True):
+        if typed:
+            config = json.loads((path / "tokenizer_config.json").read_text())
+            config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+            (path / "tokenizer_config.json").write_text(json.dumps(config))
+        hf, tok = transformers.AutoTokenizer.from_pretrained(path), ours(path)
+        for text, pair in (("where is the fox", "the quick brown fox"), ("héllo", "wörld, don't")):
+            want, got = hf(text, pair), tok.spans(text, pair)
+            assert got.ids == want["input_ids"] and tok.gives_types == typed
+            assert got.type_ids == want.get("token_type_ids", [0] * len(got.ids)) and (1 in got.type_ids) == typed

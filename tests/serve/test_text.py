@@ -749,8 +749,9 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
             "inputs": [text], "outputs": [{"name": "classes", "parameters": {"top_k": 2}}]})
         same([json.loads(row) for row in json.loads(data)["outputs"][0]["data"]], pipe(texts, top_k=2))
         meta = json.loads(call(srv, "GET", "/v2/models/bert")[1])
-        assert meta["text_input"] == {"name": "text", "datatype": "BYTES", "shape": [-1],
-                                      "stands_for": ["input_ids", "attention_mask"]} and "entities" not in meta
+        assert meta["text_input"] == {"name": "text", "datatype": "BYTES", "shape": [-1], "pair": "text_pair",
+                                      "stands_for": ["input_ids", "attention_mask", "token_type_ids"]}
+        assert "entities" not in meta
         assert meta["classes"]["parameters"]["function_to_apply"]["default"] == "softmax"
         with pytest.raises(CallError, match=r"bert: finding entities needs a token classifier .*outputs are logits\."):
             runtime.load(art).entities("the fox")
@@ -764,7 +765,8 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
             client.close()
         for body, fragment in [
                 ({"inputs": [text, {"name": "token_type_ids", "datatype": "INT32", "shape": [3, 1], "data": [0] * 3}]},
-                 "input 'text' stands for input_ids and attention_mask (the texts tokenized): send it alone"),
+                 "input 'text' stands for input_ids, attention_mask and token_type_ids (the texts tokenized): send it "
+                 "alone (or with 'text_pair')"),
                 ({"inputs": [{**text, "shape": [5], "data": TEXTS}]}, "5 texts, but model 'bert' takes at most 4 rows"),
                 ({"inputs": [{**text, "datatype": "INT32"}]}, "input 'text': BYTES of shape [n] (or [n, 1])"),
                 ({"inputs": [{**text, "shape": [1], "data": ["fox " * 20]}]}, "input 0 is 22 tokens, but model 'bert' "
@@ -780,3 +782,5 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
             status, data = call(srv, "POST", "/v2/models/bert/infer", body)
             message = json.loads(data)["error"]
             assert status == 400 and fragment in message and "\n" not in message, (body, message)
+        status, data = call(srv, "POST", "/v1/rerank", {"model": "bert", "query": "fox", "documents": ["a fox"]})
+        assert status == 404 and "it is not a cross-encoder (a sequence classifier of one class" in data.decode()

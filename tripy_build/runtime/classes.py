@@ -73,5 +73,5 @@ def of_texts(model: Any, texts: Any, top_k: int, function_to_apply: str | None) 
 
     labels, function = class_labels(model)
     check(top_k, function_to_apply, len(labels))
-    texts, _, rows = run(model, texts, LOGITS)
+    texts, _, rows = run(model, texts, LOGITS, pairs=True)
     return [top(row, labels, top_k, function_to_apply or function) for row in rows]

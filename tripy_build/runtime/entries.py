@@ -206,7 +206,9 @@ class MultiEntry:
         text-classification pipeline answers (``runtime/classes.py``); the same with both loaders.
 
         Args:
-            texts: a text, or a list of texts; each at most the build's ``seq`` tokens once tokenized.
+            texts: a text, or a list of texts; each at most the build's ``seq`` tokens once tokenized. A text may
+                be a pair, tokenized as one sequence (a cross-encoder's query and passage, an NLI model's premise
+                and hypothesis): ``{"text": ..., "text_pair": ...}`` as the pipeline takes it, or ``(text, pair)``.
             top_k: how many classes to answer with, highest score first (1: the predicted class).
             function_to_apply: ``softmax``, ``sigmoid`` or ``none`` (the logits as they are); None (the default): the
                 build's, from the checkpoint's ``problem_type`` (``multi_label_classification``: sigmoid;

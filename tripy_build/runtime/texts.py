@@ -1,6 +1,7 @@
-"""A text model run over texts from Python (``entities()``, ``classify()`` on both loaders): the texts tokenized by
-the tokenizer the artifact stores and run in calls of at most the build's batch, each call padded as transformers
-pads a batch; a text longer than the build's ``seq`` refused naming both lengths, never cut."""
+"""A text model run over texts from Python (``entities()``, ``classify()`` on both loaders): the texts (or text
+pairs: a cross-encoder's query and passage, an NLI model's premise and hypothesis) tokenized by the tokenizer the
+artifact stores and run in calls of at most the build's batch, each call padded as transformers pads a batch; a text
+longer than the build's ``seq`` refused naming both lengths, never cut."""
 
 from __future__ import annotations
 
@@ -11,14 +12,29 @@ import numpy as np
 from ..errors import CallError
 
 
-def run(model: Any, texts: Any, output: str) -> tuple[list[str], list[Any], list[np.ndarray]]:
-    """``texts`` (a list of strings) checked, their tokens (``Tokenizer.spans``) and each one's row of the model's
-    output ``output`` (its padding included: the row runs to the longest text of its call)."""
-    if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
-        raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of texts (strings), got "
-                        f"{texts!r:.80}.")
+def pair_of(item: Any, pairs: bool) -> tuple[str, str | None] | None:
+    """A text as ``(text, None)``, or where ``pairs`` a pair given as transformers' pipeline takes one
+    (``{"text": ..., "text_pair": ...}``) or as sentence-transformers' cross-encoder does (``(text, pair)``);
+    None for anything else."""
+    if isinstance(item, str):
+        return item, None
+    if pairs and isinstance(item, dict) and set(item) == {"text", "text_pair"}:
+        item = (item["text"], item["text_pair"])
+    if pairs and isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(t, str) for t in item):
+        return item[0], item[1]
+    return None
+
+
+def run(model: Any, texts: Any, output: str, pairs: bool = False) -> tuple[list[str], list[Any], list[np.ndarray]]:
+    """``texts`` (a list of texts, or where ``pairs`` of text pairs too) checked, their tokens (``Tokenizer.spans``)
+    and each one's row of the model's output ``output`` (its padding included: the row runs to the longest text of
+    its call)."""
+    read = [pair_of(t, pairs) for t in texts] if isinstance(texts, (list, tuple)) else []
+    if not read or None in read:
+        kinds = "texts (strings) or text pairs ((text, text_pair) or {'text', 'text_pair'})" if pairs else "texts (strings)"
+        raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of {kinds}, got {texts!r:.80}.")
     tokenizer = model.tokenizer
-    spans = [tokenizer.spans(t) for t in texts]
+    spans = [tokenizer.spans(t, p) for t, p in read]
     bounds = model.input_infos["input_ids"].shape_bounds
     most, longest = bounds.max[0], bounds.max[1]
     for i, s in enumerate(spans):
@@ -27,13 +43,14 @@ def run(model: Any, texts: Any, output: str) -> tuple[list[str], list[Any], list
                             "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
     takes = set(model.input_infos)
     rows: list[np.ndarray] = []
-    for start in range(0, len(texts), most):
-        ids, mask = tokenizer.pad([s.ids for s in spans[start:start + most]])
-        rows += list(np.asarray(model(**{k: v for k, v in (("input_ids", ids), ("attention_mask", mask))
-                                         if k in takes})[output]))
-    return list(texts), spans, rows
+    for start in range(0, len(read), most):
+        group = spans[start:start + most]
+        given = tokenizer.pad([s.ids for s in group], [s.type_ids for s in group])
+        rows += list(np.asarray(model(**{k: v for k, v in given.items() if k in takes})[output]))
+    return [t for t, _ in read], spans, rows
 
 
 def one_or_many(call: Any, texts: Any) -> Any:
-    """``call`` over a list of texts, or over one text alone, answered with its own result, as a pipeline does."""
-    return call([texts])[0] if isinstance(texts, str) else call(texts)
+    """``call`` over a list of texts, or over one text (or pair) alone, answered with its own result, as a pipeline
+    does."""
+    return call(texts) if isinstance(texts, list) else call([texts])[0]

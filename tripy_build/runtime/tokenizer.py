@@ -37,6 +37,11 @@ from ..errors import CallError
 DIR = "tokenizer/"  # where the files lie in an artifact
 FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 SPECIALS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# the tokenizer classes whose model_input_names hold token_type_ids (transformers 5.24's): only they give a pair's
+# token types; the others (RoBERTa's, XLM-RoBERTa's, a generic tokenizer.json's) leave the model its zeros
+TYPED = ("BertTokenizer", "CanineTokenizer", "DPRQuestionEncoderTokenizer", "DebertaTokenizer", "DebertaV2Tokenizer",
+         "FNetTokenizer", "LayoutLMv2Tokenizer", "LxmertTokenizer", "MarkupLMTokenizer", "MobileBertTokenizer",
+         "TapasTokenizer")
 
 
 def _content(token: Any) -> str | None:
@@ -60,12 +65,13 @@ def _plain(value: Any, where: str) -> Any:
 
 class Spans(NamedTuple):
     """A text's tokens (``Tokenizer.spans``): ids, vocabulary strings, ``(start, end)`` character offsets into the
-    text (``(0, 0)`` for an added token) and whether each was added by the tokenizer."""
+    text (``(0, 0)`` for an added token), whether each was added by the tokenizer, and token types (a pair's)."""
 
     ids: list[int]
     tokens: list[str]
     offsets: list[tuple[int, int]]
     special: list[bool]
+    type_ids: list[int]
 
 
 class Tokenizer:
@@ -90,6 +96,10 @@ class Tokenizer:
         if not isinstance(config, dict) or not isinstance(specials, dict):
             raise CallError(f"{where}: tokenizer_config.json and special_tokens_map.json must be JSON objects.")
         self.special_tokens = {k: t for k in SPECIALS if (t := _content(config.get(k, specials.get(k)))) is not None}
+        names = config.get("model_input_names")
+        kind = str(config.get("tokenizer_class") or "").removesuffix("Fast")
+        # whether tokenizer(text, pair) gives token_type_ids (the config's model_input_names, else its class's)
+        self.gives_types = "token_type_ids" in names if isinstance(names, list) else kind in TYPED
         template = files.get("chat_template.jinja")
         self.chat_template = bytes(template).decode() if template is not None else config.get("chat_template")
         if isinstance(self.chat_template, list):  # named templates: the default one
@@ -120,24 +130,34 @@ class Tokenizer:
             raise CallError(f"{self.where}: text to encode must be a string, got {type(text).__name__}.")
         return self._fast.encode(text, add_special_tokens=True).ids
 
-    def spans(self, text: str) -> "Spans":
-        """``text`` encoded as ``encode`` encodes it, with what each token stands for: its vocabulary string, its
-        characters ``(start, end)`` in ``text`` and whether the tokenizer added it (``[CLS]``, ``<s>``): the fast
-        tokenizer's offsets and special-tokens mask, as transformers' ``return_offsets_mapping`` gives them."""
-        if not isinstance(text, str):
-            raise CallError(f"{self.where}: text to encode must be a string, got {type(text).__name__}.")
-        e = self._fast.encode(text, add_special_tokens=True)
-        return Spans(e.ids, e.tokens, [tuple(o) for o in e.offsets], [bool(s) for s in e.special_tokens_mask])
+    def spans(self, text: str, pair: str | None = None) -> "Spans":
+        """``text`` encoded as ``encode`` encodes it (with ``pair``: the two texts as one sequence, as
+        ``tokenizer(text, pair)`` joins a cross-encoder's query and passage), with what each token stands for: its
+        vocabulary string, its characters ``(start, end)`` in its text, whether the tokenizer added it (``[CLS]``,
+        ``<s>``) and its token type (1 in a pair's second text where the tokenizer marks it and transformers gives
+        ``token_type_ids``: ``gives_types``, as BERT's does): the fast tokenizer's offsets, special-tokens mask and
+        type ids, as transformers gives them."""
+        for t in (text, pair):
+            if t is not None and not isinstance(t, str):
+                raise CallError(f"{self.where}: text to encode must be a string, got {type(t).__name__}.")
+        e = self._fast.encode(text, pair, add_special_tokens=True)
+        return Spans(e.ids, e.tokens, [tuple(o) for o in e.offsets], [bool(s) for s in e.special_tokens_mask],
+                     e.type_ids if self.gives_types else [0] * len(e.ids))
 
-    def pad(self, rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    def pad(self, rows: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
         """Token-id rows as one batch, as transformers pads one (``padding=True``): ``input_ids`` int32 ``[rows,
-        longest]`` filled on the right with ``pad_token_id``, and ``attention_mask`` 1 over each row's tokens."""
+        longest]`` filled on the right with ``pad_token_id``, ``attention_mask`` 1 over each row's tokens, and, given
+        each row's token types (``Spans.type_ids``), ``token_type_ids`` (0 in the padding)."""
         width = max(map(len, rows))
-        ids = np.full((len(rows), width), self.pad_token_id, np.int32)
-        mask = np.zeros((len(rows), width), np.int32)
+        out = {"input_ids": np.full((len(rows), width), self.pad_token_id, np.int32),
+               "attention_mask": np.zeros((len(rows), width), np.int32)}
+        if types is not None:
+            out["token_type_ids"] = np.zeros((len(rows), width), np.int32)
         for i, row in enumerate(rows):
-            ids[i, :len(row)], mask[i, :len(row)] = row, 1
-        return ids, mask
+            out["input_ids"][i, :len(row)], out["attention_mask"][i, :len(row)] = row, 1
+            if types is not None:
+                out["token_type_ids"][i, :len(row)] = types[i]
+        return out
 
     def tokens_to_string(self, tokens: Sequence[str]) -> str:
         """Vocabulary strings joined into text by the tokenizer's decoder (``##`` pieces glued, ``Ġ`` a space), as

@@ -286,14 +286,17 @@ class App:
         that generate and store a tokenizer."""
         from . import openai
 
-        texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or ep.chats}
+        texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or ep.chats or ep.reranks}
         if rest == ["models"]:
             return await self._get(scope, send, lambda: openai.models(list(texts)))
-        if rest not in (["chat", "completions"], ["completions"], ["embeddings"], ["responses"]):
+        if rest not in (["chat", "completions"], ["completions"], ["embeddings"], ["responses"], ["rerank"]):
             raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; OpenAI's API here: GET "
-                               "/v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings.")
+                               "/v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings; "
+                               "and POST /v1/rerank.")
         self._method(scope["method"], b"POST")
         body = await self._json(scope, receive)
+        if rest == ["rerank"]:
+            return await self._rerank(scope, send, body)
         embed, responding = rest == ["embeddings"], rest == ["responses"]
         if responding:
             from .responses import Answer, chat_body
@@ -410,6 +413,36 @@ class App:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
 
+    async def _rerank(self, scope: Scope, send: Send, body: Any) -> None:
+        """``/v1/rerank`` (``rerank.py``): the query paired with each document, padded into calls of the model's batch
+        and run through its batcher (beside ``/infer``'s requests), each pair's score."""
+        from ..runtime import classes
+        from .rerank import Rerank
+
+        req = Rerank(body)
+        ep = self.endpoints.get(req.model)
+        if ep is None or not ep.reranks:
+            why = "it is not served here" if ep is None else (
+                f"it has no tokenizer (token ids only: POST /v2/models/{req.model}/infer)" if ep.tokenizer is None else
+                "it is not a cross-encoder (a sequence classifier of one class, as rerankers are)")
+            reranks = [n for n, e in self.endpoints.items() if e.reranks]
+            raise Refused(404, f"model {req.model[:200]!r}: {why}; the models that rerank here: "
+                               f"{', '.join(reranks) or 'none'}.")
+        spans = [ep.tokenizer.spans(req.query, d) for d in req.documents]
+        longest = dict(ep.args)["input_ids"].shape_bounds.max[1]
+        over = next((i for i, s in enumerate(spans) if len(s.ids) > longest), None)
+        if over is not None:
+            raise CallError(f"document {over} with the query is {len(spans[over].ids)} tokens, but model {ep.name!r} "
+                            f"takes at most {longest} (the build's seq range): send shorter documents, or build with a "
+                            "longer shapes.dims.seq.")
+        calls = ep.text_rows([s.ids for s in spans], [s.type_ids for s in spans])
+        scope["queued"] = True  # counted by the batcher from here on
+        outs = [await asyncio.wrap_future(ep.batcher.submit(leaves)) for leaves in calls]
+        logits = [row for o in outs for row in o[ep.output_names.index("logits")]]
+        scores = [classes.top(row, ep.labels["logits"], 1, ep.scores_classes)[0]["score"] for row in logits]
+        answer = req.answer(scores, sum(len(s.ids) for s in spans))
+        await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
+
     async def _embed(self, ep: Endpoint, scope: Scope, send: Send, req: Any) -> None:
         """``/v1/embeddings``: the texts tokenized, padded into calls of the model's batch and run through its
         batcher (beside ``/infer``'s requests), each row's ``sentence_embedding``."""
@@ -492,6 +525,8 @@ def _why_not(ep: Endpoint | None, name: str, embed: bool) -> str:
         return "it is not served here"
     if ep.tokenizer is None:
         return f"it has no tokenizer (token ids only: POST /v2/models/{name}/{'infer' if embed else 'generate'})"
+    if ep.reranks:
+        return "it is a cross-encoder: POST /v1/rerank"
     if embed:
         return "it does not make sentence embeddings (build it with model.pooling=mean)"
     return "it does not generate (an encoder: POST /v1/embeddings)"

@@ -24,6 +24,7 @@ from .request import InputTensor, check
 
 log = logging.getLogger(__name__)
 TEXT = "text"  # the BYTES input that stands for a text model's token ids on /infer (``Endpoint.from_text``)
+TEXT_PAIR = "text_pair"  # beside it, each row's second text (a cross-encoder's passage, an NLI model's hypothesis)
 
 
 class Texts(NamedTuple):
@@ -105,6 +106,8 @@ class Endpoint:
         # classifier's scored classes (the scores' function the build chose, "" where the model is no such classifier)
         self.finds_entities = self.takes_text and self._is(model, "entities")
         self.scores_classes = classes.class_labels(model)[1] if self._is(model, "classes") else ""
+        # a cross-encoder (one class) taking texts: the relevance of documents to a query, /v1/rerank (serve/rerank.py)
+        self.reranks = self.takes_text and bool(self.scores_classes) and len(self.labels.get("logits", ())) == 1
 
     @staticmethod
     def _is(model: Any, kind: str) -> bool:
@@ -135,6 +138,7 @@ class Endpoint:
             text = f"; texts as a BYTES input {TEXT!r} instead of token ids" if self.takes_text else ""
             text += "; their entities as the output 'entities'" if self.finds_entities else ""
             text += "; scored classes as the output 'classes'" if self.scores_classes else ""
+            text += f"; documents reranked by relevance to a query: POST {url}/v1/rerank" if self.reranks else ""
             text += f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
             return f"POST {base}/infer; {self.batching}{text}"
         g = self.generator
@@ -200,7 +204,8 @@ class Endpoint:
             out["labels"] = self.labels
         if self.takes_text:  # texts instead of token ids, tokenized here
             out["text_input"] = {"name": TEXT, "datatype": "BYTES", "shape": [-1], "stands_for": [
-                n for n in ("input_ids", "attention_mask") if n in dict(self.args)]}
+                n for n in ("input_ids", "attention_mask", "token_type_ids") if n in dict(self.args)],
+                                 "pair": TEXT_PAIR}
         if self.finds_entities:  # an output of texts' entities, asked for by name
             out["entities"] = entities_info()
         if self.scores_classes:  # an output of each row's scored classes, asked for by name
@@ -216,39 +221,32 @@ class Endpoint:
                             'send "input_ids", or rebuild from a checkpoint with its tokenizer saved beside it.')
         return self.tokenizer
 
-    def from_text(self, tensor: InputTensor, given: int) -> tuple[list[np.ndarray], Texts]:
-        """An inference's inputs from its ``text`` input: BYTES ``[n]`` (or ``[n, 1]``), one text per row, tokenized
-        by the checkpoint's tokenizer and padded as ``text_rows`` pads them, in one call; and the texts."""
-        name = tensor.name
-        if given != 1:
-            raise CallError(f"input {name!r} stands for input_ids and attention_mask (the texts tokenized): send it "
-                            f"alone, or send token ids instead of it.")
-        shape = tensor.shape
-        if tensor.datatype != "BYTES" or not (isinstance(shape, list) and 1 <= len(shape) <= 2 and all(
-                isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape) and shape[1:] in ([], [1])):
-            raise CallError(f"input {name!r}: BYTES of shape [n] (or [n, 1]), one text per row, got "
-                            f"{_quote(tensor.datatype)} of shape {_quote(shape)}.")
-        texts = tensor.strings()
-        if len(texts) != shape[0]:
-            raise CallError(f"input {name!r}: shape {shape} holds {shape[0]} texts, but its data has {len(texts)}.")
-        try:
-            texts = [t.decode() if isinstance(t, bytes) else t for t in texts]
-        except UnicodeDecodeError:
-            raise CallError(f"input {name!r}: a text is not UTF-8.") from None
-        if not all(isinstance(t, str) for t in texts):
-            raise CallError(f"input {name!r}: every element must be a string (a text), got {_quote(texts)}.")
-        spans = [self.tokenizer.spans(t) for t in texts]
-        calls = self.text_rows([s.ids for s in spans])
+    def from_text(self, text: InputTensor, pair: InputTensor | None, given: int) -> tuple[list[np.ndarray], Texts]:
+        """An inference's inputs from its ``text`` input: BYTES ``[n]`` (or ``[n, 1]``), one text per row (with
+        ``text_pair``, as many second texts: each row the two as one sequence, as ``tokenizer(text, text_pair)``
+        joins a cross-encoder's query and passage), tokenized by the checkpoint's tokenizer and padded as
+        ``text_rows`` pads them, in one call; and the texts. ``given``: how many inputs the request has."""
+        if given != 1 + (pair is not None):
+            raise CallError(f"input {TEXT!r} stands for input_ids, attention_mask and token_type_ids (the texts "
+                            f"tokenized): send it alone (or with {TEXT_PAIR!r}), or send token ids instead of it.")
+        texts = _texts(text)
+        pairs = _texts(pair) if pair is not None else [None] * len(texts)
+        if len(pairs) != len(texts):
+            raise CallError(f"input {TEXT_PAIR!r} has {len(pairs)} texts and {TEXT!r} {len(texts)}: give one second "
+                            "text per text.")
+        spans = [self.tokenizer.spans(t, p) for t, p in zip(texts, pairs)]
+        calls = self.text_rows([s.ids for s in spans], [s.type_ids for s in spans])
         if len(calls) > 1:
             most = dict(self.args)["input_ids"].shape_bounds.max[0]
-            raise CallError(f"input {name!r}: {len(texts)} texts, but model {self.name!r} takes at most {most} rows "
+            raise CallError(f"input {text.name!r}: {len(texts)} texts, but model {self.name!r} takes at most {most} rows "
                             "a call (the build's batch range): send at most that many.")
         return calls[0], Texts(texts, spans)
 
-    def text_rows(self, rows: list[list[int]]) -> list[list[np.ndarray]]:
+    def text_rows(self, rows: list[list[int]], types: list[list[int]] | None = None) -> list[list[np.ndarray]]:
         """Texts' token ids as the model's flat inputs, in calls of at most the batch dim's size: ``input_ids``
-        padded with the tokenizer's pad id to the longest of the call, ``attention_mask`` 0 there, the other inputs
-        as a request that leaves them out gets them; each call checked against the declared ranges."""
+        padded with the tokenizer's pad id to the longest of the call, ``attention_mask`` 0 there,
+        ``token_type_ids`` the rows' ``types`` (a pair's), the other inputs as a request that leaves them out gets
+        them; each call checked against the declared ranges."""
         bounds = dict(self.args)["input_ids"].shape_bounds
         most, longest = bounds.max[0], bounds.max[1]
         over = next((i for i, row in enumerate(rows) if len(row) > longest), None)
@@ -257,8 +255,7 @@ class Endpoint:
                             "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
         calls = []
         for start in range(0, len(rows), most):
-            ids, mask = self.tokenizer.pad(rows[start:start + most])
-            given = {"input_ids": ids, "attention_mask": mask}
+            given = self.tokenizer.pad(rows[start:start + most], None if types is None else types[start:start + most])
             leaves = self.in_order((n, lambda info, a=a: a) for n, a in given.items() if n in dict(self.args))
             self.runtime.check_flat(*leaves)
             calls.append(leaves)
@@ -306,12 +303,17 @@ class Endpoint:
                             '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')
         _parameters(request, "the request")
         if self.takes_text and any(isinstance(i, dict) and i.get("name") == TEXT for i in request["inputs"]):
-            item = next(i for i in request["inputs"] if i.get("name") == TEXT)
-            tensor, after = self._tensor(item, binary, 0)
-            leaves, texts = self.from_text(tensor, len(request["inputs"]))
-            if after() != len(binary):
-                raise CallError(f"the request carries {len(binary)} bytes of binary data but its text input's "
-                                f"binary_data_size is {after()}.")
+            read, at = {}, 0
+            for item in request["inputs"]:  # in the request's order: their binary data follows it
+                if isinstance(item, dict) and item.get("name") in (TEXT, TEXT_PAIR) and item["name"] not in read:
+                    tensor, after = self._tensor(item, binary, at)
+                    read[item["name"]] = tensor
+                    tensor.strings()
+                    at = after()
+            leaves, texts = self.from_text(read[TEXT], read.get(TEXT_PAIR), len(request["inputs"]))
+            if at != len(binary):
+                raise CallError(f"the request carries {len(binary)} bytes of binary data but its text inputs' "
+                                f"binary_data_size add up to {at}.")
             return leaves, texts
         offset = 0
 
@@ -469,6 +471,25 @@ class Endpoint:
         self.batcher.close()
         if self.generator is not None:
             self.generator.close()
+
+
+def _texts(tensor: InputTensor) -> list[str]:
+    """A BYTES input's texts: shape ``[n]`` (or ``[n, 1]``), each element UTF-8."""
+    name, shape = tensor.name, tensor.shape
+    if tensor.datatype != "BYTES" or not (isinstance(shape, list) and 1 <= len(shape) <= 2 and all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape) and shape[1:] in ([], [1])):
+        raise CallError(f"input {name!r}: BYTES of shape [n] (or [n, 1]), one text per row, got "
+                        f"{_quote(tensor.datatype)} of shape {_quote(shape)}.")
+    texts = tensor.strings()
+    if len(texts) != shape[0]:
+        raise CallError(f"input {name!r}: shape {shape} holds {shape[0]} texts, but its data has {len(texts)}.")
+    try:
+        texts = [t.decode() if isinstance(t, bytes) else t for t in texts]
+    except UnicodeDecodeError:
+        raise CallError(f"input {name!r}: a text is not UTF-8.") from None
+    if not all(isinstance(t, str) for t in texts):
+        raise CallError(f"input {name!r}: every element must be a string (a text), got {_quote(texts)}.")
+    return texts
 
 
 def _parameters(entry: dict[str, Any], what: str) -> dict[str, Any]:

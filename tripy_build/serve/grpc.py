@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
 from .codec import datatype, length_prefixed, metadata_shape, quote as _quote
-from .endpoint import TEXT, Texts
+from .endpoint import TEXT, TEXT_PAIR, Texts
 from .outputs import Wanted, answer, prefixed, wanted
 from .request import InputTensor, check
 
@@ -155,9 +155,11 @@ def _decode(ep: "Endpoint", request: Any) -> tuple[list[np.ndarray], Texts | Non
     if raw and len(raw) != len(request.inputs):
         raise CallError(f"the request has {len(raw)} raw_input_contents for its {len(request.inputs)} inputs; give one "
                         "per input, in the inputs' order (or every input's typed contents instead).")
-    text = next((k for k, item in enumerate(request.inputs) if item.name == TEXT), None)
-    if ep.takes_text and text is not None:
-        return ep.from_text(_tensor(request.inputs[text], raw[text] if raw else None), len(request.inputs))
+    at = {item.name: k for k, item in reversed(list(enumerate(request.inputs)))}  # each name's first input
+    if ep.takes_text and TEXT in at:
+        text, pair = (_tensor(request.inputs[at[n]], raw[at[n]] if raw else None) if n in at else None
+                      for n in (TEXT, TEXT_PAIR))
+        return ep.from_text(text, pair, len(request.inputs))
     leaves = ep.in_order((item.name, functools.partial(check, _tensor(item, raw[k] if raw else None)))
                          for k, item in enumerate(request.inputs))
     ep.runtime.check_flat(*leaves)
