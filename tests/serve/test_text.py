@@ -708,12 +708,13 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
     """``/infer`` with a BYTES input ``text`` (JSON strings, Triton's binary form, gRPC's bytes_contents): the texts
     tokenized by the checkpoint's tokenizer and padded as Hugging Face pads a batch, the logits PyTorch's, and
     Triton's classification extension names the classes; the output ``classes`` and ``classify()`` (both loaders)
-    answer as transformers' text-classification pipeline does; what cannot be taken is one line."""
+    answer as transformers' text-classification pipeline does, ``zero_shot()`` as its zero-shot one; what cannot be
+    taken is one line."""
     import tritonclient.grpc as triton_grpc
     import tritonclient.http as triton_http
 
     ckpt = classifier_checkpoint(tmp_path / "cls", transformers.BertForSequenceClassification,
-                          id2label={0: "negative", 1: "positive"})
+                                 id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]",
                    f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -724,6 +725,7 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
     with torch.no_grad():
         want = hf_model(**hf_tok(texts, padding=True, return_tensors="pt")).logits.numpy()
     pipe = transformers.pipeline("text-classification", model=hf_model, tokenizer=hf_tok)
+    zero_shot = transformers.pipeline("zero-shot-classification", model=hf_model, tokenizer=hf_tok)
 
     def same(got, want):
         assert [[c["label"] for c in row] for row in got] == [[c["label"] for c in row] for row in want]
@@ -735,6 +737,16 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
         same(model.classify(TEXTS), pipe(TEXTS, top_k=1))  # five texts: two calls of the batch range's 4
         same([model.classify(TEXTS[0], top_k=2, function_to_apply="none")], [pipe(TEXTS[0], top_k=2,
                                                                                   function_to_apply="none")])
+        for multi in (False, True):  # two texts by three labels: six pairs, two calls; no entailment class: the last
+            want_zs = zero_shot([TEXTS[1], TEXTS[3]], candidate_labels=["fox", "dog", "lazy"], multi_label=multi,
+                                hypothesis_template="is {}")
+            got_zs = model.zero_shot([TEXTS[1], TEXTS[3]], "fox, dog, lazy", multi_label=multi,
+                                     hypothesis_template="is {}")
+            assert [g["labels"] for g in got_zs] == [w["labels"] for w in want_zs]
+            assert np.allclose([g["scores"] for g in got_zs], [w["scores"] for w in want_zs], rtol=0, atol=1e-5)
+        with pytest.raises(CallError, match=r"bert: text 0 with the hypothesis 'This example is fox.' is \d+ tokens, "
+                                            r"but the model takes at most 16"):
+            model.zero_shot(TEXTS[0], ["fox"])
     with Server([art], port=0, grpc_port=0).start() as srv:
         text = {"name": "text", "datatype": "BYTES", "shape": [3], "data": texts}
         status, data = call(srv, "POST", "/v2/models/bert/infer", {"inputs": [text]})

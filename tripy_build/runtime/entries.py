@@ -228,6 +228,37 @@ class MultiEntry:
 
         return one_or_many(lambda many: of_texts(self, many, top_k, function_to_apply), texts)
 
+    def zero_shot(self, texts: Any, candidate_labels: Any, *, hypothesis_template: str = "This example is {}.",
+                  multi_label: bool = False) -> Any:
+        """How well each of ``candidate_labels`` fits each text, by an NLI model (a ``*ForSequenceClassification``
+        checkpoint of entailment and contradiction built with its tokenizer: roberta-large-mnli, a DeBERTa-v3
+        zero-shot model), as transformers' zero-shot-classification pipeline answers (``runtime/zero_shot.py``); the
+        same with both loaders.
+
+        Args:
+            texts: a text, or a list of texts; each paired with every candidate's hypothesis, each pair at most the
+                build's ``seq`` tokens.
+            candidate_labels: the labels to score: a list of names, or one comma-separated string.
+            hypothesis_template: the hypothesis a label is put in (its ``{}``).
+            multi_label: False: the labels compete (a softmax of their entailment logits); True: each is scored on
+                its own (entailment against contradiction), so any number may fit.
+
+        Returns:
+            A text's ``{"sequence", "labels", "scores"}``, the labels by score, highest first (for a list of texts,
+            a list of them).
+
+        Example::
+
+            nli = tripy_build.runtime.load("artifacts/deberta-v2/7b0c...")  # a DeBERTa-v3 zero-shot checkpoint
+            nli.zero_shot("one day I will see the world", ["travel", "cooking", "dancing"])
+            # {'sequence': 'one day I will see the world', 'labels': ['travel', 'dancing', 'cooking'],
+            #  'scores': [0.97, 0.02, 0.01]}
+        """
+        from .texts import one_or_many
+        from .zero_shot import of_texts
+
+        return one_or_many(lambda many: of_texts(self, many, candidate_labels, hypothesis_template, multi_label), texts)
+
     @property
     def tokenizer(self) -> Any:
         """The checkpoint's tokenizer, stored in the artifact (``runtime/tokenizer.Tokenizer``: ``encode``, ``decode``,

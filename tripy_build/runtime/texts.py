@@ -5,7 +5,7 @@ longer than the build's ``seq`` refused naming both lengths, never cut."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -25,10 +25,11 @@ def pair_of(item: Any, pairs: bool) -> tuple[str, str | None] | None:
     return None
 
 
-def run(model: Any, texts: Any, output: str, pairs: bool = False) -> tuple[list[str], list[Any], list[np.ndarray]]:
+def run(model: Any, texts: Any, output: str, pairs: bool = False,
+        named: Callable[[int], str] = "text {}".format) -> tuple[list[str], list[Any], list[np.ndarray]]:
     """``texts`` (a list of texts, or where ``pairs`` of text pairs too) checked, their tokens (``Tokenizer.spans``)
     and each one's row of the model's output ``output`` (its padding included: the row runs to the longest text of
-    its call)."""
+    its call). ``named``: how an error names the text at an index."""
     read = [pair_of(t, pairs) for t in texts] if isinstance(texts, (list, tuple)) else []
     if not read or None in read:
         kinds = "texts (strings) or text pairs ((text, text_pair) or {'text', 'text_pair'})" if pairs else "texts (strings)"
@@ -39,7 +40,7 @@ def run(model: Any, texts: Any, output: str, pairs: bool = False) -> tuple[list[
     most, longest = bounds.max[0], bounds.max[1]
     for i, s in enumerate(spans):
         if len(s.ids) > longest:
-            raise CallError(f"{model.model_name}: text {i} is {len(s.ids)} tokens, but the model takes at most {longest} "
+            raise CallError(f"{model.model_name}: {named(i)} is {len(s.ids)} tokens, but the model takes at most {longest} "
                             "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
     takes = set(model.input_infos)
     rows: list[np.ndarray] = []

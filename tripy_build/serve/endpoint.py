@@ -16,9 +16,9 @@ import numpy as np
 
 from ..core.signature import Parameter, declared, defaults
 from ..errors import CallError, ConfigError, TripyBuildError
+from ..runtime import classes
 from . import batching
 from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
-from ..runtime import classes
 from .outputs import Wanted, answer, classes_info, entities_info, prefixed, wanted
 from .request import InputTensor, check
 
@@ -104,18 +104,19 @@ class Endpoint:
         self.labels = getattr(model, "labels", {})  # a classifier's class names per output (config.json's id2label)
         # derived outputs of /infer (serve/outputs.py): a token classifier's entities in texts; a sequence or image
         # classifier's scored classes (the scores' function the build chose, "" where the model is no such classifier)
-        self.finds_entities = self.takes_text and self._is(model, "entities")
-        self.scores_classes = classes.class_labels(model)[1] if self._is(model, "classes") else ""
+        from ..runtime.entities import token_labels
+
+        self.finds_entities = self.takes_text and self._is(token_labels, model)
+        self.scores_classes = classes.class_labels(model)[1] if self._is(classes.class_labels, model) else ""
         # a cross-encoder (one class) taking texts: the relevance of documents to a query, /v1/rerank (serve/rerank.py)
         self.reranks = self.takes_text and bool(self.scores_classes) and len(self.labels.get("logits", ())) == 1
 
     @staticmethod
-    def _is(model: Any, kind: str) -> bool:
-        """Whether ``model`` is a token classifier (``kind`` entities) or a sequence or image classifier (classes)."""
-        from ..runtime.entities import token_labels
-
+    def _is(labels: Callable[[Any], Any], model: Any) -> bool:
+        """Whether ``model`` is the kind of classifier whose class names ``labels`` reads (``entities.token_labels``:
+        a token classifier; ``classes.class_labels``: a sequence or image classifier)."""
         try:
-            token_labels(model) if kind == "entities" else classes.class_labels(model)
+            labels(model)
         except CallError:
             return False
         return True

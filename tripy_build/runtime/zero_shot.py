@@ -1,0 +1,78 @@
+"""Zero-shot classification by an NLI model (a sequence classifier of entailment, neutral and contradiction:
+roberta-large-mnli, MoritzLaurer's DeBERTa-v3 zero-shot models): how well each candidate label a caller names fits
+a text, as transformers' zero-shot-classification pipeline answers; numpy only.
+
+Each text is paired with one hypothesis per candidate label (``hypothesis_template`` with the label in its ``{}``:
+"This example is sports.") and the pairs run as a cross-encoder's do (``texts.run``). The entailment class is the
+first whose name starts with "entail" (the last class where none does, as the pipeline falls back). Scores: a softmax
+of the entailment logits over the candidates (they compete: one label fits); with ``multi_label`` (or a single
+candidate) each candidate's softmax of its contradiction and entailment logits on its own (any number fit).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import CallError
+from .classes import LOGITS, labels_of
+
+TEMPLATE = "This example is {}."  # the pipeline's default hypothesis
+
+
+def candidates(given: Any, template: Any) -> list[str]:
+    """The candidate labels (a list of names, or one string of comma-separated names, as the pipeline takes them),
+    checked with the hypothesis template they fill."""
+    labels = [x.strip() for x in given.split(",") if x.strip()] if isinstance(given, str) else given
+    if not isinstance(labels, (list, tuple)) or not labels or not all(isinstance(x, str) and x for x in labels):
+        raise CallError(f"candidate_labels must be a non-empty list of label names (or one comma-separated string), "
+                        f"got {given!r:.80}.")
+    if not isinstance(template, str) or template.format(labels[0]) == template:
+        raise CallError(f"hypothesis_template {template!r:.80} has no {{}} for the label to go in: give one such as "
+                        f"{TEMPLATE!r}.")
+    return list(labels)
+
+
+def scored(logits: np.ndarray, labels: Sequence[str], entail: int, multi_label: bool) -> tuple[list[str], list[float]]:
+    """One text's candidates by score, highest first, from their pairs' logits ``[candidates, classes]``."""
+    x = np.asarray(logits, np.float32)
+    if not np.isfinite(x).all():
+        raise CallError("the model's logits hold NaN or infinity: no label can be scored from them (a bfloat16 or "
+                        "float16 build overflowing? build it in float32).")
+    if multi_label or len(labels) == 1:
+        pair = x[:, [-1 if entail == 0 else 0, entail]]
+        e = np.exp(pair - pair.max(-1, keepdims=True))
+        scores = (e / e.sum(-1, keepdims=True))[:, 1]
+    else:
+        e = np.exp(x[:, entail] - x[:, entail].max())
+        scores = e / e.sum()
+    order = list(reversed(scores.argsort()))
+    return [labels[i] for i in order], [float(scores[i]) for i in order]
+
+
+def of_texts(model: Any, texts: Any, candidate_labels: Any, hypothesis_template: str,
+             multi_label: bool) -> list[dict[str, Any]]:
+    """Each text's candidate labels by score (``MultiEntry.zero_shot``): ``{"sequence", "labels", "scores"}``."""
+    from .texts import run
+
+    classes = labels_of(model, 2, "zero-shot classification needs an NLI model (a *ForSequenceClassification "
+                                  "checkpoint of entailment, neutral and contradiction: logits [batch, num_labels]")
+    if len(classes) < 2:
+        raise CallError(f"{model.model_name}: zero-shot classification needs an NLI model's classes (entailment and "
+                        f"contradiction at least), and this model has {len(classes)}: {classes}.")
+    if not isinstance(multi_label, bool):
+        raise CallError(f"multi_label must be true or false, got {multi_label!r:.40}.")
+    labels = candidates(candidate_labels, hypothesis_template)
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of texts (strings), got "
+                        f"{texts!r:.80}.")
+    entail = next((i for i, c in enumerate(classes) if c.lower().startswith("entail")), -1)
+    pairs = [(t, hypothesis_template.format(label)) for t in texts for label in labels]
+    _, _, rows = run(model, pairs, LOGITS, pairs=True,
+                     named=lambda i: f"text {i // len(labels)} with the hypothesis {pairs[i][1]!r}")
+    out = []
+    for i, text in enumerate(texts):
+        ranked, scores = scored(np.stack(rows[i * len(labels):(i + 1) * len(labels)]), labels, entail, multi_label)
+        out.append({"sequence": text, "labels": ranked, "scores": scores})
+    return out
