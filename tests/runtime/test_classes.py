@@ -69,3 +69,17 @@ def test_a_problem_type_is_checked_and_read_for_the_heads_it_scores(tmp_path):
         assert fragment in str(e.value)
     with pytest.raises(CallError, match="logits hold NaN or infinity"):
         top(np.array([0.5, np.inf], np.float32), ["a", "b"], 1, "softmax")
+
+
+def test_the_encoder_alone_from_a_classifiers_checkpoint_drops_its_classes(tmp_path):
+    """``model.head=none`` (or ``model.pooling``) over a multi-label classifier's checkpoint builds the encoder alone:
+    the checkpoint's num_labels, labels and problem_type go with its head, nothing recorded that would not act; given
+    by hand under a head without classes, they are refused."""
+    path = checkpoint(tmp_path / "multi", **KINDS["multi_label"][0])
+    for given in ({"head": "none"}, {"pooling": "mean"}):
+        model = hf.model_from_config(Bert, path, given)
+        assert model.task == "none" and (model.num_labels, model.labels, model.problem_type) == (2, (), None)
+        assert model.output_scores() == {} and model.output_labels() == {}
+    with pytest.raises(ValueError, match=r"num_labels=3 and labels=\[\] size and name a classifier's classes, and "
+                                         r"head=none has none"):
+        Bert(head="none", num_labels=3)

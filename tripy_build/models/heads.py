@@ -69,6 +69,10 @@ class Headed:
             raise ValueError(f"head={self.head!r} is not a head of {type(self).__name__}; one of auto, "
                              f"{', '.join(self.HEADS)}.")
         object.__setattr__(self, "labels", tuple(str(x) for x in self.labels))
+        if self.task not in CLASSIFIERS and (self.num_labels != 2 or self.labels):
+            raise ValueError(f"num_labels={self.num_labels} and labels={list(self.labels)} size and name a classifier's "
+                             f"classes, and head={self.task} has none: set them with a classifier head, or leave them "
+                             "out.")
         if self.labels and len(self.labels) != self.num_labels:
             raise ValueError(f"labels names {len(self.labels)} classes, num_labels={self.num_labels}: give one name "
                              "per class, or no labels.")

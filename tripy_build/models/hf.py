@@ -700,6 +700,12 @@ def model_from_config(model_class: type, checkpoint_dir: str | os.PathLike,
                 f"{key}={value!r} was given, but the checkpoint {Path(checkpoint_dir) / CONFIG} says "
                 f"{key}={settings[key]!r}: drop the setting or use a matching checkpoint."
             )
+    head = given_settings.get("head", settings.get("head"))
+    if head not in SCORED:  # the checkpoint's head replaced (the encoder alone): its classes' settings go with it
+        settings.pop("problem_type", None)
+    if head not in CLASSIFIERS:
+        settings.pop("num_labels", None)
+        settings.pop("labels", None)
     try:
         return model_class(**{**settings, **given_settings})
     except (TypeError, ValueError) as e:
