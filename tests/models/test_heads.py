@@ -119,10 +119,14 @@ def test_model_hf_builds_the_checkpoints_architecture_with_its_head(family, tmp_
             ours = exe(**x)
             assert sorted(ours) == (["end_logits", "start_logits"] if family == "distilbert" else ["logits"])
             compare({k: np.asarray(v) for k, v in ours.items()}, torch_run(model, x), x["attention_mask"])
-    if family == "xlm-roberta":
+    if family == "xlm-roberta":  # a token classifier: its classes are named, not scored as one row's
         assert manifest["metadata"]["labels"] == {"logits": ["negative", "neutral", "positive"]}
+        assert "scores" not in manifest["metadata"]
         shown = run_cli("inspect", str(art), timeout=300).stdout
-        assert "0 negative, 1 neutral, 2 positive" in shown
+        assert "0 negative, 1 neutral, 2 positive" in shown and "scored by" not in shown
+    if family == "bert":  # a sequence classifier of three classes: softmax, as transformers' pipeline picks
+        assert manifest["metadata"]["scores"] == {"logits": "softmax"}
+        assert "2 positive; scored by softmax" in run_cli("inspect", str(art), timeout=300).stdout
 
 
 def test_a_head_the_model_does_not_build_is_refused_and_the_encoder_alone_skips_it_once(tmp_path_factory, tmp_path):

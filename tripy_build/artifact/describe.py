@@ -180,9 +180,9 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
         passed = ", ".join(f"{path} = the true size of {size.name!r}" for path, size in m.sizes)
         out += [f"  passed to the function, not part of the signature: {passed}"]
     names = output_names(m.output_structure, len(m.outputs))  # as Python's dict and the server name them
-    labels = m.metadata.get("labels") or {}
+    labels, scores = m.metadata.get("labels") or {}, m.metadata.get("scores") or {}
     out += ["", f"{title}outputs"] + table(["output", "spec", "labels"], [
-        [n, spec_text(o), label_text(labels.get(n))] for n, o in zip(names, m.outputs)])
+        [n, spec_text(o), label_text(labels.get(n), scores.get(n))] for n, o in zip(names, m.outputs)])
     if m.dims:
         out += ["", f"{title}dims"] + table(["dim", "range", "opt", "strategy", "padding", "buckets",
                                              "compiled on first use"], [
@@ -209,12 +209,14 @@ def _entry_text(m: Manifest, index: dict[str, Any], seconds: dict[str, float], c
 LIST_COLUMNS = ("model", "inputs", "options", "profiles", "size", "date", "key")
 
 
-def label_text(labels: Any, most: int = 8) -> str:
-    """A classifier output's class names, in id order (``0 neg, 1 pos``), the first ``most`` of them."""
+def label_text(labels: Any, scored: Any = None, most: int = 8) -> str:
+    """A classifier output's class names, in id order (``0 neg, 1 pos``), the first ``most`` of them, and the function
+    that scores them where the build recorded one (``metadata.scores``: ``0 neg, 1 pos; scored by softmax``)."""
     if not isinstance(labels, list) or not labels:
         return ""
     shown = ", ".join(f"{i} {name}" for i, name in enumerate(labels[:most]))
-    return shown + (f", ... ({len(labels)} classes)" if len(labels) > most else "")
+    shown += f", ... ({len(labels)} classes)" if len(labels) > most else ""
+    return shown + (f"; scored by {scored}" if isinstance(scored, str) else "")
 
 
 def checkpoint_text(path: Path, m: Manifest) -> str:
