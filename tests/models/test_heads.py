@@ -241,7 +241,8 @@ def test_inputs_as_tokenizers_give_them(tmp_path_factory, tmp_path):
 def test_a_classifier_answers_with_its_labels_over_http_and_grpc(tmp_path_factory, tmp_path):
     """The server's metadata names the classes (id2label); an output's "classification": k (Triton's
     classification extension) answers with the top k as "score:index:label", over HTTP and through
-    tritonclient's gRPC client (class_count), the same classes as the logits' argmax."""
+    tritonclient's gRPC client (class_count), the same classes as the logits' argmax; the output "classes" with
+    their softmax, from token ids as from texts."""
     import urllib.request
 
     grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -269,6 +270,16 @@ def test_a_classifier_answers_with_its_labels_over_http_and_grpc(tmp_path_factor
         got = np.asarray(out["data"]).reshape(2, 2)
         assert [[s.split(":")[2] for s in row] for row in got] == want
         assert abs(float(got[0][0].split(":")[0]) - logits[0].max()) <= 1e-4 * np.abs(logits).max()
+        # the output "classes" from token ids too (no tokenizer stored): the text-classification pipeline's scores
+        body["outputs"] = [{"name": "classes", "parameters": {"top_k": 2}}]
+        req = urllib.request.Request(f"{server.url}/v2/models/distilbert/infer", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            rows = [json.loads(row) for row in json.loads(r.read())["outputs"][0]["data"]]
+        probs = np.exp(logits - logits.max(1, keepdims=True))
+        probs /= probs.sum(1, keepdims=True)
+        assert [[c["label"] for c in row] for row in rows] == want
+        assert np.allclose([[c["score"] for c in row] for row in rows], -np.sort(-probs)[:, :2], rtol=0, atol=1e-5)
         client = grpcclient.InferenceServerClient(server.grpc.address)
         x = grpcclient.InferInput("input_ids", [2, 5], "INT32")
         x.set_data_from_numpy(ids)
