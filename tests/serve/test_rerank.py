@@ -44,7 +44,8 @@ def built(tmp_path_factory):
     assert (pairs["token_type_ids"] == 1).any()  # the documents' tokens are of type 1: the pair is BERT's
     with torch.no_grad():
         want = torch.sigmoid(model(**pairs).logits[:, 0]).numpy()
-    assert np.diff(np.sort(want)).min() > 1e-3, want  # an order float32's rounding cannot change
+    assert np.ptp(want) > 0.02, want  # relevance apart: an order to check (the tokenizer's training, and so the
+    # weights, differ between runs: near-ties are compared by score below, not by rank)
     return next((root / "arts" / "bert").iterdir()), want, int(pairs["attention_mask"].sum())
 
 
@@ -72,12 +73,13 @@ def test_rerank_answers_as_pytorch_scores_the_pairs(built):
     import tritonclient.http as triton_http
 
     art, want, tokens = built
-    order = list(np.argsort(-want, kind="stable"))
     with Server([art], port=0, grpc_port=0).start() as srv:
         status, answer = call(srv, "POST", "/v1/rerank", {"model": "bert", "query": QUERY, "documents": DOCUMENTS})
         assert status == 200, answer
-        assert [r["index"] for r in answer["results"]] == order
-        assert np.allclose([r["relevance_score"] for r in answer["results"]], want[order], rtol=0, atol=1e-5)
+        order = [r["index"] for r in answer["results"]]  # every document once, by its score, highest first
+        got = np.array([r["relevance_score"] for r in answer["results"]])
+        assert sorted(order) == list(range(len(DOCUMENTS))) and (np.diff(got) <= 0).all()
+        assert np.allclose(got, want[order], rtol=0, atol=1e-5)  # each PyTorch's: the order is PyTorch's but for ties
         assert [r["document"]["text"] for r in answer["results"]] == [DOCUMENTS[i] for i in order]
         assert answer["usage"] == {"total_tokens": tokens} and answer["model"] == "bert"
         status, answer = call(srv, "POST", "/v1/rerank", {"model": "bert", "query": QUERY, "top_n": 2,
