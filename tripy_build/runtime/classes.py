@@ -52,17 +52,22 @@ def check(top_k: Any, function_to_apply: Any, classes: int) -> None:
                         "text-classification pipeline's).")
 
 
-def top(logits: np.ndarray, labels: Sequence[str], k: int, function: str) -> list[dict[str, Any]]:
-    """One row's ``k`` best classes, ``{"label", "score"}``, highest score first."""
+def apply(logits: Any, function: str, whose: str = "the model's logits") -> np.ndarray:
+    """``function`` (``FUNCTIONS``) of float32 logits along their last axis, what every pipeline here scores with;
+    logits that hold NaN or infinity are refused (``whose`` names them), never scored."""
     x = np.asarray(logits, np.float32)
     if not np.isfinite(x).all():
-        raise CallError("the model's logits hold NaN or infinity: no class can be scored from them (a bfloat16 or "
-                        "float16 build overflowing? build it in float32).")
+        raise CallError(f"{whose} hold NaN or infinity: nothing can be scored from them (a bfloat16 or float16 build "
+                        "overflowing? build it in float32).")
     if function == "softmax":
-        e = np.exp(x - x.max())
-        x = e / e.sum()
-    elif function == "sigmoid":
-        x = 1.0 / (1.0 + np.exp(-x))
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    return 1.0 / (1.0 + np.exp(-x)) if function == "sigmoid" else x
+
+
+def top(logits: np.ndarray, labels: Sequence[str], k: int, function: str) -> list[dict[str, Any]]:
+    """One row's ``k`` best classes, ``{"label", "score"}``, highest score first."""
+    x = apply(logits, function)
     order = np.argsort(-x, kind="stable")[:k]
     return [{"label": labels[int(i)], "score": float(x[i])} for i in order]
 

@@ -26,9 +26,9 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from ..errors import CallError
+from .classes import LOGITS, apply, labels_of
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
-LOGITS = "logits"  # a token classifier's per-token classes: [batch, seq, num_labels]
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,6 @@ class _Token(NamedTuple):
 def token_labels(model: Any) -> list[str]:
     """The class names of a token classifier's ``logits`` (``metadata.labels``); a ``CallError`` naming what the
     model is instead."""
-    from .classes import labels_of
-
     return labels_of(model, 3, "finding entities needs a token classifier (a *ForTokenClassification checkpoint: "
                                "per-token logits [batch, seq, num_labels]")
 
@@ -70,12 +68,7 @@ def find(tokenizer: Any, text: str, spans: Any, logits: np.ndarray, labels: Sequ
          grouping: Grouping) -> list[dict[str, Any]]:
     """The entities of one text, from its ``spans`` (``Tokenizer.spans``) and its row of logits ``[seq, num_labels]``
     (the row may run past the text's tokens: padding, not read)."""
-    logits = np.asarray(logits[:len(spans.ids)], np.float32)
-    if not np.isfinite(logits).all():
-        raise CallError(f"the model's logits for the text {text[:40]!r} hold NaN or infinity: no entity can be read "
-                        "from them (a bfloat16 or float16 build overflowing? build it in float32).")
-    exp = np.exp(logits - logits.max(-1, keepdims=True))
-    scores = exp / exp.sum(-1, keepdims=True)
+    scores = apply(logits[:len(spans.ids)], "softmax", f"the model's logits for the text {text[:40]!r}")
     tokens = _tokens(tokenizer, text, spans, scores)
     strategy = grouping.aggregation_strategy
     if strategy in ("none", "simple"):

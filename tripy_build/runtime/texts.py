@@ -36,19 +36,28 @@ def run(model: Any, texts: Any, output: str, pairs: bool = False,
         raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of {kinds}, got {texts!r:.80}.")
     tokenizer = model.tokenizer
     spans = [tokenizer.spans(t, p) for t, p in read]
-    bounds = model.input_infos["input_ids"].shape_bounds
-    most, longest = bounds.max[0], bounds.max[1]
-    for i, s in enumerate(spans):
-        if len(s.ids) > longest:
-            raise CallError(f"{model.model_name}: {named(i)} is {len(s.ids)} tokens, but the model takes at most {longest} "
-                            "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
+    calls = padded_calls(tokenizer, [s.ids for s in spans], [s.type_ids for s in spans],
+                         model.input_infos["input_ids"].shape_bounds, lambda i: f"{model.model_name}: {named(i)}",
+                         "the model")
     takes = set(model.input_infos)
     rows: list[np.ndarray] = []
-    for start in range(0, len(read), most):
-        group = spans[start:start + most]
-        given = tokenizer.pad([s.ids for s in group], [s.type_ids for s in group])
+    for given in calls:
         rows += list(np.asarray(model(**{k: v for k, v in given.items() if k in takes})[output]))
     return [t for t, _ in read], spans, rows
+
+
+def padded_calls(tokenizer: Any, rows: list[list[int]], types: list[list[int]] | None, bounds: Any,
+                 named: Callable[[int], str], who: str) -> list[dict[str, np.ndarray]]:
+    """Token-id rows (and their token types, or None) as the inputs of calls of at most the batch dim's size
+    (``bounds``: ``input_ids``' shape bounds), each padded by ``Tokenizer.pad``; a row longer than the seq dim's
+    largest size is refused, ``named(i)`` naming it and ``who`` the model that takes it."""
+    most, longest = bounds.max[0], bounds.max[1]
+    over = next((i for i, row in enumerate(rows) if len(row) > longest), None)
+    if over is not None:
+        raise CallError(f"{named(over)} is {len(rows[over])} tokens, but {who} takes at most {longest} (the build's seq "
+                        "range): send shorter texts, or build with a longer shapes.dims.seq.")
+    return [tokenizer.pad(rows[start:start + most], None if types is None else types[start:start + most])
+            for start in range(0, len(rows), most)]
 
 
 def one_or_many(call: Any, texts: Any) -> Any:

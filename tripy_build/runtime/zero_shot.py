@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CallError
-from .classes import LOGITS, labels_of
+from .classes import LOGITS, apply, labels_of
 
 TEMPLATE = "This example is {}."  # the pipeline's default hypothesis
 
@@ -36,17 +36,11 @@ def candidates(given: Any, template: Any) -> list[str]:
 
 def scored(logits: np.ndarray, labels: Sequence[str], entail: int, multi_label: bool) -> tuple[list[str], list[float]]:
     """One text's candidates by score, highest first, from their pairs' logits ``[candidates, classes]``."""
-    x = np.asarray(logits, np.float32)
-    if not np.isfinite(x).all():
-        raise CallError("the model's logits hold NaN or infinity: no label can be scored from them (a bfloat16 or "
-                        "float16 build overflowing? build it in float32).")
+    x = apply(logits, "none")  # checked, as float32
     if multi_label or len(labels) == 1:
-        pair = x[:, [-1 if entail == 0 else 0, entail]]
-        e = np.exp(pair - pair.max(-1, keepdims=True))
-        scores = (e / e.sum(-1, keepdims=True))[:, 1]
+        scores = apply(x[:, [-1 if entail == 0 else 0, entail]], "softmax")[:, 1]
     else:
-        e = np.exp(x[:, entail] - x[:, entail].max())
-        scores = e / e.sum()
+        scores = apply(x[:, entail], "softmax")
     order = list(reversed(scores.argsort()))
     return [labels[i] for i in order], [float(scores[i]) for i in order]
 

@@ -429,13 +429,7 @@ class App:
             raise Refused(404, f"model {req.model[:200]!r}: {why}; the models that rerank here: "
                                f"{', '.join(reranks) or 'none'}.")
         spans = [ep.tokenizer.spans(req.query, d) for d in req.documents]
-        longest = dict(ep.args)["input_ids"].shape_bounds.max[1]
-        over = next((i for i, s in enumerate(spans) if len(s.ids) > longest), None)
-        if over is not None:
-            raise CallError(f"document {over} with the query is {len(spans[over].ids)} tokens, but model {ep.name!r} "
-                            f"takes at most {longest} (the build's seq range): send shorter documents, or build with a "
-                            "longer shapes.dims.seq.")
-        calls = ep.text_rows([s.ids for s in spans], [s.type_ids for s in spans])
+        calls = ep.text_rows([s.ids for s in spans], [s.type_ids for s in spans], "document {} with the query".format)
         scope["queued"] = True  # counted by the batcher from here on
         outs = [await asyncio.wrap_future(ep.batcher.submit(leaves)) for leaves in calls]
         logits = [row for o in outs for row in o[ep.output_names.index("logits")]]

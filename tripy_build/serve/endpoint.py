@@ -7,6 +7,7 @@ its entries (``prefill``, ``decode``: a step each, with the cache and the positi
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -243,20 +244,18 @@ class Endpoint:
                             "a call (the build's batch range): send at most that many.")
         return calls[0], Texts(texts, spans)
 
-    def text_rows(self, rows: list[list[int]], types: list[list[int]] | None = None) -> list[list[np.ndarray]]:
+    def text_rows(self, rows: list[list[int]], types: list[list[int]] | None = None,
+                  named: Callable[[int], str] = "input {}".format) -> list[list[np.ndarray]]:
         """Texts' token ids as the model's flat inputs, in calls of at most the batch dim's size: ``input_ids``
         padded with the tokenizer's pad id to the longest of the call, ``attention_mask`` 0 there,
         ``token_type_ids`` the rows' ``types`` (a pair's), the other inputs as a request that leaves them out gets
-        them; each call checked against the declared ranges."""
-        bounds = dict(self.args)["input_ids"].shape_bounds
-        most, longest = bounds.max[0], bounds.max[1]
-        over = next((i for i, row in enumerate(rows) if len(row) > longest), None)
-        if over is not None:
-            raise CallError(f"input {over} is {len(rows[over])} tokens, but model {self.name!r} takes at most {longest} "
-                            "(the build's seq range): send shorter texts, or build with a longer shapes.dims.seq.")
+        them (``runtime/texts.padded_calls``); each call checked against the declared ranges. ``named``: how an error
+        names the row at an index."""
+        from ..runtime.texts import padded_calls
+
         calls = []
-        for start in range(0, len(rows), most):
-            given = self.tokenizer.pad(rows[start:start + most], None if types is None else types[start:start + most])
+        for given in padded_calls(self.tokenizer, rows, types, dict(self.args)["input_ids"].shape_bounds, named,
+                                  f"model {self.name!r}"):
             leaves = self.in_order((n, lambda info, a=a: a) for n, a in given.items() if n in dict(self.args))
             self.runtime.check_flat(*leaves)
             calls.append(leaves)
@@ -399,7 +398,8 @@ class Endpoint:
                 return length_prefixed(binary[offset:offset + size], name)
             data = item.get("data")
             return np.asarray(data, dtype=object).ravel().tolist() if isinstance(data, list) else [data]
-        return InputTensor(name, item.get("datatype"), item.get("shape"), values, strings=strings), lambda: end[0]
+        return (InputTensor(name, item.get("datatype"), item.get("shape"), values, strings=functools.cache(strings)),
+                lambda: end[0])
 
     def prepare(self, request: Any, binary: memoryview) -> Prepared:
         """A request checked: its flat inputs, the outputs it wants, its texts."""
