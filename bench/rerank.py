@@ -61,11 +61,16 @@ def checkpoint(root: Path) -> Path:
     return path
 
 
+def seq_list(buckets: str) -> str:
+    """``--seq-buckets`` as a Hydra value: sizes (``64,128,256``) as a list, a policy (``fine:64``) as it is."""
+    return f"[{buckets}]" if all(b.strip().isdigit() for b in buckets.split(",")) else buckets
+
+
 def build(ckpt: Path, root: Path, docs: int, seq_buckets: str) -> tuple[Path, float]:
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "tripy_build", "model=hf", f"params.checkpoint={ckpt}",
                            f"shapes.dims.batch=[1,{docs},{docs}]", "shapes.dims.seq=[1,128,256]",
-                           f"shapes.buckets.batch=[{min(8, docs)},{docs}]", f"shapes.buckets.seq=[{seq_buckets}]",
+                           f"shapes.buckets.batch=[{min(8, docs)},{docs}]", f"shapes.buckets.seq={seq_list(seq_buckets)}",
                            f"artifacts_dir={root / 'arts'}"], cwd=REPO, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
@@ -88,7 +93,8 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=32, help="documents per request (default 32)")
     parser.add_argument("--words", type=int, default=110, help="words per document (default 110)")
     parser.add_argument("--rounds", type=int, default=20, help="timed requests per contender (default 20)")
-    parser.add_argument("--seq-buckets", default="64,128,256", help="the build's seq buckets (default 64,128,256)")
+    parser.add_argument("--seq-buckets", default="64,128,256",
+                        help="the build's seq buckets: sizes, or a policy such as fine:64 (default 64,128,256)")
     args = parser.parse_args()
 
     import torch

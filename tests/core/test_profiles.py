@@ -62,6 +62,9 @@ def _x(n, width=8, seed=None):
     ("pow2", (3, 8, 20), (4, 8, 16, 20)),  # clipped to the range, plus max
     ("pow2:16", (8, 32, 64), (16, 32, 64)),
     ("pow2:16", (4, 8, 12), (12,)),  # nothing from 16 up fits: max alone covers the range
+    ("fine", (1, 8, 64), (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)),  # and 3 x 2^k between: at most 1.5x padding
+    ("fine", (5, 8, 40), (6, 8, 12, 16, 24, 32, 40)),
+    ("fine:64", (1, 128, 256), (64, 96, 128, 192, 256)),
     ([8, 2, 8, 64], (1, 8, 64), (2, 8, 64)),
     ("none", (1, 8, 64), ()),
 ])
@@ -70,8 +73,9 @@ def test_bucket_policies(spec, bounds, expected):
 
 
 @pytest.mark.parametrize("spec, needle", [
-    ([0, 8], "outside the dim's range [1, 64]"), ([128], "outside"), ("pow3", "'pow2', 'pow2:N', 'none'"),
-    ("pow2:x", "positive integer N"), ([], "non-empty list"), ([1.5], "non-empty list of sizes"),
+    ([0, 8], "outside the dim's range [1, 64]"), ([128], "outside"), ("pow3", "'pow2', 'pow2:N', 'fine', 'fine:N', 'none'"),
+    ("pow2:x", "'pow2:N' needs a positive integer N"), ("fine:0", "'fine:N' needs a positive integer N"),
+    ("pow2:", "positive integer N"), ([], "non-empty list"), ([1.5], "non-empty list of sizes"),
 ])
 def test_bad_bucket_policies(spec, needle):
     with pytest.raises(tb.TripyBuildError, match="b: ") as e:
@@ -114,6 +118,19 @@ def test_exact_profile_runs_as_is(padded_exe, compile_counter):
         route = exe.dispatcher.route([(n, 8)])
         assert route.target == (n,) and not route.padded and route.slices == (None,)
         assert_close(y, affine(_x(n), params))
+
+
+def test_fine_buckets_pad_a_size_to_at_most_one_and_a_half_times_it(compile_counter):
+    params = affine_params()
+    exe = tb.compile(affine, args=[batch_info(), params], padding=ROWS, buckets={"batch": "fine"})
+    assert exe.dims[0].buckets == (1, 2, 3, 4, 6, 8, 12, 16, 20)
+    cases = [(5, 6), (7, 8), (9, 12), (13, 16), (17, 20)]
+    before = compile_counter.count
+    got = [exe(_x(n)) for n, _ in cases]
+    assert compile_counter.count == before  # every size runs a precompiled bucket, padded
+    for (n, bucket), y in zip(cases, got):
+        assert exe.dispatcher.route([(n, 8)]).target == (bucket,)
+        assert_close(y, affine(jnp.asarray(_x(n)), params))
 
 
 @pytest.mark.parametrize("n, bucket", [(3, 4), (5, 8), (9, 16), (17, 20)])

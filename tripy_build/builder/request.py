@@ -16,7 +16,7 @@ class BuildRequest:
     model: dict[str, Any]  # with _target_ and name, and padding if the config overrides the model's
     shapes: dict[str, int | NamedDimension]
     shapes_name: str
-    buckets: dict[str, Any]  # dim name -> "pow2" | "none" | [sizes]; unlisted dims get "pow2"
+    buckets: dict[str, Any]  # dim name -> "pow2[:N]" | "fine[:N]" | "none" | [sizes]; unlisted dims get "pow2"
     max_profiles: int
     platforms: list[str]  # XLA platforms the program is exported for; executables for the build host's
     compiler: str  # xla, or iree (CPU only): which compiler makes the executables

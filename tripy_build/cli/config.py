@@ -78,8 +78,9 @@ class ParamsConfig:
 class ShapesConfig:
     name: str = setting(MISSING, "the shapes config's name, recorded in the manifest")
     dims: dict[str, Any] = setting(help="dim name -> size (static) or [min, opt, max] (dynamic)", factory=dict)
-    buckets: dict[str, Any] = setting(help="dim name -> pow2 (default), pow2:N, none or a list of sizes: the sizes "
-                                           "precompiled along that dim", factory=dict)
+    buckets: dict[str, Any] = setting(help="dim name -> pow2 (default), pow2:N, fine (powers of two and 3 x 2^k: at "
+                                           "most 1.5x padding), fine:N, none or a list of sizes: the sizes precompiled "
+                                           "along that dim", factory=dict)
     max_profiles: int = setting(DEFAULT_MAX_PROFILES, "the most executables one build may precompile (profiles are "
                                                       "the product of the dims' buckets); more is refused")
 

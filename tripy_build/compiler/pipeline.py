@@ -64,7 +64,9 @@ def compile(func: Callable | Mapping[str, Entry], optimization_level: int = DEFA
         optimization_level: 0..5.
         args, kwargs: ``func``'s arguments: ``InputInfo``, ``DimSize`` or constants.
         buckets: the sizes to precompile along each dynamic dim: ``"pow2"`` (default: powers of two
-            clipped to the dim's range, plus its max), ``"none"`` (only opt), or a dict keyed by
+            clipped to the dim's range, plus its max), ``"pow2:N"`` (from N up), ``"fine"``/``"fine:N"`` (the
+            powers of two and 3 x 2^k between them: a padded size runs at most 1.5x its length, not 2x),
+            ``"none"`` (only opt), or a dict keyed by
             ``NamedDimension`` name whose values are those policies or explicit size lists.
         padding: ``{dim name: "rows" | "mask"}``: dims that may be padded up to a bucket. ``rows``:
             slices along the dim are independent (a batch). ``mask``: ``func`` takes the dim's

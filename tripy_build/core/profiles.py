@@ -4,7 +4,9 @@ Each dynamic dim of the program gets a ``DimPlan``:
 
 - ``buckets``: the sizes precompiled along it: ``"pow2"`` (powers of two clipped to ``[min, max]``,
   plus ``max``; the default), ``"pow2:N"`` (the same, from N up: sizes below N run the first bucket),
-  an explicit list, or ``"none"``;
+  ``"fine"`` / ``"fine:N"`` (the powers of two and the sizes halfway between them, 3 x 2^k: a padded
+  size runs at most 1.5x its length instead of 2x, for about twice the profiles), an explicit list,
+  or ``"none"``;
 - ``padding``: what the model declares about padding it: ``"rows"`` (slices along the dim are
   independent, so zero rows appended and then sliced off change nothing: a batch), ``"mask"`` (the
   model takes the dim's true size as a ``DimSize`` and masks the padding itself: a sequence under
@@ -30,29 +32,34 @@ from typing import Any, Mapping, Sequence
 from ..errors import SpecError
 
 PADDING_KINDS = ("rows", "mask")
-BUCKET_POLICIES = ("pow2", "none")
+GEOMETRIC_POLICIES = ("pow2", "fine")
 DEFAULT_BUCKETS = "pow2"
 DEFAULT_MAX_PROFILES = 64
 
 
 def resolve_buckets(spec: Any, bounds: tuple[int, int, int], what: str) -> tuple[int, ...]:
-    """The sorted bucket sizes of one dim from its policy (``"pow2"``, ``"pow2:N"``, ``"none"`` or sizes)."""
+    """The sorted bucket sizes of one dim from its policy (``"pow2"``, ``"pow2:N"``, ``"fine"``, ``"fine:N"``,
+    ``"none"`` or sizes)."""
     lo, _, hi = bounds
     if spec is None or spec == "none":
         return ()
-    if isinstance(spec, str) and (spec == "pow2" or spec.startswith("pow2:")):
-        start = spec.partition(":")[2]
-        if start and not (start.isdigit() and int(start) >= 1):
-            raise SpecError(f"{what}: 'pow2:N' needs a positive integer N (the smallest bucket), got {spec!r}.")
+    policy, colon, start = spec.partition(":") if isinstance(spec, str) else (None, "", "")
+    if policy in GEOMETRIC_POLICIES:
+        if colon and not (start.isdigit() and int(start) >= 1):
+            raise SpecError(f"{what}: '{policy}:N' needs a positive integer N (the smallest bucket), got {spec!r}.")
         floor = max(lo, int(start or 1))
-        return tuple(sorted({1 << k for k in range(hi.bit_length()) if floor <= 1 << k <= hi} | {hi}))
+        sizes = {1 << k for k in range(hi.bit_length())}
+        if policy == "fine":
+            sizes |= {3 << k for k in range(hi.bit_length())}
+        return tuple(sorted({s for s in sizes if floor <= s <= hi} | {hi}))
     if isinstance(spec, (list, tuple)) and spec and all(isinstance(b, int) and not isinstance(b, bool) for b in spec):
         outside = [b for b in spec if not lo <= b <= hi]
         if outside:
             raise SpecError(f"{what}: bucket sizes {outside} lie outside the dim's range [{lo}, {hi}]; "
                             "every bucket must be a size the dim can take.")
         return tuple(sorted(set(spec)))
-    raise SpecError(f"{what}: buckets must be 'pow2', 'pow2:N', 'none' or a non-empty list of sizes, got {spec!r}.")
+    raise SpecError(f"{what}: buckets must be 'pow2', 'pow2:N', 'fine', 'fine:N', 'none' or a non-empty list of sizes, "
+                    f"got {spec!r}.")
 
 
 @dataclass(frozen=True)
