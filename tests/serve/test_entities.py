@@ -75,6 +75,40 @@ def test_entities_equal_the_pipelines_with_both_loaders(built, load):
         assert fragment in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("load", [runtime.load, tb.load], ids=["runtime", "jax"])
+def test_long_texts_in_overlapping_windows_equal_the_pipelines_stride(built, load):
+    """Texts past the build's seq of 16 run in windows of 16 tokens as the pipeline's ``stride`` runs them (its
+    tokenizer's model_max_length set to the same 16), overlapping entities joined by its rule; short texts alike."""
+    _, hf_model, _ = built
+    hf_tok = transformers.AutoTokenizer.from_pretrained(built[2].name_or_path, model_max_length=16)
+    texts = [" ".join(TEXTS) * 2, TEXTS[0] + " and the fox again, " + TEXTS[2], TEXTS[1]]
+    assert [len(built[2](t)["input_ids"]) > 16 for t in texts] == [True, True, False]
+    model = load(built[0])
+    for strategy, stride in (("simple", 4), ("first", 0), ("average", 7), ("max", 13)):
+        pipe = transformers.pipeline("token-classification", model=hf_model, tokenizer=hf_tok,
+                                     aggregation_strategy=strategy, stride=stride)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = [pipe(t) for t in texts]
+        got = model.entities(texts, aggregation_strategy=strategy, stride=stride)
+        same(got, want)
+        assert all(e["start"] < f["start"] and e["end"] <= f["start"] for row in got for e, f in zip(row, row[1:]))
+    assert model.entities(texts[0], stride=4) == model.entities([texts[0]], stride=4)[0]
+    for call, fragment in [
+            (lambda: model.entities(texts[0]), "text 0 is 51 tokens, but the model takes at most 16 (the build's seq "
+                                               "range): send shorter texts, pass stride=N to find entities in windows"),
+            (lambda: model.entities(texts, stride=14), "stride must be a whole number of tokens from 0 to 13 (a window "
+                                                       "holds 14 of the text's tokens: the build's seq of 16 less the "
+                                                       "tokenizer's added ones), got 14"),
+            (lambda: model.entities(texts, stride=-1), "got -1"),
+            (lambda: model.entities(texts, stride="4"), "got '4'"),
+            (lambda: model.entities(texts, aggregation_strategy="none", stride=4),
+             "stride needs an aggregation_strategy that groups tokens (simple, first, average or max)")]:
+        with pytest.raises(CallError) as e:
+            call()
+        assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
 def call(srv, body):
     host, port = srv.url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)

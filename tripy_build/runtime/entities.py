@@ -16,6 +16,10 @@ Then, by ``aggregation_strategy`` (transformers' names and rules):
 
 Entities whose label is one of ``ignore_labels`` (``O``: outside any entity) are left out. ``start`` and ``end`` index
 the text's characters: ``text[start:end]`` is what the entity covers.
+
+A text longer than the build's ``seq`` is refused, unless a ``stride`` is given: then, as the pipeline's ``stride``
+does, the text runs in windows of ``seq`` tokens, each repeating the last ``stride`` tokens of the one before; each
+window's entities are found alone, and where two overlap the longer one stays (of two as long, the likelier).
 """
 
 from __future__ import annotations
@@ -146,11 +150,32 @@ def _entity(tokenizer: Any, run: list[dict[str, Any]]) -> dict[str, Any]:
             "end": run[-1]["end"]}
 
 
-def of_texts(model: Any, texts: Any, grouping: Grouping) -> list[list[dict[str, Any]]]:
+def of_texts(model: Any, texts: Any, grouping: Grouping, stride: int | None = None) -> list[list[dict[str, Any]]]:
     """Each text's entities (``MultiEntry.entities``): the texts run as ``texts.run`` runs them, each row's logits
-    grouped by ``find``."""
-    from .texts import run
+    grouped by ``find``; with a ``stride``, in windows (``texts.run_windows``), their entities joined by ``overlaid``."""
+    from .texts import run, run_windows
 
     labels = token_labels(model)
-    texts, spans, rows = run(model, texts, LOGITS)
-    return [find(model.tokenizer, t, s, row, labels, grouping) for t, s, row in zip(texts, spans, rows)]
+    if stride is None:
+        texts, spans, rows = run(model, texts, LOGITS, fix="send shorter texts, pass stride=N to find entities in "
+                                                           "windows of it, or build with a longer shapes.dims.seq")
+        return [find(model.tokenizer, t, s, row, labels, grouping) for t, s, row in zip(texts, spans, rows)]
+    if grouping.aggregation_strategy == "none":
+        raise CallError("stride needs an aggregation_strategy that groups tokens (simple, first, average or max): "
+                        "the windows' overlapping tokens are joined as entities, as transformers' pipeline joins them.")
+    texts, windows, rows = run_windows(model, texts, LOGITS, stride)
+    return [overlaid([e for s, row in zip(ws, rs) for e in find(model.tokenizer, t, s, row, labels, grouping)])
+            for t, ws, rs in zip(texts, windows, rows)]
+
+
+def overlaid(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entities of overlapping windows in order of their start, one kept of any that overlap: the longer, or of two
+    as long, the likelier (the pipeline's ``aggregate_overlapping_entities``)."""
+    kept: list[dict[str, Any]] = []
+    for e in sorted(entities, key=lambda e: e["start"]):
+        last = kept[-1] if kept else None
+        if last is None or not last["start"] <= e["start"] < last["end"]:
+            kept.append(e)
+        elif (e["end"] - e["start"], e["score"]) > (last["end"] - last["start"], last["score"]):
+            kept[-1] = e
+    return kept

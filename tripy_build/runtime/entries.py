@@ -170,17 +170,21 @@ class MultiEntry:
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                         presence_penalty=presence_penalty)
 
-    def entities(self, texts: Any, *, aggregation_strategy: str = "simple",
-                 ignore_labels: Any = ("O",)) -> list[list[dict[str, Any]]]:
+    def entities(self, texts: Any, *, aggregation_strategy: str = "simple", ignore_labels: Any = ("O",),
+                 stride: int | None = None) -> list[list[dict[str, Any]]]:
         """The entities a token classifier (a ``*ForTokenClassification`` checkpoint built with its tokenizer) finds in
         each text, as transformers' token-classification pipeline answers (``runtime/entities.py``); the same with
         both loaders.
 
         Args:
-            texts: a text, or a list of texts; each at most the build's ``seq`` tokens once tokenized.
+            texts: a text, or a list of texts; each at most the build's ``seq`` tokens once tokenized, unless
+                ``stride`` is given.
             aggregation_strategy: ``simple`` (the default): adjacent tokens of one tag joined into an entity;
                 ``first``, ``average`` or ``max``: a word's tokens made to agree first; ``none``: every token.
             ignore_labels: the labels left out of the answer (``O``: outside any entity).
+            stride: texts of any length, run in windows of the build's ``seq`` tokens, each repeating the last
+                ``stride`` tokens of the one before; where the windows' entities overlap, the longer is kept (the
+                pipeline's ``stride``; not with ``aggregation_strategy="none"``).
 
         Returns:
             A text's entities in order (for a list of texts, a list of them): ``{"entity_group", "score", "word",
@@ -198,7 +202,7 @@ class MultiEntry:
         from .texts import one_or_many
 
         grouping = Grouping(aggregation_strategy, ignore_labels)
-        return one_or_many(lambda many: of_texts(self, many, grouping), texts)
+        return one_or_many(lambda many: of_texts(self, many, grouping, stride), texts)
 
     def classify(self, texts: Any, *, top_k: int = 1, function_to_apply: str | None = None) -> list[Any]:
         """The classes a text classifier (a ``*ForSequenceClassification`` checkpoint built with its tokenizer: a

@@ -141,8 +141,33 @@ class Tokenizer:
             if t is not None and not isinstance(t, str):
                 raise CallError(f"{self.where}: text to encode must be a string, got {type(t).__name__}.")
         e = self._fast.encode(text, pair, add_special_tokens=True)
+        return self._spans(e)
+
+    def _spans(self, e: Any) -> "Spans":
         return Spans(e.ids, e.tokens, [tuple(o) for o in e.offsets], [bool(s) for s in e.special_tokens_mask],
                      e.type_ids if self.gives_types else [0] * len(e.ids))
+
+    def windows(self, text: str, max_length: int, stride: int) -> list["Spans"]:
+        """``text`` as ``spans`` encodes it, cut into windows of at most ``max_length`` tokens (the added ones
+        included), each after the first repeating the last ``stride`` tokens of the one before: what transformers'
+        fast tokenizers give for ``tokenizer(text, truncation=True, max_length=..., stride=...,
+        return_overflowing_tokens=True)`` (the same ``tokenizers`` truncation), offsets into the whole text."""
+        if not isinstance(text, str):
+            raise CallError(f"{self.where}: text to encode must be a string, got {type(text).__name__}.")
+        room = max_length - self._fast.num_special_tokens_to_add(False)
+        if isinstance(stride, bool) or not isinstance(stride, int) or not 0 <= stride < room:
+            raise CallError(f"stride must be a whole number of tokens from 0 to {room - 1} (a window holds {room} of the "
+                            f"text's tokens: the build's seq of {max_length} less the tokenizer's added ones), got "
+                            f"{stride!r}.")
+        cut = self.derived.get(("windows", max_length, stride))
+        if cut is None:  # its own copy: truncation is the tokenizer's state, and other calls share self._fast
+            from tokenizers import Tokenizer as Fast
+
+            cut = Fast.from_str(self._fast.to_str())
+            cut.enable_truncation(max_length, stride=stride)
+            self.derived[("windows", max_length, stride)] = cut
+        e = cut.encode(text, add_special_tokens=True)
+        return [self._spans(w) for w in [e, *e.overflowing]]
 
     def pad(self, rows: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
         """Token-id rows as one batch, as transformers pads one (``padding=True``): ``input_ids`` int32 ``[rows,
