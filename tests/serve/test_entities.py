@@ -170,6 +170,61 @@ def test_the_server_answers_with_entities_over_http_and_grpc(built):
             assert status == 400 and fragment in data["error"] and "\n" not in data["error"], (body, data)
 
 
+def test_the_server_finds_entities_in_long_texts_in_windows_over_http_and_grpc(built):
+    """``stride`` on the ``entities`` output: each text in windows of the build's seq (16), more windows than the
+    build's batch (4) in several calls, equal to the pipeline's ``stride``; such a request asks for entities alone."""
+    import tritonclient.grpc as triton_grpc
+    import tritonclient.http as triton_http
+
+    hf_tok = transformers.AutoTokenizer.from_pretrained(built[2].name_or_path, model_max_length=16)
+    texts = [" ".join(TEXTS) * 2, TEXTS[1], TEXTS[0] + " and the fox again, " + TEXTS[2]]
+    pipe = transformers.pipeline("token-classification", model=built[1], tokenizer=hf_tok,
+                                 aggregation_strategy="first", stride=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = [pipe(t) for t in texts]
+    with Server([built[0]], port=0, grpc_port=0).start() as srv:
+        text = {"name": "text", "datatype": "BYTES", "shape": [3], "data": texts}
+        asked = {"name": "entities", "parameters": {"aggregation_strategy": "first", "stride": 5}}
+        status, data = call(srv, {"inputs": [text], "outputs": [asked]})
+        assert status == 200, data
+        (entities,) = data["outputs"]
+        assert entities["shape"] == [3]
+        same([json.loads(row) for row in entities["data"]], want)
+        host = srv.url.split("//")[1]
+        for client, module in ((triton_http.InferenceServerClient(host), triton_http),
+                               (triton_grpc.InferenceServerClient(srv.grpc.address), triton_grpc)):
+            out = module.InferRequestedOutput("entities")
+            if module is triton_http:
+                out._parameters.update(aggregation_strategy="first", stride=5)
+            else:
+                out._output.parameters["aggregation_strategy"].string_param = "first"
+                out._output.parameters["stride"].int64_param = 5
+            inp = module.InferInput("text", [3], "BYTES")
+            inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))
+            same([json.loads(row) for row in client.infer("bert", [inp], outputs=[out]).as_numpy("entities")], want)
+            client.close()
+        pair = {"name": "text_pair", "datatype": "BYTES", "shape": [3], "data": texts}
+        for body, fragment in [
+                ({"inputs": [text], "outputs": [asked, {"name": "logits"}]},
+                 "output 'logits': a request whose 'entities' run in windows (stride 5) is answered with 'entities' "
+                 "alone: ask for 'logits' in a request of its own."),
+                ({"inputs": [text], "outputs": [{"name": "entities", "parameters": {"stride": 14}}]},
+                 "stride must be a whole number of tokens from 0 to 13"),
+                ({"inputs": [text], "outputs": [{"name": "entities", "parameters": {"stride": 2,
+                                                                                     "aggregation_strategy": "none"}}]},
+                 "output 'entities': stride needs an aggregation_strategy that groups tokens"),
+                ({"inputs": [text, pair], "outputs": [asked]}, "send 'text' alone, without 'text_pair'"),
+                ({"inputs": [dict(text, shape=[1], data=[TEXTS[0]])], "outputs": [{"name": "logits",
+                                                                                    "parameters": {"stride": 2}}]},
+                 "output 'logits': parameter 'stride' groups entities, which output 'entities' gives."),
+                ({"inputs": [text], "outputs": [{"name": "entities"}]},
+                 "input 0 is 51 tokens, but model 'bert' takes at most 16 (the build's seq range): send shorter texts, "
+                 'ask output "entities" with a "stride" to find entities in windows of them')]:
+            status, data = call(srv, body)
+            assert status == 400 and fragment in data["error"] and "\n" not in data["error"], (body, data)
+
+
 def srv_get(srv, path):
     host, port = srv.url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)

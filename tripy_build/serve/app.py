@@ -175,9 +175,9 @@ class App:
         except orjson.JSONDecodeError as e:
             raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
         prepared = ep.prepare(request, memoryview(body)[split:])
-        future = ep.batcher.submit(prepared.leaves)
+        futures = [ep.batcher.submit(leaves) for leaves in prepared.calls]
         scope["queued"] = True  # counted by the batcher from here on, success or failure
-        outs = await asyncio.wrap_future(future)
+        outs = [await asyncio.wrap_future(f) for f in futures]
         response, blobs = ep.respond(request, prepared, outs)
         head = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
         if blobs:

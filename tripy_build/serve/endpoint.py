@@ -18,9 +18,10 @@ import numpy as np
 from ..core.signature import Parameter, declared, defaults
 from ..errors import CallError, ConfigError, TripyBuildError
 from ..runtime import classes
+from ..runtime.texts import LONGER
 from . import batching
 from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
-from .outputs import Wanted, answer, classes_info, entities_info, prefixed, wanted
+from .outputs import Wanted, answer, classes_info, entities_info, prefixed, stride_asked, wanted
 from .request import InputTensor, check
 
 log = logging.getLogger(__name__)
@@ -29,16 +30,19 @@ TEXT_PAIR = "text_pair"  # beside it, each row's second text (a cross-encoder's 
 
 
 class Texts(NamedTuple):
-    """A request's texts (its BYTES input ``text``) and their tokens (``Tokenizer.spans``)."""
+    """A request's texts (its BYTES input ``text``) and their tokens (``Tokenizer.spans``); with a ``stride`` (its
+    ``entities`` output's parameter), each text's windows instead (``Tokenizer.windows``: a list of spans per text)."""
 
     texts: list[str]
     spans: list[Any]
+    stride: int | None = None
 
 
 class Prepared(NamedTuple):
-    """A request checked: its flat inputs, the outputs it asks for, and its texts where it sent them (None)."""
+    """A request checked: its calls (each the flat inputs of one call of the model: one, unless its texts run in
+    windows), the outputs it asks for, and its texts where it sent them (None)."""
 
-    leaves: list[np.ndarray]
+    calls: list[list[np.ndarray]]
     wanted: list[Wanted]
     texts: Texts | None
 
@@ -223,11 +227,14 @@ class Endpoint:
                             'send "input_ids", or rebuild from a checkpoint with its tokenizer saved beside it.')
         return self.tokenizer
 
-    def from_text(self, text: InputTensor, pair: InputTensor | None, given: int) -> tuple[list[np.ndarray], Texts]:
-        """An inference's inputs from its ``text`` input: BYTES ``[n]`` (or ``[n, 1]``), one text per row (with
+    def from_text(self, text: InputTensor, pair: InputTensor | None, given: int,
+                  stride: int | None = None) -> tuple[list[list[np.ndarray]], Texts]:
+        """An inference's calls from its ``text`` input: BYTES ``[n]`` (or ``[n, 1]``), one text per row (with
         ``text_pair``, as many second texts: each row the two as one sequence, as ``tokenizer(text, text_pair)``
         joins a cross-encoder's query and passage), tokenized by the checkpoint's tokenizer and padded as
-        ``text_rows`` pads them, in one call; and the texts. ``given``: how many inputs the request has."""
+        ``text_rows`` pads them, in one call; and the texts. ``given``: how many inputs the request has. With a
+        ``stride`` (``outputs.stride_asked``), each text in windows of the build's ``seq`` (``Tokenizer.windows``),
+        every window a row, in as many calls as they need."""
         if given != 1 + (pair is not None):
             raise CallError(f"input {TEXT!r} stands for input_ids, attention_mask and token_type_ids (the texts "
                             f"tokenized): send it alone (or with {TEXT_PAIR!r}), or send token ids instead of it.")
@@ -236,26 +243,37 @@ class Endpoint:
         if len(pairs) != len(texts):
             raise CallError(f"input {TEXT_PAIR!r} has {len(pairs)} texts and {TEXT!r} {len(texts)}: give one second "
                             "text per text.")
+        if stride is not None:
+            if pair is not None:
+                raise CallError(f"output 'entities' with a stride runs texts in windows: send {TEXT!r} alone, "
+                                f"without {TEXT_PAIR!r}.")
+            longest = dict(self.args)["input_ids"].shape_bounds.max[1]
+            windows = [self.tokenizer.windows(t, longest, stride) for t in texts]
+            flat = [w for ws in windows for w in ws]
+            return self.text_rows([w.ids for w in flat], [w.type_ids for w in flat], "window {}".format), \
+                Texts(texts, windows, stride)
         spans = [self.tokenizer.spans(t, p) for t, p in zip(texts, pairs)]
-        calls = self.text_rows([s.ids for s in spans], [s.type_ids for s in spans])
+        fix = 'send shorter texts, ask output "entities" with a "stride" to find entities in windows of them, or build ' \
+              "with a longer shapes.dims.seq" if self.finds_entities and pair is None else LONGER
+        calls = self.text_rows([s.ids for s in spans], [s.type_ids for s in spans], fix=fix)
         if len(calls) > 1:
             most = dict(self.args)["input_ids"].shape_bounds.max[0]
             raise CallError(f"input {text.name!r}: {len(texts)} texts, but model {self.name!r} takes at most {most} rows "
                             "a call (the build's batch range): send at most that many.")
-        return calls[0], Texts(texts, spans)
+        return calls, Texts(texts, spans)
 
     def text_rows(self, rows: list[list[int]], types: list[list[int]] | None = None,
-                  named: Callable[[int], str] = "input {}".format) -> list[list[np.ndarray]]:
+                  named: Callable[[int], str] = "input {}".format, fix: str = LONGER) -> list[list[np.ndarray]]:
         """Texts' token ids as the model's flat inputs, in calls of at most the batch dim's size: ``input_ids``
         padded with the tokenizer's pad id to the longest of the call, ``attention_mask`` 0 there,
         ``token_type_ids`` the rows' ``types`` (a pair's), the other inputs as a request that leaves them out gets
         them (``runtime/texts.padded_calls``); each call checked against the declared ranges. ``named``: how an error
-        names the row at an index."""
+        names the row at an index; ``fix``: what it says to do with a row too long."""
         from ..runtime.texts import padded_calls
 
         calls = []
         for given in padded_calls(self.tokenizer, rows, types, dict(self.args)["input_ids"].shape_bounds, named,
-                                  f"model {self.name!r}"):
+                                  f"model {self.name!r}", fix):
             leaves = self.in_order((n, lambda info, a=a: a) for n, a in given.items() if n in dict(self.args))
             self.runtime.check_flat(*leaves)
             calls.append(leaves)
@@ -295,9 +313,9 @@ class Endpoint:
                 "entries, which take the cache and positions generation keeps, are not served on /infer (start the "
                 "server with --expose-entries to call its first entry there).")
 
-    def decode(self, request: Any, binary: memoryview) -> tuple[list[np.ndarray], Texts | None]:
-        """A request's flat inputs, in the model's order, each checked against its declaration; and its texts, where
-        it sent them instead of token ids."""
+    def decode(self, request: Any, binary: memoryview) -> tuple[list[list[np.ndarray]], Texts | None]:
+        """A request's calls (one: its flat inputs, in the model's order, each checked against its declaration; its
+        texts' windows may need more), and its texts, where it sent them instead of token ids."""
         if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
             raise CallError('the request must be a JSON object with an "inputs" list '
                             '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')
@@ -310,11 +328,14 @@ class Endpoint:
                     read[item["name"]] = tensor
                     tensor.strings()
                     at = after()
-            leaves, texts = self.from_text(read[TEXT], read.get(TEXT_PAIR), len(request["inputs"]))
+            asked = request.get("outputs")
+            stride = stride_asked(self, [(o.get("name"), o.get("parameters")) for o in asked if isinstance(o, dict)]) \
+                if isinstance(asked, list) else None
+            calls, texts = self.from_text(read[TEXT], read.get(TEXT_PAIR), len(request["inputs"]), stride)
             if at != len(binary):
                 raise CallError(f"the request carries {len(binary)} bytes of binary data but its text inputs' "
                                 f"binary_data_size add up to {at}.")
-            return leaves, texts
+            return calls, texts
         offset = 0
 
         def read(item: dict[str, Any]) -> Callable[[Any], np.ndarray]:
@@ -337,7 +358,7 @@ class Endpoint:
             raise CallError(f"the request carries {len(binary)} bytes of binary tensor data but its inputs' "
                             f"binary_data_size add up to {offset}.")
         self.runtime.check_flat(*leaves)
-        return leaves, None
+        return [leaves], None
 
     def in_order(self, named: Iterable[tuple[str, Callable[[Any], np.ndarray]]]) -> list[np.ndarray]:
         """A request's inputs in the model's flat order, from (name, its reader) pairs in the request's order: a
@@ -402,16 +423,17 @@ class Endpoint:
                 lambda: end[0])
 
     def prepare(self, request: Any, binary: memoryview) -> Prepared:
-        """A request checked: its flat inputs, the outputs it wants, its texts."""
-        leaves, texts = self.decode(request, binary)
+        """A request checked: its calls, the outputs it wants, its texts."""
+        calls, texts = self.decode(request, binary)
         if "id" in request and not isinstance(request["id"], str):
             raise CallError(f'"id" must be a string, got {_quote(request["id"])}.')
-        return Prepared(leaves, self._wanted(request, texts), texts)
+        return Prepared(calls, self._wanted(request, texts), texts)
 
     def respond(self, request: dict[str, Any], prepared: Prepared,
-                outs: list[np.ndarray]) -> tuple[dict[str, Any], list[bytes]]:
-        """The v2 response to a request, and the binary output data that follows it. JSON ``data`` is left
-        as arrays (see ``codec.to_json_data``) for a serializer that writes numpy arrays."""
+                outs: list[list[np.ndarray]]) -> tuple[dict[str, Any], list[bytes]]:
+        """The v2 response to a request (``outs``: each of its calls' outputs), and the binary output data that
+        follows it. JSON ``data`` is left as arrays (see ``codec.to_json_data``) for a serializer that writes numpy
+        arrays."""
         self.last_inference_ms = int(time.time() * 1000)
         response: dict[str, Any] = {"model_name": self.name, "model_version": self.version, "outputs": []}
         if "id" in request:
@@ -434,7 +456,8 @@ class Endpoint:
     def infer(self, request: Any, binary: memoryview) -> tuple[dict[str, Any], list[bytes]]:
         """Run one request and wait for it: the v2 response, and the binary output data that follows it."""
         prepared = self.prepare(request, binary)
-        return self.respond(request, prepared, self.batcher.submit(prepared.leaves).result())
+        futures = [self.batcher.submit(leaves) for leaves in prepared.calls]
+        return self.respond(request, prepared, [f.result() for f in futures])
 
     def _wanted(self, request: dict[str, Any], texts: Texts | None) -> list[Wanted]:
         """The outputs to return: the requested ones (``outputs.wanted`` checks each), else all of the model's."""

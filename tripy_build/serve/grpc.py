@@ -33,7 +33,7 @@ from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
 from .codec import datatype, length_prefixed, metadata_shape, quote as _quote
 from .endpoint import TEXT, TEXT_PAIR, Texts
-from .outputs import Wanted, answer, prefixed, wanted
+from .outputs import Wanted, answer, prefixed, stride_asked, wanted
 from .request import InputTensor, check
 
 if TYPE_CHECKING:
@@ -148,9 +148,9 @@ def _tensor(item: Any, raw: bytes | None) -> InputTensor:
                        if shared else None, strings)
 
 
-def _decode(ep: "Endpoint", request: Any) -> tuple[list[np.ndarray], Texts | None]:
-    """A ModelInferRequest's flat inputs, in the model's order, each checked against its declaration; and its texts,
-    where it sent them instead of token ids."""
+def _decode(ep: "Endpoint", request: Any) -> tuple[list[list[np.ndarray]], Texts | None]:
+    """A ModelInferRequest's calls (one: its flat inputs, in the model's order, each checked against its declaration;
+    its texts' windows may need more), and its texts, where it sent them instead of token ids."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise CallError(f"the request has {len(raw)} raw_input_contents for its {len(request.inputs)} inputs; give one "
@@ -159,11 +159,18 @@ def _decode(ep: "Endpoint", request: Any) -> tuple[list[np.ndarray], Texts | Non
     if ep.takes_text and TEXT in at:
         text, pair = (_tensor(request.inputs[at[n]], raw[at[n]] if raw else None) if n in at else None
                       for n in (TEXT, TEXT_PAIR))
-        return ep.from_text(text, pair, len(request.inputs))
+        stride = stride_asked(ep, [(o.name, {k: _value(v) for k, v in o.parameters.items()}) for o in request.outputs])
+        return ep.from_text(text, pair, len(request.inputs), stride)
     leaves = ep.in_order((item.name, functools.partial(check, _tensor(item, raw[k] if raw else None)))
                          for k, item in enumerate(request.inputs))
     ep.runtime.check_flat(*leaves)
-    return leaves, None
+    return [leaves], None
+
+
+def _value(p: Any) -> Any:
+    """An InferParameter's value, whichever kind it holds (None: none)."""
+    kind = p.WhichOneof("parameter_choice")
+    return getattr(p, kind) if kind else None
 
 
 def _wanted(ep: "Endpoint", request: Any, texts: Texts | None) -> list[Wanted]:
@@ -171,12 +178,7 @@ def _wanted(ep: "Endpoint", request: Any, texts: Texts | None) -> list[Wanted]:
     else all of the model's."""
     if not request.outputs:
         return [Wanted(n) for n in ep.output_names]
-
-    def value(p: Any) -> Any:
-        kind = p.WhichOneof("parameter_choice")
-        return getattr(p, kind) if kind else None
-
-    return [wanted(ep, o.name, {k: value(v) for k, v in o.parameters.items()}, True, texts) for o in request.outputs]
+    return [wanted(ep, o.name, {k: _value(v) for k, v in o.parameters.items()}, True, texts) for o in request.outputs]
 
 
 class _Servicer:
@@ -252,15 +254,15 @@ class _Servicer:
         ep = self._endpoint(request.model_name, request.model_version)
         if not ep.infer_served:
             raise _Status("UNIMPLEMENTED", ep.not_served())
-        leaves, texts = _decode(ep, request)
+        calls, texts = _decode(ep, request)
         asked = _wanted(ep, request, texts)
         try:
-            future = ep.batcher.submit(leaves)
+            futures = [ep.batcher.submit(leaves) for leaves in calls]
         except CallError as e:  # the server is stopping: the batcher takes no more requests
             raise _Status("UNAVAILABLE", str(e)) from None
         self.queued.flag = True  # counted by the batcher from here on, success or failure
         try:
-            outs = future.result()
+            outs = [f.result() for f in futures]
         except CallError as e:  # the server stopped before the request ran
             raise _Status("UNAVAILABLE", str(e)) from None
         ep.last_inference_ms = int(time.time() * 1000)

@@ -3,24 +3,27 @@ top classes (Triton's classification extension: ``"parameters": {"classification
 classes (``CLASSES``: transformers' text-classification pipeline's answer; ``runtime/classes.py``) or a token
 classifier's entities (``ENTITIES``: its token-classification pipeline's; ``runtime/entities.py``). Those two are
 BYTES outputs ``[n]`` of one JSON list per row, as MLServer answers a pipeline's objects, asked for by name.
+``ENTITIES`` with a ``stride`` runs each text in windows (``runtime/entities.py``); such a request is answered with
+``ENTITIES`` alone, its texts' rows being windows.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import CallError
 from ..runtime import classes
-from ..runtime.entities import LOGITS, STRATEGIES, Grouping, find
+from ..runtime.entities import LOGITS, STRATEGIES, Grouping, find, overlaid
 from .codec import quote as _quote
 
 ENTITIES = "entities"  # a token classifier's entities, asked for as an output of a request that sends texts
 CLASSES = "classes"  # a sequence or image classifier's classes with their scores, each row's
 _GROUPING = ("aggregation_strategy", "ignore_labels")  # ENTITIES' parameters (Grouping's fields)
+STRIDE = "stride"  # and ENTITIES' windows over long texts: read before the texts are tokenized (``stride_asked``)
 _SCORING = ("top_k", "function_to_apply")  # CLASSES' parameters
 
 
@@ -39,7 +42,18 @@ def entities_info() -> dict[str, Any]:
     """The ``entities`` output as the model's metadata describes it."""
     return {"name": ENTITIES, "datatype": "BYTES", "shape": [-1], "from": LOGITS, "needs": "text",
             "parameters": {"aggregation_strategy": {"default": Grouping.aggregation_strategy, "one_of": list(STRATEGIES)},
-                           "ignore_labels": {"default": list(Grouping.ignore_labels)}}}
+                           "ignore_labels": {"default": list(Grouping.ignore_labels)}, STRIDE: {"default": None}}}
+
+
+def stride_asked(ep: Any, asked: Iterable[tuple[Any, Any]]) -> int | None:
+    """The ``stride`` a request to ``ep`` asks of its ``ENTITIES`` output (``asked``: each requested output's name and
+    parameters), or None: its texts then run one row each. Checked where it acts (``Tokenizer.windows``)."""
+    if not ep.finds_entities:
+        return None
+    for name, params in asked:
+        if name == ENTITIES and isinstance(params, Mapping) and params.get(STRIDE) is not None:
+            return params[STRIDE]
+    return None
 
 
 def classes_info(function: str) -> dict[str, Any]:
@@ -52,12 +66,16 @@ def classes_info(function: str) -> dict[str, Any]:
 def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: Any) -> Wanted:
     """One requested output checked: ``name`` one of ``ep``'s outputs (or ``CLASSES`` of a sequence or image
     classifier, or ``ENTITIES`` of a token classifier where the request sent texts), ``params`` its parameters
-    (``classification``; ``top_k`` and ``function_to_apply`` for ``CLASSES``; ``aggregation_strategy`` and
-    ``ignore_labels`` for ``ENTITIES``), ``binary`` how HTTP sends it."""
+    (``classification``; ``top_k`` and ``function_to_apply`` for ``CLASSES``; ``aggregation_strategy``,
+    ``ignore_labels`` and ``stride`` for ``ENTITIES``), ``binary`` how HTTP sends it."""
     for key in params:
         if key.startswith("shared_memory"):
             raise CallError(f"output {name!r}: parameter {key!r} (Triton's shared memory extension) is not served "
                             "here; ask for the tensor itself.")
+    if texts is not None and texts.stride is not None and name != ENTITIES:
+        raise CallError(f"output {_quote(name)}: a request whose {ENTITIES!r} run in windows ({STRIDE} "
+                        f"{texts.stride}) is answered with {ENTITIES!r} alone: ask for {_quote(name)} in a request "
+                        "of its own.")
     if name == ENTITIES and ep.finds_entities and ENTITIES not in ep.output_names:
         if texts is None:
             raise CallError(f"output {ENTITIES!r} is found in texts: send the texts as the BYTES input 'text' "
@@ -68,9 +86,13 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
         if "classification" in params:
             raise CallError(f"output {ENTITIES!r} gives entities, not classes: remove its \"classification\" parameter.")
         try:
-            return Wanted(name, binary, grouping=Grouping(**given))
+            grouping = Grouping(**given)
         except CallError as e:
             raise CallError(f"output {ENTITIES!r}: {e}") from None
+        if texts.stride is not None and grouping.aggregation_strategy == "none":
+            raise CallError(f"output {ENTITIES!r}: {STRIDE} needs an aggregation_strategy that groups tokens (simple, "
+                            "first, average or max): the windows' overlapping tokens are joined as entities.")
+        return Wanted(name, binary, grouping=grouping)
     if name == CLASSES and ep.scores_classes and CLASSES not in ep.output_names:
         if "classification" in params:
             raise CallError(f"output {CLASSES!r} is scored classes already: ask for its top_k, not \"classification\".")
@@ -85,7 +107,7 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
                                                             (ENTITIES, ", with texts", ep.finds_entities)) if on)
         raise CallError(f"output {_quote(name)}: {ep.name} has no such output; it has {', '.join(ep.output_names)}"
                         f"{also}.")
-    for keys, output, what, on in ((_GROUPING, ENTITIES, "groups entities", ep.finds_entities),
+    for keys, output, what, on in (((*_GROUPING, STRIDE), ENTITIES, "groups entities", ep.finds_entities),
                                    (_SCORING, CLASSES, "scores classes", ep.scores_classes)):
         stray = [k for k in keys if k in params]
         if stray:
@@ -98,15 +120,24 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
     return Wanted(name, binary, top)
 
 
-def answer(ep: Any, w: Wanted, outs: Sequence[np.ndarray], texts: Any) -> np.ndarray:
-    """The output ``w`` from the model's outputs ``outs``: the tensor itself, or BYTES as an object array of
-    strings (its top classes; ``CLASSES`` and ``ENTITIES``: each row's as a JSON list, ``[n]``)."""
+def answer(ep: Any, w: Wanted, outs: Sequence[Sequence[np.ndarray]], texts: Any) -> np.ndarray:
+    """The output ``w`` from the model's outputs ``outs`` (each call's: one, but for texts in windows): the tensor
+    itself, or BYTES as an object array of strings (its top classes; ``CLASSES`` and ``ENTITIES``: each row's, or each
+    text's, as a JSON list, ``[n]``)."""
     if w.grouping is not None or w.scoring is not None:
-        logits, labels = outs[ep.output_names.index(LOGITS)], ep.labels[LOGITS]
-        rows = ([find(ep.tokenizer, t, s, row, labels, w.grouping) for t, s, row in zip(texts.texts, texts.spans, logits)]
-                if w.grouping is not None else [classes.top(row, labels, *w.scoring) for row in logits])
+        at, labels = ep.output_names.index(LOGITS), ep.labels[LOGITS]
+        logits = [row for call in outs for row in call[at]]
+        if w.grouping is None:
+            rows = [classes.top(row, labels, *w.scoring) for row in logits]
+        elif texts.stride is None:
+            rows = [find(ep.tokenizer, t, s, row, labels, w.grouping) for t, s, row in zip(texts.texts, texts.spans, logits)]
+        else:
+            windows = iter(logits)
+            rows = [overlaid([e for s in ws for e in find(ep.tokenizer, t, s, next(windows), labels, w.grouping)])
+                    for t, ws in zip(texts.texts, texts.spans)]
         return np.asarray([json.dumps(row, ensure_ascii=False) for row in rows], dtype=object)
-    out = np.ascontiguousarray(outs[ep.output_names.index(w.name)])
+    (call,) = outs  # a request whose rows are windows asks for ENTITIES alone (``wanted``)
+    out = np.ascontiguousarray(call[ep.output_names.index(w.name)])
     return classify(out, w.top, ep.labels.get(w.name)) if w.top else out
 
 
