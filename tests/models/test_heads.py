@@ -11,6 +11,7 @@ the model does not build is refused naming the tensor; the encoder alone (``mode
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import numpy as np
 import pytest
@@ -286,6 +287,50 @@ def test_a_classifier_answers_with_its_labels_over_http_and_grpc(tmp_path_factor
         result = client.infer("distilbert", [x], outputs=[grpcclient.InferRequestedOutput("logits", class_count=2)])
         top = result.as_numpy("logits")
         assert [[s.decode().split(":")[2] for s in row] for row in top] == want
+
+
+@pytest.mark.parametrize("problem_type, function", [(None, "softmax"), ("multi_label_classification", "sigmoid")])
+def test_an_image_classifier_answers_with_its_scored_classes(tmp_path_factory, tmp_path, problem_type, function):
+    """A ``ViTForImageClassification`` built through ``model=hf`` and served: the output ``classes`` from pixels, each
+    image's top classes scored as the image-classification pipeline scores the logits (softmax for one label, sigmoid
+    for a multi-label checkpoint)."""
+    from tripy_build.serve.http import Server
+
+    labels = {0: "cat", 1: "dog", 2: "fox", 3: "owl"}
+    torch.manual_seed(0)
+    hf_model = transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+        id2label=labels, problem_type=problem_type)).eval()
+    path = tmp_path_factory.mktemp("vit-classifier")
+    hf_model.save_pretrained(path)
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,4]", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "vit").iterdir())
+    pixels = np.random.default_rng(8).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    with torch.no_grad():
+        logits = hf_model(pixel_values=torch.tensor(pixels)).logits.numpy().astype(np.float64)
+    if function == "softmax":
+        scores = np.exp(logits - logits.max(1, keepdims=True))
+        scores /= scores.sum(1, keepdims=True)
+    else:
+        scores = 1 / (1 + np.exp(-logits))
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :3]
+    body = {"inputs": [{"name": "pixel_values", "shape": [3, 3, 16, 16], "datatype": "FP32",
+                        "data": pixels.ravel().tolist()}],
+            "outputs": [{"name": "classes", "parameters": {"top_k": 3}}]}
+    with Server([art], port=0).start() as server:
+        req = urllib.request.Request(f"{server.url}/v2/models/vit/infer", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            out = json.loads(r.read())["outputs"][0]
+    assert out["name"] == "classes" and out["shape"] == [3]
+    rows = [json.loads(row) for row in out["data"]]
+    assert [[c["label"] for c in row] for row in rows] == [[labels[int(i)] for i in row] for row in order]
+    assert np.allclose([[c["score"] for c in row] for row in rows], np.take_along_axis(scores, order, 1), rtol=0,
+                       atol=1e-5)
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert manifest["metadata"]["scores"] == {"logits": function}
 
 
 def test_sentence_embeddings_mean_pool_over_the_mask(tmp_path_factory, tmp_path):
