@@ -165,7 +165,7 @@ def test_the_server_answers_with_entities_over_http_and_grpc(built):
                 ({"inputs": [text], "outputs": [{"name": "logits", "parameters": {"ignore_labels": ["O"]}}]},
                  "output 'logits': parameter 'ignore_labels' groups entities, which output 'entities' gives."),
                 ({"inputs": [text], "outputs": [{"name": "entity"}]},
-                 "output 'entity': bert has no such output; it has logits (and 'entities', with texts)")]:
+                 "output 'entity': bert has no such output; it has logits (and 'entities' with texts)")]:
             status, data = call(srv, body)
             assert status == 400 and fragment in data["error"] and "\n" not in data["error"], (body, data)
 

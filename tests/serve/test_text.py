@@ -708,8 +708,8 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
     """``/infer`` with a BYTES input ``text`` (JSON strings, Triton's binary form, gRPC's bytes_contents): the texts
     tokenized by the checkpoint's tokenizer and padded as Hugging Face pads a batch, the logits PyTorch's, and
     Triton's classification extension names the classes; the output ``classes`` and ``classify()`` (both loaders)
-    answer as transformers' text-classification pipeline does, ``zero_shot()`` as its zero-shot one; what cannot be
-    taken is one line."""
+    answer as transformers' text-classification pipeline does, ``zero_shot()`` and the output ``zero_shot`` (HTTP and
+    gRPC) as its zero-shot one; what cannot be taken is one line."""
     import tritonclient.grpc as triton_grpc
     import tritonclient.http as triton_http
 
@@ -732,14 +732,15 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
         assert np.allclose([c["score"] for row in got for c in row], [c["score"] for row in want for c in row],
                            rtol=0, atol=1e-5)
 
+    wants_zs = {}
     for load in (runtime.load, tb.load):
         model = load(art)
         same(model.classify(TEXTS), pipe(TEXTS, top_k=1))  # five texts: two calls of the batch range's 4
         same([model.classify(TEXTS[0], top_k=2, function_to_apply="none")], [pipe(TEXTS[0], top_k=2,
                                                                                   function_to_apply="none")])
         for multi in (False, True):  # two texts by three labels: six pairs, two calls; no entailment class: the last
-            want_zs = zero_shot([TEXTS[1], TEXTS[3]], candidate_labels=["fox", "dog", "lazy"], multi_label=multi,
-                                hypothesis_template="is {}")
+            want_zs = wants_zs[multi] = zero_shot([TEXTS[1], TEXTS[3]], candidate_labels=["fox", "dog", "lazy"],
+                                                  multi_label=multi, hypothesis_template="is {}")
             got_zs = model.zero_shot([TEXTS[1], TEXTS[3]], "fox, dog, lazy", multi_label=multi,
                                      hypothesis_template="is {}")
             assert [g["labels"] for g in got_zs] == [w["labels"] for w in want_zs]
@@ -760,11 +761,24 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
         status, data = call(srv, "POST", "/v2/models/bert/infer", {
             "inputs": [text], "outputs": [{"name": "classes", "parameters": {"top_k": 2}}]})
         same([json.loads(row) for row in json.loads(data)["outputs"][0]["data"]], pipe(texts, top_k=2))
+        two = {**text, "shape": [2], "data": [TEXTS[1], TEXTS[3]]}
+        for multi, want_zs in wants_zs.items():  # six pairs: two calls of the batch range's 4
+            status, data = call(srv, "POST", "/v2/models/bert/infer", {"inputs": [two], "outputs": [{
+                "name": "zero_shot", "parameters": {"candidate_labels": ["fox", "dog", "lazy"], "multi_label": multi,
+                                                    "hypothesis_template": "is {}"}}]})
+            assert status == 200, data
+            (out,) = json.loads(data)["outputs"]
+            assert out["datatype"] == "BYTES" and out["shape"] == [2]
+            got_zs = [json.loads(row) for row in out["data"]]
+            assert [g["sequence"] for g in got_zs] == [TEXTS[1], TEXTS[3]]
+            assert [g["labels"] for g in got_zs] == [w["labels"] for w in want_zs]
+            assert np.allclose([g["scores"] for g in got_zs], [w["scores"] for w in want_zs], rtol=0, atol=1e-5)
         meta = json.loads(call(srv, "GET", "/v2/models/bert")[1])
         assert meta["text_input"] == {"name": "text", "datatype": "BYTES", "shape": [-1], "pair": "text_pair",
                                       "stands_for": ["input_ids", "attention_mask", "token_type_ids"]}
         assert "entities" not in meta
         assert meta["classes"]["parameters"]["function_to_apply"]["default"] == "softmax"
+        assert meta["zero_shot"]["parameters"]["hypothesis_template"]["default"] == "This example is {}."
         with pytest.raises(CallError, match=r"bert: finding entities needs a token classifier .*outputs are logits\."):
             runtime.load(art).entities("the fox")
         host = srv.url.split("//")[1]
@@ -774,6 +788,18 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
             inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))  # binary over HTTP
             out = client.infer("bert", [inp]).as_numpy("logits")
             assert np.abs(out - want).max() <= 1e-4 * np.abs(want).max(), module.__name__
+            two_in = module.InferInput("text", [2], "BYTES")
+            two_in.set_data_from_numpy(np.array([TEXTS[1].encode(), TEXTS[3].encode()], dtype=object))
+            asked = module.InferRequestedOutput("zero_shot")
+            if module is triton_http:
+                asked._parameters.update(candidate_labels="fox, dog, lazy", hypothesis_template="is {}", multi_label=True)
+            else:  # gRPC's parameters are scalars: the labels one comma-separated string
+                asked._output.parameters["candidate_labels"].string_param = "fox, dog, lazy"
+                asked._output.parameters["hypothesis_template"].string_param = "is {}"
+                asked._output.parameters["multi_label"].bool_param = True
+            got_zs = [json.loads(row) for row in client.infer("bert", [two_in], outputs=[asked]).as_numpy("zero_shot")]
+            assert [g["labels"] for g in got_zs] == [w["labels"] for w in wants_zs[True]], module.__name__
+            assert np.allclose([g["scores"] for g in got_zs], [w["scores"] for w in wants_zs[True]], rtol=0, atol=1e-5)
             client.close()
         for body, fragment in [
                 ({"inputs": [text, {"name": "token_type_ids", "datatype": "INT32", "shape": [3, 1], "data": [0] * 3}]},
@@ -784,7 +810,30 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
                 ({"inputs": [{**text, "shape": [1], "data": ["fox " * 20]}]}, "input 0 is 22 tokens, but model 'bert' "
                                                                               "takes at most 16"),
                 ({"inputs": [text], "outputs": [{"name": "entities"}]},  # a token classifier's output only
-                 "output 'entities': bert has no such output; it has logits (and 'classes')."),
+                 "output 'entities': bert has no such output; it has logits (and 'classes', 'zero_shot' with texts)."),
+                ({"inputs": [text], "outputs": [{"name": "zero_shot"}]},
+                 "output 'zero_shot' scores candidate labels: give them as its parameter \"candidate_labels\""),
+                ({"inputs": [text], "outputs": [{"name": "zero_shot", "parameters": {"candidate_labels": []}}]},
+                 "output 'zero_shot': candidate_labels must be a non-empty list of label names"),
+                ({"inputs": [text], "outputs": [{"name": "zero_shot", "parameters": {
+                    "candidate_labels": "fox", "hypothesis_template": "no slot"}}]},
+                 "output 'zero_shot': hypothesis_template 'no slot' has no {} for the label to go in"),
+                ({"inputs": [text], "outputs": [{"name": "zero_shot", "parameters": {
+                    "candidate_labels": "fox", "multi_label": "yes"}}]},
+                 "output 'zero_shot': multi_label must be true or false, got 'yes'."),
+                ({"inputs": [two], "outputs": [{"name": "zero_shot", "parameters": {
+                    "candidate_labels": "fox", "hypothesis_template": "is {}"}}, {"name": "logits"}]},
+                 "output 'logits': a request for 'zero_shot' runs each text with every candidate label's hypothesis "
+                 "and is answered with 'zero_shot' alone"),
+                ({"inputs": [{**text, "shape": [1], "data": [TEXTS[0]]}], "outputs": [{
+                    "name": "zero_shot", "parameters": {"candidate_labels": "fox"}}]},
+                 "text 0 with the hypothesis 'This example is fox.' is"),
+                ({"inputs": [text, {**text, "name": "text_pair"}], "outputs": [{
+                    "name": "zero_shot", "parameters": {"candidate_labels": "fox"}}]},
+                 "output 'zero_shot' runs each text as rows of its own: send 'text' alone, without 'text_pair'."),
+                ({"inputs": [text], "outputs": [{"name": "logits", "parameters": {"candidate_labels": "fox"}}]},
+                 "output 'logits': parameter 'candidate_labels' scores candidate labels, which output 'zero_shot' "
+                 "gives."),
                 ({"inputs": [text], "outputs": [{"name": "logits", "parameters": {"aggregation_strategy": "simple"}}]},
                  "groups entities, which output 'entities' gives (bert's outputs do not include it)"),
                 ({"inputs": [text], "outputs": [{"name": "classes", "parameters": {"top_k": 3}}]},

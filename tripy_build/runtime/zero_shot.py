@@ -34,6 +34,11 @@ def candidates(given: Any, template: Any) -> list[str]:
     return list(labels)
 
 
+def entailment(classes: Sequence[str]) -> int:
+    """The index of the entailment class: the first whose name starts with "entail", else the last (the pipeline's)."""
+    return next((i for i, c in enumerate(classes) if c.lower().startswith("entail")), -1)
+
+
 def scored(logits: np.ndarray, labels: Sequence[str], entail: int, multi_label: bool) -> tuple[list[str], list[float]]:
     """One text's candidates by score, highest first, from their pairs' logits ``[candidates, classes]``."""
     x = apply(logits, "none")  # checked, as float32
@@ -61,7 +66,7 @@ def of_texts(model: Any, texts: Any, candidate_labels: Any, hypothesis_template:
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of texts (strings), got "
                         f"{texts!r:.80}.")
-    entail = next((i for i, c in enumerate(classes) if c.lower().startswith("entail")), -1)
+    entail = entailment(classes)
     pairs = [(t, hypothesis_template.format(label)) for t in texts for label in labels]
     _, _, rows = run(model, pairs, LOGITS, pairs=True,
                      named=lambda i: f"text {i // len(labels)} with the hypothesis {pairs[i][1]!r}")

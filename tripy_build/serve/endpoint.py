@@ -21,7 +21,8 @@ from ..runtime import classes
 from ..runtime.texts import LONGER
 from . import batching
 from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
-from .outputs import Wanted, answer, classes_info, entities_info, prefixed, stride_asked, wanted
+from .outputs import (Wanted, answer, classes_info, entities_info, hypotheses_asked, prefixed, stride_asked, wanted,
+                      zero_shot_info)
 from .request import InputTensor, check
 
 log = logging.getLogger(__name__)
@@ -31,11 +32,13 @@ TEXT_PAIR = "text_pair"  # beside it, each row's second text (a cross-encoder's 
 
 class Texts(NamedTuple):
     """A request's texts (its BYTES input ``text``) and their tokens (``Tokenizer.spans``); with a ``stride`` (its
-    ``entities`` output's parameter), each text's windows instead (``Tokenizer.windows``: a list of spans per text)."""
+    ``entities`` output's parameter), each text's windows instead (``Tokenizer.windows``: a list of spans per text);
+    with ``hypotheses`` (its ``zero_shot`` output's), each text with each candidate's hypothesis, text by text."""
 
     texts: list[str]
     spans: list[Any]
     stride: int | None = None
+    hypotheses: Any = None
 
 
 class Prepared(NamedTuple):
@@ -115,6 +118,8 @@ class Endpoint:
         self.scores_classes = classes.class_labels(model)[1] if self._is(classes.class_labels, model) else ""
         # a cross-encoder (one class) taking texts: the relevance of documents to a query, /v1/rerank (serve/rerank.py)
         self.reranks = self.takes_text and bool(self.scores_classes) and len(self.labels.get("logits", ())) == 1
+        # a sequence classifier of two classes or more taking texts: an NLI model's zero-shot classification
+        self.zero_shots = self.takes_text and bool(self.scores_classes) and len(self.labels.get("logits", ())) >= 2
 
     @staticmethod
     def _is(labels: Callable[[Any], Any], model: Any) -> bool:
@@ -144,6 +149,7 @@ class Endpoint:
             text = f"; texts as a BYTES input {TEXT!r} instead of token ids" if self.takes_text else ""
             text += "; their entities as the output 'entities'" if self.finds_entities else ""
             text += "; scored classes as the output 'classes'" if self.scores_classes else ""
+            text += "; candidate labels scored by entailment as the output 'zero_shot'" if self.zero_shots else ""
             text += f"; documents reranked by relevance to a query: POST {url}/v1/rerank" if self.reranks else ""
             text += f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
             return f"POST {base}/infer; {self.batching}{text}"
@@ -216,6 +222,8 @@ class Endpoint:
             out["entities"] = entities_info()
         if self.scores_classes:  # an output of each row's scored classes, asked for by name
             out["classes"] = classes_info(self.scores_classes)
+        if self.zero_shots:  # an output of texts' candidate labels by score (an NLI model's), asked for by name
+            out["zero_shot"] = zero_shot_info()
         if self.generator is not None:  # its entry exposed (expose_entries)
             out.update(entry=self.generator.spec.prefill, generate=self._generate_info())
         return out
@@ -228,13 +236,15 @@ class Endpoint:
         return self.tokenizer
 
     def from_text(self, text: InputTensor, pair: InputTensor | None, given: int,
-                  stride: int | None = None) -> tuple[list[list[np.ndarray]], Texts]:
+                  asked: list[tuple[Any, Any]]) -> tuple[list[list[np.ndarray]], Texts]:
         """An inference's calls from its ``text`` input: BYTES ``[n]`` (or ``[n, 1]``), one text per row (with
         ``text_pair``, as many second texts: each row the two as one sequence, as ``tokenizer(text, text_pair)``
         joins a cross-encoder's query and passage), tokenized by the checkpoint's tokenizer and padded as
-        ``text_rows`` pads them, in one call; and the texts. ``given``: how many inputs the request has. With a
-        ``stride`` (``outputs.stride_asked``), each text in windows of the build's ``seq`` (``Tokenizer.windows``),
-        every window a row, in as many calls as they need."""
+        ``text_rows`` pads them, in one call; and the texts. ``given``: how many inputs the request has; ``asked``: the
+        outputs it asks for (name, parameters). Where those ask ``entities`` for a ``stride``
+        (``outputs.stride_asked``), each text in windows of the build's ``seq`` (``Tokenizer.windows``); where they
+        ask for ``zero_shot`` (``outputs.hypotheses_asked``), each text with each candidate label's hypothesis as a
+        pair; every window or pair a row, in as many calls as they need."""
         if given != 1 + (pair is not None):
             raise CallError(f"input {TEXT!r} stands for input_ids, attention_mask and token_type_ids (the texts "
                             f"tokenized): send it alone (or with {TEXT_PAIR!r}), or send token ids instead of it.")
@@ -243,10 +253,17 @@ class Endpoint:
         if len(pairs) != len(texts):
             raise CallError(f"input {TEXT_PAIR!r} has {len(pairs)} texts and {TEXT!r} {len(texts)}: give one second "
                             "text per text.")
+        stride, hypotheses = stride_asked(self, asked), hypotheses_asked(self, asked)
+        if (stride is not None or hypotheses is not None) and pair is not None:
+            raise CallError(f"output {'entities' if stride is not None else 'zero_shot'!r} runs each text as rows of "
+                            f"its own: send {TEXT!r} alone, without {TEXT_PAIR!r}.")
+        if hypotheses is not None:
+            n, fill = len(hypotheses.labels), hypotheses.template.format
+            spans = [self.tokenizer.spans(t, fill(label)) for t in texts for label in hypotheses.labels]
+            named = lambda i: f"text {i // n} with the hypothesis {fill(hypotheses.labels[i % n])!r}"  # noqa: E731
+            return self.text_rows([s.ids for s in spans], [s.type_ids for s in spans], named), \
+                Texts(texts, spans, hypotheses=hypotheses)
         if stride is not None:
-            if pair is not None:
-                raise CallError(f"output 'entities' with a stride runs texts in windows: send {TEXT!r} alone, "
-                                f"without {TEXT_PAIR!r}.")
             longest = dict(self.args)["input_ids"].shape_bounds.max[1]
             windows = [self.tokenizer.windows(t, longest, stride) for t in texts]
             flat = [w for ws in windows for w in ws]
@@ -329,9 +346,9 @@ class Endpoint:
                     tensor.strings()
                     at = after()
             asked = request.get("outputs")
-            stride = stride_asked(self, [(o.get("name"), o.get("parameters")) for o in asked if isinstance(o, dict)]) \
-                if isinstance(asked, list) else None
-            calls, texts = self.from_text(read[TEXT], read.get(TEXT_PAIR), len(request["inputs"]), stride)
+            asked = [(o.get("name"), o.get("parameters")) for o in asked if isinstance(o, dict)] \
+                if isinstance(asked, list) else []
+            calls, texts = self.from_text(read[TEXT], read.get(TEXT_PAIR), len(request["inputs"]), asked)
             if at != len(binary):
                 raise CallError(f"the request carries {len(binary)} bytes of binary data but its text inputs' "
                                 f"binary_data_size add up to {at}.")

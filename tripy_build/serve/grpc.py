@@ -33,7 +33,7 @@ from ..errors import CallError, ConfigError, TripyBuildError
 from .access import read_token
 from .codec import datatype, length_prefixed, metadata_shape, quote as _quote
 from .endpoint import TEXT, TEXT_PAIR, Texts
-from .outputs import Wanted, answer, prefixed, stride_asked, wanted
+from .outputs import Wanted, answer, prefixed, wanted
 from .request import InputTensor, check
 
 if TYPE_CHECKING:
@@ -159,8 +159,8 @@ def _decode(ep: "Endpoint", request: Any) -> tuple[list[list[np.ndarray]], Texts
     if ep.takes_text and TEXT in at:
         text, pair = (_tensor(request.inputs[at[n]], raw[at[n]] if raw else None) if n in at else None
                       for n in (TEXT, TEXT_PAIR))
-        stride = stride_asked(ep, [(o.name, {k: _value(v) for k, v in o.parameters.items()}) for o in request.outputs])
-        return ep.from_text(text, pair, len(request.inputs), stride)
+        asked = [(o.name, {k: _value(v) for k, v in o.parameters.items()}) for o in request.outputs]
+        return ep.from_text(text, pair, len(request.inputs), asked)
     leaves = ep.in_order((item.name, functools.partial(check, _tensor(item, raw[k] if raw else None)))
                          for k, item in enumerate(request.inputs))
     ep.runtime.check_flat(*leaves)

@@ -3,20 +3,23 @@ top classes (Triton's classification extension: ``"parameters": {"classification
 classes (``CLASSES``: transformers' text-classification pipeline's answer; ``runtime/classes.py``) or a token
 classifier's entities (``ENTITIES``: its token-classification pipeline's; ``runtime/entities.py``). Those two are
 BYTES outputs ``[n]`` of one JSON list per row, as MLServer answers a pipeline's objects, asked for by name.
-``ENTITIES`` with a ``stride`` runs each text in windows (``runtime/entities.py``); such a request is answered with
-``ENTITIES`` alone, its texts' rows being windows.
+Two derived outputs change what a request's texts run as, so they are read before its texts are tokenized
+(``stride_asked``, ``hypotheses_asked``) and a request asking for one is answered with it alone: ``ENTITIES`` with a
+``stride`` runs each text in windows (``runtime/entities.py``); ``ZERO_SHOT`` (an NLI model's zero-shot
+classification, ``runtime/zero_shot.py``) runs each text with one hypothesis per candidate label, and answers each
+text's labels by score as its zero-shot-classification pipeline does.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from ..errors import CallError
-from ..runtime import classes
+from ..runtime import classes, zero_shot
 from ..runtime.entities import LOGITS, STRATEGIES, Grouping, find, overlaid
 from .codec import quote as _quote
 
@@ -25,6 +28,17 @@ CLASSES = "classes"  # a sequence or image classifier's classes with their score
 _GROUPING = ("aggregation_strategy", "ignore_labels")  # ENTITIES' parameters (Grouping's fields)
 STRIDE = "stride"  # and ENTITIES' windows over long texts: read before the texts are tokenized (``stride_asked``)
 _SCORING = ("top_k", "function_to_apply")  # CLASSES' parameters
+ZERO_SHOT = "zero_shot"  # an NLI model's candidate labels scored for each text
+_HYPOTHESES = ("candidate_labels", "hypothesis_template", "multi_label")  # ZERO_SHOT's parameters (Hypotheses')
+
+
+class Hypotheses(NamedTuple):
+    """What a request's ``ZERO_SHOT`` output asks: the labels, the hypothesis each goes in, whether each is scored
+    on its own."""
+
+    labels: list[str]
+    template: str
+    multi_label: bool
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,7 @@ class Wanted:
     top: int = 0  # the top classes as "score:index:label" strings; 0: the tensor itself
     grouping: Grouping | None = None  # ENTITIES: how each text's tokens become entities
     scoring: tuple[int, str] | None = None  # CLASSES: how many classes, and the function that scores the logits
+    zero_shot: bool = False  # ZERO_SHOT: each text's candidate labels by score (the request's Texts.hypotheses)
 
 
 def entities_info() -> dict[str, Any]:
@@ -54,6 +69,36 @@ def stride_asked(ep: Any, asked: Iterable[tuple[Any, Any]]) -> int | None:
         if name == ENTITIES and isinstance(params, Mapping) and params.get(STRIDE) is not None:
             return params[STRIDE]
     return None
+
+
+def hypotheses_asked(ep: Any, asked: Iterable[tuple[Any, Any]]) -> Hypotheses | None:
+    """What a request to ``ep`` asks of its ``ZERO_SHOT`` output (``asked``: each requested output's name and
+    parameters), checked: the candidate labels (a list, or one comma-separated string), the template, multi_label;
+    None where it does not ask for it."""
+    if not ep.zero_shots:
+        return None
+    for name, params in asked:
+        if name == ZERO_SHOT:
+            params = params if isinstance(params, Mapping) else {}
+            if "candidate_labels" not in params:
+                raise CallError(f"output {ZERO_SHOT!r} scores candidate labels: give them as its parameter "
+                                '"candidate_labels" (a list of names, or one comma-separated string).')
+            template, multi = params.get("hypothesis_template", zero_shot.TEMPLATE), params.get("multi_label", False)
+            try:
+                labels = zero_shot.candidates(params["candidate_labels"], template)
+            except CallError as e:
+                raise CallError(f"output {ZERO_SHOT!r}: {e}") from None
+            if not isinstance(multi, bool):
+                raise CallError(f"output {ZERO_SHOT!r}: multi_label must be true or false, got {_quote(multi)}.")
+            return Hypotheses(labels, template, multi)
+    return None
+
+
+def zero_shot_info() -> dict[str, Any]:
+    """The ``zero_shot`` output as the model's metadata describes it."""
+    return {"name": ZERO_SHOT, "datatype": "BYTES", "shape": [-1], "from": LOGITS, "needs": "text",
+            "parameters": {"candidate_labels": {"required": True}, "hypothesis_template": {"default": zero_shot.TEMPLATE},
+                           "multi_label": {"default": False}}}
 
 
 def classes_info(function: str) -> dict[str, Any]:
@@ -76,6 +121,17 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
         raise CallError(f"output {_quote(name)}: a request whose {ENTITIES!r} run in windows ({STRIDE} "
                         f"{texts.stride}) is answered with {ENTITIES!r} alone: ask for {_quote(name)} in a request "
                         "of its own.")
+    if texts is not None and texts.hypotheses is not None and name != ZERO_SHOT:
+        raise CallError(f"output {_quote(name)}: a request for {ZERO_SHOT!r} runs each text with every candidate "
+                        f"label's hypothesis and is answered with {ZERO_SHOT!r} alone: ask for {_quote(name)} in a "
+                        "request of its own.")
+    if name == ZERO_SHOT and ep.zero_shots and ZERO_SHOT not in ep.output_names:
+        if texts is None:
+            raise CallError(f"output {ZERO_SHOT!r} scores texts: send the texts as the BYTES input 'text' instead of "
+                            "token ids.")
+        if "classification" in params:
+            raise CallError(f"output {ZERO_SHOT!r} is scored labels already: remove its \"classification\" parameter.")
+        return Wanted(name, binary, zero_shot=True)
     if name == ENTITIES and ep.finds_entities and ENTITIES not in ep.output_names:
         if texts is None:
             raise CallError(f"output {ENTITIES!r} is found in texts: send the texts as the BYTES input 'text' "
@@ -103,12 +159,14 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
             raise CallError(f"output {CLASSES!r}: {e}") from None
         return Wanted(name, binary, scoring=(top_k, function or ep.scores_classes))
     if name not in ep.output_names:
-        also = "".join(f" (and {n!r}{w})" for n, w, on in ((CLASSES, "", ep.scores_classes),
-                                                            (ENTITIES, ", with texts", ep.finds_entities)) if on)
+        also = ", ".join(f"{n!r}{w}" for n, w, on in ((CLASSES, "", ep.scores_classes),
+                                                       (ENTITIES, " with texts", ep.finds_entities),
+                                                       (ZERO_SHOT, " with texts", ep.zero_shots)) if on)
         raise CallError(f"output {_quote(name)}: {ep.name} has no such output; it has {', '.join(ep.output_names)}"
-                        f"{also}.")
+                        f"{f' (and {also})' if also else ''}.")
     for keys, output, what, on in (((*_GROUPING, STRIDE), ENTITIES, "groups entities", ep.finds_entities),
-                                   (_SCORING, CLASSES, "scores classes", ep.scores_classes)):
+                                   (_SCORING, CLASSES, "scores classes", ep.scores_classes),
+                                   (_HYPOTHESES, ZERO_SHOT, "scores candidate labels", ep.zero_shots)):
         stray = [k for k in keys if k in params]
         if stray:
             which = "" if on else f" ({ep.name}'s outputs do not include it)"
@@ -121,13 +179,18 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
 
 
 def answer(ep: Any, w: Wanted, outs: Sequence[Sequence[np.ndarray]], texts: Any) -> np.ndarray:
-    """The output ``w`` from the model's outputs ``outs`` (each call's: one, but for texts in windows): the tensor
-    itself, or BYTES as an object array of strings (its top classes; ``CLASSES`` and ``ENTITIES``: each row's, or each
-    text's, as a JSON list, ``[n]``)."""
-    if w.grouping is not None or w.scoring is not None:
+    """The output ``w`` from the model's outputs ``outs`` (each call's: one, but for texts run as windows or with
+    hypotheses): the tensor itself, or BYTES as an object array of strings (its top classes; ``CLASSES``, ``ENTITIES``
+    and ``ZERO_SHOT``: each row's, or each text's, as JSON, ``[n]``)."""
+    if w.grouping is not None or w.scoring is not None or w.zero_shot:
         at, labels = ep.output_names.index(LOGITS), ep.labels[LOGITS]
         logits = [row for call in outs for row in call[at]]
-        if w.grouping is None:
+        if w.zero_shot:
+            h, entail = texts.hypotheses, zero_shot.entailment(labels)
+            n = len(h.labels)
+            rows = [dict(zip(("sequence", "labels", "scores"), (t, *zero_shot.scored(
+                np.stack(logits[i * n:(i + 1) * n]), h.labels, entail, h.multi_label)))) for i, t in enumerate(texts.texts)]
+        elif w.grouping is None:
             rows = [classes.top(row, labels, *w.scoring) for row in logits]
         elif texts.stride is None:
             rows = [find(ep.tokenizer, t, s, row, labels, w.grouping) for t, s, row in zip(texts.texts, texts.spans, logits)]
