@@ -42,8 +42,8 @@ class Texts(NamedTuple):
 
 
 class Prepared(NamedTuple):
-    """A request checked: its calls (each the flat inputs of one call of the model: one, unless its texts run in
-    windows), the outputs it asks for, and its texts where it sent them (None)."""
+    """A request checked: its calls (each the flat inputs of one call of the model: one, unless its texts run as
+    windows or with hypotheses), the outputs it asks for, and its texts where it sent them (None)."""
 
     calls: list[list[np.ndarray]]
     wanted: list[Wanted]
@@ -332,7 +332,7 @@ class Endpoint:
 
     def decode(self, request: Any, binary: memoryview) -> tuple[list[list[np.ndarray]], Texts | None]:
         """A request's calls (one: its flat inputs, in the model's order, each checked against its declaration; its
-        texts' windows may need more), and its texts, where it sent them instead of token ids."""
+        texts may need more: as windows, or with hypotheses), and its texts, where it sent them instead of token ids."""
         if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
             raise CallError('the request must be a JSON object with an "inputs" list '
                             '(KServe v2: {"inputs": [{"name", "shape", "datatype", "data"}]}).')

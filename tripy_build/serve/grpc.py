@@ -150,7 +150,8 @@ def _tensor(item: Any, raw: bytes | None) -> InputTensor:
 
 def _decode(ep: "Endpoint", request: Any) -> tuple[list[list[np.ndarray]], Texts | None]:
     """A ModelInferRequest's calls (one: its flat inputs, in the model's order, each checked against its declaration;
-    its texts' windows may need more), and its texts, where it sent them instead of token ids."""
+    its texts may need more: as windows, or with hypotheses), and its texts, where it sent them instead of token
+    ids."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise CallError(f"the request has {len(raw)} raw_input_contents for its {len(request.inputs)} inputs; give one "
