@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from datetime import datetime
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -111,6 +112,8 @@ class Tokenizer:
         self._added = set(self._fast.get_added_tokens_decoder())
         self.derived: dict[Any, Any] = {}  # what other modules make of this tokenizer once (runtime/grammar.py)
         self._bytes: dict[int, bytes] = {}
+        self._cut: Any = None  # a copy of the tokenizer that truncates, for ``windows``, and the lock it is used under
+        self._cut_lock = threading.Lock()
 
     @property
     def pad_token_id(self) -> int:
@@ -159,14 +162,15 @@ class Tokenizer:
             raise CallError(f"stride must be a whole number of tokens from 0 to {room - 1} (a window holds {room} of the "
                             f"text's tokens: the build's seq of {max_length} less the tokenizer's added ones), got "
                             f"{stride!r}.")
-        cut = self.derived.get(("windows", max_length, stride))
-        if cut is None:  # its own copy: truncation is the tokenizer's state, and other calls share self._fast
-            from tokenizers import Tokenizer as Fast
+        # one copy, set per call under a lock: truncation is a tokenizer's state (self._fast's calls must not see it),
+        # and a copy per stride a client may ask for would be a copy of the vocabulary each
+        with self._cut_lock:
+            if self._cut is None:
+                from tokenizers import Tokenizer as Fast
 
-            cut = Fast.from_str(self._fast.to_str())
-            cut.enable_truncation(max_length, stride=stride)
-            self.derived[("windows", max_length, stride)] = cut
-        e = cut.encode(text, add_special_tokens=True)
+                self._cut = Fast.from_str(self._fast.to_str())
+            self._cut.enable_truncation(max_length, stride=stride)
+            e = self._cut.encode(text, add_special_tokens=True)
         return [self._spans(w) for w in [e, *e.overflowing]]
 
     def pad(self, rows: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
