@@ -95,8 +95,9 @@ def test_long_texts_in_overlapping_windows_equal_the_pipelines_stride(built, loa
         assert all(e["start"] < f["start"] and e["end"] <= f["start"] for row in got for e, f in zip(row, row[1:]))
     assert model.entities(texts[0], stride=4) == model.entities([texts[0]], stride=4)[0]
     for call, fragment in [
-            (lambda: model.entities(texts[0]), "text 0 is 51 tokens, but the model takes at most 16 (the build's seq "
-                                               "range): send shorter texts, pass stride=N to find entities in windows"),
+            (lambda: model.entities(texts[0]), f"text 0 is {len(built[2](texts[0])['input_ids'])} tokens, but the model "
+                                               "takes at most 16 (the build's seq range): send shorter texts, pass "
+                                               "stride=N to find entities in windows"),
             (lambda: model.entities(texts, stride=14), "stride must be a whole number of tokens from 0 to 13 (a window "
                                                        "holds 14 of the text's tokens: the build's seq of 16 less the "
                                                        "tokenizer's added ones), got 14"),
@@ -219,8 +220,9 @@ def test_the_server_finds_entities_in_long_texts_in_windows_over_http_and_grpc(b
                                                                                     "parameters": {"stride": 2}}]},
                  "output 'logits': parameter 'stride' groups entities, which output 'entities' gives."),
                 ({"inputs": [text], "outputs": [{"name": "entities"}]},
-                 "input 0 is 51 tokens, but model 'bert' takes at most 16 (the build's seq range): send shorter texts, "
-                 'ask output "entities" with a "stride" to find entities in windows of them')]:
+                 f"input 0 is {len(built[2](texts[0])['input_ids'])} tokens, but model 'bert' takes at most 16 (the "
+                 "build's seq range): send shorter texts, ask output \"entities\" with a \"stride\" to find entities in "
+                 "windows of them")]:
             status, data = call(srv, body)
             assert status == 400 and fragment in data["error"] and "\n" not in data["error"], (body, data)
 
