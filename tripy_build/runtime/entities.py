@@ -160,12 +160,23 @@ def of_texts(model: Any, texts: Any, grouping: Grouping, stride: int | None = No
         texts, spans, rows = run(model, texts, LOGITS, fix="send shorter texts, pass stride=N to find entities in "
                                                            "windows of it, or build with a longer shapes.dims.seq")
         return [find(model.tokenizer, t, s, row, labels, grouping) for t, s, row in zip(texts, spans, rows)]
+    check_windowed(grouping)
+    texts, windows, rows = run_windows(model, texts, LOGITS, stride)
+    return [in_windows(model.tokenizer, t, ws, rs, labels, grouping) for t, ws, rs in zip(texts, windows, rows)]
+
+
+def check_windowed(grouping: Grouping) -> None:
+    """A ``CallError`` where ``grouping`` cannot join the entities of overlapping windows (``none`` groups nothing)."""
     if grouping.aggregation_strategy == "none":
         raise CallError("stride needs an aggregation_strategy that groups tokens (simple, first, average or max): "
                         "the windows' overlapping tokens are joined as entities, as transformers' pipeline joins them.")
-    texts, windows, rows = run_windows(model, texts, LOGITS, stride)
-    return [overlaid([e for s, row in zip(ws, rs) for e in find(model.tokenizer, t, s, row, labels, grouping)])
-            for t, ws, rs in zip(texts, windows, rows)]
+
+
+def in_windows(tokenizer: Any, text: str, windows: Sequence[Any], rows: Sequence[np.ndarray], labels: Sequence[str],
+               grouping: Grouping) -> list[dict[str, Any]]:
+    """The entities of one text run in ``windows`` (``Tokenizer.windows``), from each window's row of logits: each
+    window's found by ``find``, then joined by ``overlaid``."""
+    return overlaid([e for s, row in zip(windows, rows) for e in find(tokenizer, text, s, row, labels, grouping)])
 
 
 def overlaid(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:

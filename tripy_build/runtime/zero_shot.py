@@ -11,7 +11,7 @@ candidate) each candidate's softmax of its contradiction and entailment logits o
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -66,12 +66,23 @@ def of_texts(model: Any, texts: Any, candidate_labels: Any, hypothesis_template:
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise CallError(f"{model.model_name}: texts must be a text or a non-empty list of texts (strings), got "
                         f"{texts!r:.80}.")
-    entail = entailment(classes)
-    pairs = [(t, hypothesis_template.format(label)) for t in texts for label in labels]
-    _, _, rows = run(model, pairs, LOGITS, pairs=True,
-                     named=lambda i: f"text {i // len(labels)} with the hypothesis {pairs[i][1]!r}")
-    out = []
+    pairs, named = hypotheses(texts, labels, hypothesis_template)
+    _, _, rows = run(model, pairs, LOGITS, pairs=True, named=named)
+    return answers(texts, rows, labels, entailment(classes), multi_label)
+
+
+def hypotheses(texts: Sequence[str], labels: Sequence[str],
+               template: str) -> tuple[list[tuple[str, str]], Callable[[int], str]]:
+    """Each text paired with each label's hypothesis, text by text; and how an error names the pair at an index."""
+    pairs = [(t, template.format(label)) for t in texts for label in labels]
+    return pairs, lambda i: f"text {i // len(labels)} with the hypothesis {pairs[i][1]!r}"
+
+
+def answers(texts: Sequence[str], rows: Sequence[np.ndarray], labels: Sequence[str], entail: int,
+            multi_label: bool) -> list[dict[str, Any]]:
+    """Each text's ``{"sequence", "labels", "scores"}`` from its pairs' rows of logits (``hypotheses``' order)."""
+    n, out = len(labels), []
     for i, text in enumerate(texts):
-        ranked, scores = scored(np.stack(rows[i * len(labels):(i + 1) * len(labels)]), labels, entail, multi_label)
+        ranked, scores = scored(np.stack(rows[i * n:(i + 1) * n]), labels, entail, multi_label)
         out.append({"sequence": text, "labels": ranked, "scores": scores})
     return out

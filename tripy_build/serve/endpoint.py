@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.signature import Parameter, declared, defaults
 from ..errors import CallError, ConfigError, TripyBuildError
-from ..runtime import classes
+from ..runtime import classes, zero_shot
 from ..runtime.texts import LONGER
 from . import batching
 from .codec import datatype, from_json_data, length_prefixed, metadata_shape, quote as _quote, ranges, to_json_data
@@ -258,9 +258,8 @@ class Endpoint:
             raise CallError(f"output {'entities' if stride is not None else 'zero_shot'!r} runs each text as rows of "
                             f"its own: send {TEXT!r} alone, without {TEXT_PAIR!r}.")
         if hypotheses is not None:
-            n, fill = len(hypotheses.labels), hypotheses.template.format
-            spans = [self.tokenizer.spans(t, fill(label)) for t in texts for label in hypotheses.labels]
-            named = lambda i: f"text {i // n} with the hypothesis {fill(hypotheses.labels[i % n])!r}"  # noqa: E731
+            pairs, named = zero_shot.hypotheses(texts, hypotheses.labels, hypotheses.template)
+            spans = [self.tokenizer.spans(t, h) for t, h in pairs]
             return self.text_rows([s.ids for s in spans], [s.type_ids for s in spans], named), \
                 Texts(texts, spans, hypotheses=hypotheses)
         if stride is not None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import CallError
 from ..runtime import classes, zero_shot
-from ..runtime.entities import LOGITS, STRATEGIES, Grouping, find, overlaid
+from ..runtime.entities import LOGITS, STRATEGIES, Grouping, check_windowed, find, in_windows
 from .codec import quote as _quote
 
 ENTITIES = "entities"  # a token classifier's entities, asked for as an output of a request that sends texts
@@ -145,9 +145,11 @@ def wanted(ep: Any, name: str, params: Mapping[str, Any], binary: bool, texts: A
             grouping = Grouping(**given)
         except CallError as e:
             raise CallError(f"output {ENTITIES!r}: {e}") from None
-        if texts.stride is not None and grouping.aggregation_strategy == "none":
-            raise CallError(f"output {ENTITIES!r}: {STRIDE} needs an aggregation_strategy that groups tokens (simple, "
-                            "first, average or max): the windows' overlapping tokens are joined as entities.")
+        if texts.stride is not None:
+            try:
+                check_windowed(grouping)
+            except CallError as e:
+                raise CallError(f"output {ENTITIES!r}: {e}") from None
         return Wanted(name, binary, grouping=grouping)
     if name == CLASSES and ep.scores_classes and CLASSES not in ep.output_names:
         if "classification" in params:
@@ -186,17 +188,15 @@ def answer(ep: Any, w: Wanted, outs: Sequence[Sequence[np.ndarray]], texts: Any)
         at, labels = ep.output_names.index(LOGITS), ep.labels[LOGITS]
         logits = [row for call in outs for row in call[at]]
         if w.zero_shot:
-            h, entail = texts.hypotheses, zero_shot.entailment(labels)
-            n = len(h.labels)
-            rows = [dict(zip(("sequence", "labels", "scores"), (t, *zero_shot.scored(
-                np.stack(logits[i * n:(i + 1) * n]), h.labels, entail, h.multi_label)))) for i, t in enumerate(texts.texts)]
+            h = texts.hypotheses
+            rows = zero_shot.answers(texts.texts, logits, h.labels, zero_shot.entailment(labels), h.multi_label)
         elif w.grouping is None:
             rows = [classes.top(row, labels, *w.scoring) for row in logits]
         elif texts.stride is None:
             rows = [find(ep.tokenizer, t, s, row, labels, w.grouping) for t, s, row in zip(texts.texts, texts.spans, logits)]
         else:
             windows = iter(logits)
-            rows = [overlaid([e for s in ws for e in find(ep.tokenizer, t, s, next(windows), labels, w.grouping)])
+            rows = [in_windows(ep.tokenizer, t, ws, [next(windows) for _ in ws], labels, w.grouping)
                     for t, ws in zip(texts.texts, texts.spans)]
         return np.asarray([json.dumps(row, ensure_ascii=False) for row in rows], dtype=object)
     (call,) = outs  # a request whose rows are windows asks for ENTITIES alone (``wanted``)
