@@ -152,3 +152,32 @@ def test_a_pairs_ids_and_token_types_equal_hugging_faces(tmp_path):
             want, got = hf(text, pair), tok.spans(text, pair)
             assert got.ids == want["input_ids"] and tok.gives_types == typed
             assert got.type_ids == want.get("token_type_ids", [0] * len(got.ids)) and (1 in got.type_ids) == typed
+
+
+def test_a_tokenizer_that_names_no_class_is_read_as_the_model_types_as_autotokenizer_reads_it(tmp_path):
+    """bert-base-uncased's tokenizer_config.json (and older fine-tunes') names no tokenizer class: AutoTokenizer
+    loads the model type's (``BertTokenizer``), whose pairs give the second text token type 1. The build stores
+    that class (``builder/tokenizer.files``), so a cross-encoder's pairs reach it as transformers gives them,
+    never as one text; with no tokenizer_config.json at all alike. A class the file names is kept."""
+    from examples.classifier_checkpoint import checkpoint
+    from tripy_build.builder import tokenizer as stored_tokenizer
+
+    path = checkpoint(tmp_path / "wp")
+    named = json.loads((path / "tokenizer_config.json").read_text())
+    config = {k: v for k, v in named.items() if k != "tokenizer_class"}
+    for written in (config, None):
+        if written is None:
+            (path / "tokenizer_config.json").unlink()
+        else:
+            (path / "tokenizer_config.json").write_text(json.dumps(written))
+        hf = transformers.AutoTokenizer.from_pretrained(path)
+        stored = stored_tokenizer.files(str(path))
+        assert json.loads(stored["tokenizer_config.json"])["tokenizer_class"] == "BertTokenizer"
+        tok = Tokenizer(stored, "x")
+        want, got = hf("where is the fox", "the quick brown fox"), tok.spans("where is the fox", "the quick brown fox")
+        assert got.ids == want["input_ids"] and got.type_ids == want["token_type_ids"] and 1 in got.type_ids
+    (path / "tokenizer_config.json").write_text(json.dumps(named))  # its own class (generic): no token types
+    stored = stored_tokenizer.files(str(path))
+    assert stored["tokenizer_config.json"] == (path / "tokenizer_config.json").read_bytes()
+    assert not Tokenizer(stored, "x").gives_types
+    assert "token_type_ids" not in transformers.AutoTokenizer.from_pretrained(path)("a", "b")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -11,6 +12,18 @@ from ..errors import CallError
 from ..runtime.tokenizer import FILES, Tokenizer
 
 log = logging.getLogger(__name__)
+
+# The tokenizer class transformers' AutoTokenizer picks for a checkpoint whose tokenizer_config.json names none
+# (bert-base-uncased, and the fine-tunes saved before tokenizer_config.json held its class): config.json's
+# ``tokenizer_class``, else its ``model_type``'s (transformers 5.24's TOKENIZER_MAPPING, for the zoo's model types;
+# the others get a generic tokenizer). The class decides whether a text pair's second text has token type 1
+# (``runtime/tokenizer.TYPED``): a BERT cross-encoder read without it would score every pair as one text.
+BY_MODEL_TYPE = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
+                 "deberta-v2": "DebertaV2Tokenizer", "roberta": "RobertaTokenizer", "camembert": "CamembertTokenizer",
+                 "xlm-roberta": "XLMRobertaTokenizer", "mpnet": "MPNetTokenizer", "gpt2": "GPT2Tokenizer",
+                 "qwen2": "Qwen2Tokenizer", "qwen3": "Qwen2Tokenizer", "qwen2_moe": "Qwen2Tokenizer",
+                 "qwen3_moe": "Qwen2Tokenizer", "gemma": "GemmaTokenizer", "gemma2": "GemmaTokenizer",
+                 "gemma3_text": "GemmaTokenizer", "olmoe": "GPTNeoXTokenizer"}
 
 
 def files(checkpoint: str | None) -> dict[str, bytes]:
@@ -25,6 +38,7 @@ def files(checkpoint: str | None) -> dict[str, bytes]:
                  "gives token ids only, not text.", root, FILES[0])
         return {}
     stored = {name: (root / name).read_bytes() for name in FILES if (root / name).is_file()}
+    _name_class(stored, root)
     try:
         Tokenizer(stored, str(root))  # read as the artifact's loaders will read it
     except CallError as e:
@@ -36,3 +50,21 @@ def files(checkpoint: str | None) -> dict[str, bytes]:
 def key_part(stored: dict[str, bytes]) -> dict[str, str]:
     """Each file's digest by name: a changed tokenizer or chat template is a new build."""
     return {name: digest_bytes(data) for name, data in stored.items()}
+
+
+def _name_class(stored: dict[str, bytes], root: Path) -> None:
+    """Write into the stored ``tokenizer_config.json`` the class AutoTokenizer would load where it names none
+    (``BY_MODEL_TYPE``), so that the loaders read the tokenizer as transformers does; said in the log. A file that is
+    not a JSON object is left for ``Tokenizer`` to refuse."""
+    try:
+        config = json.loads(stored.get(FILES[1], b"{}"))
+        model = json.loads((root / "config.json").read_text()) if (root / "config.json").is_file() else {}
+    except ValueError:
+        return
+    if not isinstance(config, dict) or config.get("tokenizer_class") or not isinstance(model, dict):
+        return
+    named = model.get("tokenizer_class") or BY_MODEL_TYPE.get(model.get("model_type"))
+    if isinstance(named, str) and named:
+        stored[FILES[1]] = json.dumps({**config, "tokenizer_class": named}, indent=2).encode()
+        log.info("%s: %s names no tokenizer class; read as %s, as transformers' AutoTokenizer reads it (config.json's "
+                 "%s).", root, FILES[1], named, "tokenizer_class" if model.get("tokenizer_class") else "model_type")

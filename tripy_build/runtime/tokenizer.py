@@ -40,9 +40,10 @@ FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "spec
 SPECIALS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # the tokenizer classes whose model_input_names hold token_type_ids (transformers 5.24's): only they give a pair's
 # token types; the others (RoBERTa's, XLM-RoBERTa's, a generic tokenizer.json's) leave the model its zeros
-TYPED = ("BertTokenizer", "CanineTokenizer", "DPRQuestionEncoderTokenizer", "DebertaTokenizer", "DebertaV2Tokenizer",
-         "FNetTokenizer", "LayoutLMv2Tokenizer", "LxmertTokenizer", "MarkupLMTokenizer", "MobileBertTokenizer",
-         "TapasTokenizer")
+TYPED = ("BertTokenizer", "CanineTokenizer", "ConvBertTokenizer", "DPRContextEncoderTokenizer",
+         "DPRQuestionEncoderTokenizer", "DebertaTokenizer", "DebertaV2Tokenizer", "ElectraTokenizer", "FNetTokenizer",
+         "LayoutLMTokenizer", "LayoutLMv2Tokenizer", "LxmertTokenizer", "MarkupLMTokenizer", "MobileBertTokenizer",
+         "SqueezeBertTokenizer", "TapasTokenizer")
 
 
 def _content(token: Any) -> str | None:
