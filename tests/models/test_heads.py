@@ -1,4 +1,5 @@
-"""Task heads and the BERT-like families (BERT, RoBERTa, XLM-RoBERTa, DistilBERT) from Hugging Face checkpoints.
+"""Task heads and the BERT-like families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA) from Hugging
+Face checkpoints.
 
 Every family and head (the bare model, sequence and token classification, question answering, masked LM) as a
 tiny ``save_pretrained`` checkpoint: read by ``models/hf.py`` (the architecture from ``config.json``) and run
@@ -37,8 +38,12 @@ FAMILIES = {  # zoo name -> (HF class stem, config class, config)
     "roberta": ("Roberta", transformers.RobertaConfig, dict(ENCODER, max_position_embeddings=34, type_vocab_size=1)),
     "xlm-roberta": ("XLMRoberta", transformers.XLMRobertaConfig,
                     dict(ENCODER, max_position_embeddings=34, type_vocab_size=1)),
+    "camembert": ("Camembert", transformers.CamembertConfig,
+                  dict(ENCODER, max_position_embeddings=34, type_vocab_size=1)),
     "distilbert": ("DistilBert", transformers.DistilBertConfig,
                    dict(dim=16, n_layers=2, n_heads=2, hidden_dim=32, max_position_embeddings=32)),
+    # embeddings narrower than the layers: embeddings_project
+    "electra": ("Electra", transformers.ElectraConfig, dict(ENCODER, embedding_size=8, max_position_embeddings=32)),
 }
 HEADS = {"Model": "none", "ForSequenceClassification": "sequence_classification",
          "ForTokenClassification": "token_classification", "ForQuestionAnswering": "question_answering",
@@ -96,7 +101,7 @@ def test_every_family_and_head_matches_pytorch(family, suffix, tmp_path_factory)
 
 
 BUILT = {"bert": "ForSequenceClassification", "roberta": "ForMaskedLM", "xlm-roberta": "ForTokenClassification",
-         "distilbert": "ForQuestionAnswering"}
+         "distilbert": "ForQuestionAnswering", "electra": "ForSequenceClassification"}
 
 
 @pytest.mark.parametrize("family", list(BUILT))
@@ -128,6 +133,20 @@ def test_model_hf_builds_the_checkpoints_architecture_with_its_head(family, tmp_
     if family == "bert":  # a sequence classifier of three classes: softmax, as transformers' pipeline picks
         assert manifest["metadata"]["scores"] == {"logits": "softmax"}
         assert "2 positive; scored by softmax" in run_cli("inspect", str(art), timeout=300).stdout
+
+
+def test_electras_pretraining_checkpoint_is_its_encoder_and_its_discriminator_head_is_named_skipped(
+        tmp_path_factory, caplog):
+    """google/electra-*-discriminator name ``ElectraForPreTraining`` (replaced-token detection): read as the encoder,
+    as BERT's pre-training model is, its ``discriminator_predictions`` skipped and named in the log."""
+    model, path = save(tmp_path_factory, "electra", "ForPreTraining")
+    assert hf.model_name(path) == "electra"
+    with caplog.at_level("INFO"):
+        zoo, params = hf.load_pretrained(MODELS["electra"], path)
+    assert zoo.task == "none" and "discriminator_predictions.dense.weight" in caplog.text
+    x = inputs(2, 7, [7, 4])
+    got = zoo.apply(params, x["input_ids"], x["attention_mask"], np.zeros_like(x["input_ids"]))
+    compare(got, torch_run(model.electra, x), x["attention_mask"])
 
 
 def test_a_head_the_model_does_not_build_is_refused_and_the_encoder_alone_skips_it_once(tmp_path_factory, tmp_path):
@@ -358,3 +377,27 @@ def test_model_hf_needs_a_checkpoint(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "model=hf builds the architecture a Hugging Face checkpoint's config.json names: give " \
            "params.checkpoint=DIR" in proc.stderr and not (tmp_path / "a").exists()
+
+
+def test_a_key_config_json_leaves_out_is_read_as_transformers_reads_it(tmp_path_factory):
+    """Every ``Architecture.defaults`` entry is the value the family's config class gives a key config.json lacks
+    (DeBERTa's modules read some with getattr: not the config's attributes); a RoBERTa config.json without
+    ``layer_norm_eps`` is read with RobertaConfig's 1e-12, not roberta-base's 1e-5."""
+    config_classes = {"roberta": transformers.RobertaConfig, "xlm-roberta": transformers.XLMRobertaConfig,
+                      "camembert": transformers.CamembertConfig, "electra": transformers.ElectraConfig,
+                      "deberta-v2": transformers.DebertaV2Config, "modernbert": transformers.ModernBertConfig}
+    assert {name for name, arch in hf.NAMES.items() if arch.defaults} == set(config_classes)
+    for name, config_class in config_classes.items():
+        made = config_class()
+        for key, value in hf.NAMES[name].defaults:
+            if name != "deberta-v2" or hasattr(made, key):
+                assert hf.normalized(getattr(made, key)) == hf.normalized(value), (name, key)
+    model, path = save(tmp_path_factory, "roberta", "ForTokenClassification")
+    config = json.loads((path / "config.json").read_text())
+    config["layer_norm_eps"] = 1e-5
+    (path / "config.json").write_text(json.dumps(config))
+    assert hf.load_pretrained(MODELS["roberta"], path)[0].layer_norm_eps == 1e-5
+    del config["layer_norm_eps"]
+    (path / "config.json").write_text(json.dumps(config))
+    assert hf.load_pretrained(MODELS["roberta"], path)[0].layer_norm_eps == \
+        transformers.AutoConfig.from_pretrained(path).layer_norm_eps == 1e-12

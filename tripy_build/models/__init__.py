@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .bert import Bert, DistilBert, Roberta, XLMRoberta
+from .bert import Bert, Camembert, DistilBert, Electra, Roberta, XLMRoberta
 from .convnet import ConvNet
 from .deberta import DebertaV2
 from .geglu import GEGLU
@@ -50,7 +50,9 @@ MODELS: dict[str, type] = {
     "bert": Bert,
     "roberta": Roberta,
     "xlm-roberta": XLMRoberta,
+    "camembert": Camembert,
     "distilbert": DistilBert,
+    "electra": Electra,
     "mpnet": MPNet,
     "deberta-v2": DebertaV2,
     "modernbert": ModernBert,
@@ -103,7 +105,8 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "DistilBert",
+__all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "Camembert",
+           "DistilBert", "Electra",
            "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "input_infos"]

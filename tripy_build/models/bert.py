@@ -24,6 +24,7 @@ Params (Hugging Face's layouts: Linear weights ``[out, in]``; loading a checkpoi
 
     {"embeddings": {"word": [vocab_size, d], "position": [max_position_embeddings, d],
                     "token_type": [type_vocab_size, d], "ln": {"scale": [d], "bias": [d]}},
+                    # ELECTRA's: these [.., embedding_size] wide, and "proj": {"weight": [d, embedding_size], "bias"}
      "layers": [{"query" | "key" | "value" | "attn_out": {"weight": [d, d], "bias": [d]},
                  "attn_ln": {"scale", "bias"},
                  "intermediate": {"weight": [intermediate_size, d], "bias": [intermediate_size]},
@@ -88,20 +89,26 @@ class Bert(Headed, TokenInputs):
         """The position rows, ``[seq, d]`` (or ``[b, seq, d]``): ``0..seq-1`` (RoBERTa counts from its pad id)."""
         return positions(table, input_ids.shape[1])
 
+    def embedding_width(self) -> int:
+        """The embeddings' width: the layers' (ELECTRA's may be narrower, projected to ``hidden_size``)."""
+        return self.hidden_size
+
     def init(self, key: jax.Array) -> Params:
-        d, ff = self.hidden_size, self.intermediate_size
+        d, e, ff = self.hidden_size, self.embedding_width(), self.intermediate_size
         k_word, k_pos, k_type, k_pool, *k_layers = jax.random.split(key, 4 + self.num_hidden_layers)
         layers = init_layers(k_layers, d, ff)
-        embeddings = {"word": normal_init(k_word, (self.vocab_size, d)),
-                      "position": normal_init(k_pos, (self.max_position_embeddings, d)), "ln": _ln(d)}
+        embeddings = {"word": normal_init(k_word, (self.vocab_size, e)),
+                      "position": normal_init(k_pos, (self.max_position_embeddings, e)), "ln": _ln(e)}
         if self.type_vocab_size:
-            embeddings["token_type"] = normal_init(k_type, (self.type_vocab_size, d))
+            embeddings["token_type"] = normal_init(k_type, (self.type_vocab_size, e))
+        if e != d:
+            embeddings["proj"] = _linear(jax.random.fold_in(key, 2), e, d)
         params = {"embeddings": embeddings, "layers": layers}
         if has_pooler(self.task, self.style):
             params["pooler"] = _linear(k_pool, d, d)
         if self.task != "none":
             params["head"] = init_head(jax.random.fold_in(key, 1), self.task, self.style, d, self.num_labels,
-                                        self.vocab_size, _linear, _ln)
+                                        self.vocab_size, _linear, _ln, embedding_size=e)
         return params
 
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array,
@@ -111,6 +118,8 @@ class Bert(Headed, TokenInputs):
         if "token_type" in emb:
             h = h + embed(emb["token_type"], token_type_ids)
         h = layer_norm(emb["ln"], h, self.layer_norm_eps)
+        if "proj" in emb:  # ELECTRA's embeddings_project
+            h = linear(emb["proj"], h)
         h = encode(self, params["layers"], h, mask_bias(attention_mask != 0, h.dtype)[:, None, None, :])
         return encoder_outputs(self, params, h, attention_mask)
 
@@ -231,3 +240,29 @@ class DistilBert(Bert):
 
     name: ClassVar[str] = "distilbert"
     style: ClassVar[Style] = STYLES["distilbert"]
+
+
+@dataclass(frozen=True)
+class Camembert(Roberta):
+    """CamemBERT (``CamembertModel`` and its heads: camembert-base and the French fine-tunes): RoBERTa's
+    architecture under its own ``model_type``, a 32k sentencepiece vocabulary."""
+
+    vocab_size: int = 32005
+    name: ClassVar[str] = "camembert"
+
+
+@dataclass(frozen=True)
+class Electra(Bert):
+    """ELECTRA (``ElectraModel`` and its heads: google/electra-*-discriminator and -generator and their fine-tunes):
+    BERT's encoder under embeddings ``embedding_size`` wide, projected to ``hidden_size`` where the two differ
+    (``embeddings.proj``: Hugging Face's ``embeddings_project``), no pooler, and its own heads (``STYLES``: the
+    sequence classifier reads the first token through a dense layer and GELU; the masked LM, the generator's, through
+    a dense layer to ``embedding_size``, GELU and a LayerNorm). Defaults: electra-base-discriminator's sizes."""
+
+    embedding_size: int = 768
+
+    name: ClassVar[str] = "electra"
+    style: ClassVar[Style] = STYLES["electra"]
+
+    def embedding_width(self) -> int:
+        return self.embedding_size

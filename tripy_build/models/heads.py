@@ -1,6 +1,6 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
-XLM-RoBERTa, DistilBERT, MPNet, DeBERTa-v2, ModernBERT), with its output names; what every model with heads shares
-(``Headed``), a decoder's heads beside its LM head (``DecoderHeaded``: GPT-2's and the Llama family's), and the
+XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA, MPNet, DeBERTa-v2, ModernBERT), with its output names; what every model
+with heads shares (``Headed``), a decoder's heads beside its LM head (``DecoderHeaded``: GPT-2's and the Llama family's), and the
 sentence embedding of the states (``sentence_embedding``).
 
 A head is named as the class-name suffix says (``HEADS``): ``none`` (``BertModel``: ``last_hidden_state`` and,
@@ -14,7 +14,9 @@ through a dense layer and ReLU, DeBERTa-v2 through a dense layer and the model's
 ``ContextPooler``); and in which of them keep the pooler at all. ModernBERT (``transform``) reads every head's input
 through the masked-LM head's transform (its ``ModernBertPredictionHead``: dense, ``classifier_activation``, LayerNorm),
 its sequence classifier's input the model's pooling of the states (``classifier_pooling``: the first token's, or
-the mean over the real ones), its question-answering Linear named ``classifier``.
+the mean over the real ones), its question-answering Linear named ``classifier``. ELECTRA's sequence classifier reads
+the first token through a dense layer and GELU (``dense_gelu``), its masked LM transforms with GELU whatever the
+model's activation.
 
 Params of a head: ``{"dense": Linear, "ln": LayerNorm, "bias": [vocab]}`` as the head needs, and ``"out"``: the
 Linear that gives the logits (for ``masked_lm`` the word embeddings play it).
@@ -46,15 +48,16 @@ SUFFIXES = {"Model": "none", "ForSequenceClassification": "sequence_classificati
 class Style:
     """How a family builds its heads."""
 
-    classifier: str  # how a sequence classifier reads the first token: pooler | dense_tanh | dense_relu | dense_act
-    #                  | transform (every head through dense, activation, LayerNorm: ModernBERT's)
+    classifier: str  # how a sequence classifier reads the first token: pooler | dense_tanh | dense_relu | dense_gelu
+    #                  | dense_act | transform (every head through dense, activation, LayerNorm: ModernBERT's)
     pooler: bool  # whether the bare model (head none) has a pooler
     mlm_act: str | None = None  # the masked-LM head's activation where it is not the model's own
 
 
 STYLES = {"bert": Style("pooler", True), "roberta": Style("dense_tanh", True, "gelu"),
           "distilbert": Style("dense_relu", False), "mpnet": Style("dense_tanh", True, "gelu"),
-          "deberta-v2": Style("dense_act", False), "modernbert": Style("transform", False)}
+          "deberta-v2": Style("dense_act", False), "modernbert": Style("transform", False),
+          "electra": Style("dense_gelu", False, "gelu")}
 
 
 class Headed:
@@ -227,8 +230,8 @@ def apply(params: Params, head: str, style: Style, h: jax.Array, pooled: jax.Arr
         if style.classifier == "pooler":
             first = pooled
         else:
-            squash = {"dense_tanh": jnp.tanh, "dense_relu": jax.nn.relu}.get(style.classifier) or \
-                activation(pooler_act, "pooler_hidden_act")
+            squash = {"dense_tanh": jnp.tanh, "dense_relu": jax.nn.relu, "dense_gelu": activation("gelu", "")
+                      }.get(style.classifier) or activation(pooler_act, "pooler_hidden_act")
             first = squash(linear(params["dense"], h[:, 0]))
         return {"logits": linear(params["out"], first)}
     if head == "token_classification":

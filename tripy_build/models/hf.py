@@ -175,6 +175,15 @@ _ROBERTA = dict(
     suffixes=_ENCODER_SUFFIXES,
 )
 
+
+
+def _roberta_defaults(vocab_size: int) -> tuple[tuple[str, Any], ...]:
+    """``RobertaConfig``'s (``XLMRobertaConfig``'s, ``CamembertConfig``'s) defaults where the zoo's (roberta-base's
+    config.json) differ: a config.json that leaves a key out means these."""
+    return (("vocab_size", vocab_size), ("max_position_embeddings", 512), ("type_vocab_size", 2),
+            ("layer_norm_eps", 1e-12))
+
+
 _MPNET_BODY = (
     ("embeddings.word_embeddings.weight", "embeddings.word"),
     ("embeddings.position_embeddings.weight", "embeddings.position"),
@@ -253,8 +262,11 @@ NAMES: dict[str, Architecture] = {
         head_tensors=r"(classifier|qa_outputs|cls)\..*", tied=(r"cls\.predictions\.decoder\.(weight|bias)",),
         classes="Bert", suffixes=(*_ENCODER_SUFFIXES, ("ForPreTraining", "none")),
     ),
-    "roberta": Architecture(model_type="roberta", classes="Roberta", **_ROBERTA),
-    "xlm-roberta": Architecture(model_type="xlm-roberta", classes="XLMRoberta", **_ROBERTA),
+    "roberta": Architecture(model_type="roberta", classes="Roberta", defaults=_roberta_defaults(50265), **_ROBERTA),
+    "xlm-roberta": Architecture(model_type="xlm-roberta", classes="XLMRoberta", defaults=_roberta_defaults(30522),
+                                **_ROBERTA),
+    "camembert": Architecture(model_type="camembert", classes="Camembert", defaults=_roberta_defaults(30522),
+                              **_ROBERTA),
     "distilbert": Architecture(
         model_type="distilbert",
         prefixes=("", "distilbert."),
@@ -268,6 +280,25 @@ NAMES: dict[str, Architecture] = {
         renames=(("dim", "hidden_size"), ("n_layers", "num_hidden_layers"), ("n_heads", "num_attention_heads"),
                  ("hidden_dim", "intermediate_size"), ("activation", "hidden_act")),
         classes="DistilBert", suffixes=_ENCODER_SUFFIXES,
+    ),
+    "electra": Architecture(
+        model_type="electra",
+        prefixes=("", "electra."),
+        names=(*(pair for pair in _BERT_BODY if not pair[0].startswith("pooler.")),
+               *_linear("embeddings_project", "embeddings.proj")),
+        ignored=(r"embeddings\.position_ids", r"embeddings\.token_type_ids"),
+        unsupported=(("is_decoder", False), ("add_cross_attention", False),
+                     ("position_embedding_type", "absolute"), ("tie_word_embeddings", True)),
+        # the masked LM is the generator's (generator_predictions, generator_lm_head tied to the embeddings)
+        heads=_encoder_heads((*_linear("classifier.dense", "head.dense"), *_linear("classifier.out_proj", "head.out")),
+                             "generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias"),
+        # discriminator_predictions: ElectraForPreTraining's (replaced token detection), read as the encoder
+        head_tensors=r"(classifier|qa_outputs|generator_predictions|generator_lm_head|discriminator_predictions)\..*",
+        tied=(r"generator_lm_head\.weight",),
+        classes="Electra", suffixes=(*_ENCODER_SUFFIXES, ("ForPreTraining", "none")),
+        # ElectraConfig's defaults (electra-small's) where the zoo's (electra-base-discriminator's) differ
+        defaults=(("embedding_size", 128), ("hidden_size", 256), ("num_attention_heads", 4),
+                  ("intermediate_size", 1024)),
     ),
     "mpnet": Architecture(
         model_type="mpnet",
