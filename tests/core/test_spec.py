@@ -205,3 +205,32 @@ def test_errors_are_exceptions():
     with pytest.raises(Exception) as e:
         tb.NamedDimension("n", 3, 2, 1)
     assert isinstance(e.value, tb.TripyBuildError)
+
+
+def test_holds_is_a_value_every_row_must_hold_checked_on_every_call(tmp_path):
+    """``InputInfo(holds=N)``: each row (the last axis) must hold N somewhere; a call whose row does not is one line
+    naming the row, before anything runs, on the compiled model and after a save and load. Declared on an integer
+    input within its values, never with a default."""
+    from tripy_build.errors import CallError, SpecError
+
+    info = tb.InputInfo(((1, 2, 4), 6), "int32", values=(0, 10), holds=2)
+    assert tb.InputInfo.from_json(info.to_json()) == info and info.to_json()["holds"] == 2 and "holds=2" in repr(info)
+    exe = tb.compile(lambda ids: jnp.argmax(ids == 2, axis=-1), args=[info])
+    rows = np.array([[5, 2, 7, 1, 1, 1], [2, 3, 3, 3, 3, 3]], np.int32)
+    assert np.asarray(exe(rows)).tolist() == [1, 0]
+    bad = rows.copy()
+    bad[1, 0] = 4
+    exe.save(tmp_path / "holds")
+    for model in (exe, tb.load(tmp_path / "holds")):
+        with pytest.raises(CallError, match=r"input 'ids' row 1 holds no 2, and every row must \(1 do not\); "
+                                            r"declared as int32\[\[1\.\.4, opt 2\], 6\] in \[0, 10\), every row "
+                                            r"holding 2\."):
+            model(bad)
+        assert np.asarray(model(rows)).tolist() == [1, 0]  # the fast path after a good call checks too
+        with pytest.raises(CallError, match="row 1 holds no 2"):
+            model(bad)
+    for kwargs in ({"dtype": "float32", "holds": 2}, {"dtype": "int32", "values": (0, 2), "holds": 2},
+                   {"dtype": "int32", "holds": 1, "default": 1}, {"dtype": "int32", "holds": True}):
+        dtype = kwargs.pop("dtype")
+        with pytest.raises(SpecError, match="InputInfo holds="):
+            tb.InputInfo((2, 3), dtype, **kwargs)

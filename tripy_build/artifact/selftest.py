@@ -99,15 +99,17 @@ class Case:
     seeds: list[tuple[int, ...] | None] | None = None  # per input: the seed ``sample`` made it from (None: not sampled)
     sampled: list[dict[str, Any] | None] | None = None  # per output: its sample entry, or None when whole
     values: list[tuple[int, int] | None] | None = None  # per input: the value range ``sample`` drew from
+    holds: list[int | None] | None = None  # per input: the value ``sample`` ended every row with (InputInfo.holds)
 
 
 def sample(info: InputInfo, shape: Sequence[int], seed: Sequence[int]) -> np.ndarray:
-    return sample_dtype(info.dtype, shape, seed, info.values)
+    return sample_dtype(info.dtype, shape, seed, info.values, info.holds)
 
 
-def sample_dtype(dtype: Any, shape: Sequence[int], seed: Sequence[int], values: Sequence[int] | None = None) -> np.ndarray:
+def sample_dtype(dtype: Any, shape: Sequence[int], seed: Sequence[int], values: Sequence[int] | None = None,
+                 holds: int | None = None) -> np.ndarray:
     """Seeded inputs: booleans, integers (in the declared ``values`` range, else small ones: valid indices for
-    gathers), or standard normals."""
+    gathers; every row ending in ``holds`` where the input declares one), or standard normals."""
     rng = np.random.default_rng(list(seed))
     dtype = np.dtype(dtype)
     kind = dtype.kind
@@ -115,7 +117,10 @@ def sample_dtype(dtype: Any, shape: Sequence[int], seed: Sequence[int], values: 
         return rng.random(shape) < 0.5
     if kind in "iu":
         lo, hi = values if values is not None else (0, 4)
-        return rng.integers(lo, hi, shape).astype(dtype)
+        x = rng.integers(lo, hi, shape).astype(dtype)
+        if holds is not None and x.size:
+            x[..., -1] = holds
+        return x
     return rng.standard_normal(shape).astype(np.float32).astype(dtype)
 
 
@@ -138,6 +143,8 @@ def to_files(cases: Sequence[Case], rtol: float | None = None) -> tuple[list[dic
             if case.seeds is not None and case.seeds[i] is not None and a.nbytes > INPUT_INLINE_MAX_BYTES:
                 entry["inputs"].append({"seed": list(case.seeds[i]), "shape": list(a.shape),
                                         **({"values": list(case.values[i])} if case.values and case.values[i] else {}),
+                                        **({"holds": case.holds[i]} if case.holds and case.holds[i] is not None
+                                           else {}),
                                         "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()})
             else:
                 files[rel] = npy(a)
@@ -173,7 +180,7 @@ def from_files(entries: Sequence[dict[str, Any]], files: dict[str, bytes]) -> li
             if isinstance(ref, str):
                 inputs.append(from_npy(files[ref], ref, dtype))
                 continue
-            x = sample_dtype(dtype, ref["shape"], ref["seed"], ref.get("values"))
+            x = sample_dtype(dtype, ref["shape"], ref["seed"], ref.get("values"), ref.get("holds"))
             if hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest() != ref["sha256"]:
                 raise ArtifactError(
                     f"self-test {e['name']}: the input numpy generates from seed {ref['seed']} differs from the one the "

@@ -87,6 +87,7 @@ def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str = 
     dtypes = model.input_dtypes() if hasattr(model, "input_dtypes") else {}
     values = model.input_values() if hasattr(model, "input_values") else {}
     fills = model.input_defaults() if hasattr(model, "input_defaults") else {}
+    holds = model.input_holds() if hasattr(model, "input_holds") else {}
     for name, shape in model.inputs().items():
         resolved = []
         for i, d in enumerate(shape):
@@ -99,7 +100,8 @@ def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str = 
                 resolved.append(dims[d])
             else:
                 resolved.append(d)
-        infos[name] = InputInfo(resolved, dtypes.get(name, dtype), values.get(name), fills.get(name))
+        infos[name] = InputInfo(resolved, dtypes.get(name, dtype), values.get(name), fills.get(name),
+                                holds.get(name))
     return infos
 
 

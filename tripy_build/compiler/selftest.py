@@ -56,7 +56,7 @@ def make(flat_fn: Callable, leaves: Sequence[tuple[str, InputInfo]], fixed: dict
     runs = compile_each(flat_fn, [first_batch(full, rows) for *_, full in drawn], options)
     return [Case(which, list(sampled.values()), reference_outputs(run, full, rows),
                  seeds=[None if li in ones else (seed, ci, li) for li in sampled],
-                 values=[leaves[li][1].values for li in sampled])
+                 values=[leaves[li][1].values for li in sampled], holds=[leaves[li][1].holds for li in sampled])
             for run, (which, ci, sampled, full) in zip(runs, drawn)]
 
 

@@ -105,7 +105,8 @@ def declared(info: InputInfo, dtype: str | None = None) -> str:
         name = info.dimension_names.get(i)
         dims.append(str(lo) if lo == hi else f"{name + '=' if name else ''}[{lo}..{hi}, opt {opt}]")
     values = f" in [{info.values[0]}, {info.values[1]})" if info.values is not None else ""
-    return f"{dtype or info.dtype.name}[{', '.join(dims)}]{values}"
+    holds = f", every row holding {info.holds}" if info.holds is not None else ""
+    return f"{dtype or info.dtype.name}[{', '.join(dims)}]{values}{holds}"
 
 
 def _spec_text(spec: Any) -> str:
@@ -139,7 +140,7 @@ def check_leaf(value: Any, path: str, info: InputInfo) -> tuple[int, ...]:
                 f"input '{path}' dim {d}{label} is {size}, but it must be {expected}; "
                 f"the input's shape is {_shape(shape)}, declared as {declared(info)}."
             )
-    if info.values is not None:
+    if info.values is not None or info.holds is not None:
         check_values(value, path, info)
     return shape
 
@@ -160,8 +161,18 @@ def narrowed(value: Any, path: str, info: InputInfo) -> Any:
 
 
 def check_values(value: Any, path: str, info: InputInfo) -> None:
-    """Every element of an integer input within its declared ``[lo, hi)``."""
+    """Every element of an integer input within its declared ``[lo, hi)``, and every row holding its ``holds``."""
     if not value.size:
+        return
+    if info.holds is not None:
+        missing = np.flatnonzero(~np.any(np.asarray(value) == info.holds, axis=-1))
+        if missing.size:
+            row = np.unravel_index(int(missing[0]), value.shape[:-1])
+            raise CallError(
+                f"input '{path}' row {list(map(int, row)) if len(row) > 1 else int(row[0])} holds no {info.holds}, "
+                f"and every row must ({missing.size} do not); declared as {declared(info)}. The model reads each row "
+                f"at that token: end every row with it, as the model's tokenizer ends every text.")
+    if info.values is None:
         return
     lo, hi = info.values
     low, high = int(value.min()), int(value.max())
@@ -176,7 +187,8 @@ def check_values(value: Any, path: str, info: InputInfo) -> None:
 def value_checks(leaves: Sequence[tuple[str, InputInfo]]) -> Callable[[Sequence[Any]], None] | None:
     """What a call whose shapes were checked before still checks: the declared value ranges of its flat inputs
     (``leaves``, by position). None when no input declares one."""
-    checked = [(i, path, info) for i, (path, info) in enumerate(leaves) if info.values is not None]
+    checked = [(i, path, info) for i, (path, info) in enumerate(leaves)
+               if info.values is not None or info.holds is not None]
     if not checked:
         return None
 

@@ -99,12 +99,15 @@ class InputInfo:
     because an out-of-range index into a table is clamped silently by XLA's gather. ``default``: the value that
     fills the input where a call leaves it out (Hugging Face's ``token_type_ids`` are zeros, its
     ``attention_mask`` ones); its shape then comes from the named dims the other inputs give. None: required.
+    ``holds``: a value every row (the last axis) must hold at least once, checked on every call: a model that
+    reads each row at that token (BART's classifier at its last end-of-sequence id), which without it would read
+    another position without a word.
     """
 
-    __slots__ = ("shape_bounds", "dtype", "dimension_names", "values", "default")
+    __slots__ = ("shape_bounds", "dtype", "dimension_names", "values", "default", "holds")
 
     def __init__(self, shape: Sequence[Any], dtype: Any, values: Sequence[int] | None = None,
-                 default: int | float | None = None):
+                 default: int | float | None = None, holds: int | None = None):
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise SpecError(
                 f"InputInfo shape must be a sequence of dims, got {shape!r}; e.g. ((1, 8, 64), 512)."
@@ -136,6 +139,12 @@ class InputInfo:
             raise SpecError(f"InputInfo default={default!r}: the value a left-out input is filled with must be a "
                             f"number{' within its values ' + str(list(self.values)) if self.values else ''}.")
         self.default = default
+        if holds is not None and (self.dtype.kind not in "iu" or not self.rank or isinstance(holds, bool)
+                                  or not isinstance(holds, (int, np.integer)) or default is not None
+                                  or (self.values is not None and not self.values[0] <= holds < self.values[1])):
+            raise SpecError(f"InputInfo holds={holds!r}: the value every row must hold is an integer of an integer "
+                            "input of rank 1 or more, within its values, and such an input has no default.")
+        self.holds = int(holds) if holds is not None else None
         collect_named_dims([("this InputInfo", self)])
 
     @property
@@ -166,6 +175,8 @@ class InputInfo:
             out["values"] = list(self.values)
         if self.default is not None:
             out["default"] = self.default
+        if self.holds is not None:
+            out["holds"] = self.holds
         return out
 
     @classmethod
@@ -176,7 +187,7 @@ class InputInfo:
                 NamedDimension(names[i], lo, opt, hi) if names[i] is not None else (lo, opt, hi)
                 for i, (lo, opt, hi) in enumerate(zip(data["min"], data["opt"], data["max"]))
             ]
-            return cls(dims, data["dtype"], data.get("values"), data.get("default"))
+            return cls(dims, data["dtype"], data.get("values"), data.get("default"), data.get("holds"))
         except (KeyError, IndexError, TypeError) as e:
             raise SpecError(f"malformed tensor spec {dict(data)!r}: {e!r}") from None
 
@@ -185,13 +196,15 @@ class InputInfo:
 
     def __hash__(self) -> int:
         return hash((self.shape_bounds, self.dtype, tuple(sorted(self.dimension_names.items())), self.values,
-                     self.default))
+                     self.default, self.holds))
 
     def __repr__(self) -> str:
         dims = ", ".join(repr(d) if not isinstance(d, tuple) else str(d) for d in self.dims())
         values = f", values=[{self.values[0]}, {self.values[1]})" if self.values is not None else ""
         default = f", default={self.default}" if self.default is not None else ""
-        return f"InputInfo(shape=({dims}{',' if self.rank == 1 else ''}), dtype={self.dtype.name}{values}{default})"
+        holds = f", holds={self.holds}" if self.holds is not None else ""
+        return (f"InputInfo(shape=({dims}{',' if self.rank == 1 else ''}), dtype={self.dtype.name}{values}{default}"
+                f"{holds})")
 
 
 def _check_values(values: Any, dtype: np.dtype) -> tuple[int, int] | None:

@@ -13,6 +13,8 @@ Every model class has:
   in ``[0, vocab)``), checked on every call;
 - optionally ``input_defaults() -> {input name: value}``: what fills an input a call leaves out (Hugging Face's
   ``token_type_ids`` zeros, ``attention_mask`` ones);
+- optionally ``input_holds() -> {input name: value}``: a value every row of the input must hold (BART's classifier
+  reads each row at its end-of-sequence id), checked on every call;
 - ``padding``: ``{dim name: "rows" | "mask" | {"mask_input": INPUT}}``, which dims may be padded up to
   a shape bucket (``rows``: independent slices; ``mask``: ``apply`` masks beyond ``lengths[dim]``;
   ``mask_input``: ``apply`` ignores positions where that input is 0). The build proves each
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .bart import Bart
 from .bert import Bert, Camembert, DistilBert, Electra, Roberta, XLMRoberta
 from .convnet import ConvNet
 from .deberta import DebertaV2
@@ -56,6 +59,7 @@ MODELS: dict[str, type] = {
     "mpnet": MPNet,
     "deberta-v2": DebertaV2,
     "modernbert": ModernBert,
+    "bart": Bart,
     "gpt2": GPT2,
     "llama": Llama,
     "qwen2": Qwen2,
@@ -93,6 +97,7 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
     shapes, dtypes = model.inputs(), model.input_dtypes()
     values = model.input_values() if hasattr(model, "input_values") else {}
     fills = model.input_defaults() if hasattr(model, "input_defaults") else {}
+    holds = model.input_holds() if hasattr(model, "input_holds") else {}
     missing = sorted({d for shape in shapes.values() for d in shape if isinstance(d, str)} - set(named))
     if missing:
         raise ValueError(
@@ -100,13 +105,13 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
         )
     return {
         inp: InputInfo([named[d] if isinstance(d, str) else d for d in shape], dtypes[inp], values.get(inp),
-                       fills.get(inp))
+                       fills.get(inp), holds.get(inp))
         for inp, shape in shapes.items()
     }
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "Camembert",
-           "DistilBert", "Electra",
+           "DistilBert", "Electra", "Bart",
            "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "input_infos"]

@@ -200,6 +200,20 @@ _MPNET_BODY = (
     *_linear("pooler.dense", "pooler"),
 )
 
+def _bart_side(side: str, cross: bool) -> tuple[tuple[str, str], ...]:
+    """BART's encoder's (or, ``cross``, decoder's) tensors under ``side``: positions, the embeddings' LayerNorm, and
+    each layer's attention, its LayerNorm, the decoder's cross-attention, and the feed-forward."""
+    layer = side + ".layers.{i}."
+    attention = [("self_attn", "", "self_attn_layer_norm", "attn_ln")] + \
+        ([("encoder_attn", "cross_", "encoder_attn_layer_norm", "cross_ln")] if cross else [])
+    return ((f"{side}.embed_positions.weight", f"{side}.position"), *_ln(f"{side}.layernorm_embedding", f"{side}.ln"),
+            *(pair for theirs, ours, ln, zoo_ln in attention for pair in (
+                *(pair for p in ("q", "k", "v", "out") for pair in _linear(f"{layer}{theirs}.{p}_proj", f"{layer}{ours}{p}")),
+                *_ln(layer + ln, layer + zoo_ln))),
+            *_linear(layer + "fc1", layer + "fc1"), *_linear(layer + "fc2", layer + "fc2"),
+            *_ln(layer + "final_layer_norm", layer + "final_ln"))
+
+
 _ATTENTION = (*_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"), *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
               *_linear("layers.{i}.self_attn.v_proj", "layers.{i}.v"), *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o"),
               ("layers.{i}.self_attn.q_norm.weight", "layers.{i}.q_norm"),
@@ -384,6 +398,22 @@ NAMES: dict[str, Architecture] = {
         classes="ModernBert", suffixes=_ENCODER_SUFFIXES,
         # ModernBertConfig's default where the zoo's (ModernBERT-base's config.json) differs
         defaults=(("classifier_pooling", "cls"),),
+    ),
+    "bart": Architecture(
+        model_type="bart",
+        prefixes=("", "model."),
+        names=(("shared.weight", "shared"), *_bart_side("encoder", False), *_bart_side("decoder", True)),
+        # the encoder's and decoder's embed_tokens are the shared table (BartModel ties them; older files save them)
+        tied=(r"(model\.)?(encoder|decoder)\.embed_tokens\.weight",),
+        unsupported=(("tie_word_embeddings", True),),
+        heads=(("sequence_classification", (*_linear("classification_head.dense", "head.dense"),
+                                            *_linear("classification_head.out_proj", "head.out"))),
+               ("question_answering", tuple(_linear("qa_outputs", "head.out")))),
+        # lm_head, final_logits_bias: BartForConditionalGeneration's (summarization), whose encoder and decoder
+        # head=none builds alone
+        head_tensors=r"(classification_head\..*|qa_outputs\..*|lm_head\..*|final_logits_bias)",
+        classes="Bart", suffixes=(("Model", "none"), ("ForSequenceClassification", "sequence_classification"),
+                                  ("ForQuestionAnswering", "question_answering")),
     ),
     "gpt2": Architecture(
         model_type="gpt2",

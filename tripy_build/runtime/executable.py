@@ -427,7 +427,8 @@ class Executable(MultiEntry):
         run = self._runner(self.check_leaves(leaves))
         out = run(leaves)
         if self._all_leaf_params and not kwargs and len(args) == len(self._visible) and not (
-                self._model.bound and any(info.values is not None for _, info in self._model.leaves)):
+                self._model.bound and any(info.values is not None or info.holds is not None
+                                          for _, info in self._model.leaves)):
             if len(self._fast) >= _FAST_CACHE_LIMIT:
                 self._fast.clear()
             self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = self._fast_path(run)

@@ -1,0 +1,187 @@
+"""BART (Hugging Face ``BartModel``, ``BartForSequenceClassification``, ``BartForQuestionAnswering``), in plain JAX.
+
+Fields are ``BartConfig``'s keys, defaults bart-large's (facebook/bart-large-mnli's sizes: the zero-shot
+pipeline's default model), so a checkpoint's ``config.json`` maps onto the dataclass by key (``models/hf.py``).
+
+Inputs (int32 ``[batch, seq]``): ``input_ids``, ``attention_mask``. BART is an encoder and a decoder; the heads
+here read the decoder's states for the text itself, as Hugging Face's do when no ``decoder_input_ids`` are given:
+the decoder's input is ``input_ids`` shifted one to the right, ``decoder_start_token_id`` first.
+
+    enc = LN(shared[ids] * scale + enc_pos[2 + 0..s-1])
+    per encoder layer (post-LN): a = LN(h + SelfAttention(h, padding masked)); h = LN(a + fc2(act(fc1(a))))
+    dec = LN(shared[shift(ids)] * scale + dec_pos[2 + 0..s-1])
+    per decoder layer: a = LN(h + CausalSelfAttention(h)); c = LN(a + CrossAttention(a, enc, padding masked));
+                       h = LN(c + fc2(act(fc1(c))))
+
+(``scale``: sqrt(d_model) with ``scale_embedding``, else 1; the position tables hold two rows before the first
+position, as BART's learned positions do.) Outputs: ``none`` ``{"last_hidden_state": the decoder's,
+"encoder_last_hidden_state"}``; ``sequence_classification`` ``{"logits": [batch, num_labels]}``: each row's last
+``eos_token_id`` among its real tokens (``attention_mask`` 1) through dense, tanh and ``out_proj`` (Hugging Face's
+``BartClassificationHead``; it refuses a batch whose rows lack the token, and so does a call here: ``input_ids``
+declares that every row holds it, ``InputInfo.holds``); ``question_answering`` ``{"start_logits", "end_logits"}``.
+
+Padding at the end is exact: the encoder and the cross-attention mask the padded keys, the decoder is causal, and
+the classifier reads a real position. Hence ``padding = {"batch": "rows", "seq": {"mask_input":
+"attention_mask"}}``.
+
+Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
+
+    {"shared": [vocab_size, d],
+     "encoder": {"position": [max_position_embeddings + 2, d], "ln": LN,
+                 "layers": [{"q" | "k" | "v" | "out" | "fc1" | "fc2": Linear, "attn_ln" | "final_ln": LN}, ...]},
+     "decoder": {... as the encoder's, each layer also "cross_q" | "cross_k" | "cross_v" | "cross_out": Linear,
+                 "cross_ln": LN},
+     "head": {"dense": Linear, "out": Linear} (sequence classification) | {"out": Linear [2, d]} (QA)}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from ._layers import (
+    Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, matmul, normal_init, positions, softmax,
+)
+from ._tokens import TokenInputs
+from .heads import Headed, last_real
+
+OFFSET = 2  # the rows BART's learned position tables hold before position 0
+
+
+def _linear(key: jax.Array, dim_in: int, dim_out: int) -> Params:
+    return {"weight": normal_init(key, (dim_out, dim_in)), "bias": jnp.zeros((dim_out,), jnp.float32)}
+
+
+def _ln(dim: int) -> Params:
+    return {"scale": jnp.ones((dim,), jnp.float32), "bias": jnp.zeros((dim,), jnp.float32)}
+
+
+def _cross(q: jax.Array, k: jax.Array, v: jax.Array, heads: int, bias: jax.Array) -> jax.Array:
+    """Attention of ``q: [b, s, d]`` (scaled) over another sequence's ``k``, ``v: [b, t, d]``; ``bias`` added to the
+    scores ``[b, heads, s, t]``."""
+    b, s, d = q.shape
+    q, k, v = (x.reshape(x.shape[0], x.shape[1], heads, d // heads) for x in (q, k, v))
+    scores = jnp.einsum("bqnh,bknh->bnqk", q, k)
+    return jnp.einsum("bnqk,bknh->bqnh", softmax(scores, bias, v.dtype), v).reshape(b, s, d)
+
+
+@dataclass(frozen=True)
+class Bart(Headed, TokenInputs):
+    vocab_size: int = 50265
+    d_model: int = 1024
+    encoder_layers: int = 12
+    decoder_layers: int = 12
+    encoder_attention_heads: int = 16
+    decoder_attention_heads: int = 16
+    encoder_ffn_dim: int = 4096
+    decoder_ffn_dim: int = 4096
+    activation_function: str = "gelu"
+    max_position_embeddings: int = 1024
+    scale_embedding: bool = False
+    decoder_start_token_id: int = 2
+    eos_token_id: int | None = 2  # the token the sequence classifier reads (null under the other heads: unread)
+    head: str = "auto"  # none | sequence_classification | question_answering; auto: the checkpoint's, none without
+    num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
+    labels: tuple = ()  # the classes' names, in id order (config.json's id2label)
+    problem_type: str | None = None  # a classifier's (config.json's): its scores' function; null: by num_labels
+
+    name: ClassVar[str] = "bart"
+    HEADS: ClassVar[tuple[str, ...]] = ("none", "sequence_classification", "question_answering")
+    padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
+
+    def __post_init__(self) -> None:
+        for side in ("encoder", "decoder"):
+            heads = getattr(self, f"{side}_attention_heads")
+            if self.d_model % heads:
+                raise ValueError(f"d_model ({self.d_model}) must be divisible by {side}_attention_heads ({heads}).")
+        activation(self.activation_function, "activation_function")
+        if self.task == "sequence_classification" and self.eos_token_id is None:
+            raise ValueError("eos_token_id=null: BART's sequence classifier reads each row at its last "
+                             "end-of-sequence token; give its id (config.json's eos_token_id).")
+        self.check_head()
+        if self.task != "sequence_classification":
+            object.__setattr__(self, "eos_token_id", None)
+
+    def input_holds(self) -> dict[str, int]:
+        """The sequence classifier reads each row at its last ``eos_token_id``: every row must hold one."""
+        return {"input_ids": self.eos_token_id} if self.task == "sequence_classification" else {}
+
+    def max_positions(self) -> int:
+        """The longest sequence the position tables hold: a build's ``seq`` beyond it is refused."""
+        return self.max_position_embeddings
+
+    def _stack(self, key: jax.Array, layers: int, ffn: int, cross: bool) -> Params:
+        d = self.d_model
+        out = []
+        for k in jax.random.split(key, layers):
+            ks = jax.random.split(k, 10)
+            layer = {"q": _linear(ks[0], d, d), "k": _linear(ks[1], d, d), "v": _linear(ks[2], d, d),
+                     "out": _linear(ks[3], d, d), "attn_ln": _ln(d), "fc1": _linear(ks[4], d, ffn),
+                     "fc2": _linear(ks[5], ffn, d), "final_ln": _ln(d)}
+            if cross:
+                layer.update(cross_q=_linear(ks[6], d, d), cross_k=_linear(ks[7], d, d),
+                             cross_v=_linear(ks[8], d, d), cross_out=_linear(ks[9], d, d), cross_ln=_ln(d))
+            out.append(layer)
+        return out
+
+    def init(self, key: jax.Array) -> Params:
+        d = self.d_model
+        k_shared, k_enc, k_dec, k_epos, k_dpos, k_dense, k_out = jax.random.split(key, 7)
+        rows = self.max_position_embeddings + OFFSET
+        params = {"shared": normal_init(k_shared, (self.vocab_size, d)),
+                  "encoder": {"position": normal_init(k_epos, (rows, d)), "ln": _ln(d),
+                              "layers": self._stack(k_enc, self.encoder_layers, self.encoder_ffn_dim, False)},
+                  "decoder": {"position": normal_init(k_dpos, (rows, d)), "ln": _ln(d),
+                              "layers": self._stack(k_dec, self.decoder_layers, self.decoder_ffn_dim, True)}}
+        if self.task == "sequence_classification":
+            params["head"] = {"dense": _linear(k_dense, d, d), "out": _linear(k_out, d, self.num_labels)}
+        elif self.task == "question_answering":
+            params["head"] = {"out": _linear(k_out, d, 2)}
+        return params
+
+    def _embedded(self, params: Params, table: jax.Array, ids: jax.Array) -> jax.Array:
+        scale = math.sqrt(self.d_model) if self.scale_embedding else 1.0
+        return embed(params["shared"], ids) * scale + positions(table[OFFSET:], ids.shape[1])
+
+    def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+        act = activation(self.activation_function, "activation_function")
+        enc, dec = params["encoder"], params["decoder"]
+        keys = mask_bias(attention_mask != 0, jnp.float32)[:, None, None, :]  # padded keys never attended
+
+        def ffn(p: Params, h: jax.Array) -> jax.Array:
+            return layer_norm(p["final_ln"], h + linear(p["fc2"], act(linear(p["fc1"], h))))
+
+        def self_attention(p: Params, h: jax.Array, heads: int, bias: jax.Array) -> jax.Array:
+            w_qkv, b_qkv = fused_qkv(p["q"], p["k"], p["v"], 1.0 / math.sqrt(self.d_model // heads))
+            return layer_norm(p["attn_ln"], h + linear(p["out"], attend(matmul(h, w_qkv) + b_qkv, heads, bias)))
+
+        h = layer_norm(enc["ln"], self._embedded(params, enc["position"], input_ids))
+        for p in enc["layers"]:
+            h = ffn(p, self_attention(p, h, self.encoder_attention_heads, keys))
+        encoded = h
+
+        start = jnp.full((input_ids.shape[0], 1), self.decoder_start_token_id, input_ids.dtype)
+        shifted = jnp.concatenate([start, input_ids[:, :-1]], axis=1)
+        s = input_ids.shape[1]
+        causal = mask_bias(jnp.arange(s)[None, :] <= jnp.arange(s)[:, None], jnp.float32)[None, None]
+        heads = self.decoder_attention_heads
+        scale = 1.0 / math.sqrt(self.d_model // heads)
+        h = layer_norm(dec["ln"], self._embedded(params, dec["position"], shifted))
+        for p in dec["layers"]:
+            h = self_attention(p, h, heads, causal)
+            ctx = _cross(linear(p["cross_q"], h) * scale, linear(p["cross_k"], encoded), linear(p["cross_v"], encoded),
+                         heads, keys)
+            h = ffn(p, layer_norm(p["cross_ln"], h + linear(p["cross_out"], ctx)))
+
+        if self.task == "none":
+            return {"last_hidden_state": h, "encoder_last_hidden_state": encoded}
+        if self.task == "question_answering":
+            both = linear(params["head"]["out"], h)
+            return {"start_logits": both[..., 0], "end_logits": both[..., 1]}
+        at = last_real((input_ids == self.eos_token_id) & (attention_mask != 0))
+        first = jnp.take_along_axis(h, at[:, None, None], axis=1)[:, 0]
+        return {"logits": linear(params["head"]["out"], jnp.tanh(linear(params["head"]["dense"], first)))}
