@@ -1,24 +1,28 @@
 """BART from Hugging Face checkpoints (``models/bart.py``): every head against PyTorch's, and an NLI classifier (as
 facebook/bart-large-mnli, the zero-shot pipeline's default) built through ``model=hf`` with its tokenizer, answering
-``zero_shot()`` as transformers' zero-shot pipeline does on both loaders; a row without the end-of-sequence token
-the classifier reads is refused, as Hugging Face refuses it."""
+``zero_shot()`` as transformers' zero-shot pipeline does on both loaders and on the server; a row without the
+end-of-sequence token the classifier reads is refused, as Hugging Face refuses it."""
 
 from __future__ import annotations
+
+import http.client
+import json
 
 import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
-tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("tokenizers")
 
 import transformers  # noqa: E402
 
 import tripy_build as tb  # noqa: E402
-from examples.chat_checkpoint import CORPUS  # noqa: E402
+from examples.nli_checkpoint import LABELS as NLI, TINY as SIZES, checkpoint as nli_checkpoint  # noqa: E402
 from tripy_build import runtime  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.models import MODELS, hf  # noqa: E402
+from tripy_build.serve.http import Server  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
@@ -26,9 +30,6 @@ transformers.logging.set_verbosity_error()
 
 SCALE_TOL = 1e-4
 VOCAB = 60
-SIZES = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
-             encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32)
-NLI = {0: "contradiction", 1: "neutral", 2: "entailment"}  # bart-large-mnli's classes
 
 
 def inputs(lengths: list[int], seq: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -71,24 +72,6 @@ def test_every_head_matches_pytorch(suffix, tmp_path):
     assert zoo.output_labels() == ({"logits": list(NLI.values())} if suffix == "ForSequenceClassification" else {})
 
 
-def nli_checkpoint(path):
-    """A BartForSequenceClassification of three NLI classes with a byte-level BPE tokenizer that joins a pair as
-    BART's does (``<s> A </s></s> B </s>``, ``<pad>`` 1)."""
-    bpe = tokenizers.ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS, vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-                            show_progress=False)
-    bpe._tokenizer.post_processor = tokenizers.processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>",
-                                                sep_token="</s>", cls_token="<s>", unk_token="<unk>",
-                                                pad_token="<pad>", mask_token="<mask>")
-    fast.save_pretrained(path)
-    torch.manual_seed(0)
-    model = transformers.BartForSequenceClassification(transformers.BartConfig(
-        vocab_size=len(fast), **SIZES, id2label=NLI, label2id={v: k for k, v in NLI.items()})).eval()
-    model.save_pretrained(path)
-    return model, fast
-
-
 def test_an_nli_classifier_builds_and_answers_zero_shot_as_the_pipeline_and_refuses_a_row_without_eos(tmp_path):
     model, tok = nli_checkpoint(tmp_path / "nli")
     proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'nli'}", "shapes.dims.batch=[1,2,4]",
@@ -111,3 +94,25 @@ def test_an_nli_classifier_builds_and_answers_zero_shot_as_the_pipeline_and_refu
         x["input_ids"][1, 4] = 5  # row 1's </s> replaced: Hugging Face refuses the batch, and so does the call
         with pytest.raises(CallError, match=r"input 'input_ids' row 1 holds no 2, and every row must \(1 do not\)"):
             exe(**x)
+    with Server([art], port=0).start() as srv:  # the server: texts in, the zero-shot answer out; ids without </s>
+        want = pipe(texts, candidate_labels=["fox", "dog"])
+        status, data = post(srv, {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": texts}],
+                                  "outputs": [{"name": "zero_shot", "parameters": {"candidate_labels": ["fox", "dog"]}}]})
+        assert status == 200, data
+        got = [json.loads(row) for row in json.loads(data)["outputs"][0]["data"]]
+        assert [g["labels"] for g in got] == [w["labels"] for w in want]
+        assert np.allclose([g["scores"] for g in got], [w["scores"] for w in want], rtol=0, atol=1e-5)
+        ids = [{"name": n, "datatype": "INT32", "shape": list(x[n].shape), "data": x[n].ravel().tolist()}
+               for n in ("input_ids", "attention_mask")]
+        status, data = post(srv, {"inputs": ids})
+        assert status == 400 and "input 'input_ids' row 1 holds no 2" in json.loads(data)["error"], data
+
+
+def post(server, body) -> tuple[int, bytes]:
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("POST", "/v2/models/bart/infer", body=json.dumps(body), headers={"content-type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, data

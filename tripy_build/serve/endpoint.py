@@ -114,22 +114,23 @@ class Endpoint:
         # classifier's scored classes (the scores' function the build chose, "" where the model is no such classifier)
         from ..runtime.entities import token_labels
 
-        self.finds_entities = self.takes_text and self._is(token_labels, model)
-        self.scores_classes = classes.class_labels(model)[1] if self._is(classes.class_labels, model) else ""
+        self.finds_entities = self.takes_text and self._read(token_labels, model) is not None
+        scored = self._read(classes.class_labels, model)
+        self.scores_classes = scored[1] if scored is not None else ""
         # a cross-encoder (one class) taking texts: the relevance of documents to a query, /v1/rerank (serve/rerank.py)
         self.reranks = self.takes_text and bool(self.scores_classes) and len(self.labels.get("logits", ())) == 1
         # a sequence classifier of two classes or more taking texts: an NLI model's zero-shot classification
         self.zero_shots = self.takes_text and bool(self.scores_classes) and len(self.labels.get("logits", ())) >= 2
 
     @staticmethod
-    def _is(labels: Callable[[Any], Any], model: Any) -> bool:
-        """Whether ``model`` is the kind of classifier whose class names ``labels`` reads (``entities.token_labels``:
-        a token classifier; ``classes.class_labels``: a sequence or image classifier)."""
+    def _read(labels: Callable[[Any], Any], model: Any) -> Any:
+        """What ``labels`` reads of ``model`` (``entities.token_labels``: a token classifier's class names;
+        ``classes.class_labels``: a sequence or image classifier's, and their scores' function), None where
+        ``model`` is not that kind of classifier."""
         try:
-            labels(model)
+            return labels(model)
         except CallError:
-            return False
-        return True
+            return None
 
     def _tokenizer(self, model: Any) -> Any:
         """The tokenizer the artifact stores, or None: without one, or where it cannot be read here (the model
