@@ -3,7 +3,8 @@
 The model: a BART NLI classifier at facebook/bart-large-mnli's size (``BartForSequenceClassification``: 12 + 12 layers
 of 1024, 16 heads, feed-forward 4096, vocabulary 50265; 407M parameters), random weights (``torch.manual_seed(0)``),
 with the byte-level BPE tokenizer of ``examples/nli_checkpoint.py``, saved with ``save_pretrained`` and built once
-(``model=hf``, batch up to ``--texts`` x ``--labels`` pairs, buckets batch 8 and that, seq buckets 32, 64 and 128). A
+(``model=hf``, batch up to ``--texts`` x ``--labels`` pairs, buckets batch 8 and that, seq up to 128 in
+``--seq-buckets``: 32, 64 and 128 by default, the powers of two the default policy gives from 32). A
 request: ``--texts`` texts of ``--words`` words each, drawn (seeded) from the tokenizer's own words, and ``--labels``
 candidate labels; every text is paired with every label's hypothesis ("This example is {}.").
 
@@ -21,6 +22,7 @@ the cores this process may run on.
 
     .venv/bin/python bench/zero_shot.py                   # 4 texts of 24 words, 5 labels, 10 rounds
     .venv/bin/python bench/zero_shot.py --texts 1 --labels 3
+    .venv/bin/python bench/zero_shot.py --seq-buckets 32,48,64,80,96,112,128
 """
 
 from __future__ import annotations
@@ -37,18 +39,20 @@ from pathlib import Path
 
 import numpy as np
 
+from rerank import seq_list
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 WORDS = "hello world the quick brown fox jumps over lazy dog don't".split()
 LABELS = ["fox", "dog", "world", "hello", "lazy", "quick", "brown", "jumps"]
 
 
-def build(ckpt: Path, root: Path, pairs: int) -> tuple[Path, float]:
+def build(ckpt: Path, root: Path, pairs: int, seq_buckets: str) -> tuple[Path, float]:
     started = time.perf_counter()
     buckets = sorted({min(8, pairs), pairs})
     proc = subprocess.run([sys.executable, "-m", "tripy_build", "model=hf", f"params.checkpoint={ckpt}",
                            f"shapes.dims.batch=[1,{pairs},{pairs}]", "shapes.dims.seq=[1,64,128]",
-                           f"shapes.buckets.batch=[{','.join(map(str, buckets))}]", "shapes.buckets.seq=[32,64,128]",
+                           f"shapes.buckets.batch=[{','.join(map(str, buckets))}]", f"shapes.buckets.seq={seq_list(seq_buckets)}",
                            f"artifacts_dir={root / 'arts'}"], cwd=REPO, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
@@ -77,6 +81,8 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=24, help="words per text (default 24)")
     parser.add_argument("--labels", type=int, default=5, help=f"candidate labels, at most {len(LABELS)} (default 5)")
     parser.add_argument("--rounds", type=int, default=10, help="timed requests per contender (default 10)")
+    parser.add_argument("--seq-buckets", default="32,64,128",
+                        help="the build's seq buckets: sizes, or a policy such as fine:32 (default 32,64,128)")
     args = parser.parse_args()
 
     import torch
@@ -93,10 +99,10 @@ def main() -> None:
     pairs = args.texts * len(labels)
     root = Path(tempfile.mkdtemp(prefix="zero-shot-bench-"))
     model, tok = checkpoint(root / "ckpt", LARGE, 50265)
-    art, build_s = build(root / "ckpt", root, pairs)
+    art, build_s = build(root / "ckpt", root, pairs, args.seq_buckets)
     longest = max(len(tok(t, f"This example is {label}.")["input_ids"]) for t in texts for label in labels)
     print(f"{cores} cores; {args.texts} texts of {args.words} words x {len(labels)} labels = {pairs} pairs of up to "
-          f"{longest} tokens; build {build_s:.0f} s")
+          f"{longest} tokens; seq buckets {args.seq_buckets}; build {build_s:.0f} s")
 
     pipe = transformers.pipeline("zero-shot-classification", model=model, tokenizer=tok)
     results = {"torch": timed(lambda: pipe(texts, candidate_labels=labels), args.rounds),
