@@ -409,9 +409,7 @@ NAMES: dict[str, Architecture] = {
         heads=(("sequence_classification", (*_linear("classification_head.dense", "head.dense"),
                                             *_linear("classification_head.out_proj", "head.out"))),
                ("question_answering", tuple(_linear("qa_outputs", "head.out")))),
-        # lm_head, final_logits_bias: BartForConditionalGeneration's (summarization), whose encoder and decoder
-        # head=none builds alone
-        head_tensors=r"(classification_head\..*|qa_outputs\..*|lm_head\..*|final_logits_bias)",
+        head_tensors=r"(classification_head|qa_outputs)\..*",
         classes="Bart", suffixes=(("Model", "none"), ("ForSequenceClassification", "sequence_classification"),
                                   ("ForQuestionAnswering", "question_answering")),
     ),
