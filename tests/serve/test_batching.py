@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tripy_build as tb
+from tripy_build.errors import CallError
 from tripy_build import runtime
 from tripy_build.serve.endpoint import Endpoint
 
@@ -101,3 +102,28 @@ def test_a_run_time_compile_holds_up_no_other_request(tmp_path):
         ep.close()
     assert all(answered_while_compiling), answered_while_compiling
     assert threading.active_count() < 50
+
+
+def test_a_request_of_several_calls_counts_once_in_the_statistics(masked):
+    """``submit_all``: a client request that runs as several calls (a long text's windows, zero-shot's hypotheses)
+    is one request in Triton's statistics, with every call's rows; one whose part fails counts once, as failed."""
+    rng = np.random.default_rng(2)
+    ep = Endpoint.load(masked, max_delay_ms=0)
+    try:
+        parts = [list(case(rng, 2, 5)), list(case(rng, 1, 8)), list(case(rng, 3, 3))]
+        answers = [f.result(timeout=120) for f in ep.batcher.submit_all(parts)]
+        assert len(answers) == 3
+        one = ep.statistics()
+        bad = [list(case(rng, 1, 4)), [np.zeros((1, 4, 5), np.float32), np.ones((1, 4), np.int32)]]  # a wrong width
+        futures = ep.batcher.submit_all(bad)
+        futures[0].result(timeout=120)
+        with pytest.raises(CallError, match="input 'x' dim 2 is 5"):
+            futures[1].result(timeout=120)
+        two = ep.statistics()
+    finally:
+        ep.close()
+    success, fail = one["inference_stats"]["success"]["count"], one["inference_stats"]["fail"]["count"]
+    assert (success, fail, one["inference_count"], one["inference_stats"]["queue"]["count"]) == (1, 0, 6, 1), one
+    assert one["execution_count"] >= 1
+    assert (two["inference_stats"]["success"]["count"], two["inference_stats"]["fail"]["count"]) == (1, 1), two
+    assert two["inference_count"] == 6, two  # a failed request's rows are not inferences

@@ -175,7 +175,7 @@ class App:
         except orjson.JSONDecodeError as e:
             raise CallError(f"the request's JSON is malformed: {e} (JSON as RFC 8259: no NaN or Infinity).") from None
         prepared = ep.prepare(request, memoryview(body)[split:])
-        futures = [ep.batcher.submit(leaves) for leaves in prepared.calls]
+        futures = ep.batcher.submit_all(prepared.calls)
         scope["queued"] = True  # counted by the batcher from here on, success or failure
         outs = [await asyncio.wrap_future(f) for f in futures]
         response, blobs = ep.respond(request, prepared, outs)
@@ -431,7 +431,7 @@ class App:
         spans = [ep.tokenizer.spans(req.query, d) for d in req.documents]
         calls = ep.text_rows([s.ids for s in spans], [s.type_ids for s in spans], "document {} with the query".format)
         scope["queued"] = True  # counted by the batcher from here on
-        outs = [await asyncio.wrap_future(ep.batcher.submit(leaves)) for leaves in calls]
+        outs = [await asyncio.wrap_future(f) for f in ep.batcher.submit_all(calls)]
         logits = [row for o in outs for row in o[ep.output_names.index("logits")]]
         scores = [classes.top(row, ep.labels["logits"], 1, ep.scores_classes)[0]["score"] for row in logits]
         answer = req.answer(scores, sum(len(s.ids) for s in spans))
@@ -445,7 +445,7 @@ class App:
         rows = [ep.tokenizer.encode(x) if isinstance(x, str) else x for x in req.input]
         calls = ep.text_rows(rows)
         scope["queued"] = True  # counted by the batcher from here on
-        outs = [await asyncio.wrap_future(ep.batcher.submit(leaves)) for leaves in calls]
+        outs = [await asyncio.wrap_future(f) for f in ep.batcher.submit_all(calls)]
         index = ep.output_names.index("sentence_embedding")
         answer = req.answer(np.concatenate([o[index] for o in outs]), sum(map(len, rows)))
         await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)

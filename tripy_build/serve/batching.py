@@ -172,11 +172,24 @@ class Stats:
             self.queue_ns += waited_ns
 
 
-class _Request:
-    __slots__ = ("leaves", "rows", "key", "sizes", "future", "arrived")
+class _Tally:
+    """The parts of one client request that runs as several calls (a long text's windows, zero-shot's hypotheses,
+    more texts than a call holds): the statistics count it once, when its last part is answered, with every part's
+    rows, its longest wait, and failed if any part failed."""
 
-    def __init__(self, leaves: list[np.ndarray], rows: int, key: tuple, sizes: tuple[int, ...], arrived: int):
+    __slots__ = ("left", "rows", "waited", "ok")
+
+    def __init__(self, parts: int):
+        self.left, self.rows, self.waited, self.ok = parts, 0, 0, True
+
+
+class _Request:
+    __slots__ = ("leaves", "rows", "key", "sizes", "future", "arrived", "tally")
+
+    def __init__(self, leaves: list[np.ndarray], rows: int, key: tuple, sizes: tuple[int, ...], arrived: int,
+                 tally: _Tally | None = None):
         self.leaves, self.rows, self.key, self.sizes, self.arrived = leaves, rows, key, sizes, arrived
+        self.tally = tally
         self.future: Future = Future()
 
 
@@ -201,7 +214,13 @@ class Batcher:
         self._thread = threading.Thread(target=self._loop, name=f"tripy_build-batcher-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, leaves: Sequence[np.ndarray]) -> Future:
+    def submit_all(self, calls: Sequence[Sequence[np.ndarray]]) -> list[Future]:
+        """Queue the calls one client request runs as (``submit`` each), counted in the statistics as one request;
+        a future of each call's flat outputs."""
+        tally = _Tally(len(calls)) if len(calls) > 1 else None
+        return [self.submit(leaves, tally) for leaves in calls]
+
+    def submit(self, leaves: Sequence[np.ndarray], tally: _Tally | None = None) -> Future:
         """Queue one request's flat inputs; a future of its flat outputs."""
         p = self.plan
         leaves = list(leaves)
@@ -219,7 +238,7 @@ class Batcher:
                         shape[a] = d.target(sizes[-1])
             key = tuple(tuple(s[:a] + s[a + 1:]) for s, a in zip(shapes, p.in_axes))
             sizes = tuple(sizes)
-        r = _Request(leaves, rows, key, sizes, time.monotonic_ns())
+        r = _Request(leaves, rows, key, sizes, time.monotonic_ns(), tally)
         with self._cond:
             if self._closed:
                 raise CallError("the server is stopping; send the request again to a running one.")
@@ -324,11 +343,27 @@ class Batcher:
         done = time.monotonic_ns()
         self.stats.call(sum(r.rows for r in group), done - started)
         for k, r in enumerate(group):
-            self.stats.answered(r.rows, started - r.arrived, error is None)
+            self._answered(r, started - r.arrived, error is None)
             if error is None:
                 r.future.set_result(parts[k])
             else:
                 r.future.set_exception(error)
+
+
+    def _answered(self, r: _Request, waited_ns: int, ok: bool) -> None:
+        """``r`` in the statistics: at once, or (a part of a request, ``submit_all``) with its request's last part."""
+        t = r.tally
+        if t is None:
+            self.stats.answered(r.rows, waited_ns, ok)
+            return
+        with self.stats.lock:  # its parts may be answered on two threads (one compiling a shape on first use)
+            t.left -= 1
+            t.rows += r.rows
+            t.waited = max(t.waited, waited_ns)
+            t.ok = t.ok and ok
+            last = t.left == 0
+        if last:
+            self.stats.answered(t.rows, t.waited, t.ok)
 
 
 def _pad_axis(x: np.ndarray, axis: int, size: int, fill: float) -> np.ndarray:

@@ -473,7 +473,7 @@ class Endpoint:
     def infer(self, request: Any, binary: memoryview) -> tuple[dict[str, Any], list[bytes]]:
         """Run one request and wait for it: the v2 response, and the binary output data that follows it."""
         prepared = self.prepare(request, binary)
-        futures = [self.batcher.submit(leaves) for leaves in prepared.calls]
+        futures = self.batcher.submit_all(prepared.calls)
         return self.respond(request, prepared, [f.result() for f in futures])
 
     def _wanted(self, request: dict[str, Any], texts: Texts | None) -> list[Wanted]:

@@ -258,7 +258,7 @@ class _Servicer:
         calls, texts = _decode(ep, request)
         asked = _wanted(ep, request, texts)
         try:
-            futures = [ep.batcher.submit(leaves) for leaves in calls]
+            futures = ep.batcher.submit_all(calls)
         except CallError as e:  # the server is stopping: the batcher takes no more requests
             raise _Status("UNAVAILABLE", str(e)) from None
         self.queued.flag = True  # counted by the batcher from here on, success or failure
