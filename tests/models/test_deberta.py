@@ -230,3 +230,56 @@ def test_the_defaults_are_deberta_v3_bases(tmp_path):
     assert names["/pooler.dense.weight"] == ("head.dense.weight", (768, 768))
     assert model.inputs() == {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]}
     assert model.max_positions() is None
+
+
+# DeBERTa (v1, model_type deberta: deberta-base, deberta-large-mnli): relative positions clipped at 6, both terms through
+# the position projections, absolute positions, token types, embeddings narrower than the layers
+V1 = dict(BASE, relative_attention=True, max_relative_positions=6, max_position_embeddings=32, pos_att_type="c2p|p2c",
+          position_biased_input=True, type_vocab_size=2, embedding_size=24)
+
+
+def save_v1(tmp_path_factory, suffix: str):
+    """A ``Deberta*`` model of ``V1`` (its weights jittered: no zero ``q_bias``, ``v_bias``) and its directory."""
+    torch.manual_seed(0)
+    labels = {"id2label": LABELS} if "Classification" in suffix else {}
+    model = getattr(transformers, "Deberta" + suffix)(transformers.DebertaConfig(**V1, **labels)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp(f"deberta-v1-{suffix}")
+    model.save_pretrained(path)
+    return model, path
+
+
+@pytest.mark.parametrize("suffix", list(HEADS))
+def test_deberta_v1_every_head_matches_pytorch(suffix, tmp_path_factory):
+    """One Linear for the query, key and value (``in_proj``, each head's q | k | v in turn) with the query's and the
+    value's own biases, the key's position projection without one: read and split as Hugging Face splits them."""
+    model, path = save_v1(tmp_path_factory, suffix)
+    assert hf.model_name(path) == "deberta"
+    zoo, params = hf.load_pretrained(MODELS["deberta"], path)
+    assert zoo.task == HEADS[suffix] and zoo.max_relative_positions == 6 and zoo.pos_att_type == ("c2p", "p2c")
+    for batch, seq, real in [(2, 7, [7, 4]), (3, 13, [13, 9, 1])]:  # 13: relative positions past the clip at 6
+        x = inputs(batch, seq, real, True, seed=seq)
+        compare(zoo.apply(params, *x.values()), torch_run(model, x), x["attention_mask"])
+
+
+def test_deberta_v1_nli_classifier_builds_and_v2_settings_are_refused(tmp_path_factory, tmp_path):
+    """deberta-large-mnli's kind (three NLI classes) through model=hf on both loaders, padded and not; a
+    DeBERTa-v2 setting given to model=deberta is one line naming it, and talking heads (not implemented) too."""
+    model, path = save_v1(tmp_path_factory, "ForSequenceClassification")
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
+                   "shapes.buckets.seq=[8,16]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "deberta").iterdir())
+    for loader in (tb.load, runtime.load):
+        exe = loader(art)
+        for batch, seq, real in [(2, 8, [8, 8]), (2, 11, [11, 6])]:  # 11 runs padded
+            x = inputs(batch, seq, real, True, seed=seq)
+            compare({k: np.asarray(v) for k, v in exe(**x).items()}, torch_run(model, x), x["attention_mask"])
+    refused = run_cli("model=deberta", "model.position_buckets=256", f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
+    assert refused.returncode == 2 and "position_buckets=256 is a DeBERTa-v2 setting" in refused.stderr
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "talking_head": True}))
+    with pytest.raises(hf.CheckpointError, match="talking_head=True, but Deberta implements only talking_head=False"):
+        hf.load_pretrained(MODELS["deberta"], path)

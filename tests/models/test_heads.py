@@ -385,7 +385,8 @@ def test_a_key_config_json_leaves_out_is_read_as_transformers_reads_it(tmp_path_
     ``layer_norm_eps`` is read with RobertaConfig's 1e-12, not roberta-base's 1e-5."""
     config_classes = {"roberta": transformers.RobertaConfig, "xlm-roberta": transformers.XLMRobertaConfig,
                       "camembert": transformers.CamembertConfig, "electra": transformers.ElectraConfig,
-                      "deberta-v2": transformers.DebertaV2Config, "modernbert": transformers.ModernBertConfig}
+                      "deberta": transformers.DebertaConfig, "deberta-v2": transformers.DebertaV2Config,
+                      "modernbert": transformers.ModernBertConfig}
     assert {name for name, arch in hf.NAMES.items() if arch.defaults} == set(config_classes)
     for name, config_class in config_classes.items():
         made = config_class()

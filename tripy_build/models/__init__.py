@@ -33,7 +33,7 @@ from typing import Any, Mapping
 from .bart import Bart
 from .bert import Bert, Camembert, DistilBert, Electra, Roberta, XLMRoberta
 from .convnet import ConvNet
-from .deberta import DebertaV2
+from .deberta import Deberta, DebertaV2
 from .geglu import GEGLU
 from .gpt2 import GPT2
 from .llama import Gemma, Gemma2, Gemma3, Granite, Llama, Mistral, Olmo2, Olmo3, Phi3, Qwen2, Qwen3, SmolLM3
@@ -57,6 +57,7 @@ MODELS: dict[str, type] = {
     "distilbert": DistilBert,
     "electra": Electra,
     "mpnet": MPNet,
+    "deberta": Deberta,
     "deberta-v2": DebertaV2,
     "modernbert": ModernBert,
     "bart": Bart,
@@ -112,6 +113,6 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "Camembert",
            "DistilBert", "Electra", "Bart",
-           "MPNet", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
+           "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "input_infos"]

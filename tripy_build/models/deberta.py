@@ -1,4 +1,5 @@
-"""DeBERTa-v2 and DeBERTa-v3 (Hugging Face ``DebertaV2Model`` and its heads), in plain JAX.
+"""DeBERTa-v2 and DeBERTa-v3 (Hugging Face ``DebertaV2Model`` and its heads), and DeBERTa (``DebertaModel``: v1,
+``Deberta`` below), in plain JAX.
 
 Fields are ``DebertaV2Config``'s keys (those its modules read with ``getattr`` included: ``position_buckets``,
 ``norm_rel_ebd``, ``share_att_key``, ``embedding_size``, ``conv_*``), defaults deberta-v3-base's: 12 layers of 768,
@@ -275,4 +276,56 @@ class DebertaV2(Bert):
         return self.max_position_embeddings if self.position_biased_input else None
 
 
-__all__ = ["DebertaV2", "log_buckets"]
+V1_ONLY = (("position_buckets", 0), ("share_att_key", False), ("norm_rel_ebd", "none"), ("conv_kernel_size", 0))
+
+
+@dataclass(frozen=True)
+class Deberta(DebertaV2):
+    """DeBERTa (``model_type: deberta``: microsoft/deberta-base and -large, deberta-large-mnli and their fine-tunes):
+    DeBERTa-v2's disentangled attention without its additions (no log buckets: relative positions clipped at
+    ``max_relative_positions``; the position projections of their own, the key's without a bias; no LayerNorm of the
+    relative embeddings; no convolution), and its query, key and value one Linear without a bias (``in_proj``, each
+    head's ``q | k | v`` in turn) with a bias for the query and the value (``q_bias``, ``v_bias``). Defaults:
+    deberta-base's. Params: as DeBERTa-v2's, each layer's ``query``, ``key`` and ``value`` replaced by ``"in_proj":
+    {"weight": [3 d, d]}, "q_bias": [d], "v_bias": [d]``, its ``pos_key`` without ``bias``."""
+
+    vocab_size: int = 50265
+    max_relative_positions: int = -1
+    position_buckets: int = 0
+    pos_att_type: tuple = ("c2p", "p2c")
+    share_att_key: bool = False
+    norm_rel_ebd: str = "none"
+
+    name: ClassVar[str] = "deberta"
+    style: ClassVar[Style] = STYLES["deberta"]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key, only in V1_ONLY:
+            if getattr(self, key) != only:
+                raise ValueError(f"{key}={getattr(self, key)!r} is a DeBERTa-v2 setting; DeBERTa (v1) runs only "
+                                 f"{key}={only!r} (model=deberta-v2 for a v2 or v3 checkpoint).")
+
+    def init(self, key: jax.Array) -> Params:
+        params = super().init(key)
+        d = self.hidden_size
+        for i, layer in enumerate(params["layers"]):
+            k = jax.random.fold_in(key, 100 + i)
+            for name in ("query", "key", "value"):
+                del layer[name]
+            layer.update(in_proj={"weight": normal_init(k, (3 * d, d))}, q_bias=jnp.zeros((d,), jnp.float32),
+                         v_bias=jnp.zeros((d,), jnp.float32))
+            if "pos_key" in layer:
+                del layer["pos_key"]["bias"]
+        return params
+
+    def _attention(self, p: Params, h: jax.Array, keep: jax.Array, rel_emb: jax.Array | None,
+                   rel: jax.Array | None) -> jax.Array:
+        n, d = self.num_attention_heads, self.hidden_size
+        w = p["in_proj"]["weight"].reshape(n, 3, d // n, d)  # [head, q | k | v, head_dim, d]: Hugging Face's chunks
+        q, k, v = ({"weight": w[:, i].reshape(d, d)} for i in range(3))
+        return super()._attention({**p, "query": {**q, "bias": p["q_bias"]}, "key": k,
+                                   "value": {**v, "bias": p["v_bias"]}}, h, keep, rel_emb, rel)
+
+
+__all__ = ["Deberta", "DebertaV2", "log_buckets"]

@@ -56,7 +56,7 @@ class Style:
 
 STYLES = {"bert": Style("pooler", True), "roberta": Style("dense_tanh", True, "gelu"),
           "distilbert": Style("dense_relu", False), "mpnet": Style("dense_tanh", True, "gelu"),
-          "deberta-v2": Style("dense_act", False), "modernbert": Style("transform", False),
+          "deberta": Style("dense_act", False), "deberta-v2": Style("dense_act", False), "modernbert": Style("transform", False),
           "electra": Style("dense_gelu", False, "gelu")}
 
 
