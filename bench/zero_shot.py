@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rerank import seq_list
+from rerank import seq_list, timed
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -57,17 +57,6 @@ def build(ckpt: Path, root: Path, pairs: int, seq_buckets: str) -> tuple[Path, f
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
     return next((root / "arts" / "bart").iterdir()), time.perf_counter() - started
-
-
-def timed(call, rounds: int) -> tuple[list[float], object]:
-    for _ in range(2):
-        call()
-    times, out = [], None
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        out = call()
-        times.append(time.perf_counter() - t0)
-    return times, out
 
 
 def scores(answers: list[dict], labels: list[str]) -> np.ndarray:

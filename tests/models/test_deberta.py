@@ -53,11 +53,13 @@ LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
 
 def save(tmp_path_factory, config: str, suffix: str, **changes):
-    """The PyTorch model (weights jittered) and its save_pretrained directory."""
+    """The PyTorch model (weights jittered: no zero bias, v1's q_bias and v_bias included) and its save_pretrained
+    directory; ``config`` one of ``CONFIGS``, or ``v1``: a ``Deberta*`` model of ``V1``."""
     labels = {"id2label": LABELS} if "Classification" in suffix else {}
+    stem, config_class, settings = ("Deberta", transformers.DebertaConfig, V1) if config == "v1" else \
+        ("DebertaV2", transformers.DebertaV2Config, CONFIGS[config])
     torch.manual_seed(0)
-    model = getattr(transformers, "DebertaV2" + suffix)(
-        transformers.DebertaV2Config(**{**CONFIGS[config], **changes}, **labels)).eval()
+    model = getattr(transformers, stem + suffix)(config_class(**{**settings, **changes}, **labels)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -238,24 +240,11 @@ V1 = dict(BASE, relative_attention=True, max_relative_positions=6, max_position_
           position_biased_input=True, type_vocab_size=2, embedding_size=24)
 
 
-def save_v1(tmp_path_factory, suffix: str):
-    """A ``Deberta*`` model of ``V1`` (its weights jittered: no zero ``q_bias``, ``v_bias``) and its directory."""
-    torch.manual_seed(0)
-    labels = {"id2label": LABELS} if "Classification" in suffix else {}
-    model = getattr(transformers, "Deberta" + suffix)(transformers.DebertaConfig(**V1, **labels)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    path = tmp_path_factory.mktemp(f"deberta-v1-{suffix}")
-    model.save_pretrained(path)
-    return model, path
-
-
 @pytest.mark.parametrize("suffix", list(HEADS))
 def test_deberta_v1_every_head_matches_pytorch(suffix, tmp_path_factory):
     """One Linear for the query, key and value (``in_proj``, each head's q | k | v in turn) with the query's and the
     value's own biases, the key's position projection without one: read and split as Hugging Face splits them."""
-    model, path = save_v1(tmp_path_factory, suffix)
+    model, path = save(tmp_path_factory, "v1", suffix)
     assert hf.model_name(path) == "deberta"
     zoo, params = hf.load_pretrained(MODELS["deberta"], path)
     assert zoo.task == HEADS[suffix] and zoo.max_relative_positions == 6 and zoo.pos_att_type == ("c2p", "p2c")
@@ -267,7 +256,7 @@ def test_deberta_v1_every_head_matches_pytorch(suffix, tmp_path_factory):
 def test_deberta_v1_nli_classifier_builds_and_v2_settings_are_refused(tmp_path_factory, tmp_path):
     """deberta-large-mnli's kind (three NLI classes) through model=hf on both loaders, padded and not; a
     DeBERTa-v2 setting given to model=deberta is one line naming it, and talking heads (not implemented) too."""
-    model, path = save_v1(tmp_path_factory, "ForSequenceClassification")
+    model, path = save(tmp_path_factory, "v1", "ForSequenceClassification")
     proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
                    "shapes.buckets.seq=[8,16]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -47,17 +47,10 @@ from ._layers import (
     Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, matmul, normal_init, positions, softmax,
 )
 from ._tokens import TokenInputs
+from .bert import _linear, _ln
 from .heads import Headed, last_real
 
 OFFSET = 2  # the rows BART's learned position tables hold before position 0
-
-
-def _linear(key: jax.Array, dim_in: int, dim_out: int) -> Params:
-    return {"weight": normal_init(key, (dim_out, dim_in)), "bias": jnp.zeros((dim_out,), jnp.float32)}
-
-
-def _ln(dim: int) -> Params:
-    return {"scale": jnp.ones((dim,), jnp.float32), "bias": jnp.zeros((dim,), jnp.float32)}
 
 
 def _cross(q: jax.Array, k: jax.Array, v: jax.Array, heads: int, bias: jax.Array) -> jax.Array:
