@@ -1,5 +1,5 @@
-"""Task heads and the BERT-like families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA) from Hugging
-Face checkpoints.
+"""Task heads and the BERT-like families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA, ALBERT) from
+Hugging Face checkpoints.
 
 Every family and head (the bare model, sequence and token classification, question answering, masked LM) as a
 tiny ``save_pretrained`` checkpoint: read by ``models/hf.py`` (the architecture from ``config.json``) and run
@@ -44,6 +44,9 @@ FAMILIES = {  # zoo name -> (HF class stem, config class, config)
                    dict(dim=16, n_layers=2, n_heads=2, hidden_dim=32, max_position_embeddings=32)),
     # embeddings narrower than the layers: embeddings_project
     "electra": ("Electra", transformers.ElectraConfig, dict(ENCODER, embedding_size=8, max_position_embeddings=32)),
+    # three layers over two shared groups of two layers each (groups 0, 0, 1), embeddings projected
+    "albert": ("Albert", transformers.AlbertConfig, dict(ENCODER, num_hidden_layers=3, num_hidden_groups=2,
+                                                         inner_group_num=2, embedding_size=8, max_position_embeddings=32)),
 }
 HEADS = {"Model": "none", "ForSequenceClassification": "sequence_classification",
          "ForTokenClassification": "token_classification", "ForQuestionAnswering": "question_answering",
@@ -101,7 +104,7 @@ def test_every_family_and_head_matches_pytorch(family, suffix, tmp_path_factory)
 
 
 BUILT = {"bert": "ForSequenceClassification", "roberta": "ForMaskedLM", "xlm-roberta": "ForTokenClassification",
-         "distilbert": "ForQuestionAnswering", "electra": "ForSequenceClassification"}
+         "distilbert": "ForQuestionAnswering", "electra": "ForSequenceClassification", "albert": "ForSequenceClassification"}
 
 
 @pytest.mark.parametrize("family", list(BUILT))
@@ -385,6 +388,7 @@ def test_a_key_config_json_leaves_out_is_read_as_transformers_reads_it(tmp_path_
     ``layer_norm_eps`` is read with RobertaConfig's 1e-12, not roberta-base's 1e-5."""
     config_classes = {"roberta": transformers.RobertaConfig, "xlm-roberta": transformers.XLMRobertaConfig,
                       "camembert": transformers.CamembertConfig, "electra": transformers.ElectraConfig,
+                      "albert": transformers.AlbertConfig,
                       "deberta": transformers.DebertaConfig, "deberta-v2": transformers.DebertaV2Config,
                       "modernbert": transformers.ModernBertConfig}
     assert {name for name, arch in hf.NAMES.items() if arch.defaults} == set(config_classes)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .bart import Bart
-from .bert import Bert, Camembert, DistilBert, Electra, Roberta, XLMRoberta
+from .bert import Albert, Bert, Camembert, DistilBert, Electra, Roberta, XLMRoberta
 from .convnet import ConvNet
 from .deberta import Deberta, DebertaV2
 from .geglu import GEGLU
@@ -56,6 +56,7 @@ MODELS: dict[str, type] = {
     "camembert": Camembert,
     "distilbert": DistilBert,
     "electra": Electra,
+    "albert": Albert,
     "mpnet": MPNet,
     "deberta": Deberta,
     "deberta-v2": DebertaV2,
@@ -112,7 +113,7 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "Camembert",
-           "DistilBert", "Electra", "Bart",
+           "DistilBert", "Electra", "Albert", "Bart",
            "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "input_infos"]

@@ -176,5 +176,5 @@ class Bart(Headed, TokenInputs):
             both = linear(params["head"]["out"], h)
             return {"start_logits": both[..., 0], "end_logits": both[..., 1]}
         at = last_real((input_ids == self.eos_token_id) & (attention_mask != 0))
-        first = jnp.take_along_axis(h, at[:, None, None], axis=1)[:, 0]
-        return {"logits": linear(params["head"]["out"], jnp.tanh(linear(params["head"]["dense"], first)))}
+        at_eos = jnp.take_along_axis(h, at[:, None, None], axis=1)[:, 0]
+        return {"logits": linear(params["head"]["out"], jnp.tanh(linear(params["head"]["dense"], at_eos)))}

@@ -90,20 +90,33 @@ class Bert(Headed, TokenInputs):
         return positions(table, input_ids.shape[1])
 
     def embedding_width(self) -> int:
-        """The embeddings' width: the layers' (ELECTRA's may be narrower, projected to ``hidden_size``)."""
+        """The embeddings' width: the layers' (ELECTRA's and ALBERT's may be narrower, projected to
+        ``hidden_size``)."""
         return self.hidden_size
+
+    def projects(self) -> bool:
+        """Whether the embeddings go through a Linear to the layers' width (``embeddings.proj``): where the widths
+        differ (ALBERT's always)."""
+        return self.embedding_width() != self.hidden_size
+
+    def init_stack(self, keys: list[jax.Array], d: int, ff: int) -> Params:
+        """The layers' params: ``{"layers": [...]}``, one per key (ALBERT's: its shared groups)."""
+        return {"layers": init_layers(keys, d, ff)}
+
+    def stack(self, params: Params) -> list[Params]:
+        """The params of each layer the states go through, in order (ALBERT's: its groups' layers, repeated)."""
+        return params["layers"]
 
     def init(self, key: jax.Array) -> Params:
         d, e, ff = self.hidden_size, self.embedding_width(), self.intermediate_size
         k_word, k_pos, k_type, k_pool, *k_layers = jax.random.split(key, 4 + self.num_hidden_layers)
-        layers = init_layers(k_layers, d, ff)
         embeddings = {"word": normal_init(k_word, (self.vocab_size, e)),
                       "position": normal_init(k_pos, (self.max_position_embeddings, e)), "ln": _ln(e)}
         if self.type_vocab_size:
             embeddings["token_type"] = normal_init(k_type, (self.type_vocab_size, e))
-        if e != d:
+        if self.projects():
             embeddings["proj"] = _linear(jax.random.fold_in(key, 2), e, d)
-        params = {"embeddings": embeddings, "layers": layers}
+        params = {"embeddings": embeddings, **self.init_stack(k_layers, d, ff)}
         if has_pooler(self.task, self.style):
             params["pooler"] = _linear(k_pool, d, d)
         if self.task != "none":
@@ -118,9 +131,9 @@ class Bert(Headed, TokenInputs):
         if "token_type" in emb:
             h = h + embed(emb["token_type"], token_type_ids)
         h = layer_norm(emb["ln"], h, self.layer_norm_eps)
-        if "proj" in emb:  # ELECTRA's embeddings_project
+        if "proj" in emb:  # ELECTRA's embeddings_project, ALBERT's embedding_hidden_mapping_in
             h = linear(emb["proj"], h)
-        h = encode(self, params["layers"], h, mask_bias(attention_mask != 0, h.dtype)[:, None, None, :])
+        h = encode(self, self.stack(params), h, mask_bias(attention_mask != 0, h.dtype)[:, None, None, :])
         return encoder_outputs(self, params, h, attention_mask)
 
     def _names(self) -> tuple[str, ...]:
@@ -266,3 +279,42 @@ class Electra(Bert):
 
     def embedding_width(self) -> int:
         return self.embedding_size
+
+
+@dataclass(frozen=True)
+class Albert(Bert):
+    """ALBERT (``AlbertModel`` and its heads: albert-base-v2 and its fine-tunes): BERT's layers shared across the
+    depth: ``num_hidden_groups`` groups of ``inner_group_num`` layers each, layer ``i`` of ``num_hidden_layers`` running
+    group ``int(i / (num_hidden_layers / num_hidden_groups))``'s layers in turn (``params["groups"]``, in place of
+    ``layers``); the embeddings ``embedding_size`` wide, always through a Linear to ``hidden_size``
+    (``embedding_hidden_mapping_in``); BERT's pooler and heads, the masked LM's transform to ``embedding_size``.
+    Defaults: albert-base-v2's sizes."""
+
+    vocab_size: int = 30000
+    embedding_size: int = 128
+    hidden_act: str = "gelu_new"
+    num_hidden_groups: int = 1
+    inner_group_num: int = 1
+
+    name: ClassVar[str] = "albert"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.num_hidden_groups <= self.num_hidden_layers or self.inner_group_num < 1:
+            raise ValueError(f"num_hidden_groups={self.num_hidden_groups}, inner_group_num={self.inner_group_num}: "
+                             f"ALBERT shares 1 to num_hidden_layers ({self.num_hidden_layers}) groups of one layer or "
+                             "more.")
+
+    def embedding_width(self) -> int:
+        return self.embedding_size
+
+    def projects(self) -> bool:
+        return True
+
+    def init_stack(self, keys: list[jax.Array], d: int, ff: int) -> Params:
+        groups = jax.random.split(keys[0], self.num_hidden_groups)
+        return {"groups": [init_layers(list(jax.random.split(g, self.inner_group_num)), d, ff) for g in groups]}
+
+    def stack(self, params: Params) -> list[Params]:
+        per = self.num_hidden_layers / self.num_hidden_groups
+        return [layer for i in range(self.num_hidden_layers) for layer in params["groups"][int(i / per)]]

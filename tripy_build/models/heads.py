@@ -1,5 +1,5 @@
 """Task heads on an encoder's hidden states, as Hugging Face's ``*For*`` models apply them (BERT, RoBERTa,
-XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA, MPNet, DeBERTa-v2, ModernBERT), with its output names; what every model
+XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA, ALBERT, MPNet, DeBERTa, ModernBERT), with its output names; what every model
 with heads shares (``Headed``), a decoder's heads beside its LM head (``DecoderHeaded``: GPT-2's and the Llama family's), and the
 sentence embedding of the states (``sentence_embedding``).
 

@@ -315,6 +315,32 @@ NAMES: dict[str, Architecture] = {
                  ("hidden_dim", "intermediate_size"), ("activation", "hidden_act")),
         classes="DistilBert", suffixes=_ENCODER_SUFFIXES,
     ),
+    "albert": Architecture(
+        model_type="albert",
+        prefixes=("", "albert."),
+        names=(*(pair for pair in _BERT_BODY if pair[0].startswith("embeddings.")),
+               *_linear("encoder.embedding_hidden_mapping_in", "embeddings.proj"),
+               *(pair for theirs, ours in (("attention.query", "query"), ("attention.key", "key"),
+                                           ("attention.value", "value"), ("attention.dense", "attn_out"),
+                                           ("ffn", "intermediate"), ("ffn_output", "output"))
+                 for pair in _linear(f"encoder.albert_layer_groups.{{s}}.albert_layers.{{l}}.{theirs}",
+                                     f"groups.{{s}}.{{l}}.{ours}")),
+               *_ln("encoder.albert_layer_groups.{s}.albert_layers.{l}.attention.LayerNorm", "groups.{s}.{l}.attn_ln"),
+               *_ln("encoder.albert_layer_groups.{s}.albert_layers.{l}.full_layer_layer_norm",
+                    "groups.{s}.{l}.output_ln"),
+               *_linear("pooler", "pooler")),
+        ignored=(r"embeddings\.position_ids", r"embeddings\.token_type_ids"),
+        unsupported=(("tie_word_embeddings", True), ("position_embedding_type", "absolute")),
+        hints=_NO_POOLER,
+        heads=_encoder_heads(tuple(_linear("classifier", "head.out")), "predictions.dense", "predictions.LayerNorm",
+                             "predictions.bias"),
+        # sop_classifier: AlbertForPreTraining's sentence-order head, read as the encoder
+        head_tensors=r"(classifier|qa_outputs|predictions|sop_classifier)\..*",
+        tied=(r"predictions\.decoder\.(weight|bias)",),
+        classes="Albert", suffixes=(*_ENCODER_SUFFIXES, ("ForPreTraining", "none")),
+        # AlbertConfig's defaults (albert-xxlarge's) where the zoo's (albert-base-v2's) differ
+        defaults=(("hidden_size", 4096), ("num_attention_heads", 64), ("intermediate_size", 16384)),
+    ),
     "electra": Architecture(
         model_type="electra",
         prefixes=("", "electra."),
