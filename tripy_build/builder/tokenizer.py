@@ -18,13 +18,13 @@ log = logging.getLogger(__name__)
 # ``tokenizer_class``, else its ``model_type``'s (transformers 5.24's TOKENIZER_MAPPING, for the zoo's model types;
 # the others get a generic tokenizer). The class decides whether a text pair's second text has token type 1
 # (``runtime/tokenizer.TYPED``): a BERT cross-encoder read without it would score every pair as one text.
-BY_MODEL_TYPE = {"albert": "AlbertTokenizer", "bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
-                 "deberta": "DebertaTokenizer", "deberta-v2": "DebertaV2Tokenizer", "roberta": "RobertaTokenizer",
-                 "bart": "RobertaTokenizer", "camembert": "CamembertTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
-                 "mpnet": "MPNetTokenizer", "gpt2": "GPT2Tokenizer", "qwen2": "Qwen2Tokenizer",
-                 "qwen3": "Qwen2Tokenizer", "qwen2_moe": "Qwen2Tokenizer", "qwen3_moe": "Qwen2Tokenizer",
-                 "gemma": "GemmaTokenizer", "gemma2": "GemmaTokenizer", "gemma3_text": "GemmaTokenizer",
-                 "olmoe": "GPTNeoXTokenizer"}
+BY_MODEL_TYPE = {"albert": "AlbertTokenizer", "bert": "BertTokenizer", "distilbert": "BertTokenizer",
+                 "electra": "BertTokenizer", "deberta": "DebertaTokenizer", "deberta-v2": "DebertaV2Tokenizer",
+                 "roberta": "RobertaTokenizer", "bart": "RobertaTokenizer", "camembert": "CamembertTokenizer",
+                 "xlm-roberta": "XLMRobertaTokenizer", "mpnet": "MPNetTokenizer", "gpt2": "GPT2Tokenizer",
+                 "qwen2": "Qwen2Tokenizer", "qwen3": "Qwen2Tokenizer", "qwen2_moe": "Qwen2Tokenizer",
+                 "qwen3_moe": "Qwen2Tokenizer", "gemma": "GemmaTokenizer", "gemma2": "GemmaTokenizer",
+                 "gemma3_text": "GemmaTokenizer", "olmoe": "GPTNeoXTokenizer"}
 
 
 def files(checkpoint: str | None) -> dict[str, bytes]:

@@ -349,7 +349,6 @@ class Batcher:
             else:
                 r.future.set_exception(error)
 
-
     def _answered(self, r: _Request, waited_ns: int, ok: bool) -> None:
         """``r`` in the statistics: at once, or (a part of a request, ``submit_all``) with its request's last part."""
         t = r.tally
