@@ -134,7 +134,6 @@ def test_the_sandbox_keeps_a_template_from_python(tmp_path):
         ours(path).chat(MESSAGES[0])
 
 
-
 def test_a_pairs_ids_and_token_types_equal_hugging_faces(tmp_path):
     """``spans(text, pair)``: the ids ``tokenizer(text, pair)`` gives, and its ``token_type_ids`` where the
     tokenizer's ``model_input_names`` hold them (BERT's: the pair's second text 1), else zeros, as the model gets

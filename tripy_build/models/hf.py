@@ -176,7 +176,6 @@ _ROBERTA = dict(
 )
 
 
-
 def _roberta_defaults(vocab_size: int) -> tuple[tuple[str, Any], ...]:
     """``RobertaConfig``'s (``XLMRobertaConfig``'s, ``CamembertConfig``'s) defaults where the zoo's (roberta-base's
     config.json) differ: a config.json that leaves a key out means these."""
@@ -199,6 +198,7 @@ _MPNET_BODY = (
     *_ln("encoder.layer.{i}.output.LayerNorm", "layers.{i}.output_ln"),
     *_linear("pooler.dense", "pooler"),
 )
+
 
 def _bart_side(side: str, cross: bool) -> tuple[tuple[str, str], ...]:
     """BART's encoder's (or, ``cross``, decoder's) tensors under ``side``: positions, the embeddings' LayerNorm, and
