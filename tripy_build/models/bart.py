@@ -44,22 +44,14 @@ import jax
 import jax.numpy as jnp
 
 from ._layers import (
-    Params, activation, attend, embed, fused_qkv, layer_norm, linear, mask_bias, matmul, normal_init, positions, softmax,
+    Params, activation, attend, embed, fused_qkv, grouped_attention, layer_norm, linear, mask_bias, matmul, normal_init,
+    positions,
 )
 from ._tokens import TokenInputs
 from .bert import _linear, _ln
 from .heads import Headed, last_real
 
 OFFSET = 2  # the rows BART's learned position tables hold before position 0
-
-
-def _cross(q: jax.Array, k: jax.Array, v: jax.Array, heads: int, bias: jax.Array) -> jax.Array:
-    """Attention of ``q: [b, s, d]`` (scaled) over another sequence's ``k``, ``v: [b, t, d]``; ``bias`` added to the
-    scores ``[b, heads, s, t]``."""
-    b, s, d = q.shape
-    q, k, v = (x.reshape(x.shape[0], x.shape[1], heads, d // heads) for x in (q, k, v))
-    scores = jnp.einsum("bqnh,bknh->bnqk", q, k)
-    return jnp.einsum("bnqk,bknh->bqnh", softmax(scores, bias, v.dtype), v).reshape(b, s, d)
 
 
 @dataclass(frozen=True)
@@ -166,8 +158,9 @@ class Bart(Headed, TokenInputs):
         h = layer_norm(dec["ln"], self._embedded(params, dec["position"], shifted))
         for p in dec["layers"]:
             h = self_attention(p, h, heads, causal)
-            ctx = _cross(linear(p["cross_q"], h) * scale, linear(p["cross_k"], encoded), linear(p["cross_v"], encoded),
-                         heads, keys)
+            q = (linear(p["cross_q"], h) * scale).reshape(*h.shape[:2], heads, -1)
+            k, v = (linear(p[f"cross_{n}"], encoded).reshape(*h.shape[:2], heads, -1).swapaxes(1, 2) for n in "kv")
+            ctx = grouped_attention(q, k, v, keys).reshape(h.shape)
             h = ffn(p, layer_norm(p["cross_ln"], h + linear(p["cross_out"], ctx)))
 
         if self.task == "none":
