@@ -19,9 +19,10 @@ import pytest
 
 import tripy_build as tb
 from tripy_build.models import (
-    GPT2, MLP, MODELS, Albert, Bart, Bert, Camembert, ConvNet, Deberta, DebertaV2, DistilBert, Electra, Gemma,
-    Gemma2, Gemma3, GEGLU, GptOss, Granite, GraniteMoe, Llama, Mistral, ModernBert, MPNet, Mixtral, Olmo2, Olmo3,
-    Olmoe, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta, SmolLM3, TransformerBlock, ViT, XLMRoberta,
+    GPT2, MLP, MODELS, Albert, Bart, Bert, Camembert, Clip, ClipText, ClipVision, ConvNet, Deberta, DebertaV2,
+    DistilBert, Electra, Gemma, Gemma2, Gemma3, GEGLU, GptOss, Granite, GraniteMoe, Llama, Mistral, ModernBert, MPNet,
+    Mixtral, Olmo2, Olmo3, Olmoe, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta, SmolLM3, TransformerBlock,
+    ViT, XLMRoberta,
     input_infos,
 )
 
@@ -110,7 +111,8 @@ def test_registry():
                       "olmo2": Olmo2, "olmo3": Olmo3, "gemma": Gemma,
                       "gemma2": Gemma2, "gemma3": Gemma3, "phi3": Phi3, "qwen3_moe": Qwen3Moe, "qwen2_moe": Qwen2Moe,
                       "mixtral": Mixtral, "granite_moe": GraniteMoe, "olmoe": Olmoe,
-                      "gpt_oss": GptOss, "vit": ViT, "resnet50": ResNet}
+                      "gpt_oss": GptOss, "vit": ViT, "resnet50": ResNet, "clip": Clip, "clip_text": ClipText,
+                      "clip_vision": ClipVision}
     for key, cls in MODELS.items():
         assert cls.name == key
         model = cls()  # every hyperparameter has a default
@@ -276,7 +278,7 @@ def test_a_bfloat16_model_computes_every_product_in_bfloat16(name):
         model = MODELS[name](num_hidden_layers=6)
     half = lambda a: jax.ShapeDtypeStruct(a.shape, jnp.bfloat16 if jnp.issubdtype(a.dtype, jnp.floating) else a.dtype)  # noqa: E731
     params = jax.tree_util.tree_map(half, jax.eval_shape(model.init, KEY))
-    sizes = {"batch": 2, "seq": 8, "height": 32, "width": 32}
+    sizes = {"batch": 2, "seq": 8, "height": 32, "width": 32, "texts": 3}
     dtypes = model.input_dtypes()
     inputs = [jax.ShapeDtypeStruct(tuple(sizes.get(d, d) for d in shape),
                                    jnp.bfloat16 if dtypes[k] == "float32" else dtypes[k])

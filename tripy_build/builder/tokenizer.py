@@ -24,7 +24,8 @@ BY_MODEL_TYPE = {"albert": "AlbertTokenizer", "bert": "BertTokenizer", "distilbe
                  "xlm-roberta": "XLMRobertaTokenizer", "mpnet": "MPNetTokenizer", "gpt2": "GPT2Tokenizer",
                  "qwen2": "Qwen2Tokenizer", "qwen3": "Qwen2Tokenizer", "qwen2_moe": "Qwen2Tokenizer",
                  "qwen3_moe": "Qwen2Tokenizer", "gemma": "GemmaTokenizer", "gemma2": "GemmaTokenizer",
-                 "gemma3_text": "GemmaTokenizer", "olmoe": "GPTNeoXTokenizer"}
+                 "gemma3_text": "GemmaTokenizer", "olmoe": "GPTNeoXTokenizer",
+                 "clip": "CLIPTokenizer", "clip_text_model": "CLIPTokenizer"}
 
 
 def files(checkpoint: str | None) -> dict[str, bytes]:

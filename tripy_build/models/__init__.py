@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 from .bart import Bart
 from .bert import Albert, Bert, Camembert, DistilBert, Electra, Roberta, XLMRoberta
+from .clip import Clip, ClipText, ClipVision
 from .convnet import ConvNet
 from .deberta import Deberta, DebertaV2
 from .geglu import GEGLU
@@ -83,6 +84,9 @@ MODELS: dict[str, type] = {
     "gpt_oss": GptOss,
     "vit": ViT,
     "resnet50": ResNet,
+    "clip": Clip,
+    "clip_text": ClipText,
+    "clip_vision": ClipVision,
 }
 
 
@@ -116,4 +120,4 @@ __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Rob
            "DistilBert", "Electra", "Albert", "Bart",
            "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
-           "Olmoe", "ViT", "ResNet", "input_infos"]
+           "Olmoe", "ViT", "ResNet", "Clip", "ClipText", "ClipVision", "input_infos"]

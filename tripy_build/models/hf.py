@@ -109,10 +109,25 @@ class Architecture:
     classes: str = ""                     # Hugging Face's class-name stem: BertForSequenceClassification -> Bert
     suffixes: tuple[tuple[str, str], ...] = ()  # (class-name suffix, the head it has): ForMaskedLM -> masked_lm
     defaults: tuple[tuple[str, Any], ...] = ()  # (config.json key, Hugging Face's value where config.json lacks it)
+    # (config.json key holding a sub-config, the prefix its keys take among the zoo model's fields): CLIP's
+    # text_config -> text_*
+    nested: tuple[tuple[str, str], ...] = ()
+    parts: tuple["Part", ...] = ()        # whole checkpoints this model is one part of (a CLIP tower of a CLIPModel)
 
     def head_names(self, head: str) -> tuple[tuple[str, str], ...]:
         """The (checkpoint key, zoo path) pairs of ``head``: keys absolute (outside the model's prefix)."""
         return dict(self.heads).get(head, ())
+
+
+@dataclass(frozen=True)
+class Part:
+    """A whole checkpoint that holds this zoo model as one part: a CLIP tower in a ``CLIPModel`` checkpoint."""
+
+    model_type: str                       # the whole's config.json model_type
+    config: str                           # the key of the whole's config.json that holds the part's config
+    head: str                             # the head the part is built with (a tower with the whole's projection)
+    shared: tuple[str, ...]               # the whole's top-level keys that override the part's (projection_dim)
+    others: str                           # regex of the whole's tensors that are not the part's: skipped, and said
 
 
 _NO_POOLER = (("pooler.", "the checkpoint has no pooler: head models such as BertForMaskedLM and "
@@ -232,6 +247,39 @@ _DEBERTA_HEADS = (*_encoder_heads((*_linear("pooler.dense", "head.dense"), *_lin
                   ("masked_lm:lm_predictions", (*_linear("lm_predictions.lm_head.dense", "head.dense"),
                                                 *_ln("lm_predictions.lm_head.LayerNorm", "head.ln"),
                                                 ("lm_predictions.lm_head.bias", "head.bias"))))
+
+
+def _clip_tower(first: tuple[tuple[str, str], ...], last: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A CLIP tower's names (relative to its ``text_model.`` / ``vision_model.``): its embeddings, its pre-LN layers
+    (``vit.init_layers``' names), what follows them."""
+    return (*first, *(pair for hf, zoo in (("self_attn.q_proj", "query"), ("self_attn.k_proj", "key"),
+                                           ("self_attn.v_proj", "value"), ("self_attn.out_proj", "attn_out"),
+                                           ("mlp.fc1", "intermediate"), ("mlp.fc2", "output"))
+                      for pair in _linear(f"encoder.layers.{{i}}.{hf}", f"layers.{{i}}.{zoo}")),
+            *_ln("encoder.layers.{i}.layer_norm1", "layers.{i}.ln_before"),
+            *_ln("encoder.layers.{i}.layer_norm2", "layers.{i}.ln_after"), *last)
+
+
+_CLIP_TEXT = _clip_tower((("embeddings.token_embedding.weight", "embeddings.token"),
+                          ("embeddings.position_embedding.weight", "embeddings.position")),
+                         tuple(_ln("final_layer_norm", "final_ln")))
+_CLIP_VISION = _clip_tower((("embeddings.class_embedding", "embeddings.cls"),
+                            ("embeddings.patch_embedding.weight", "embeddings.patch"),
+                            ("embeddings.position_embedding.weight", "embeddings.position"),
+                            *_ln("pre_layrnorm", "pre_ln")), tuple(_ln("post_layernorm", "post_ln")))
+_CLIP_IGNORED = (r"((text|vision)_model\.)?embeddings\.position_ids",)  # buffers older checkpoints saved
+
+
+def _clip_tower_arch(side: str, hf_side: str, names: tuple[tuple[str, str], ...], projection: str) -> Architecture:
+    """A CLIP tower, from its own checkpoint (``CLIP{Text,Vision}Model[WithProjection]``) or a ``CLIPModel``'s."""
+    other = "vision" if side == "text" else "text"
+    others = {"text": "visual_projection", "vision": "text_projection"}[side]
+    return Architecture(
+        model_type=f"clip_{side}_model", prefixes=("", f"{hf_side}."), names=names, ignored=_CLIP_IGNORED,
+        heads=(("projection", ((f"{projection}.weight", "projection"),)),), head_tensors=rf"{projection}\.weight",
+        classes=f"CLIP{side.title()}", suffixes=(("Model", "none"), ("ModelWithProjection", "projection")),
+        parts=(Part("clip", f"{side}_config", "projection", ("projection_dim",),
+                    rf"({other}_model\..*|{others}\.weight|logit_scale)"),))
 
 
 _ATTENTION = (*_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"), *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
@@ -566,6 +614,17 @@ NAMES: dict[str, Architecture] = {
         heads=(("image_classification", tuple(_linear("classifier", "head.out"))),),
         head_tensors=r"classifier\..*", classes="ViT", suffixes=_IMAGE_SUFFIXES,
     ),
+    "clip": Architecture(
+        model_type="clip", prefixes=("",),
+        names=(*((f"text_model.{hf}", f"text.{zoo}") for hf, zoo in _CLIP_TEXT),
+               *((f"vision_model.{hf}", f"vision.{zoo}") for hf, zoo in _CLIP_VISION),
+               ("text_projection.weight", "text_projection"), ("visual_projection.weight", "visual_projection"),
+               ("logit_scale", "logit_scale")),
+        ignored=_CLIP_IGNORED, classes="CLIP", suffixes=(("Model", "none"),),
+        nested=(("text_config", "text_"), ("vision_config", "vision_")),
+    ),
+    "clip_text": _clip_tower_arch("text", "text_model", _CLIP_TEXT, "text_projection"),
+    "clip_vision": _clip_tower_arch("vision", "vision_model", _CLIP_VISION, "visual_projection"),
     "resnet50": Architecture(
         model_type="resnet",
         prefixes=("", "resnet."),
@@ -692,13 +751,28 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
         raise CheckpointError(f"{path} not found: a Hugging Face save_pretrained directory has a {CONFIG}.")
     config = _json_object(path)
     found = config.get("model_type")
-    if found != arch.model_type:
+    part = next((p for p in arch.parts if p.model_type == found), None)
+    if found != arch.model_type and part is None:
         archs = config.get("architectures") or []
         what = f"{found!r}" + (f" ({', '.join(map(str, archs))})" if archs else "")
+        wholes = "".join(f" or {p.model_type!r}'s {p.config}" for p in arch.parts)
         raise CheckpointError(
             f"{checkpoint_dir} is a {what} checkpoint, not {arch.model_type!r}: model={model_class.name} "
-            f"({model_class.__name__}) reads model_type {arch.model_type!r}."
+            f"({model_class.__name__}) reads model_type {arch.model_type!r}{wholes}."
         )
+    if part is not None:
+        sub = config.get(part.config)
+        if not isinstance(sub, dict):
+            raise CheckpointError(f"{path}: {part.config}={sub!r}, expected the {arch.model_type} part's settings "
+                                  f"(an object), as a {found} checkpoint holds them.")
+        log.info("%s: the %s part of a %s checkpoint (%s, head %s); its other tensors are skipped", checkpoint_dir,
+                 part.config, found, model_class.__name__, part.head)
+        config = {**sub, **{k: config[k] for k in part.shared if k in config}}
+    for key, prefix in arch.nested:
+        sub = config.get(key) or {}
+        if not isinstance(sub, dict):
+            raise CheckpointError(f"{path}: {key}={sub!r}, expected an object (the settings of {prefix}*).")
+        config = {**{k: v for k, v in config.items() if k != key}, **{prefix + k: v for k, v in sub.items()}}
     quantized = config.get("quantization_config")
     method = quantized.get("quant_method") if isinstance(quantized, dict) else quantized
     if quantized is not None and method != "mxfp4":
@@ -717,7 +791,7 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
     settings = {k: v for k, v in config.items() if k in fields and k not in ("head", "num_labels", "labels",
                                                                              "problem_type")}
     if "head" in fields:
-        settings["head"] = head_of(config, arch, path)
+        settings["head"] = part.head if part is not None else head_of(config, arch, path)
         id2label = config.get("id2label") or {}
         if settings["head"] in CLASSIFIERS:
             try:
@@ -871,6 +945,8 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     ignored = [re.compile(rx + r"\Z") for rx in arch.ignored]
     tied = [re.compile(rx + r"\Z") for rx in arch.tied]
     other_heads = re.compile(arch.head_tensors + r"\Z") if arch.head_tensors else None
+    other_parts = re.compile("|".join(f"(?:{p.others})" for p in arch.parts) + r"\Z") if arch.parts else None
+    apart: list[str] = []  # a whole checkpoint's tensors that are not this part's
     task = getattr(model, "task", "none")
     skipped: list[str] = []
     widened: dict[str, int] = {}  # safetensors dtype -> the tensors of it widened to float32
@@ -905,6 +981,9 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
                     zoo, shape = expected[rel]
                 elif task == "none" and other_heads is not None and other_heads.match(full):
                     skipped.append(key)  # a head (or pre-training's) beside the model built alone: said once below
+                    continue
+                elif other_parts is not None and other_parts.match(full):
+                    apart.append(key)  # the rest of a whole checkpoint (a CLIP tower's other tower): said below
                     continue
                 elif rel is not None and any(rx.match(rel) for rx in ignored) or any(rx.match(full) for rx in tied):
                     continue  # a buffer, or a decoder tied to the word embeddings
@@ -951,6 +1030,9 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
         log.info("%s: %s read as float32, exactly; precision=%s builds with the checkpoint's own values at half "
                  "the weight bytes.", checkpoint_dir,
                  ", ".join(f"{n} {FLOATS[d]} tensor(s)" for d, n in widened.items() if n), FLOATS[stored])
+    if apart:
+        log.info("%s: %d tensor(s) of the rest of the checkpoint skipped (%s is one part of it): %s", checkpoint_dir,
+                 len(apart), type(model).__name__, ", ".join(sorted(apart)[:4]) + (" ..." if len(apart) > 4 else ""))
     if skipped:
         log.info("%s: %d tensor(s) of a head not built (head=none: the model alone) skipped: %s", checkpoint_dir,
                  len(skipped), ", ".join(sorted(skipped)[:6]) + (" ..." if len(skipped) > 6 else ""))

@@ -63,6 +63,35 @@ def _ln(dim: int) -> Params:
     return {"scale": jnp.ones((dim,), jnp.float32), "bias": jnp.zeros((dim,), jnp.float32)}
 
 
+def init_layers(keys: list[jax.Array], d: int, ff: int, qkv_bias: bool = True) -> list[Params]:
+    """The params of pre-LayerNorm encoder layers (``encode``), one per key."""
+    layers = []
+    for k in keys:
+        kq, kk, kv, ko, ki, kd = jax.random.split(k, 6)
+        layers.append({
+            "query": _linear(kq, d, d, qkv_bias), "key": _linear(kk, d, d, qkv_bias),
+            "value": _linear(kv, d, d, qkv_bias), "attn_out": _linear(ko, d, d),
+            "ln_before": _ln(d), "intermediate": _linear(ki, d, ff), "output": _linear(kd, ff, d),
+            "ln_after": _ln(d),
+        })
+    return layers
+
+
+def encode(layers: list[Params], h: jax.Array, heads: int, eps: float, act: Any,
+           bias: jax.Array | None = None) -> jax.Array:
+    """Pre-LayerNorm encoder layers over ``h: [b, s, d]`` (ViT's and CLIP's): ``h + Out(Attention(LN(h)))``, then
+    ``h + Down(act(Up(LN(h))))``; ``bias`` (broadcastable to ``[b, heads, s, s]``) masks the attention."""
+    scale = 1.0 / math.sqrt(h.shape[-1] // heads)
+    for p in layers:
+        w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
+        qkv = matmul(layer_norm(p["ln_before"], h, eps), w_qkv)
+        if b_qkv is not None:
+            qkv = qkv + b_qkv
+        h = h + linear(p["attn_out"], attend(qkv, heads, bias))
+        h = h + linear(p["output"], act(linear(p["intermediate"], layer_norm(p["ln_after"], h, eps))))
+    return h
+
+
 @dataclass(frozen=True)
 class ViT(Headed):
     image_size: int | tuple[int, int] = 224
@@ -118,15 +147,7 @@ class ViT(Headed):
         gh, gw = self.grid
         ph, pw = _pair(self.patch_size)
         k_cls, k_pos, k_patch, k_pool, *k_layers = jax.random.split(key, 4 + self.num_hidden_layers)
-        layers = []
-        for k in k_layers:
-            kq, kk, kv, ko, ki, kd = jax.random.split(k, 6)
-            layers.append({
-                "query": _linear(kq, d, d, self.qkv_bias), "key": _linear(kk, d, d, self.qkv_bias),
-                "value": _linear(kv, d, d, self.qkv_bias), "attn_out": _linear(ko, d, d),
-                "ln_before": _ln(d), "intermediate": _linear(ki, d, ff), "output": _linear(kd, ff, d),
-                "ln_after": _ln(d),
-            })
+        layers = init_layers(k_layers, d, ff, self.qkv_bias)
         return {
             "embeddings": {
                 "cls_token": normal_init(k_cls, (1, 1, d)),
@@ -145,7 +166,6 @@ class ViT(Headed):
         act = activation(self.hidden_act, "hidden_act")
         pool_act = activation(self.pooler_act, "pooler_act")
         eps, d, heads = self.layer_norm_eps, self.hidden_size, self.num_attention_heads
-        scale = 1.0 / math.sqrt(d // heads)
         emb = params["embeddings"]
         b = pixel_values.shape[0]
         gh, gw = self.grid
@@ -156,14 +176,7 @@ class ViT(Headed):
         x = jnp.einsum("bcyixj,dcij->byxd", x, emb["patch"]["weight"]).reshape(b, gh * gw, d) + emb["patch"]["bias"]
         cls = jnp.broadcast_to(emb["cls_token"], (b, 1, d))
         h = jnp.concatenate([cls, x], axis=1) + emb["position"]
-        for p in params["layers"]:
-            w_qkv, b_qkv = fused_qkv(p["query"], p["key"], p["value"], scale)
-            qkv = matmul(layer_norm(p["ln_before"], h, eps), w_qkv)
-            if b_qkv is not None:
-                qkv = qkv + b_qkv
-            h = h + linear(p["attn_out"], attend(qkv, heads))
-            h = h + linear(p["output"], act(linear(p["intermediate"], layer_norm(p["ln_after"], h, eps))))
-        h = layer_norm(params["ln"], h, eps)
+        h = layer_norm(params["ln"], encode(params["layers"], h, heads, eps, act), eps)
         if self.task == "image_classification":
             return {"logits": linear(params["head"]["out"], h[:, 0])}
         return {"last_hidden_state": h, "pooler_output": pool_act(linear(params["pooler"], h[:, 0]))}

@@ -439,14 +439,14 @@ class App:
 
     async def _embed(self, ep: Endpoint, scope: Scope, send: Send, req: Any) -> None:
         """``/v1/embeddings``: the texts tokenized, padded into calls of the model's batch and run through its
-        batcher (beside ``/infer``'s requests), each row's ``sentence_embedding``."""
+        batcher (beside ``/infer``'s requests), each row's embedding (``Endpoint.embeds``)."""
         import numpy as np
 
         rows = [ep.tokenizer.encode(x) if isinstance(x, str) else x for x in req.input]
         calls = ep.text_rows(rows)
         scope["queued"] = True  # counted by the batcher from here on
         outs = [await asyncio.wrap_future(f) for f in ep.batcher.submit_all(calls)]
-        index = ep.output_names.index("sentence_embedding")
+        index = ep.output_names.index(ep.embeds)
         answer = req.answer(np.concatenate([o[index] for o in outs]), sum(map(len, rows)))
         await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
 
@@ -522,7 +522,8 @@ def _why_not(ep: Endpoint | None, name: str, embed: bool) -> str:
     if ep.reranks:
         return "it is a cross-encoder: POST /v1/rerank"
     if embed:
-        return "it does not make sentence embeddings (build it with model.pooling=mean)"
+        return ("it does not make sentence embeddings (build it with model.pooling=mean; a CLIP text tower with "
+                "model.head=projection)")
     return "it does not generate (an encoder: POST /v1/embeddings)"
 
 

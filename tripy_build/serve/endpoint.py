@@ -27,6 +27,7 @@ from .request import InputTensor, check
 
 log = logging.getLogger(__name__)
 TEXT = "text"  # the BYTES input that stands for a text model's token ids on /infer (``Endpoint.from_text``)
+EMBEDDINGS = ("sentence_embedding", "text_embeds")  # outputs /v1/embeddings serves: model.pooling's, CLIP's text tower's
 TEXT_PAIR = "text_pair"  # beside it, each row's second text (a cross-encoder's passage, an NLI model's hypothesis)
 
 
@@ -102,8 +103,10 @@ class Endpoint:
         self.tokenizer = self._tokenizer(model)
         # text in and out of a generate artifact: text_input on /generate, OpenAI's chat and completions
         self.chats = self.tokenizer is not None and self.generator is not None
-        # an encoder's sentence embedding from text: OpenAI's /v1/embeddings
-        self.embeds = self.tokenizer is not None and self.generator is None and "sentence_embedding" in self.output_names
+        # the output OpenAI's /v1/embeddings serves from text: an encoder's sentence embedding (model.pooling), a CLIP
+        # text tower's projection (text_embeds); None where there is none
+        self.embeds = next((n for n in EMBEDDINGS if n in self.output_names), None) \
+            if self.tokenizer is not None and self.generator is None else None
         # texts on /infer: a BYTES input named "text" stands for the token ids (a classifier: text in, labels out)
         self.takes_text = (self.tokenizer is not None and self.generator is None and TEXT not in dict(self.args)
                            and "input_ids" in dict(self.args))

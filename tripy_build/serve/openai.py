@@ -7,8 +7,9 @@ requests and answers, without the transport (``app.py`` runs them on ``generatio
 - ``POST /v1/completions``: ``{"model": NAME, "prompt": "Once upon a time", ...}``: the continuation as
   ``choices[0].text``;
 - ``POST /v1/embeddings``: ``{"model": NAME, "input": ["a text", ...]}`` (or token ids) over an encoder built with
-  ``model.pooling`` (its ``sentence_embedding``): each text's embedding as floats, or base64 of little-endian
-  float32 (``encoding_format``, which OpenAI's client asks for).
+  ``model.pooling`` (its ``sentence_embedding``) or a CLIP text tower with its projection (``text_embeds``): each
+  text's embedding as floats, or base64 of little-endian float32 (``encoding_format``, which OpenAI's client asks
+  for).
 
 Options, as OpenAI names them: ``max_tokens`` (or ``max_completion_tokens``; default: what the cache has room
 for), ``temperature`` (0: greedy), ``top_p``, ``frequency_penalty``, ``presence_penalty``, ``seed``, ``stop`` (up
