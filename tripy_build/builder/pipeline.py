@@ -139,8 +139,8 @@ def within_limits(request: BuildRequest, model: Any) -> BuildRequest:
     (``request.derivable``) is derived from the limit instead, and said: a prompt chunk then stays below
     ``max_length``."""
     limit = model.max_positions() if hasattr(model, "max_positions") else None
-    table = next((f"{k}={getattr(model, k)}" for k in ("max_position_embeddings", "n_positions") if hasattr(model, k)),
-                 "")
+    table = next((f"{k}={getattr(model, k)}" for k in ("max_position_embeddings", "n_positions",
+                                                      "text_max_position_embeddings") if hasattr(model, k)), "")
     what = (model.positions_limit() if hasattr(model, "positions_limit") else None) or \
         f"{type(model).__name__}'s position table holds {limit} positions ({table})"
     seq = request.shapes.get("seq")
