@@ -48,12 +48,12 @@ def save(cls_name: str, path, eos: int = EOS):
     return model
 
 
-def texts(lengths: list[int], seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+def texts(lengths: list[int], seq: int, seed: int = 0, eos: int = EOS) -> dict[str, np.ndarray]:
     """Rows as CLIP's tokenizer makes them: the start id, ids, the end of text, then padding."""
     ids = np.full((len(lengths), seq), PAD, np.int32)
     rng = np.random.default_rng(seed)
     for row, n in enumerate(lengths):
-        ids[row, :n] = [EOS - 1, *rng.integers(1, EOS - 1, n - 2), EOS]
+        ids[row, :n] = [eos - 1, *rng.integers(1, eos - 1, n - 2), eos]
     return {"input_ids": ids, "attention_mask": (np.arange(seq)[None] < np.array(lengths)[:, None]).astype(np.int32)}
 
 
@@ -132,24 +132,47 @@ def test_a_tower_reads_a_whole_clip_checkpoint(zoo, kept, tmp_path, caplog):
     assert alone.task == "none" and set(alone.apply(params, **x)) == {"last_hidden_state", "pooler_output"}
 
 
-def test_a_clip_model_builds_and_runs_padded_on_both_loaders(tmp_path):
-    model = save("CLIPModel", tmp_path / "clip")
+def test_a_clip_model_builds_and_answers_zero_shot_image_classification_as_the_pipeline(tmp_path):
+    """model=hf on a CLIPModel checkpoint with its tokenizer: called at padded shapes of images, texts and tokens on
+    both loaders; zero_shot_image() as transformers' zero-shot-image-classification pipeline answers, its labels and
+    images past the build's texts and batch run in more calls; a row without its end of text is refused."""
+    from PIL import Image
+
+    torch.manual_seed(0)
+    model = transformers.CLIPModel(config("CLIPModel", eos=53)).eval()
+    model.save_pretrained(tmp_path / "clip")
+    tok = tokenizer(tmp_path / "clip")
     proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'clip'}", "shapes=image_text",
                    "shapes.dims.batch=[1,1,4]", "shapes.dims.texts=[1,2,4]", "shapes.dims.seq=[1,12,12]",
                    "shapes.buckets.seq=[8,12]", "shapes.buckets.texts=[2,4]", "shapes.buckets.batch=[2,4]",
                    f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "clip").iterdir())
-    x = {**texts([6, 3, 5], 7, seed=4), "pixel_values": images(3, seed=5)}  # 3 texts of 7, 3 images: all padded
+    x = {**texts([6, 3, 5], 7, seed=4, eos=53), "pixel_values": images(3, seed=5)}  # 3 texts of 7, 3 images: padded
     want = torch_run(model, **x)
+    processor = transformers.CLIPImageProcessor(size={"shortest_edge": 12}, crop_size={"height": 12, "width": 12})
+    pipe = transformers.pipeline("zero-shot-image-classification", model=model, tokenizer=tok, image_processor=processor)
+    rng = np.random.default_rng(0)
+    pictures = [Image.fromarray(rng.integers(0, 255, (20, 16, 3), dtype=np.uint8)) for _ in range(5)]
+    pixels = processor(pictures, return_tensors="np")["pixel_values"]
+    labels = ["cat", "dog", "fox", "owl", "ox"]  # 5 labels over texts of at most 4, 5 images over a batch of 4
+    expected = pipe(pictures, candidate_labels=labels, hypothesis_template="a {}")
     for load in (runtime.load, tb.load):
         exe = load(art)
         got = exe(**x)
         for name in ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
             close(got[name], getattr(want, name), name)
+        answers = exe.zero_shot_image(pixels, labels, hypothesis_template="a {}")
+        assert [[a["label"] for a in row] for row in answers] == [[e["label"] for e in row] for row in expected]
+        assert np.allclose([[a["score"] for a in row] for row in answers], [[e["score"] for e in row] for row in expected],
+                           rtol=0, atol=1e-5)
+        assert exe.zero_shot_image(pixels[0], "cat, dog", hypothesis_template="a {}")[0]["label"] == \
+            pipe(pictures[0], candidate_labels=["cat", "dog"], hypothesis_template="a {}")[0]["label"]
+        with pytest.raises(CallError, match=r"images must be pixel values, floats \[images, 3, 12, 12\]"):
+            exe.zero_shot_image(pixels[:, :, :8], labels)
         bad = {k: v.copy() for k, v in x.items()}
         bad["input_ids"][1, 2] = 5  # row 1's end of text replaced: it would be pooled at position 0
-        with pytest.raises(CallError, match=rf"input 'input_ids' row 1 holds no {EOS}"):
+        with pytest.raises(CallError, match=r"input 'input_ids' row 1 holds no 53"):
             exe(**bad)
 
 

@@ -263,6 +263,33 @@ class MultiEntry:
 
         return one_or_many(lambda many: of_texts(self, many, candidate_labels, hypothesis_template, multi_label), texts)
 
+    def zero_shot_image(self, images: Any, candidate_labels: Any, *,
+                        hypothesis_template: str = "This is a photo of {}.") -> Any:
+        """How well each of ``candidate_labels`` fits each image, by CLIP (``model=clip`` built with its tokenizer:
+        openai/clip-vit-base-patch32), as transformers' zero-shot-image-classification pipeline answers
+        (``runtime/zero_shot.of_images``); the same with both loaders.
+
+        Args:
+            images: pixel values as CLIP's image processor makes them (resized, cropped, normalized): float
+                ``[images, 3, 224, 224]``, or one image ``[3, 224, 224]``.
+            candidate_labels: the labels to score: a list of names, or one comma-separated string.
+            hypothesis_template: the text a label is put in (its ``{}``), as the pipeline's.
+
+        Returns:
+            An image's labels by score, highest first, ``[{"score", "label"}, ...]`` (a softmax of its similarity to
+            each label's text); for several images, a list of them.
+
+        Example::
+
+            clip = tripy_build.runtime.load("artifacts/clip/2a4f...")
+            clip.zero_shot_image(pixel_values, ["cat", "dog", "car"])
+            # [{'score': 0.98, 'label': 'cat'}, {'score': 0.015, 'label': 'dog'}, {'score': 0.005, 'label': 'car'}]
+        """
+        from .zero_shot import of_images
+
+        answers = of_images(self, images, candidate_labels, hypothesis_template)
+        return answers[0] if np.ndim(images) == 3 else answers
+
     @property
     def tokenizer(self) -> Any:
         """The checkpoint's tokenizer, stored in the artifact (``runtime/tokenizer.Tokenizer``: ``encode``, ``decode``,

@@ -1,6 +1,7 @@
 """Zero-shot classification by an NLI model (a sequence classifier of entailment, neutral and contradiction:
 roberta-large-mnli, MoritzLaurer's DeBERTa-v3 zero-shot models): how well each candidate label a caller names fits
-a text, as transformers' zero-shot-classification pipeline answers; numpy only.
+a text, as transformers' zero-shot-classification pipeline answers; and of images by CLIP (``of_images``), as its
+zero-shot-image-classification pipeline answers; numpy only.
 
 Each text is paired with one hypothesis per candidate label (``hypothesis_template`` with the label in its ``{}``:
 "This example is sports.") and the pairs run as a cross-encoder's do (``texts.run``). The entailment class is the
@@ -19,6 +20,7 @@ from ..errors import CallError
 from .classes import LOGITS, apply, labels_of
 
 TEMPLATE = "This example is {}."  # the pipeline's default hypothesis
+IMAGE_TEMPLATE = "This is a photo of {}."  # the zero-shot-image-classification pipeline's
 
 
 def candidates(given: Any, template: Any) -> list[str]:
@@ -86,3 +88,34 @@ def answers(texts: Sequence[str], rows: Sequence[np.ndarray], labels: Sequence[s
         ranked, scores = scored(np.stack(rows[i * n:(i + 1) * n]), labels, entail, multi_label)
         out.append({"sequence": text, "labels": ranked, "scores": scores})
     return out
+
+
+def of_images(model: Any, images: Any, candidate_labels: Any, hypothesis_template: str) -> list[list[dict[str, Any]]]:
+    """Each image's candidate labels by score, highest first, ``[{"score", "label"}, ...]``, by a CLIP model
+    (``model=clip``, its tokenizer stored): each label put in ``hypothesis_template``, the texts tokenized and padded
+    as the pipeline pads them, a softmax of each image's ``logits_per_image`` over the labels (``MultiEntry.
+    zero_shot_image``). Labels past the build's ``texts`` and images past its ``batch`` run in more calls: an image's
+    logit for a label depends on that image and that text alone."""
+    from .texts import padded_calls
+
+    if not {"input_ids", "pixel_values"} <= set(model.input_infos) or "logits_per_image" not in model.output_names:
+        raise CallError(f"{model.model_name}: zero-shot image classification needs a CLIP model (model=clip: texts and "
+                        f"images in, logits_per_image out); this model's outputs are {', '.join(model.output_names)}.")
+    labels = candidates(candidate_labels, hypothesis_template)
+    pixels = np.asarray(images)
+    pixels = pixels[None] if pixels.ndim == 3 else pixels
+    expected = model.input_infos["pixel_values"].shape_bounds.max[1:]
+    if pixels.ndim != 4 or pixels.dtype.kind != "f" or tuple(pixels.shape[1:]) != tuple(expected) or not len(pixels):
+        raise CallError(f"{model.model_name}: images must be pixel values, floats [images, {', '.join(map(str, expected))}] "
+                        f"(or one image [{', '.join(map(str, expected))}]) as CLIP's image processor makes them, got "
+                        f"{pixels.dtype} {list(pixels.shape)}.")
+    texts = [hypothesis_template.format(label) for label in labels]
+    calls = padded_calls(model.tokenizer, [model.tokenizer.encode(t) for t in texts], None,
+                         model.input_infos["input_ids"].shape_bounds,
+                         lambda i: f"{model.model_name}: the label {labels[i]!r} in its template ({texts[i]!r})",
+                         "the model", "use shorter labels or template")
+    most = model.input_infos["pixel_values"].shape_bounds.max[0]
+    logits = np.concatenate([np.concatenate([np.asarray(model(**call, pixel_values=pixels[at:at + most].astype(
+        np.float32))["logits_per_image"]) for call in calls], axis=1) for at in range(0, len(pixels), most)])
+    probs = apply(logits, "softmax")
+    return [[{"score": float(row[i]), "label": labels[i]} for i in np.argsort(-row, kind="stable")] for row in probs]
