@@ -75,7 +75,8 @@ def test_every_head_matches_pytorch(suffix, tmp_path):
 def test_an_nli_classifier_builds_and_answers_zero_shot_as_the_pipeline_and_refuses_a_row_without_eos(tmp_path):
     model, tok = nli_checkpoint(tmp_path / "nli")
     proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'nli'}", "shapes.dims.batch=[1,2,4]",
-                   "shapes.dims.seq=[1,16,32]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=900)
+                   "shapes.dims.seq=[1,16,32]", "shapes.buckets.seq=[16,32]", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "bart").iterdir())
     pipe = transformers.pipeline("zero-shot-classification", model=model, tokenizer=tok)

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 import transformers  # noqa: E402
 
 import tripy_build as tb  # noqa: E402
+from examples.clip_checkpoint import checkpoint  # noqa: E402
 from tripy_build import runtime  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.models import MODELS, hf  # noqa: E402
@@ -138,10 +139,7 @@ def test_a_clip_model_builds_and_answers_zero_shot_image_classification_as_the_p
     images past the build's texts and batch run in more calls; a row without its end of text is refused."""
     from PIL import Image
 
-    torch.manual_seed(0)
-    model = transformers.CLIPModel(config("CLIPModel", eos=53)).eval()
-    model.save_pretrained(tmp_path / "clip")
-    tok = tokenizer(tmp_path / "clip")
+    model, tok = checkpoint(tmp_path / "clip")
     proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'clip'}", "shapes=image_text",
                    "shapes.dims.batch=[1,1,4]", "shapes.dims.texts=[1,2,4]", "shapes.dims.seq=[1,12,12]",
                    "shapes.buckets.seq=[12]", "shapes.buckets.texts=[4]", "shapes.buckets.batch=[4]",  # one profile
@@ -176,26 +174,13 @@ def test_a_clip_model_builds_and_answers_zero_shot_image_classification_as_the_p
             exe(**bad)
 
 
-def tokenizer(path):
-    """A CLIP tokenizer of letters (its end of text 53, also its padding, as CLIP's), saved beside a checkpoint."""
-    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
-    vocab |= {c + "</w>": 26 + i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
-    vocab |= {"<|startoftext|>": 52, "<|endoftext|>": 53}
-    tok = transformers.CLIPTokenizer(vocab=vocab, merges=[])
-    tok.save_pretrained(path)
-    return tok
-
-
 def test_the_towers_of_one_checkpoint_serve_text_to_image_search(tmp_path):
     """model=clip_text and model=clip_vision built from one CLIPModel checkpoint with its tokenizer, served side by
     side: texts embedded through OpenAI's /v1/embeddings, images through /infer; their cosine similarity times the
     checkpoint's exp(logit_scale) is CLIPModel's logits_per_image on the same texts and images."""
     from tripy_build.serve.http import Server
 
-    torch.manual_seed(0)
-    whole = transformers.CLIPModel(config("CLIPModel", eos=53)).eval()
-    whole.save_pretrained(tmp_path / "clip")
-    tok = tokenizer(tmp_path / "clip")
+    whole, tok = checkpoint(tmp_path / "clip")
     for tower, seq in (("clip_text", ["shapes.buckets.seq=[12]"]), ("clip_vision", [])):  # one profile each
         proc = run_cli(f"model={tower}", f"params.checkpoint={tmp_path / 'clip'}", "shapes.dims.batch=[1,2,4]",
                        "shapes.buckets.batch=[4]", *seq, f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=900)

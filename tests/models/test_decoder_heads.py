@@ -160,7 +160,7 @@ def test_a_classifier_builds_and_serves_its_class_names_at_padded_shapes(tmp_pat
     model.save_pretrained(ckpt)
     arts = f"artifacts_dir={tmp_path / 'arts'}"
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,8,16]",
-                   arts, cwd=tmp_path, timeout=600)
+                   "shapes.buckets.batch=[4]", "shapes.buckets.seq=[8,16]", arts, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "llama").iterdir())
     assert json.loads((art / "manifest.json").read_text())["metadata"]["labels"] == {"logits": list(LABELS.values())}
@@ -193,7 +193,8 @@ def test_a_question_answering_decoder_builds_and_answers_at_padded_shapes(tmp_pa
     model = transformers.Qwen2ForQuestionAnswering(transformers.Qwen2Config(**SIZES)).eval()
     model.save_pretrained(ckpt)
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,2,4]", "shapes.dims.seq=[1,8,16]",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "shapes.buckets.batch=[4]", "shapes.buckets.seq=[8,16]", f"artifacts_dir={tmp_path / 'arts'}",
+                   cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "qwen2").iterdir())
     config = json.loads((art / "manifest.json").read_text())["metadata"]["build_key_parts"]["config"]
@@ -221,7 +222,8 @@ def test_a_decoder_embedding_model_pools_its_last_real_token(tmp_path):
     causal.save_pretrained(ckpt)
     arts = f"artifacts_dir={tmp_path / 'arts'}"
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=last", "model.normalize=true",
-                   "shapes.dims.batch=[1,2,2]", "shapes.dims.seq=[1,8,16]", arts, cwd=tmp_path, timeout=600)
+                   "shapes.dims.batch=[1,2,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]", arts,
+                   cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "1 tensor(s) of a head not built (head=none: the model alone) skipped: lm_head.weight" \
         in proc.stdout + proc.stderr

@@ -113,7 +113,7 @@ def test_model_hf_builds_the_checkpoints_architecture_with_its_head(family, tmp_
     outputs, Hugging Face's names; both loaders match PyTorch at an unpadded and a padded (batch, seq)."""
     model, path = save(tmp_path_factory, family, BUILT[family])
     proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "shapes.buckets.seq=[8,16]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / family).iterdir())
     manifest = json.loads((art / "manifest.json").read_text())

@@ -142,8 +142,8 @@ def test_all_mpnet_base_v2_sentence_embeddings_build_and_match(tmp_path_factory,
     caller's pad ids); the encoder's own outputs beside it."""
     model, path = save(tmp_path_factory, "Model")
     proc = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=mean", "model.normalize=true",
-                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "mpnet").iterdir())
     config = json.loads((art / "manifest.json").read_text())["metadata"]["build_key_parts"]["config"]["model"]
