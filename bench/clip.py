@@ -111,8 +111,8 @@ def main() -> None:
     print(row(f"zero-shot {n}x{len(labels)}", ours, theirs, float(np.abs(got - want).max())))
     for batch in sorted({1, n}):
         x = pixels[:batch]
-        ours, got = timed(lambda: images(pixel_values=x)["image_embeds"], args.rounds)
-        theirs, want = timed(lambda: torch_embed(x), args.rounds)
+        ours, got = timed(lambda x=x: images(pixel_values=x)["image_embeds"], args.rounds)
+        theirs, want = timed(lambda x=x: torch_embed(x), args.rounds)
         print(row(f"image embeddings x{batch}", ours, theirs, float(np.abs(np.asarray(got) - want).max())))
 
 

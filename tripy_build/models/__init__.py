@@ -43,6 +43,7 @@ from .modernbert import ModernBert
 from .moe import GptOss, GraniteMoe, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe
 from .mpnet import MPNet
 from .resnet import ResNet
+from .siglip import Siglip, SiglipText, SiglipVision
 from .transformer import TransformerBlock
 from .vit import ViT
 
@@ -87,6 +88,9 @@ MODELS: dict[str, type] = {
     "clip": Clip,
     "clip_text": ClipText,
     "clip_vision": ClipVision,
+    "siglip": Siglip,
+    "siglip_text": SiglipText,
+    "siglip_vision": SiglipVision,
 }
 
 
@@ -120,4 +124,5 @@ __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Rob
            "DistilBert", "Electra", "Albert", "Bart",
            "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
-           "Olmoe", "ViT", "ResNet", "Clip", "ClipText", "ClipVision", "input_infos"]
+           "Olmoe", "ViT", "ResNet", "Clip", "ClipText", "ClipVision", "Siglip", "SiglipText",
+           "SiglipVision", "input_infos"]

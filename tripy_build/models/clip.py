@@ -295,3 +295,7 @@ class Clip:
 
     def max_positions(self) -> int:
         return self.text_max_position_embeddings
+
+    def output_scores(self) -> dict[str, str]:
+        """Each image's similarities to the texts scored together (a softmax over the texts), as CLIP was trained."""
+        return {"logits_per_image": "softmax"}

@@ -270,16 +270,42 @@ _CLIP_VISION = _clip_tower((("embeddings.class_embedding", "embeddings.cls"),
 _CLIP_IGNORED = (r"((text|vision)_model\.)?embeddings\.position_ids",)  # buffers older checkpoints saved
 
 
-def _clip_tower_arch(side: str, hf_side: str, names: tuple[tuple[str, str], ...], projection: str) -> Architecture:
-    """A CLIP tower, from its own checkpoint (``CLIP{Text,Vision}Model[WithProjection]``) or a ``CLIPModel``'s."""
+_SIGLIP_TEXT = _clip_tower(_CLIP_TEXT[:2], (*_ln("final_layer_norm", "final_ln"), *_linear("head", "head")))
+_SIGLIP_VISION = _clip_tower(
+    (*_linear("embeddings.patch_embedding", "embeddings.patch"),
+     ("embeddings.position_embedding.weight", "embeddings.position")),
+    (*_ln("post_layernorm", "post_ln"), ("head.probe", "head.probe"), ("head.attention.in_proj_weight", "head.in_proj.weight"),
+     ("head.attention.in_proj_bias", "head.in_proj.bias"), *_linear("head.attention.out_proj", "head.out_proj"),
+     *_ln("head.layernorm", "head.ln"), *_linear("head.mlp.fc1", "head.mlp.fc1"), *_linear("head.mlp.fc2", "head.mlp.fc2")))
+
+
+def _tower_arch(family: str, side: str, names: tuple[tuple[str, str], ...], projection: str | None) -> Architecture:
+    """A CLIP or SigLIP tower, from its own checkpoint (``CLIP{Text,Vision}Model[WithProjection]``,
+    ``Siglip{Text,Vision}Model``) or a whole model's (``CLIPModel``, ``SiglipModel``): ``projection`` names the
+    Linear of a ``*WithProjection`` model (CLIP's; SigLIP's towers pool through a head of their own)."""
     other = "vision" if side == "text" else "text"
-    others = {"text": "visual_projection", "vision": "text_projection"}[side]
+    rest = {"clip": {"text": r"visual_projection\.weight|logit_scale", "vision": r"text_projection\.weight|logit_scale"},
+            "siglip": dict.fromkeys(("text", "vision"), r"logit_scale|logit_bias")}[family][side]
+    stem = {"clip": "CLIP", "siglip": "Siglip"}[family] + side.title()
+    heads = {"heads": (("projection", ((f"{projection}.weight", "projection"),)),),
+             "head_tensors": rf"{projection}\.weight"} if projection else {}
     return Architecture(
-        model_type=f"clip_{side}_model", prefixes=("", f"{hf_side}."), names=names, ignored=_CLIP_IGNORED,
-        heads=(("projection", ((f"{projection}.weight", "projection"),)),), head_tensors=rf"{projection}\.weight",
-        classes=f"CLIP{side.title()}", suffixes=(("Model", "none"), ("ModelWithProjection", "projection")),
-        parts=(Part("clip", f"{side}_config", "projection", ("projection_dim",),
-                    rf"({other}_model\..*|{others}\.weight|logit_scale)"),))
+        model_type=f"{family}_{side}_model", prefixes=("", f"{side}_model."), names=names, ignored=_CLIP_IGNORED,
+        classes=stem, suffixes=(("Model", "none"), *((("ModelWithProjection", "projection"),) if projection else ())),
+        parts=(Part(family, f"{side}_config", "projection" if projection else "none",
+                    ("projection_dim",) if projection else (), rf"({other}_model\..*|{rest})"),), **heads)
+
+
+def _whole_arch(family: str, text: tuple[tuple[str, str], ...], vision: tuple[tuple[str, str], ...],
+                own: tuple[tuple[str, str], ...]) -> Architecture:
+    """``CLIPModel`` or ``SiglipModel``: both towers (config.json's ``text_config`` and ``vision_config`` the zoo model's
+    ``text_*`` and ``vision_*`` settings) and the tensors of their similarity (``own``)."""
+    return Architecture(
+        model_type=family, prefixes=("",), ignored=_CLIP_IGNORED,
+        names=(*((f"text_model.{hf}", f"text.{zoo}") for hf, zoo in text),
+               *((f"vision_model.{hf}", f"vision.{zoo}") for hf, zoo in vision), *own),
+        classes={"clip": "CLIP", "siglip": "Siglip"}[family], suffixes=(("Model", "none"),),
+        nested=(("text_config", "text_"), ("vision_config", "vision_")))
 
 
 _ATTENTION = (*_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"), *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
@@ -614,17 +640,15 @@ NAMES: dict[str, Architecture] = {
         heads=(("image_classification", tuple(_linear("classifier", "head.out"))),),
         head_tensors=r"classifier\..*", classes="ViT", suffixes=_IMAGE_SUFFIXES,
     ),
-    "clip": Architecture(
-        model_type="clip", prefixes=("",),
-        names=(*((f"text_model.{hf}", f"text.{zoo}") for hf, zoo in _CLIP_TEXT),
-               *((f"vision_model.{hf}", f"vision.{zoo}") for hf, zoo in _CLIP_VISION),
-               ("text_projection.weight", "text_projection"), ("visual_projection.weight", "visual_projection"),
-               ("logit_scale", "logit_scale")),
-        ignored=_CLIP_IGNORED, classes="CLIP", suffixes=(("Model", "none"),),
-        nested=(("text_config", "text_"), ("vision_config", "vision_")),
-    ),
-    "clip_text": _clip_tower_arch("text", "text_model", _CLIP_TEXT, "text_projection"),
-    "clip_vision": _clip_tower_arch("vision", "vision_model", _CLIP_VISION, "visual_projection"),
+    "clip": _whole_arch("clip", _CLIP_TEXT, _CLIP_VISION, (
+        ("text_projection.weight", "text_projection"), ("visual_projection.weight", "visual_projection"),
+        ("logit_scale", "logit_scale"))),
+    "clip_text": _tower_arch("clip", "text", _CLIP_TEXT, "text_projection"),
+    "clip_vision": _tower_arch("clip", "vision", _CLIP_VISION, "visual_projection"),
+    "siglip": _whole_arch("siglip", _SIGLIP_TEXT, _SIGLIP_VISION, (("logit_scale", "logit_scale"),
+                                                                    ("logit_bias", "logit_bias"))),
+    "siglip_text": _tower_arch("siglip", "text", _SIGLIP_TEXT, None),
+    "siglip_vision": _tower_arch("siglip", "vision", _SIGLIP_VISION, None),
     "resnet50": Architecture(
         model_type="resnet",
         prefixes=("", "resnet."),

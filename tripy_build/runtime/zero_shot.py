@@ -91,31 +91,39 @@ def answers(texts: Sequence[str], rows: Sequence[np.ndarray], labels: Sequence[s
 
 
 def of_images(model: Any, images: Any, candidate_labels: Any, hypothesis_template: str) -> list[list[dict[str, Any]]]:
-    """Each image's candidate labels by score, highest first, ``[{"score", "label"}, ...]``, by a CLIP model
-    (``model=clip``, its tokenizer stored): each label put in ``hypothesis_template``, the texts tokenized and padded
-    as the pipeline pads them, a softmax of each image's ``logits_per_image`` over the labels (``MultiEntry.
-    zero_shot_image``). Labels past the build's ``texts`` and images past its ``batch`` run in more calls: an image's
-    logit for a label depends on that image and that text alone."""
+    """Each image's candidate labels by score, highest first, ``[{"score", "label"}, ...]``, by a CLIP or SigLIP model
+    (``model=clip``, ``model=siglip``, its tokenizer stored): each label put in ``hypothesis_template``, the texts
+    tokenized and padded as the pipeline pads them (to the longest; SigLIP's to its fixed width), each image's
+    ``logits_per_image`` scored as the build recorded (``metadata.scores``: CLIP's softmax over the labels, SigLIP's
+    sigmoid of each) (``MultiEntry.zero_shot_image``). Labels past the build's ``texts`` and images past its ``batch``
+    run in more calls: an image's logit for a label depends on that image and that text alone."""
     from .texts import padded_calls
 
     if not {"input_ids", "pixel_values"} <= set(model.input_infos) or "logits_per_image" not in model.output_names:
-        raise CallError(f"{model.model_name}: zero-shot image classification needs a CLIP model (model=clip: texts and "
-                        f"images in, logits_per_image out); this model's outputs are {', '.join(model.output_names)}.")
+        raise CallError(f"{model.model_name}: zero-shot image classification needs a CLIP or SigLIP model (model=clip, "
+                        f"model=siglip: texts and images in, logits_per_image out); this model's outputs are "
+                        f"{', '.join(model.output_names)}.")
     labels = candidates(candidate_labels, hypothesis_template)
     pixels = np.asarray(images)
     pixels = pixels[None] if pixels.ndim == 3 else pixels
     expected = model.input_infos["pixel_values"].shape_bounds.max[1:]
     if pixels.ndim != 4 or pixels.dtype.kind != "f" or tuple(pixels.shape[1:]) != tuple(expected) or not len(pixels):
         raise CallError(f"{model.model_name}: images must be pixel values, floats [images, {', '.join(map(str, expected))}] "
-                        f"(or one image [{', '.join(map(str, expected))}]) as CLIP's image processor makes them, got "
-                        f"{pixels.dtype} {list(pixels.shape)}.")
+                        f"(or one image [{', '.join(map(str, expected))}]) as the model's image processor makes them, "
+                        f"got {pixels.dtype} {list(pixels.shape)}.")
     texts = [hypothesis_template.format(label) for label in labels]
-    calls = padded_calls(model.tokenizer, [model.tokenizer.encode(t) for t in texts], None,
-                         model.input_infos["input_ids"].shape_bounds,
+    bounds = model.input_infos["input_ids"].shape_bounds
+    calls = padded_calls(model.tokenizer, [model.tokenizer.encode(t) for t in texts], None, bounds,
                          lambda i: f"{model.model_name}: the label {labels[i]!r} in its template ({texts[i]!r})",
                          "the model", "use shorter labels or template")
+    takes, fixed = set(model.input_infos), bounds.max[1] if bounds.min[1] == bounds.max[1] else None
+    if fixed is not None:  # a text width the model fixes (SigLIP's: its processor pads to max_length)
+        calls = [{k: np.pad(v, ((0, 0), (0, fixed - v.shape[1])), constant_values=model.tokenizer.pad_token_id
+                            if k == "input_ids" else 0) for k, v in call.items()} for call in calls]
     most = model.input_infos["pixel_values"].shape_bounds.max[0]
-    logits = np.concatenate([np.concatenate([np.asarray(model(**call, pixel_values=pixels[at:at + most].astype(
-        np.float32))["logits_per_image"]) for call in calls], axis=1) for at in range(0, len(pixels), most)])
-    probs = apply(logits, "softmax")
+    logits = np.concatenate([np.concatenate([np.asarray(model(**{k: v for k, v in call.items() if k in takes},
+                                                              pixel_values=pixels[at:at + most].astype(np.float32))
+                                                        ["logits_per_image"]) for call in calls], axis=1)
+                             for at in range(0, len(pixels), most)])
+    probs = apply(logits, model.scores.get("logits_per_image") or "softmax")
     return [[{"score": float(row[i]), "label": labels[i]} for i in np.argsort(-row, kind="stable")] for row in probs]

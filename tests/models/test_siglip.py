@@ -1,0 +1,142 @@
+"""SigLIP from Hugging Face checkpoints (``models/siglip.py``): every class (``SiglipModel``, each tower) against
+PyTorch's, a tower read from a whole ``SiglipModel`` checkpoint, and a ``SiglipModel`` built through ``model=hf`` with
+a tokenizer, answering ``zero_shot_image()`` as transformers' zero-shot-image-classification pipeline does for SigLIP
+(texts padded to the fixed width, a sigmoid per label) on both loaders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+import transformers  # noqa: E402
+
+import tripy_build as tb  # noqa: E402
+from examples.clip_checkpoint import tokenizer  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.models import MODELS, hf  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+SCALE_TOL = 1e-4
+WIDTH = 64  # every text's tokens: max_position_embeddings (SigLIP's, and the pipeline's max_length)
+TEXT = dict(vocab_size=60, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+            max_position_embeddings=WIDTH)
+VISION = dict(hidden_size=16, intermediate_size=20, num_hidden_layers=2, num_attention_heads=4, image_size=12,
+              patch_size=4)
+
+
+def config(cls_name: str):
+    if cls_name.startswith("SiglipText"):
+        return transformers.SiglipTextConfig(**TEXT)
+    if cls_name.startswith("SiglipVision"):
+        return transformers.SiglipVisionConfig(**VISION)
+    return transformers.SiglipConfig(text_config=TEXT, vision_config=VISION)
+
+
+def save(cls_name: str, path):
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(config(cls_name)).eval()
+    with torch.no_grad():  # SiglipModel starts its scale and bias at random: fixed, and not 0, 1
+        for name, value in (("logit_scale", 1.3), ("logit_bias", -2.0)):
+            if hasattr(model, name):
+                getattr(model, name).fill_(value)
+    model.save_pretrained(path)
+    return model
+
+
+def ids(rows: int, seed: int = 0) -> np.ndarray:
+    """Texts as SigLIP's processor gives them: tokens, then padding (id 1) to the fixed width."""
+    rng = np.random.default_rng(seed)
+    out = np.ones((rows, WIDTH), np.int32)
+    for row, n in enumerate(rng.integers(3, WIDTH, rows)):
+        out[row, :n] = rng.integers(2, 60, n)
+    return out
+
+
+def images(n: int, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 3, 12, 12)).astype(np.float32)
+
+
+def torch_run(model, **x):
+    with torch.no_grad():
+        return model(**{k: torch.tensor(v, dtype=torch.long if v.dtype == np.int32 else torch.float32)
+                        for k, v in x.items()})
+
+
+def close(got, want, what: str) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, what
+    assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max(), what
+
+
+@pytest.mark.parametrize("cls_name, zoo, outputs", [
+    ("SiglipTextModel", "siglip_text", {"last_hidden_state", "pooler_output"}),
+    ("SiglipVisionModel", "siglip_vision", {"last_hidden_state", "pooler_output"}),
+    ("SiglipModel", "siglip", {"logits_per_image", "logits_per_text", "text_embeds", "image_embeds"}),
+])
+def test_every_class_matches_pytorch(cls_name, zoo, outputs, tmp_path):
+    model = save(cls_name, tmp_path)
+    assert hf.model_name(tmp_path) == zoo
+    ours, params = hf.load_pretrained(MODELS[zoo], tmp_path)
+    x = {"input_ids": ids(3)} if zoo != "siglip_vision" else {}
+    if zoo != "siglip_text":
+        x["pixel_values"] = images(2)
+    got, want = ours.apply(params, **x), torch_run(model, **x)
+    assert set(got) == outputs
+    for name in outputs:
+        close(got[name], getattr(want, name), name)
+
+
+@pytest.mark.parametrize("zoo", ["siglip_text", "siglip_vision"])
+def test_a_tower_reads_a_whole_siglip_checkpoint(zoo, tmp_path, caplog):
+    whole = save("SiglipModel", tmp_path)
+    with caplog.at_level("INFO"):
+        tower, params = hf.load_pretrained(MODELS[zoo], tmp_path)
+    assert "of the rest of the checkpoint skipped" in caplog.text
+    with torch.no_grad():
+        if zoo == "siglip_text":
+            x = {"input_ids": ids(2, seed=3)}
+            want = whole.get_text_features(input_ids=torch.tensor(x["input_ids"], dtype=torch.long))
+        else:
+            x = {"pixel_values": images(3)}
+            want = whole.get_image_features(pixel_values=torch.tensor(x["pixel_values"]))
+    close(tower.apply(params, **x)["pooler_output"], getattr(want, "pooler_output", want), "pooler_output")
+
+
+def test_a_siglip_model_answers_zero_shot_image_classification_as_the_pipeline(tmp_path):
+    """model=hf on a SiglipModel checkpoint with a tokenizer that gives no attention mask (as SigLIP's): its texts run
+    at the fixed width, padded as SigLIP's processor pads them, each label's score a sigmoid on its own."""
+    from PIL import Image
+
+    model = save("SiglipModel", tmp_path / "siglip")
+    tok = tokenizer()
+    tok.model_input_names = ["input_ids"]  # SigLIP's tokenizer gives no attention_mask: the pads are attended
+    tok.save_pretrained(tmp_path / "siglip")
+    proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'siglip'}", "shapes=image_text",
+                   "shapes.dims.batch=[1,1,4]", "shapes.dims.texts=[1,2,4]", "shapes.buckets.texts=[4]",
+                   "shapes.buckets.batch=[4]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "siglip").iterdir())
+    processor = transformers.SiglipImageProcessor(size={"height": 12, "width": 12})
+    pipe = transformers.pipeline("zero-shot-image-classification", model=model, tokenizer=tok, image_processor=processor)
+    rng = np.random.default_rng(0)
+    pictures = [Image.fromarray(rng.integers(0, 255, (20, 16, 3), dtype=np.uint8)) for _ in range(5)]
+    pixels = processor(pictures, return_tensors="np")["pixel_values"]
+    labels = ["cat", "dog", "fox", "owl", "ox"]  # 5 labels over texts of at most 4, 5 images over a batch of 4
+    expected = pipe(pictures, candidate_labels=labels, hypothesis_template="a {}")
+    x = {"input_ids": ids(3, seed=2), "pixel_values": images(3, seed=4)}  # 3 texts and 3 images: padded rows
+    want = torch_run(model, **x)
+    for load in (runtime.load, tb.load):
+        exe = load(art)
+        got = exe(**x)
+        for name in ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
+            close(got[name], getattr(want, name), name)
+        answers = exe.zero_shot_image(pixels, labels, hypothesis_template="a {}")
+        assert [[a["label"] for a in row] for row in answers] == [[e["label"] for e in row] for row in expected]
+        assert np.allclose([[a["score"] for a in row] for row in answers], [[e["score"] for e in row] for row in expected],
+                           rtol=0, atol=1e-5)
