@@ -140,3 +140,34 @@ def test_a_siglip_model_answers_zero_shot_image_classification_as_the_pipeline(t
         assert [[a["label"] for a in row] for row in answers] == [[e["label"] for e in row] for row in expected]
         assert np.allclose([[a["score"] for a in row] for row in answers], [[e["score"] for e in row] for row in expected],
                            rtol=0, atol=1e-5)
+
+
+def test_a_text_tower_takes_text_padded_to_its_width_on_the_server(tmp_path):
+    """model=siglip_text from a SiglipModel checkpoint with its tokenizer, served: texts on /infer are tokenized and
+    padded to the build's fixed width (SigLIP's processor's padding="max_length"), never to the longest text, which
+    would move the position the tower pools; the embeddings are SiglipModel's get_text_features."""
+    import json
+    import urllib.request
+
+    from tripy_build.serve.http import Server
+
+    whole = save("SiglipModel", tmp_path / "siglip")
+    tok = tokenizer()
+    tok.model_input_names = ["input_ids"]
+    tok.save_pretrained(tmp_path / "siglip")
+    proc = run_cli("model=siglip_text", f"params.checkpoint={tmp_path / 'siglip'}", "shapes.dims.batch=[1,2,4]",
+                   "shapes.buckets.batch=[4]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = next((tmp_path / "arts" / "siglip_text").iterdir())
+    texts = ["a cat", "the dog sat"]
+    with torch.no_grad():
+        want = whole.get_text_features(**tok(texts, padding="max_length", max_length=WIDTH, return_tensors="pt"))
+    want = getattr(want, "pooler_output", want).numpy()
+    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": texts}], "outputs": [
+        {"name": "pooler_output"}]}
+    with Server([art], port=0).start() as server:
+        req = urllib.request.Request(f"{server.url}/v2/models/siglip_text/infer", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=120) as r:
+            out = json.loads(r.read())["outputs"][0]
+    close(np.array(out["data"]).reshape(out["shape"]), want, "pooler_output")

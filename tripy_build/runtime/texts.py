@@ -72,14 +72,17 @@ def _rows(model: Any, spans: list[Any], output: str, named: Callable[[int], str]
 def padded_calls(tokenizer: Any, rows: list[list[int]], types: list[list[int]] | None, bounds: Any,
                  named: Callable[[int], str], who: str, fix: str = LONGER) -> list[dict[str, np.ndarray]]:
     """Token-id rows (and their token types, or None) as the inputs of calls of at most the batch dim's size
-    (``bounds``: ``input_ids``' shape bounds), each padded by ``Tokenizer.pad``; a row longer than the seq dim's
-    largest size is refused, ``named(i)`` naming it, ``who`` the model that takes it and ``fix`` what to do."""
+    (``bounds``: ``input_ids``' shape bounds), each padded by ``Tokenizer.pad`` to its longest row, or to the text
+    width where the build fixes one (a static seq, SigLIP's 64: ``padding="max_length"``, as its processor pads); a row
+    longer than the seq dim's largest size is refused, ``named(i)`` naming it, ``who`` the model that takes it and
+    ``fix`` what to do."""
     most, longest = bounds.max[0], bounds.max[1]
     over = next((i for i, row in enumerate(rows) if len(row) > longest), None)
     if over is not None:
         raise CallError(f"{named(over)} is {len(rows[over])} tokens, but {who} takes at most {longest} (the build's seq "
                         f"range): {fix}.")
-    return [tokenizer.pad(rows[start:start + most], None if types is None else types[start:start + most])
+    fixed = longest if bounds.min[1] == longest else None
+    return [tokenizer.pad(rows[start:start + most], None if types is None else types[start:start + most], fixed)
             for start in range(0, len(rows), most)]
 
 

@@ -174,11 +174,13 @@ class Tokenizer:
             e = self._cut.encode(text, add_special_tokens=True)
         return [self._spans(w) for w in [e, *e.overflowing]]
 
-    def pad(self, rows: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
-        """Token-id rows as one batch, as transformers pads one (``padding=True``): ``input_ids`` int32 ``[rows,
-        longest]`` filled on the right with ``pad_token_id``, ``attention_mask`` 1 over each row's tokens, and, given
-        each row's token types (``Spans.type_ids``), ``token_type_ids`` (0 in the padding)."""
-        width = max(map(len, rows))
+    def pad(self, rows: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None = None,
+            width: int | None = None) -> dict[str, np.ndarray]:
+        """Token-id rows as one batch, as transformers pads one (``padding=True``; with ``width``,
+        ``padding="max_length"`` to it): ``input_ids`` int32 ``[rows, longest]`` filled on the right with
+        ``pad_token_id``, ``attention_mask`` 1 over each row's tokens, and, given each row's token types
+        (``Spans.type_ids``), ``token_type_ids`` (0 in the padding)."""
+        width = width or max(map(len, rows))
         out = {"input_ids": np.full((len(rows), width), self.pad_token_id, np.int32),
                "attention_mask": np.zeros((len(rows), width), np.int32)}
         if types is not None:

@@ -116,11 +116,7 @@ def of_images(model: Any, images: Any, candidate_labels: Any, hypothesis_templat
     calls = padded_calls(model.tokenizer, [model.tokenizer.encode(t) for t in texts], None, bounds,
                          lambda i: f"{model.model_name}: the label {labels[i]!r} in its template ({texts[i]!r})",
                          "the model", "use shorter labels or template")
-    takes, fixed = set(model.input_infos), bounds.max[1] if bounds.min[1] == bounds.max[1] else None
-    if fixed is not None:  # a text width the model fixes (SigLIP's: its processor pads to max_length)
-        calls = [{k: np.pad(v, ((0, 0), (0, fixed - v.shape[1])), constant_values=model.tokenizer.pad_token_id
-                            if k == "input_ids" else 0) for k, v in call.items()} for call in calls]
-    most = model.input_infos["pixel_values"].shape_bounds.max[0]
+    takes, most = set(model.input_infos), model.input_infos["pixel_values"].shape_bounds.max[0]
     logits = np.concatenate([np.concatenate([np.asarray(model(**{k: v for k, v in call.items() if k in takes},
                                                               pixel_values=pixels[at:at + most].astype(np.float32))
                                                         ["logits_per_image"]) for call in calls], axis=1)

@@ -285,10 +285,10 @@ class Endpoint:
     def text_rows(self, rows: list[list[int]], types: list[list[int]] | None = None,
                   named: Callable[[int], str] = "input {}".format, fix: str = LONGER) -> list[list[np.ndarray]]:
         """Texts' token ids as the model's flat inputs, in calls of at most the batch dim's size: ``input_ids``
-        padded with the tokenizer's pad id to the longest of the call, ``attention_mask`` 0 there,
-        ``token_type_ids`` the rows' ``types`` (a pair's), the other inputs as a request that leaves them out gets
-        them (``runtime/texts.padded_calls``); each call checked against the declared ranges. ``named``: how an error
-        names the row at an index; ``fix``: what it says to do with a row too long."""
+        padded with the tokenizer's pad id to the longest of the call (or the build's fixed width), ``attention_mask``
+        0 there, ``token_type_ids`` the rows' ``types`` (a pair's), the other inputs as a request that leaves them out
+        gets them (``runtime/texts.padded_calls``); each call checked against the declared ranges. ``named``: how an
+        error names the row at an index; ``fix``: what it says to do with a row too long."""
         from ..runtime.texts import padded_calls
 
         calls = []
