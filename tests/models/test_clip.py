@@ -137,8 +137,6 @@ def test_a_clip_model_builds_and_answers_zero_shot_image_classification_as_the_p
     """model=hf on a CLIPModel checkpoint with its tokenizer: called at padded shapes of images, texts and tokens on
     both loaders; zero_shot_image() as transformers' zero-shot-image-classification pipeline answers, its labels and
     images past the build's texts and batch run in more calls; a row without its end of text is refused."""
-    from PIL import Image
-
     model, tok = checkpoint(tmp_path / "clip")
     proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'clip'}", "shapes=image_text",
                    "shapes.dims.batch=[1,1,4]", "shapes.dims.texts=[1,2,4]", "shapes.dims.seq=[1,12,12]",
@@ -149,29 +147,39 @@ def test_a_clip_model_builds_and_answers_zero_shot_image_classification_as_the_p
     x = {**texts([6, 3, 5], 7, seed=4, eos=53), "pixel_values": images(3, seed=5)}  # 3 texts of 7, 3 images: padded
     want = torch_run(model, **x)
     processor = transformers.CLIPImageProcessor(size={"shortest_edge": 12}, crop_size={"height": 12, "width": 12})
-    pipe = transformers.pipeline("zero-shot-image-classification", model=model, tokenizer=tok, image_processor=processor)
-    rng = np.random.default_rng(0)
-    pictures = [Image.fromarray(rng.integers(0, 255, (20, 16, 3), dtype=np.uint8)) for _ in range(5)]
-    pixels = processor(pictures, return_tensors="np")["pixel_values"]
-    labels = ["cat", "dog", "fox", "owl", "ox"]  # 5 labels over texts of at most 4, 5 images over a batch of 4
-    expected = pipe(pictures, candidate_labels=labels, hypothesis_template="a {}")
     for load in (runtime.load, tb.load):
         exe = load(art)
         got = exe(**x)
         for name in ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
             close(got[name], getattr(want, name), name)
-        answers = exe.zero_shot_image(pixels, labels, hypothesis_template="a {}")
-        assert [[a["label"] for a in row] for row in answers] == [[e["label"] for e in row] for row in expected]
-        assert np.allclose([[a["score"] for a in row] for row in answers], [[e["score"] for e in row] for row in expected],
-                           rtol=0, atol=1e-5)
+        pixels, pictures, pipe = answers_as_the_pipeline(exe, model, tok, processor)
         assert exe.zero_shot_image(pixels[0], "cat, dog", hypothesis_template="a {}")[0]["label"] == \
             pipe(pictures[0], candidate_labels=["cat", "dog"], hypothesis_template="a {}")[0]["label"]
         with pytest.raises(CallError, match=r"images must be pixel values, floats \[images, 3, 12, 12\]"):
-            exe.zero_shot_image(pixels[:, :, :8], labels)
+            exe.zero_shot_image(pixels[:, :, :8], ["cat"])
         bad = {k: v.copy() for k, v in x.items()}
         bad["input_ids"][1, 2] = 5  # row 1's end of text replaced: it would be pooled at position 0
         with pytest.raises(CallError, match=r"input 'input_ids' row 1 holds no 53"):
             exe(**bad)
+
+
+def answers_as_the_pipeline(exe, model, tok, processor):
+    """``exe.zero_shot_image`` against transformers' zero-shot-image-classification pipeline on five images and five
+    labels (past the tests' builds' texts and batch of 4: more calls): the same labels in the same order, the same
+    scores; the images' pixels, the images and the pipeline."""
+    from PIL import Image
+
+    pipe = transformers.pipeline("zero-shot-image-classification", model=model, tokenizer=tok, image_processor=processor)
+    rng = np.random.default_rng(0)
+    pictures = [Image.fromarray(rng.integers(0, 255, (20, 16, 3), dtype=np.uint8)) for _ in range(5)]
+    pixels = processor(pictures, return_tensors="np")["pixel_values"]
+    labels = ["cat", "dog", "fox", "owl", "ox"]
+    expected = pipe(pictures, candidate_labels=labels, hypothesis_template="a {}")
+    answers = exe.zero_shot_image(pixels, labels, hypothesis_template="a {}")
+    assert [[a["label"] for a in row] for row in answers] == [[e["label"] for e in row] for row in expected]
+    assert np.allclose([[a["score"] for a in row] for row in answers], [[e["score"] for e in row] for row in expected],
+                       rtol=0, atol=1e-5)
+    return pixels, pictures, pipe
 
 
 def test_the_towers_of_one_checkpoint_serve_text_to_image_search(tmp_path):

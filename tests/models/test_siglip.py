@@ -19,6 +19,7 @@ from tripy_build import runtime  # noqa: E402
 from tripy_build.models import MODELS, hf  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
+from test_clip import answers_as_the_pipeline  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
@@ -111,8 +112,6 @@ def test_a_tower_reads_a_whole_siglip_checkpoint(zoo, tmp_path, caplog):
 def test_a_siglip_model_answers_zero_shot_image_classification_as_the_pipeline(tmp_path):
     """model=hf on a SiglipModel checkpoint with a tokenizer that gives no attention mask (as SigLIP's): its texts run
     at the fixed width, padded as SigLIP's processor pads them, each label's score a sigmoid on its own."""
-    from PIL import Image
-
     model = save("SiglipModel", tmp_path / "siglip")
     tok = tokenizer()
     tok.model_input_names = ["input_ids"]  # SigLIP's tokenizer gives no attention_mask: the pads are attended
@@ -123,12 +122,6 @@ def test_a_siglip_model_answers_zero_shot_image_classification_as_the_pipeline(t
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "siglip").iterdir())
     processor = transformers.SiglipImageProcessor(size={"height": 12, "width": 12})
-    pipe = transformers.pipeline("zero-shot-image-classification", model=model, tokenizer=tok, image_processor=processor)
-    rng = np.random.default_rng(0)
-    pictures = [Image.fromarray(rng.integers(0, 255, (20, 16, 3), dtype=np.uint8)) for _ in range(5)]
-    pixels = processor(pictures, return_tensors="np")["pixel_values"]
-    labels = ["cat", "dog", "fox", "owl", "ox"]  # 5 labels over texts of at most 4, 5 images over a batch of 4
-    expected = pipe(pictures, candidate_labels=labels, hypothesis_template="a {}")
     x = {"input_ids": ids(3, seed=2), "pixel_values": images(3, seed=4)}  # 3 texts and 3 images: padded rows
     want = torch_run(model, **x)
     for load in (runtime.load, tb.load):
@@ -136,10 +129,7 @@ def test_a_siglip_model_answers_zero_shot_image_classification_as_the_pipeline(t
         got = exe(**x)
         for name in ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
             close(got[name], getattr(want, name), name)
-        answers = exe.zero_shot_image(pixels, labels, hypothesis_template="a {}")
-        assert [[a["label"] for a in row] for row in answers] == [[e["label"] for e in row] for row in expected]
-        assert np.allclose([[a["score"] for a in row] for row in answers], [[e["score"] for e in row] for row in expected],
-                           rtol=0, atol=1e-5)
+        answers_as_the_pipeline(exe, model, tok, processor)
 
 
 def test_a_text_tower_takes_text_padded_to_its_width_on_the_server(tmp_path):

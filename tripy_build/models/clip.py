@@ -54,7 +54,7 @@ import jax.numpy as jnp
 
 from ._layers import Params, activation, embed, layer_norm, mask_bias, matmul, normal_init, positions
 from ._tokens import TokenInputs
-from .vit import _ln, encode, init_layers
+from .vit import _ln, encode, init_layers, patches
 
 LEGACY_EOS = 2  # transformers pools at each row's largest id where a config's eos_token_id is 2 (before PR #24773)
 TOWER_HEADS = ("none", "projection")
@@ -86,6 +86,69 @@ class _Tower:
         if self.task == "projection":
             return {embeds: matmul(pooled, params["projection"].T), "last_hidden_state": h}
         return {"last_hidden_state": h, "pooler_output": pooled}
+
+
+class _Image(_Tower):
+    """What both image towers share: square images of ``image_size``, in patches of ``patch_size``."""
+
+    def check(self) -> None:
+        super().check()
+        if self.image_size < self.patch_size:
+            raise ValueError(f"image_size {self.image_size} is smaller than patch_size {self.patch_size}.")
+
+    @property
+    def grid(self) -> int:
+        return self.image_size // self.patch_size
+
+    def inputs(self) -> dict[str, list]:
+        return {"pixel_values": ["batch", self.num_channels, self.image_size, self.image_size]}
+
+    def input_dtypes(self) -> dict[str, str]:
+        return {"pixel_values": "float32"}
+
+
+class _Joint:
+    """What ``CLIPModel`` and ``SiglipModel`` share: their towers, made of the ``text_*`` and ``vision_*`` settings
+    (``TOWERS``), and the cosine similarity of every image to every text."""
+
+    TOWERS: ClassVar[tuple[type, type]]
+
+    def check_towers(self) -> None:
+        if self.head not in ("auto", "none"):
+            raise ValueError(f"head={self.head!r} is not a head of {type(self).__name__}; one of auto, none. The towers "
+                             f"alone: model={self.TOWERS[0].name} or model={self.TOWERS[1].name}.")
+        for side in ("text", "vision"):
+            try:
+                getattr(self, side)
+            except ValueError as e:
+                raise ValueError(f"{side}_*: {e}") from None
+
+    @property
+    def task(self) -> str:
+        return "none"
+
+    def tower(self, side: str, **given: Any) -> Any:
+        """The text or image tower (``side``) of the settings named ``{side}_{its setting}``, and ``given``."""
+        cls = self.TOWERS[side == "vision"]
+        own = {f.name: getattr(self, f"{side}_{f.name}") for f in dataclasses.fields(cls) if hasattr(self, f"{side}_{f.name}")}
+        return cls(**own, **given)
+
+    @staticmethod
+    def similarity(text: jax.Array, image: jax.Array, scale: jax.Array, bias: jax.Array | None = None
+                   ) -> dict[str, jax.Array]:
+        """The embeddings normalized, and their cosine similarity times ``exp(scale)`` (plus ``bias``) per text and
+        image: ``logits_per_image [images, texts]``, as both models return them."""
+        text = text / jnp.linalg.norm(text, axis=-1, keepdims=True)
+        image = image / jnp.linalg.norm(image, axis=-1, keepdims=True)
+        per_text = matmul(text, image.T) * jnp.exp(scale)
+        per_text = per_text if bias is None else per_text + bias
+        return {"logits_per_image": per_text.T, "logits_per_text": per_text, "text_embeds": text, "image_embeds": image}
+
+    def input_dtypes(self) -> dict[str, str]:
+        return {**self.text.input_dtypes(), **self.vision.input_dtypes()}
+
+    def input_values(self) -> dict[str, tuple[int, int]]:
+        return self.text.input_values()
 
 
 @dataclass(frozen=True)
@@ -143,7 +206,7 @@ class ClipText(_Tower, TokenInputs):
 
 
 @dataclass(frozen=True)
-class ClipVision(_Tower):
+class ClipVision(_Image):
     image_size: int = 224
     patch_size: int = 32
     num_channels: int = 3
@@ -161,19 +224,13 @@ class ClipVision(_Tower):
 
     def __post_init__(self) -> None:
         self.check()
-        if self.image_size < self.patch_size:
-            raise ValueError(f"image_size {self.image_size} is smaller than patch_size {self.patch_size}.")
-
-    @property
-    def patches(self) -> int:
-        return (self.image_size // self.patch_size) ** 2
 
     def init(self, key: jax.Array) -> Params:
         d, p = self.hidden_size, self.patch_size
         k_cls, k_patch, k_pos, k_proj, *k_layers = jax.random.split(key, 4 + self.num_hidden_layers)
         params = {"embeddings": {"cls": normal_init(k_cls, (d,)),
                                  "patch": normal_init(k_patch, (d, self.num_channels, p, p)),
-                                 "position": normal_init(k_pos, (1 + self.patches, d))},
+                                 "position": normal_init(k_pos, (1 + self.grid ** 2, d))},
                   "pre_ln": _ln(d), "layers": init_layers(k_layers, d, self.intermediate_size), "post_ln": _ln(d)}
         if self.task == "projection":
             params["projection"] = normal_init(k_proj, (self.projection_dim, d))
@@ -182,32 +239,18 @@ class ClipVision(_Tower):
     def tower(self, params: Params, pixel_values: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``(last_hidden_state, pooler_output)``."""
         emb = params["embeddings"]
-        b, c, p = pixel_values.shape[0], self.num_channels, self.patch_size
-        g = self.image_size // p
-        # the patch convolution (kernel p, stride p, no bias) as one matmul over each patch's (channel, row, column)
-        x = pixel_values[:, :, : g * p, : g * p].reshape(b, c, g, p, g, p)
-        x = jnp.einsum("bcyixj,dcij->byxd", x, emb["patch"]).reshape(b, g * g, self.hidden_size)
-        cls = jnp.broadcast_to(emb["cls"], (b, 1, self.hidden_size))
-        h = layer_norm(params["pre_ln"], jnp.concatenate([cls, x], axis=1) + emb["position"], self.layer_norm_eps)
+        cls = jnp.broadcast_to(emb["cls"], (pixel_values.shape[0], 1, self.hidden_size))
+        h = jnp.concatenate([cls, patches(pixel_values, emb["patch"])], axis=1) + emb["position"]
+        h = layer_norm(params["pre_ln"], h, self.layer_norm_eps)
         h = self.layers(params, h)
         return h, layer_norm(params["post_ln"], h[:, 0], self.layer_norm_eps)
 
     def apply(self, params: Params, pixel_values: jax.Array) -> dict[str, jax.Array]:
         return self.headed(params, *self.tower(params, pixel_values), "image_embeds")
 
-    def inputs(self) -> dict[str, list]:
-        return {"pixel_values": ["batch", self.num_channels, self.image_size, self.image_size]}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {"pixel_values": "float32"}
-
-
-TEXT_FIELDS = tuple(f.name for f in dataclasses.fields(ClipText) if f.name not in ("head", "projection_dim"))
-VISION_FIELDS = tuple(f.name for f in dataclasses.fields(ClipVision) if f.name not in ("head", "projection_dim"))
-
 
 @dataclass(frozen=True)
-class Clip:
+class Clip(_Joint):
     """``CLIPModel``: the two towers (their settings ``text_*`` and ``vision_*``, as config.json's ``text_config`` and
     ``vision_config`` hold them) and the similarity of every image to every text."""
 
@@ -234,30 +277,19 @@ class Clip:
     head: str = "auto"  # none (CLIPModel); auto: the checkpoint's
 
     name: ClassVar[str] = "clip"
-    HEADS: ClassVar[tuple[str, ...]] = ("none",)
+    TOWERS: ClassVar[tuple[type, type]] = (ClipText, ClipVision)
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "texts": "rows", "seq": {"mask_input": "attention_mask"}}
 
     def __post_init__(self) -> None:
-        if self.head not in ("auto", "none"):
-            raise ValueError(f"head={self.head!r} is not a head of Clip; one of auto, none (CLIPModel). The towers "
-                             "alone, with their projections: model=clip_text or model=clip_vision, head=projection.")
-        for side in ("text", "vision"):  # the towers' own checks
-            try:
-                getattr(self, side)
-            except ValueError as e:
-                raise ValueError(f"{side}_*: {e}") from None
-
-    @property
-    def task(self) -> str:
-        return "none"
+        self.check_towers()
 
     @property
     def text(self) -> ClipText:
-        return ClipText(**{f: getattr(self, "text_" + f) for f in TEXT_FIELDS}, projection_dim=self.projection_dim)
+        return self.tower("text", projection_dim=self.projection_dim)
 
     @property
     def vision(self) -> ClipVision:
-        return ClipVision(**{f: getattr(self, "vision_" + f) for f in VISION_FIELDS}, projection_dim=self.projection_dim)
+        return self.tower("vision", projection_dim=self.projection_dim)
 
     def init(self, key: jax.Array) -> Params:
         k_text, k_vision, k_tp, k_vp = jax.random.split(key, 4)
@@ -271,21 +303,11 @@ class Clip:
               pixel_values: jax.Array) -> dict[str, jax.Array]:
         _, text = self.text.tower(params["text"], input_ids, attention_mask)
         _, image = self.vision.tower(params["vision"], pixel_values)
-        text = matmul(text, params["text_projection"].T)
-        image = matmul(image, params["visual_projection"].T)
-        text = text / jnp.linalg.norm(text, axis=-1, keepdims=True)
-        image = image / jnp.linalg.norm(image, axis=-1, keepdims=True)
-        per_text = jnp.exp(params["logit_scale"]) * matmul(text, image.T)
-        return {"logits_per_image": per_text.T, "logits_per_text": per_text, "text_embeds": text, "image_embeds": image}
+        return self.similarity(matmul(text, params["text_projection"].T), matmul(image, params["visual_projection"].T),
+                               params["logit_scale"])
 
     def inputs(self) -> dict[str, list]:
         return {"input_ids": ["texts", "seq"], "attention_mask": ["texts", "seq"], **self.vision.inputs()}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {"input_ids": "int32", "attention_mask": "int32", "pixel_values": "float32"}
-
-    def input_values(self) -> dict[str, tuple[int, int]]:
-        return self.text.input_values()
 
     def input_defaults(self) -> dict[str, int]:
         return self.text.input_defaults()

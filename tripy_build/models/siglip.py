@@ -24,7 +24,6 @@ model's ``{"text", "vision", "logit_scale": [1], "logit_bias": [1]}``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -33,8 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from ._layers import Params, activation, embed, layer_norm, linear, matmul, normal_init, positions, softmax
-from .clip import _Tower
-from .vit import _linear, _ln, init_layers
+from .clip import _Image, _Joint, _Tower
+from .vit import _linear, _ln, init_layers, patches
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ class SiglipText(_Tower):
 
 
 @dataclass(frozen=True)
-class SiglipVision(_Tower):
+class SiglipVision(_Image):
     image_size: int = 224
     patch_size: int = 16
     num_channels: int = 3
@@ -110,12 +109,6 @@ class SiglipVision(_Tower):
 
     def __post_init__(self) -> None:
         self.check()
-        if self.image_size < self.patch_size:
-            raise ValueError(f"image_size {self.image_size} is smaller than patch_size {self.patch_size}.")
-
-    @property
-    def grid(self) -> int:
-        return self.image_size // self.patch_size
 
     def init(self, key: jax.Array) -> Params:
         d, p = self.hidden_size, self.patch_size
@@ -147,10 +140,7 @@ class SiglipVision(_Tower):
     def tower(self, params: Params, pixel_values: jax.Array) -> tuple[jax.Array, jax.Array | None]:
         """``(last_hidden_state, pooler_output)`` (None without ``vision_use_head``)."""
         emb = params["embeddings"]
-        b, c, p, g = pixel_values.shape[0], self.num_channels, self.patch_size, self.grid
-        x = pixel_values[:, :, : g * p, : g * p].reshape(b, c, g, p, g, p)
-        x = jnp.einsum("bcyixj,dcij->byxd", x, emb["patch"]["weight"]).reshape(b, g * g, self.hidden_size)
-        h = self.layers(params, x + emb["patch"]["bias"] + emb["position"])
+        h = self.layers(params, patches(pixel_values, emb["patch"]["weight"]) + emb["patch"]["bias"] + emb["position"])
         h = layer_norm(params["post_ln"], h, self.layer_norm_eps)
         return h, self.pool(params["head"], h) if self.vision_use_head else None
 
@@ -158,19 +148,9 @@ class SiglipVision(_Tower):
         h, pooled = self.tower(params, pixel_values)
         return {"last_hidden_state": h, **({"pooler_output": pooled} if pooled is not None else {})}
 
-    def inputs(self) -> dict[str, list]:
-        return {"pixel_values": ["batch", self.num_channels, self.image_size, self.image_size]}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {"pixel_values": "float32"}
-
-
-TEXT_FIELDS = tuple(f.name for f in dataclasses.fields(SiglipText) if f.name != "head")
-VISION_FIELDS = tuple(f.name for f in dataclasses.fields(SiglipVision) if f.name not in ("head", "vision_use_head"))
-
 
 @dataclass(frozen=True)
-class Siglip:
+class Siglip(_Joint):
     """``SiglipModel``: the two towers (their settings ``text_*`` and ``vision_*``, as config.json's ``text_config`` and
     ``vision_config`` hold them) and every image's sigmoid similarity to every text."""
 
@@ -195,32 +175,23 @@ class Siglip:
     head: str = "auto"  # none (SiglipModel); auto: the checkpoint's
 
     name: ClassVar[str] = "siglip"
+    TOWERS: ClassVar[tuple[type, type]] = (SiglipText, SiglipVision)
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "texts": "rows"}
 
     def __post_init__(self) -> None:
-        if self.head not in ("auto", "none"):
-            raise ValueError(f"head={self.head!r} is not a head of Siglip; one of auto, none (SiglipModel).")
-        for side in ("text", "vision"):  # the towers' own checks
-            try:
-                getattr(self, side)
-            except ValueError as e:
-                raise ValueError(f"{side}_*: {e}") from None
+        self.check_towers()
         if self.text.width != self.vision_hidden_size:
             raise ValueError(f"the text tower's embeddings are {self.text.width} wide (text_projection_size, else "
                              f"text_hidden_size) and the image tower's {self.vision_hidden_size} (vision_hidden_size): "
                              "their similarity needs one width.")
 
     @property
-    def task(self) -> str:
-        return "none"
-
-    @property
     def text(self) -> SiglipText:
-        return SiglipText(**{f: getattr(self, "text_" + f) for f in TEXT_FIELDS})
+        return self.tower("text")
 
     @property
     def vision(self) -> SiglipVision:
-        return SiglipVision(**{f: getattr(self, "vision_" + f) for f in VISION_FIELDS})
+        return self.tower("vision")
 
     def init(self, key: jax.Array) -> Params:
         k_text, k_vision = jax.random.split(key)
@@ -230,19 +201,10 @@ class Siglip:
     def apply(self, params: Params, input_ids: jax.Array, pixel_values: jax.Array) -> dict[str, jax.Array]:
         _, text = self.text.tower(params["text"], input_ids)
         _, image = self.vision.tower(params["vision"], pixel_values)
-        text = text / jnp.linalg.norm(text, axis=-1, keepdims=True)
-        image = image / jnp.linalg.norm(image, axis=-1, keepdims=True)
-        per_text = matmul(text, image.T) * jnp.exp(params["logit_scale"]) + params["logit_bias"]
-        return {"logits_per_image": per_text.T, "logits_per_text": per_text, "text_embeds": text, "image_embeds": image}
+        return self.similarity(text, image, params["logit_scale"], params["logit_bias"])
 
     def inputs(self) -> dict[str, list]:
         return {"input_ids": ["texts", self.text_max_position_embeddings], **self.vision.inputs()}
-
-    def input_dtypes(self) -> dict[str, str]:
-        return {"input_ids": "int32", "pixel_values": "float32"}
-
-    def input_values(self) -> dict[str, tuple[int, int]]:
-        return self.text.input_values()
 
     def output_scores(self) -> dict[str, str]:
         """Each image's similarity to each text a probability on its own (a sigmoid), as SigLIP was trained."""

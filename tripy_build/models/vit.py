@@ -77,6 +77,17 @@ def init_layers(keys: list[jax.Array], d: int, ff: int, qkv_bias: bool = True) -
     return layers
 
 
+def patches(pixel_values: jax.Array, kernel: jax.Array) -> jax.Array:
+    """The patch embedding, a convolution of kernel ``p x p`` and stride ``p`` (``kernel``: OIHW ``[d, c, p, p]``, no
+    bias), as one matmul over each patch's (channel, row, column): ``[b, patches, d]``, row by row (rows and columns
+    past the last whole patch are dropped, as the convolution drops them)."""
+    b, c, height, width = pixel_values.shape
+    d, _, ph, pw = kernel.shape
+    gh, gw = height // ph, width // pw
+    x = pixel_values[:, :, : gh * ph, : gw * pw].reshape(b, c, gh, ph, gw, pw)
+    return jnp.einsum("bcyixj,dcij->byxd", x, kernel).reshape(b, gh * gw, d)
+
+
 def encode(layers: list[Params], h: jax.Array, heads: int, eps: float, act: Any,
            bias: jax.Array | None = None) -> jax.Array:
     """Pre-LayerNorm encoder layers over ``h: [b, s, d]`` (ViT's and CLIP's): ``h + Out(Attention(LN(h)))``, then
@@ -168,12 +179,7 @@ class ViT(Headed):
         eps, d, heads = self.layer_norm_eps, self.hidden_size, self.num_attention_heads
         emb = params["embeddings"]
         b = pixel_values.shape[0]
-        gh, gw = self.grid
-        ph, pw = _pair(self.patch_size)
-        c = self.num_channels
-        # Patch embedding = Conv2d(kernel p, stride p): one matmul over each patch's (c, i, j).
-        x = pixel_values[:, :, : gh * ph, : gw * pw].reshape(b, c, gh, ph, gw, pw)
-        x = jnp.einsum("bcyixj,dcij->byxd", x, emb["patch"]["weight"]).reshape(b, gh * gw, d) + emb["patch"]["bias"]
+        x = patches(pixel_values, emb["patch"]["weight"]) + emb["patch"]["bias"]
         cls = jnp.broadcast_to(emb["cls_token"], (b, 1, d))
         h = jnp.concatenate([cls, x], axis=1) + emb["position"]
         h = layer_norm(params["ln"], encode(params["layers"], h, heads, eps, act), eps)
