@@ -133,6 +133,19 @@ def test_a_tower_reads_a_whole_clip_checkpoint(zoo, kept, tmp_path, caplog):
     assert alone.task == "none" and set(alone.apply(params, **x)) == {"last_hidden_state", "pooler_output"}
 
 
+def test_the_other_towers_tensors_are_skipped_only_in_a_whole_checkpoint(tmp_path):
+    """A text tower's own checkpoint holding an image tower's tensor is refused naming it: only a CLIPModel's has the
+    other tower, skipped."""
+    from safetensors.numpy import load_file, save_file
+
+    save("CLIPTextModelWithProjection", tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    save_file({**tensors, "vision_model.post_layernorm.weight": np.ones(16, np.float32)}, tmp_path / "model.safetensors",
+              metadata={"format": "pt"})
+    with pytest.raises(hf.CheckpointError, match="unexpected tensor vision_model.post_layernorm.weight"):
+        hf.load_pretrained(MODELS["clip_text"], tmp_path)
+
+
 def test_a_clip_model_builds_and_answers_zero_shot_image_classification_as_the_pipeline(tmp_path):
     """model=hf on a CLIPModel checkpoint with its tokenizer: called at padded shapes of images, texts and tokens on
     both loaders; zero_shot_image() as transformers' zero-shot-image-classification pipeline answers, its labels and

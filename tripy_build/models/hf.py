@@ -16,6 +16,11 @@ the file.
 Old checkpoints' ``LayerNorm.gamma``/``LayerNorm.beta`` are read as ``LayerNorm.weight``/``.bias``
 (``LEGACY_RENAMES``, as transformers does).
 
+A model of two parts (CLIP, SigLIP) holds each part's settings under its own key of ``config.json`` (``text_config``,
+``vision_config``): they are the zoo model's ``text_*`` and ``vision_*`` settings (``Architecture.nested``). A part
+built alone (a CLIP tower) reads a whole model's checkpoint too: its key's settings and its own tensors, the rest
+skipped with one log line naming them (``Architecture.parts``).
+
 A key ``config.json`` leaves out means Hugging Face's default (``Architecture.defaults``, where the zoo model's
 differs: DeBERTa's are deberta-v3-base's, ``DebertaV2Config``'s deberta-v2-xlarge's; ModernBERT-base's
 ``classifier_pooling`` is mean, ``ModernBertConfig``'s cls).
@@ -969,7 +974,10 @@ def read_params(model: Any, checkpoint_dir: str | os.PathLike) -> Any:
     ignored = [re.compile(rx + r"\Z") for rx in arch.ignored]
     tied = [re.compile(rx + r"\Z") for rx in arch.tied]
     other_heads = re.compile(arch.head_tensors + r"\Z") if arch.head_tensors else None
-    other_parts = re.compile("|".join(f"(?:{p.others})" for p in arch.parts) + r"\Z") if arch.parts else None
+    found = _json_object(checkpoint_dir / CONFIG).get("model_type") if arch.parts and (checkpoint_dir / CONFIG).is_file() \
+        else None
+    whole = next((p for p in arch.parts if p.model_type == found), None)  # the checkpoint is a whole this is part of
+    other_parts = re.compile(whole.others + r"\Z") if whole is not None else None
     apart: list[str] = []  # a whole checkpoint's tensors that are not this part's
     task = getattr(model, "task", "none")
     skipped: list[str] = []
