@@ -151,6 +151,9 @@ def test_a_clip_model_builds_and_answers_zero_shot_image_classification_as_the_p
     both loaders; zero_shot_image() as transformers' zero-shot-image-classification pipeline answers, its labels and
     images past the build's texts and batch run in more calls; a row without its end of text is refused."""
     model, tok = checkpoint(tmp_path / "clip")
+    refused = run_cli("model=hf", f"params.checkpoint={tmp_path / 'clip'}", cwd=tmp_path)  # model=hf's text shapes
+    assert refused.returncode == 2 and "is named 'texts', but the shapes config does not define it; add " \
+        "shapes.dims.texts=[min,opt,max] or ={size}, or choose shapes=image_text, which does." in refused.stderr
     proc = run_cli("model=hf", f"params.checkpoint={tmp_path / 'clip'}", "shapes=image_text",
                    "shapes.dims.batch=[1,1,4]", "shapes.dims.texts=[1,2,4]", "shapes.dims.seq=[1,12,12]",
                    "shapes.buckets.seq=[12]", "shapes.buckets.texts=[4]", "shapes.buckets.batch=[4]",  # one profile

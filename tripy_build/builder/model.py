@@ -81,6 +81,19 @@ def instantiate(model_cfg: dict[str, Any], dims: dict[str, Any] | None = None) -
     return adapter(target, target_path, kwargs, model_cfg, dims or {})
 
 
+def shapes_defining(dim: str) -> list[str]:
+    """The package's shapes configs (``conf/shapes/*.yaml``) that give ``dim`` a range: ``image_text`` for CLIP's
+    ``texts``."""
+    from omegaconf import OmegaConf
+
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "shapes").glob("*.yaml")):
+        dims = OmegaConf.load(path).get("dims") or {}
+        if dim in dims:
+            found.append(path.stem)
+    return found
+
+
 def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str = "float32") -> dict[str, InputInfo]:
     """The model's declared inputs with every named dim resolved from ``shapes.dims``."""
     infos = {}
@@ -93,9 +106,12 @@ def input_infos(model: Any, dims: dict[str, int | NamedDimension], dtype: str = 
         for i, d in enumerate(shape):
             if isinstance(d, str):
                 if d not in dims:
+                    defined = [f"shapes={n}" for n in shapes_defining(d)]
                     raise ConfigError(
                         f"shapes.dims.{d}: the model's input {name!r} dim {i} is named {d!r}, but the shapes "
-                        f"config does not define it; add shapes.dims.{d}=[min,opt,max] or ={'{size}'}."
+                        f"config does not define it; add shapes.dims.{d}=[min,opt,max] or ={'{size}'}"
+                        + (f", or choose {' or '.join(defined)}, which {'do' if len(defined) > 1 else 'does'}." if defined
+                           else ".")
                     )
                 resolved.append(dims[d])
             else:
