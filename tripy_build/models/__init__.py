@@ -44,6 +44,7 @@ from .moe import GptOss, GraniteMoe, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe
 from .mpnet import MPNet
 from .resnet import ResNet
 from .siglip import Siglip, SiglipText, SiglipVision
+from .t5 import T5Encoder
 from .transformer import TransformerBlock
 from .vit import ViT
 
@@ -91,6 +92,7 @@ MODELS: dict[str, type] = {
     "siglip": Siglip,
     "siglip_text": SiglipText,
     "siglip_vision": SiglipVision,
+    "t5": T5Encoder,
 }
 
 
@@ -125,4 +127,4 @@ __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Rob
            "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "Clip", "ClipText", "ClipVision", "Siglip", "SiglipText",
-           "SiglipVision", "input_infos"]
+           "SiglipVision", "T5Encoder", "input_infos"]

@@ -654,6 +654,21 @@ NAMES: dict[str, Architecture] = {
                                                                     ("logit_bias", "logit_bias"))),
     "siglip_text": _tower_arch("siglip", "text", _SIGLIP_TEXT, None),
     "siglip_vision": _tower_arch("siglip", "vision", _SIGLIP_VISION, None),
+    "t5": Architecture(
+        model_type="t5", prefixes=("",),
+        names=(("shared.weight", "embed"),
+               ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", "relative_attention_bias"),
+               ("encoder.block.{i}.layer.0.layer_norm.weight", "layers.{i}.attn_norm"),
+               *((f"encoder.block.{{i}}.layer.0.SelfAttention.{n}.weight", f"layers.{{i}}.{n}") for n in "qkvo"),
+               ("encoder.block.{i}.layer.1.layer_norm.weight", "layers.{i}.ff_norm"),
+               *((f"encoder.block.{{i}}.layer.1.DenseReluDense.{n}.weight", f"layers.{{i}}.{n}")
+                 for n in ("wi", "wi_0", "wi_1", "wo")),
+               ("encoder.final_layer_norm.weight", "final_norm")),
+        tied=(r"encoder\.embed_tokens\.weight",),  # the shared table
+        # T5ForConditionalGeneration's decoder and LM head: skipped, and said, for its encoder alone (head=none)
+        head_tensors=r"(decoder\..*|lm_head\.weight)",
+        classes="T5", suffixes=(("EncoderModel", "none"), ("ForConditionalGeneration", "conditional_generation")),
+    ),
     "resnet50": Architecture(
         model_type="resnet",
         prefixes=("", "resnet."),

@@ -40,6 +40,7 @@ Params (Hugging Face's layouts: Linear weights ``[out, in]``; loading a checkpoi
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -60,30 +61,35 @@ NUM_BUCKETS = 32  # the buckets MPNetEncoder.compute_position_bias uses (its def
 MAX_DISTANCE = 128  # relative_position_bucket's default: distances beyond share the last bucket
 
 
-def relative_position_bucket(relative_position: np.ndarray) -> np.ndarray:
-    """T5's bidirectional bucket of each key-minus-query distance, as transformers'
-    ``MPNetEncoder.relative_position_bucket`` computes it (32 buckets, ``max_distance`` 128, in float32): a key
-    before its query in 0..15, after it in 16..31; distances below 8 exact, then logarithmic, 128 and beyond in
-    the last."""
+def relative_position_bucket(relative_position: np.ndarray, num_buckets: int = NUM_BUCKETS,
+                             max_distance: int = MAX_DISTANCE) -> np.ndarray:
+    """T5's bidirectional bucket of each key-minus-query distance, as transformers' ``T5Attention`` and
+    ``MPNetEncoder.relative_position_bucket`` compute it (in float32; MPNet's: 32 buckets, ``max_distance`` 128): a key
+    before its query in the first half of the buckets, after it in the second; distances below a quarter of the
+    buckets exact, then logarithmic, ``max_distance`` and beyond in the last."""
     n = -np.asarray(relative_position, np.int64)
-    half = NUM_BUCKETS // 2
+    half = num_buckets // 2
     exact = half // 2
     ret = (n < 0).astype(np.int64) * half
     n = np.abs(n)
-    ratio = np.log(np.maximum(n, 1).astype(np.float32) / exact) / np.float32(math.log(MAX_DISTANCE / exact))
+    ratio = np.log(np.maximum(n, 1).astype(np.float32) / exact) / np.float32(math.log(max_distance / exact))
     large = np.minimum(exact + (ratio * np.float32(half - exact)).astype(np.int64), half - 1)
     return ret + np.where(n < exact, n, large)
 
 
-# The bucket of every distance -MAX_DISTANCE..MAX_DISTANCE (farther ones clip to the ends: the same buckets).
-_BUCKETS = relative_position_bucket(np.arange(-MAX_DISTANCE, MAX_DISTANCE + 1)).astype(np.int32)
+@functools.lru_cache(maxsize=None)
+def _buckets(num_buckets: int, max_distance: int) -> np.ndarray:
+    """The bucket of every distance -max_distance..max_distance (farther ones clip to the ends: the same buckets)."""
+    return relative_position_bucket(np.arange(-max_distance, max_distance + 1), num_buckets, max_distance).astype(np.int32)
 
 
-def position_bias(table: jax.Array, seq: Any) -> jax.Array:
+def position_bias(table: jax.Array, seq: Any, num_buckets: int = NUM_BUCKETS, max_distance: int = MAX_DISTANCE
+                  ) -> jax.Array:
     """``[1, heads, seq, seq]``: each query's bias for each key from ``table`` (``[buckets, heads]``) by the
     bucket of ``key - query``; ``seq`` static or symbolic."""
     distance = jnp.arange(seq)[None, :] - jnp.arange(seq)[:, None]
-    buckets = jnp.take(jnp.asarray(_BUCKETS), jnp.clip(distance, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE)
+    buckets = jnp.take(jnp.asarray(_buckets(num_buckets, max_distance)),
+                       jnp.clip(distance, -max_distance, max_distance) + max_distance)
     return jnp.transpose(embed(table, buckets), (2, 0, 1))[None]
 
 
