@@ -1,7 +1,7 @@
 """T5's encoder from Hugging Face checkpoints (``models/t5.py``): ``T5EncoderModel`` with T5's feed-forward and T5
-v1.1's gated one against PyTorch's, at padded rows and an attention wider than the model (``num_heads * d_kv``); a
-``T5ForConditionalGeneration`` checkpoint refused naming the fix, and its encoder alone with ``model.head=none``; a
-sentence embedding built through ``model=hf`` on both loaders at padded shapes."""
+v1.1's gated one, mT5's and UMT5's against PyTorch's, at padded rows and an attention wider than the model
+(``num_heads * d_kv``); a ``T5ForConditionalGeneration`` checkpoint refused naming the fix, and its encoder alone
+with ``model.head=none``; a sentence embedding built through ``model=hf`` on both loaders at padded shapes."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ SIZES = dict(vocab_size=60, d_model=16, d_kv=6, d_ff=24, num_layers=2, num_heads
              relative_attention_max_distance=12, decoder_start_token_id=0)
 
 
-def save(cls_name: str, path, proj: str = "relu"):
+def save(cls_name: str, path, proj: str = "relu", family: str = "T5"):
     torch.manual_seed(0)
-    model = getattr(transformers, cls_name)(transformers.T5Config(**SIZES, feed_forward_proj=proj)).eval()
+    config = getattr(transformers, f"{family}Config")(**SIZES, feed_forward_proj=proj)
+    model = getattr(transformers, cls_name)(config).eval()
     model.save_pretrained(path)
     return model
 
@@ -52,19 +53,21 @@ def close(got, want, real) -> None:
     assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max()
 
 
-@pytest.mark.parametrize("proj", ["relu", "gated-gelu"])
-def test_the_encoder_matches_pytorch(proj, tmp_path):
-    model = save("T5EncoderModel", tmp_path, proj)
-    assert hf.model_name(tmp_path) == "t5"
-    ours, params = hf.load_pretrained(MODELS["t5"], tmp_path)
+@pytest.mark.parametrize("family, proj", [("T5", "relu"), ("T5", "gated-gelu"), ("MT5", "gated-gelu"),
+                                          ("UMT5", "gated-gelu")])
+def test_the_encoder_matches_pytorch(family, proj, tmp_path):
+    """T5's, T5 v1.1's (gated), mT5's and UMT5's (a table of position biases in every layer, each its own)."""
+    model = save(f"{family}EncoderModel", tmp_path, proj, family)
+    assert hf.model_name(tmp_path) == family.lower()
+    ours, params = hf.load_pretrained(MODELS[family.lower()], tmp_path)
     x = inputs([20, 7, 14], 20)
     close(ours.apply(params, **x)["last_hidden_state"], states(model, x), x["attention_mask"].astype(bool))
 
 
 def test_a_conditional_generation_checkpoint_is_refused_and_its_encoder_built_alone(tmp_path, caplog):
     model = save("T5ForConditionalGeneration", tmp_path, "gated-gelu")
-    with pytest.raises(hf.CheckpointError, match="T5ForConditionalGeneration generates through an encoder and a decoder, "
-                                                 "which is not built; model.head=none builds its encoder alone"):
+    with pytest.raises(hf.CheckpointError, match=r"a \*ForConditionalGeneration checkpoint generates through an encoder "
+                                                 "and a decoder, which is not built; model.head=none builds its encoder"):
         hf.load_pretrained(MODELS["t5"], tmp_path)
     with caplog.at_level("INFO"):
         ours, params = hf.load_pretrained(MODELS["t5"], tmp_path, {"head": "none"})

@@ -25,7 +25,8 @@ BY_MODEL_TYPE = {"albert": "AlbertTokenizer", "bert": "BertTokenizer", "distilbe
                  "qwen2": "Qwen2Tokenizer", "qwen3": "Qwen2Tokenizer", "qwen2_moe": "Qwen2Tokenizer",
                  "qwen3_moe": "Qwen2Tokenizer", "gemma": "GemmaTokenizer", "gemma2": "GemmaTokenizer",
                  "gemma3_text": "GemmaTokenizer", "olmoe": "GPTNeoXTokenizer",
-                 "clip": "CLIPTokenizer", "clip_text_model": "CLIPTokenizer", "t5": "T5Tokenizer"}
+                 "clip": "CLIPTokenizer", "clip_text_model": "CLIPTokenizer", "t5": "T5Tokenizer", "mt5": "T5Tokenizer",
+                 "umt5": "T5Tokenizer"}
 
 
 def files(checkpoint: str | None) -> dict[str, bytes]:

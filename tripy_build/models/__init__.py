@@ -44,7 +44,7 @@ from .moe import GptOss, GraniteMoe, Mixtral, Olmoe, Qwen2Moe, Qwen3Moe
 from .mpnet import MPNet
 from .resnet import ResNet
 from .siglip import Siglip, SiglipText, SiglipVision
-from .t5 import T5Encoder
+from .t5 import MT5Encoder, T5Encoder, UMT5Encoder
 from .transformer import TransformerBlock
 from .vit import ViT
 
@@ -93,6 +93,8 @@ MODELS: dict[str, type] = {
     "siglip_text": SiglipText,
     "siglip_vision": SiglipVision,
     "t5": T5Encoder,
+    "mt5": MT5Encoder,
+    "umt5": UMT5Encoder,
 }
 
 
@@ -127,4 +129,5 @@ __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Rob
            "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "Clip", "ClipText", "ClipVision", "Siglip", "SiglipText",
-           "SiglipVision", "T5Encoder", "input_infos"]
+           "SiglipVision", "T5Encoder", "MT5Encoder", "UMT5Encoder",
+           "input_infos"]

@@ -313,6 +313,27 @@ def _whole_arch(family: str, text: tuple[tuple[str, str], ...], vision: tuple[tu
         nested=(("text_config", "text_"), ("vision_config", "vision_")))
 
 
+def _t5(model_type: str, classes: str) -> Architecture:
+    """T5's encoder (``T5EncoderModel``, mT5's, UMT5's: UMT5 with a relative-position table in every layer, T5 and mT5
+    in the first, shared), and the encoder of a ``*ForConditionalGeneration`` checkpoint (``head=none``)."""
+    bias = ("encoder.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight", "layers.{i}.relative_attention_bias") \
+        if model_type == "umt5" else \
+        ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", "relative_attention_bias")
+    return Architecture(
+        model_type=model_type, prefixes=("",),
+        names=(("shared.weight", "embed"), bias,
+               ("encoder.block.{i}.layer.0.layer_norm.weight", "layers.{i}.attn_norm"),
+               *((f"encoder.block.{{i}}.layer.0.SelfAttention.{n}.weight", f"layers.{{i}}.{n}") for n in "qkvo"),
+               ("encoder.block.{i}.layer.1.layer_norm.weight", "layers.{i}.ff_norm"),
+               *((f"encoder.block.{{i}}.layer.1.DenseReluDense.{n}.weight", f"layers.{{i}}.{n}")
+                 for n in ("wi", "wi_0", "wi_1", "wo")),
+               ("encoder.final_layer_norm.weight", "final_norm")),
+        tied=(r"encoder\.embed_tokens\.weight",),  # the shared table
+        # a *ForConditionalGeneration's decoder and LM head: skipped, and said, for its encoder alone (head=none)
+        head_tensors=r"(decoder\..*|lm_head\.weight)",
+        classes=classes, suffixes=(("EncoderModel", "none"), ("ForConditionalGeneration", "conditional_generation")))
+
+
 _ATTENTION = (*_linear("layers.{i}.self_attn.q_proj", "layers.{i}.q"), *_linear("layers.{i}.self_attn.k_proj", "layers.{i}.k"),
               *_linear("layers.{i}.self_attn.v_proj", "layers.{i}.v"), *_linear("layers.{i}.self_attn.o_proj", "layers.{i}.o"),
               ("layers.{i}.self_attn.q_norm.weight", "layers.{i}.q_norm"),
@@ -654,21 +675,7 @@ NAMES: dict[str, Architecture] = {
                                                                     ("logit_bias", "logit_bias"))),
     "siglip_text": _tower_arch("siglip", "text", _SIGLIP_TEXT, None),
     "siglip_vision": _tower_arch("siglip", "vision", _SIGLIP_VISION, None),
-    "t5": Architecture(
-        model_type="t5", prefixes=("",),
-        names=(("shared.weight", "embed"),
-               ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", "relative_attention_bias"),
-               ("encoder.block.{i}.layer.0.layer_norm.weight", "layers.{i}.attn_norm"),
-               *((f"encoder.block.{{i}}.layer.0.SelfAttention.{n}.weight", f"layers.{{i}}.{n}") for n in "qkvo"),
-               ("encoder.block.{i}.layer.1.layer_norm.weight", "layers.{i}.ff_norm"),
-               *((f"encoder.block.{{i}}.layer.1.DenseReluDense.{n}.weight", f"layers.{{i}}.{n}")
-                 for n in ("wi", "wi_0", "wi_1", "wo")),
-               ("encoder.final_layer_norm.weight", "final_norm")),
-        tied=(r"encoder\.embed_tokens\.weight",),  # the shared table
-        # T5ForConditionalGeneration's decoder and LM head: skipped, and said, for its encoder alone (head=none)
-        head_tensors=r"(decoder\..*|lm_head\.weight)",
-        classes="T5", suffixes=(("EncoderModel", "none"), ("ForConditionalGeneration", "conditional_generation")),
-    ),
+    **{name: _t5(name, classes) for name, classes in (("t5", "T5"), ("mt5", "MT5"), ("umt5", "UMT5"))},
     "resnet50": Architecture(
         model_type="resnet",
         prefixes=("", "resnet."),

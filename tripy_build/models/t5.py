@@ -17,6 +17,9 @@ The buckets are T5's bidirectional ones (``relative_attention_num_buckets``, log
 ``relative_attention_max_distance``; ``mpnet.relative_position_bucket``). The attention's width is ``num_heads * d_kv``,
 which need not be ``d_model``. Padding: masked keys (``attention_mask``), so a padded row's real positions are its own.
 
+``MT5Encoder`` (``model=mt5``) and ``UMT5Encoder`` (``model=umt5``: a table of relative-position biases in every layer,
+not layer 0's for all) are the same encoder under their own model types and defaults.
+
 Params (Hugging Face's layouts: Linear weights ``[out, in]``, no biases anywhere)::
 
     {"embed": [vocab_size, d_model], "relative_attention_bias": [num_buckets, num_heads],
@@ -72,12 +75,13 @@ class T5Encoder(TokenInputs):
 
     name: ClassVar[str] = "t5"
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
+    per_layer_bias: ClassVar[bool] = False  # a relative-position table in every layer (UMT5), or layer 0's for all
 
     def __post_init__(self) -> None:
         if self.head == "conditional_generation":
-            raise ValueError("head=conditional_generation: T5ForConditionalGeneration generates through an encoder and a "
-                             "decoder, which is not built; model.head=none builds its encoder alone (T5EncoderModel's "
-                             "outputs, the decoder's tensors skipped and said).")
+            raise ValueError("head=conditional_generation: a *ForConditionalGeneration checkpoint generates through an "
+                             "encoder and a decoder, which is not built; model.head=none builds its encoder alone (the "
+                             "*EncoderModel's outputs, the decoder's tensors skipped and said).")
         if self.head not in ("auto", "none"):
             raise ValueError(f"head={self.head!r} is not a head of T5Encoder; one of auto, none (T5EncoderModel).")
         if self.pooling not in POOLINGS:
@@ -103,10 +107,16 @@ class T5Encoder(TokenInputs):
                      "ff_norm": jnp.ones((d,), jnp.float32), "wo": normal_init(kw, (d, ff))}
             layer.update({"wi_0": normal_init(ki, (ff, d)), "wi_1": normal_init(kj, (ff, d))} if gated else
                          {"wi": normal_init(ki, (ff, d))})
+            if self.per_layer_bias:
+                layer["relative_attention_bias"] = normal_init(jax.random.fold_in(k, 1), self.bias_shape)
             layers.append(layer)
-        return {"embed": normal_init(k_embed, (self.vocab_size, d)),
-                "relative_attention_bias": normal_init(k_bias, (self.relative_attention_num_buckets, self.num_heads)),
-                "layers": layers, "final_norm": jnp.ones((d,), jnp.float32)}
+        shared = {} if self.per_layer_bias else {"relative_attention_bias": normal_init(k_bias, self.bias_shape)}
+        return {"embed": normal_init(k_embed, (self.vocab_size, d)), **shared, "layers": layers,
+                "final_norm": jnp.ones((d,), jnp.float32)}
+
+    @property
+    def bias_shape(self) -> tuple[int, int]:
+        return self.relative_attention_num_buckets, self.num_heads
 
     def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
         b, s = input_ids.shape
@@ -114,10 +124,14 @@ class T5Encoder(TokenInputs):
         act, gated = feed_forward(self.feed_forward_proj)
         act = activation(act, "feed_forward_proj")
         h = embed(params["embed"], input_ids)
-        bias = position_bias(params["relative_attention_bias"], s, self.relative_attention_num_buckets,
-                             self.relative_attention_max_distance).astype(jnp.float32) \
-            + mask_bias(attention_mask != 0)[:, None, None, :]
+        mask = mask_bias(attention_mask != 0)[:, None, None, :]
+
+        def biased(table: jax.Array) -> jax.Array:
+            return position_bias(table, s, self.relative_attention_num_buckets, self.relative_attention_max_distance
+                                 ).astype(jnp.float32) + mask
+        bias = None if self.per_layer_bias else biased(params["relative_attention_bias"])
         for p in params["layers"]:
+            bias = biased(p["relative_attention_bias"]) if self.per_layer_bias else bias
             x = rms_norm(p["attn_norm"], h, eps)
             q, k, v = (matmul(x, p[n].T).reshape(b, s, heads, self.d_kv) for n in ("q", "k", "v"))
             scores = jnp.einsum("bqnh,bknh->bnqk", q, k)
@@ -131,3 +145,26 @@ class T5Encoder(TokenInputs):
         if self.pooling != "none":
             out["sentence_embedding"] = sentence_embedding(h, attention_mask, self.pooling, self.normalize)
         return out
+
+
+@dataclass(frozen=True)
+class MT5Encoder(T5Encoder):
+    """mT5's encoder (``MT5EncoderModel``): T5 v1.1's layers over a multilingual vocabulary; defaults ``MT5Config``'s
+    (mt5-small's sizes)."""
+
+    vocab_size: int = 250112
+    d_ff: int = 1024
+    num_layers: int = 8
+    num_heads: int = 6
+    feed_forward_proj: str = "gated-gelu"
+
+    name: ClassVar[str] = "mt5"
+
+
+@dataclass(frozen=True)
+class UMT5Encoder(MT5Encoder):
+    """UMT5's encoder (``UMT5EncoderModel``: google/umt5-xxl, the text encoder of the Wan video models): mT5's, with a
+    relative-position table in every layer; defaults ``UMT5Config``'s."""
+
+    name: ClassVar[str] = "umt5"
+    per_layer_bias: ClassVar[bool] = True
