@@ -233,3 +233,18 @@ def post(server, route: str, body: dict) -> dict:
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
+
+
+def test_settings_that_do_not_fit_are_refused_naming_them(tmp_path):
+    """A head the model lacks names the towers; a tower's setting that does not fit names it under its prefix; on the
+    command line, one line."""
+    with pytest.raises(ValueError, match="head='projection' is not a head of Clip; one of auto, none. The towers alone: "
+                                         "model=clip_text or model=clip_vision"):
+        MODELS["clip"](head="projection")
+    with pytest.raises(ValueError, match=r"vision_\*: hidden_size \(30\) must be divisible by num_attention_heads \(4\)"):
+        MODELS["clip"](vision_hidden_size=30, vision_num_attention_heads=4)
+    with pytest.raises(ValueError, match="image_size 8 is smaller than patch_size 16"):
+        MODELS["siglip_vision"](image_size=8)
+    proc = run_cli("model=clip_text", "model.head=classifier", f"artifacts_dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and "head='classifier' is not a head of ClipText; one of auto, none, projection" \
+        in proc.stderr and not (tmp_path / "clip_text").exists()

@@ -71,8 +71,9 @@ class _Tower:
 
     def check(self) -> None:
         if self.head != "auto" and self.head not in self.HEADS:
+            projection = " (projection: the *WithProjection model's embeddings)" if "projection" in self.HEADS else ""
             raise ValueError(f"head={self.head!r} is not a head of {type(self).__name__}; one of auto, "
-                             f"{', '.join(self.HEADS)} (projection: the *WithProjection model's embeddings).")
+                             f"{', '.join(self.HEADS)}{projection}.")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                              f"({self.num_attention_heads}).")
