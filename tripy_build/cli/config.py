@@ -67,8 +67,9 @@ class PrecisionConfig:
 class ParamsConfig:
     seed: int = setting(0, "random init from this seed, unless checkpoint is set")
     checkpoint: Optional[str] = setting(None, "the model's params: a Hugging Face save_pretrained directory "
-                                              "(config.json + model.safetensors: bert, gpt2, vit, resnet50), an orbax "
-                                              "StandardCheckpointer directory (checked leaf by leaf) or a built artifact")
+                                              "(config.json + model.safetensors: any architecture the zoo builds, "
+                                              "model=hf), an orbax StandardCheckpointer directory (checked leaf by "
+                                              "leaf) or a built artifact")
     checkpoint_key: Optional[str] = setting(None, "where the params are in a checkpoint that saved more: model for "
                                                   "{model: ..., optimizer: ...}, 0 for nnx.state((model, optimizer)); "
                                                   "a dotted path")
