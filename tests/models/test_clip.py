@@ -133,6 +133,24 @@ def test_a_tower_reads_a_whole_clip_checkpoint(zoo, kept, tmp_path, caplog):
     assert alone.task == "none" and set(alone.apply(params, **x)) == {"last_hidden_state", "pooler_output"}
 
 
+def test_an_older_config_s_text_config_dict_is_read_as_transformers_reads_it(tmp_path):
+    """openai/clip-vit-large-patch14's config.json holds each tower's settings in text_config_dict and
+    vision_config_dict, which transformers reads in place of text_config and vision_config."""
+    import json
+
+    model = save("CLIPModel", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["text_config_dict"], config["text_config"] = config["text_config"], {"hidden_size": 99}
+    config["vision_config_dict"], config["vision_config"] = config["vision_config"], None
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert transformers.CLIPConfig.from_pretrained(tmp_path).text_config.hidden_size == 16
+    ours, params = hf.load_pretrained(MODELS["clip"], tmp_path)
+    x = {**texts([5, 3], 6), "pixel_values": images(2)}
+    close(ours.apply(params, **x)["logits_per_image"], torch_run(model, **x).logits_per_image, "logits_per_image")
+    tower, params = hf.load_pretrained(MODELS["clip_text"], tmp_path)  # a tower of it reads the same settings
+    assert tower.hidden_size == 16
+
+
 def test_the_other_towers_tensors_are_skipped_only_in_a_whole_checkpoint(tmp_path):
     """A text tower's own checkpoint holding an image tower's tensor is refused naming it: only a CLIPModel's has the
     other tower, skipped."""

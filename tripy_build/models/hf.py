@@ -794,6 +794,13 @@ def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     return {"eos_token_id": eos, "pad_token_id": pad, "sampling": sampling, "source": str(path)}
 
 
+def _sub_config(config: Mapping[str, Any], key: str) -> Any:
+    """A part's settings in a whole model's ``config.json`` (``text_config``); CLIP's older configs
+    (openai/clip-vit-large-patch14's) hold them in ``text_config_dict``, which transformers reads in its place."""
+    legacy = config.get(f"{key}_dict")
+    return legacy if isinstance(legacy, dict) else config.get(key)
+
+
 def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     """``config.json`` -> the dataclass's settings (only its fields), after the architecture checks."""
     arch = architecture(model_class)
@@ -812,7 +819,7 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
             f"({model_class.__name__}) reads model_type {arch.model_type!r}{wholes}."
         )
     if part is not None:
-        sub = config.get(part.config)
+        sub = _sub_config(config, part.config)
         if not isinstance(sub, dict):
             raise CheckpointError(f"{path}: {part.config}={sub!r}, expected the {arch.model_type} part's settings "
                                   f"(an object), as a {found} checkpoint holds them.")
@@ -820,10 +827,11 @@ def read_config(model_class: type, checkpoint_dir: str | os.PathLike) -> dict[st
                  part.config, found, model_class.__name__, part.head)
         config = {**sub, **{k: config[k] for k in part.shared if k in config}}
     for key, prefix in arch.nested:
-        sub = config.get(key) or {}
+        sub = _sub_config(config, key) or {}
         if not isinstance(sub, dict):
             raise CheckpointError(f"{path}: {key}={sub!r}, expected an object (the settings of {prefix}*).")
-        config = {**{k: v for k, v in config.items() if k != key}, **{prefix + k: v for k, v in sub.items()}}
+        config = {**{k: v for k, v in config.items() if k not in (key, f"{key}_dict")},
+                  **{prefix + k: v for k, v in sub.items()}}
     quantized = config.get("quantization_config")
     method = quantized.get("quant_method") if isinstance(quantized, dict) else quantized
     if quantized is not None and method != "mxfp4":
