@@ -42,7 +42,8 @@ SMALLER = {
                            "49 profiles of a 256-wide block: ~40 s"),
     r"^python -m tripy_build -m ": ("model.dim_in=16 shapes.dims.batch=[1,2,4] artifacts_dir=sweep-artifacts",
                                     "8 builds at full width: ~40 s (kept apart: $ART is the newest full-size geglu)"),
-    r"^python -m tripy_build model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32]",
+    r"^python -m tripy_build model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32] "
+                                                                  "shapes.buckets.seq=[16,32]",
                                            "50 profiles of a tiny BERT up to (16, 512): ~20 s"),
     r"^python -m tripy_build model=gpt2 task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,8] "
                                                          "shapes.buckets.seq=[1,8]",

@@ -244,7 +244,7 @@ def test_a_forward_build_serves_logits_past_mistrals_sliding_window(checkpoints,
     pooled = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=cls", arts, cwd=tmp_path)
     assert pooled.returncode == 2 and "pooling='cls' is not a pooling of Mistral; one of none, last, mean" in pooled.stderr
     proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
-                   arts, cwd=tmp_path, timeout=600)
+                   "shapes.buckets.seq=[8,16]", arts, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "mistral").iterdir())
     for loader in (tb.load, runtime.load):

@@ -34,7 +34,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("ner")
     ckpt = checkpoint(root / "ckpt", transformers.BertForTokenClassification, id2label=LABELS)
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]",
-                   f"artifacts_dir={root / 'arts'}", cwd=root, timeout=600)
+                   "shapes.buckets.seq=[8,16]", f"artifacts_dir={root / 'arts'}", cwd=root, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     model = transformers.AutoModelForTokenClassification.from_pretrained(ckpt).eval()
     return next((root / "arts" / "bert").iterdir()), model, transformers.AutoTokenizer.from_pretrained(ckpt)

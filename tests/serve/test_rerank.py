@@ -37,7 +37,7 @@ def built(tmp_path_factory):
         {**config, "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}))
     model = transformers.BertForSequenceClassification.from_pretrained(ckpt).eval()
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,32]",
-                   f"artifacts_dir={root / 'arts'}", cwd=root, timeout=600)
+                   "shapes.buckets.seq=[16,32]", f"artifacts_dir={root / 'arts'}", cwd=root, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
     pairs = hf_tok([QUERY] * len(DOCUMENTS), DOCUMENTS, padding=True, return_tensors="pt")

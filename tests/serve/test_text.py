@@ -716,7 +716,7 @@ def test_a_classifier_takes_text_and_answers_with_its_labels_over_http_and_grpc(
     ckpt = classifier_checkpoint(tmp_path / "cls", transformers.BertForSequenceClassification,
                                  id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "shapes.buckets.seq=[8,16]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "bert").iterdir())
     hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
