@@ -19,11 +19,10 @@ from tripy_build import runtime  # noqa: E402
 from tripy_build.models import MODELS, hf  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
-from test_clip import answers_as_the_pipeline  # noqa: E402
+from test_clip import answers_as_the_pipeline, close, images, torch_run  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
-SCALE_TOL = 1e-4
 WIDTH = 64  # every text's tokens: max_position_embeddings (SigLIP's, and the pipeline's max_length)
 TEXT = dict(vocab_size=60, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
             max_position_embeddings=WIDTH)
@@ -57,22 +56,6 @@ def ids(rows: int, seed: int = 0) -> np.ndarray:
     for row, n in enumerate(rng.integers(3, WIDTH, rows)):
         out[row, :n] = rng.integers(2, 60, n)
     return out
-
-
-def images(n: int, seed: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((n, 3, 12, 12)).astype(np.float32)
-
-
-def torch_run(model, **x):
-    with torch.no_grad():
-        return model(**{k: torch.tensor(v, dtype=torch.long if v.dtype == np.int32 else torch.float32)
-                        for k, v in x.items()})
-
-
-def close(got, want, what: str) -> None:
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, what
-    assert np.abs(got - want).max() <= SCALE_TOL * np.abs(want).max(), what
 
 
 @pytest.mark.parametrize("cls_name, zoo, outputs", [
