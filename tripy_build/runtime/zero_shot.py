@@ -117,9 +117,10 @@ def of_images(model: Any, images: Any, candidate_labels: Any, hypothesis_templat
                          lambda i: f"{model.model_name}: the label {labels[i]!r} in its template ({texts[i]!r})",
                          "the model", "use shorter labels or template")
     takes, most = set(model.input_infos), model.input_infos["pixel_values"].shape_bounds.max[0]
-    logits = np.concatenate([np.concatenate([np.asarray(model(**{k: v for k, v in call.items() if k in takes},
-                                                              pixel_values=pixels[at:at + most].astype(np.float32))
-                                                        ["logits_per_image"]) for call in calls], axis=1)
-                             for at in range(0, len(pixels), most)])
+    inputs = [{k: v for k, v in call.items() if k in takes} for call in calls]
+
+    def logits_of(images: np.ndarray) -> np.ndarray:  # [images, labels]: the labels' calls side by side
+        return np.concatenate([np.asarray(model(**t, pixel_values=images)["logits_per_image"]) for t in inputs], axis=1)
+    logits = np.concatenate([logits_of(pixels[at:at + most].astype(np.float32)) for at in range(0, len(pixels), most)])
     probs = apply(logits, model.scores.get("logits_per_image") or "softmax")
     return [[{"score": float(row[i]), "label": labels[i]} for i in np.argsort(-row, kind="stable")] for row in probs]
