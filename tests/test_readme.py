@@ -45,10 +45,10 @@ SMALLER = {
     r"^python -m tripy_build model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32] "
                                                                   "shapes.buckets.seq=[16,32]",
                                            "50 profiles of a tiny BERT up to (16, 512): ~20 s"),
-    r"^python -m tripy_build model=gpt2 task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,8] "
+    r"^python -m tripy_build model=gpt2 task=generate": ("shapes.dims.batch=[1,1,1] shapes.dims.seq=[1,8,8] "
                                                          "shapes.buckets.seq=[1,8]",
                                   "36 profiles of a tiny GPT-2 (prompt chunks up to 128, batch up to 8): ~40 s"),
-    r"^python -m tripy_build model=hf task=generate": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,8,8] "
+    r"^python -m tripy_build model=hf task=generate": ("shapes.dims.batch=[1,1,1] shapes.dims.seq=[1,8,8] "
                                                        "shapes.buckets.seq=[1,8]",
                                                        "a tiny Qwen2's prompt chunks up to 127, batch up to 8: ~40 s"),
     r"tripy_build bench ": ("--stream 20 --shapes 1 --cold-rounds 1 --budget 0.05", "200 calls, 8 shapes: ~30 s"),

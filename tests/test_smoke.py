@@ -22,7 +22,8 @@ from tripy_build.serve.http import Server
 
 GEGLU = ["model=geglu", "shapes=dynamic", "model.dim_in=16", "model.dim_out=8", "shapes.dims.batch=[1,4,8]"]
 GPT2 = ["model=gpt2", "task=generate", "model.n_layer=2", "model.n_embd=32", "model.n_head=4", "model.vocab_size=96",
-        "model.n_positions=64", "generate.max_length=32", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,4,8]"]
+        "model.n_positions=64", "generate.max_length=32", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,4,8]",
+        "shapes.buckets.seq=[1,8]"]
 
 
 def build(root: Path, overrides: list[str]) -> Path:

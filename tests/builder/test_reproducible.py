@@ -456,12 +456,12 @@ def test_concurrent_builds_of_one_key_leave_one_artifact(tmp_path):
 
 
 # When to kill: after a log line appears, or once this process's temporary artifact dir exists
-# (the write stage: files, fsync, rename), plus a delay. 20 points spread over every stage.
+# (the write stage: files, fsync, rename), plus a delay. 13 points, at least one in every stage: each costs a
+# build up to it (~4 s on the suite's loaded 2 cores), so a stage gets a second point only where its timing varies.
 KILL_POINTS = [("start", 0.3), ("init params", 0.0), ("trace+export", 0.0), ("compile prep", 0.0),
-               ("profile 1/", 0.0), ("profile 4/", 0.0), ("compile 7 profile", 0.0), ("prove padding", 0.0),
-               ("self-test reference", 0.0), ("tmpdir", 0.0), ("tmpdir", 0.05), ("tmpdir", 0.1), ("tmpdir", 0.2),
-               ("tmpdir", 0.4), ("start", 2.0)]
-SWEEP_KILL_POINTS = [("#0 :", 0.5), ("#1 :", 0.0), ("#1 :", 1.0), ("tmpdir", 0.0), ("start", 2.0)]
+               ("profile 4/", 0.0), ("prove padding", 0.0), ("self-test reference", 0.0), ("tmpdir", 0.0),
+               ("tmpdir", 0.1), ("tmpdir", 0.4)]
+SWEEP_KILL_POINTS = [("#0 :", 0.5), ("#1 :", 0.0), ("tmpdir", 0.0)]
 
 
 def _kill_at(argv, site, model_dir, event, delay) -> tuple[bool, str]:
@@ -501,7 +501,7 @@ def _kill_during(argv, site, model_dir, event, delay) -> tuple[bool, str]:
 
 
 def test_killed_builds_and_sweeps_leave_nothing_trusted_and_the_next_build_recovers(tmp_path):
-    """15 SIGKILLs of a forced rebuild at every stage, 5 of a sweep: every artifact at a final path
+    """10 SIGKILLs of a forced rebuild at every stage, 3 of a sweep: every artifact at a final path
     verifies after each, the next build succeeds, and no temporary is left behind."""
     site = Site(tmp_path)
     argv = [PY, "-m", "tripy_build", "model=mlp", "shapes=dynamic", "force=true", f"artifacts_dir={site.arts}"]
@@ -521,7 +521,7 @@ def test_killed_builds_and_sweeps_leave_nothing_trusted_and_the_next_build_recov
                     assert_verified(verify(path, xdg=site.xdg, cwd=site.cwd))
                     checked.add(stamp)
     print("\n".join(log))
-    assert kills == len(KILL_POINTS) + len(SWEEP_KILL_POINTS) == 20, "\n".join(log)
+    assert kills == len(KILL_POINTS) + len(SWEEP_KILL_POINTS) == 13, "\n".join(log)
 
     r = run(argv[:-2] + [f"artifacts_dir={site.arts}"], cwd=site.cwd, xdg=site.xdg).ok()
     path = reported_path(r)

@@ -235,7 +235,7 @@ def test_inputs_as_tokenizers_give_them(tmp_path_factory, tmp_path):
 
     model, path = save(tmp_path_factory, "bert", "ForSequenceClassification")
     proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,8]",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "shapes.buckets.seq=[8]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "bert").iterdir())
     ids = np.random.default_rng(5).integers(3, VOCAB, (2, 6))  # int64
@@ -273,7 +273,7 @@ def test_a_classifier_answers_with_its_labels_over_http_and_grpc(tmp_path_factor
 
     model, path = save(tmp_path_factory, "distilbert", "ForSequenceClassification")
     proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,8]",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "shapes.buckets.seq=[8]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "distilbert").iterdir())
     ids = np.random.default_rng(6).integers(3, VOCAB, (2, 5)).astype(np.int32)
@@ -360,7 +360,8 @@ def test_sentence_embeddings_mean_pool_over_the_mask(tmp_path_factory, tmp_path)
     unit length, from the PyTorch model's states; padding (to a bucket, or the caller's) never counts."""
     model, path = save(tmp_path_factory, "roberta", "Model")
     proc = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=mean", "model.normalize=true",
-                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
+                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]",
+                   f"artifacts_dir={tmp_path / 'arts'}",
                    cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = inputs(2, 11, [11, 4], seed=3)

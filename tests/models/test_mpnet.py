@@ -201,8 +201,8 @@ def test_unsupported_settings_and_architectures_are_one_line(tmp_path_factory, t
 def test_model_mpnet_builds_at_random_weights_and_help_lists_it(tmp_path):
     proc = run_cli("model=mpnet", "model.hidden_size=32", "model.num_attention_heads=4", "model.num_hidden_layers=1",
                    "model.intermediate_size=37", "model.vocab_size=60", "model.max_position_embeddings=18",
-                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[16]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     exe = runtime.load(next((tmp_path / "arts" / "mpnet").iterdir()))
     assert exe.output_names == ["last_hidden_state", "pooler_output"]

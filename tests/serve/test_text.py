@@ -30,7 +30,8 @@ from tripy_build.serve.http import Server  # noqa: E402
 from conftest import run_cli  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-BUILD = ["model=hf", "task=generate", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "generate.max_length=96"]
+BUILD = ["model=hf", "task=generate", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[1,16]",
+         "generate.max_length=96"]
 HELLO = [{"role": "user", "content": "hello fox"}]
 
 
@@ -629,7 +630,7 @@ def test_an_unreadable_tokenizer_is_left_out_saying_so(built, tmp_path):
     """A checkpoint whose tokenizer.json the tokenizers library cannot read builds an artifact of token ids only, and
     the build log says why (a server would otherwise refuse every text)."""
     copy = copied(built[1], tmp_path / "ckpt", "tokenizer.json", '{"model": {"type": "NoSuchModel"}}')
-    proc = run_cli(*BUILD, "shapes.buckets.seq=[1,16]", f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'arts'}",
+    proc = run_cli(*BUILD, f"params.checkpoint={copy}", f"artifacts_dir={tmp_path / 'arts'}",
                    cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "the artifact takes and gives token ids only, not text: " in proc.stdout + proc.stderr
@@ -667,7 +668,8 @@ def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
     ckpt = classifier_checkpoint(tmp_path / "bert", transformers.BertModel)
     assert transformers.AutoTokenizer.from_pretrained(ckpt)("fox")["input_ids"][::2] == [2, 3]  # [CLS] fox [SEP]
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=mean", "model.normalize=true",
-                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", f"artifacts_dir={tmp_path / 'arts'}",
+                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]",
+                   f"artifacts_dir={tmp_path / 'arts'}",
                    cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "bert").iterdir())
