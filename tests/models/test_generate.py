@@ -1,8 +1,8 @@
 """task=generate: GPT-2's prefill and decode entries against Hugging Face's ``generate`` with its cache.
 
 A tiny GPT-2 (2 layers, 32 wide) is saved with ``save_pretrained`` and built through the command line
-with a 32-position cache, batch buckets 1 2 4 and prompt chunks 1 2 4 8. Greedy ids must equal
-``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` for single prompts and batches of different
+with a 32-position cache, batch buckets 1 and 4 (two or three rows run padded to 4) and prompt chunks 1 2 4 8.
+Greedy ids must equal ``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` for single prompts and batches of different
 lengths (left-padded for Hugging Face), with both loaders and the CLI.
 """
 
@@ -28,7 +28,7 @@ from conftest import run_cli  # noqa: E402
 
 VOCAB, MAX_LENGTH = 96, 32
 BUILD = ["model=gpt2", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,4]",
-         "shapes.dims.seq=[1,4,8]", "generate.eos_token_id=null"]  # the checkpoint's eos (0) not used: run to the end
+         "shapes.dims.seq=[1,4,8]", "generate.eos_token_id=null", "shapes.buckets.batch=[1,4]"]  # the checkpoint's eos (0) not used: run to the end
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [40]]
 
 
@@ -270,11 +270,12 @@ def test_the_decode_step_updates_the_cache_in_place(gpt2):
     """The cache is donated: the decode step's output is the input's buffer, the input consumed, not copied."""
     exe = tb.load(gpt2[1], warmup="none")
     decode = exe.entry("decode")
-    cache = jnp.zeros((2, 2, 2, 4, MAX_LENGTH, 8), jnp.float32)
+    cache = jnp.zeros((2, 2, 4, 4, MAX_LENGTH, 8), jnp.float32)  # 4 rows: a batch bucket (a padded one is copied)
     where = cache.unsafe_buffer_pointer()
-    mask = np.zeros((2, MAX_LENGTH), np.int32)
+    mask = np.zeros((4, MAX_LENGTH), np.int32)
     mask[:, 0] = 1
-    out = decode(np.array([[5], [6]], np.int32), np.zeros((2, 1), np.int32), mask, cache, np.zeros(2, np.int32))
+    out = decode(np.array([[5], [6], [7], [8]], np.int32), np.zeros((4, 1), np.int32), mask, cache,
+                 np.zeros(4, np.int32))
     assert cache.is_deleted()
     assert out["cache"].unsafe_buffer_pointer() == where
     written = np.asarray(out["cache"])

@@ -18,7 +18,8 @@ from conftest import run_cli
 from serve.serving import concurrently
 
 TINY = ["model=gpt2", "task=generate", "model.n_layer=2", "model.n_embd=32", "model.n_head=4", "model.vocab_size=96",
-        "model.n_positions=64", "generate.max_length=32", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,4,8]"]
+        "model.n_positions=64", "generate.max_length=32", "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,4,8]",
+        "shapes.buckets.batch=[1,4]"]
 
 
 @pytest.fixture(scope="module")
