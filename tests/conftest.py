@@ -228,13 +228,14 @@ def compose_cfg(overrides: list[str]):
         return compose(config_name="config", overrides=overrides)
 
 
-def eager_reference(request, x_by_name):
-    """The model a build request names, applied eagerly to its init at the request's seed."""
+def model_reference(request, x_by_name):
+    """The model a build request names, applied to its init at the request's seed (traced at the inputs' own shapes:
+    unpadded, no lengths)."""
     from tripy_build.builder.model import instantiate as instantiate_model
 
     model = instantiate_model(request.model)
     params = model.init(jax.random.PRNGKey(request.params_seed))
-    return np.asarray(model.apply(params, *x_by_name.values()))
+    return np.asarray(jax.jit(model.apply)(params, *x_by_name.values()))
 
 
 @pytest.fixture

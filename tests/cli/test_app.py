@@ -22,7 +22,7 @@ from tripy_build.builder.pipeline import build
 from tripy_build.builder.model import input_infos, instantiate as instantiate_model, padding as model_padding
 from tripy_build.errors import ConfigError
 
-from conftest import SMALL, SMALL_SHAPES, compose_cfg, default_sweep_dir, eager_reference, reproducible_files, run_cli
+from conftest import SMALL, SMALL_SHAPES, compose_cfg, default_sweep_dir, model_reference, reproducible_files, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 def run_sweep(tmp_path: Path, *overrides: str, name: str | None = "sweep") -> tuple[subprocess.CompletedProcess, list | None]:
@@ -47,7 +47,7 @@ def sample_inputs(exe, which: str, seed: int = 0):
 
 @pytest.mark.parametrize("shapes", ["static", "dynamic"])
 @pytest.mark.parametrize("model", ["geglu", "mlp", "transformer", "convnet"])
-def test_every_config_option_composes_builds_and_matches_eager(model, shapes, tmp_path):
+def test_every_config_option_composes_builds_and_matches_the_model(model, shapes, tmp_path):
     cfg = compose_cfg([f"model={model}", f"shapes={shapes}", f"artifacts_dir={tmp_path}",
                        "optimization_level=0", *SMALL[model], *SMALL_SHAPES[shapes]])
     request = config.validate(cfg)
@@ -57,7 +57,7 @@ def test_every_config_option_composes_builds_and_matches_eager(model, shapes, tm
     exe = tb.load(result.path)
     for which in ("min", "max"):
         xs = sample_inputs(exe, which)
-        np.testing.assert_allclose(np.asarray(exe(*xs.values())), eager_reference(request, xs), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(np.asarray(exe(*xs.values())), model_reference(request, xs), rtol=2e-5, atol=2e-5)
     infos = exe.input_infos
     dims = [d for info in infos.values() for d in range(info.rank)]
     if shapes == "static":
@@ -115,7 +115,7 @@ def test_multirun_sweep_writes_summary_and_reports_failed_job(tmp_path):
     assert all((sweep_dir / str(r["job"]) / ".hydra" / "config.yaml").is_file() for r in rows)
     assert "profile" in (sweep_dir / str(built[0]["job"]) / "build.log").read_text()
     for r in built:
-        assert_matches_eager(Path(r["path"]))
+        assert_matches_the_model(Path(r["path"]))
 
 
 def test_sweep_finds_results_in_nested_job_dirs_and_fails_when_a_job_wrote_none(tmp_path):
@@ -131,17 +131,19 @@ def test_sweep_finds_results_in_nested_job_dirs_and_fails_when_a_job_wrote_none(
     assert "0 builds, 0 failed, 2 of the 2 jobs wrote no result" in proc.stdout, proc.stdout[-2000:]
 
 
-def assert_matches_eager(path: Path) -> None:
-    """Load an artifact and compare it with eager JAX on the params its manifest says it was built with."""
+def assert_matches_the_model(path: Path) -> None:
+    """Load an artifact and compare it with the model's own apply (traced at each shape: unpadded, no lengths) on the
+    params its manifest says it was built with."""
     manifest = json.loads((path / "manifest.json").read_text())
     parts = manifest["metadata"]["build_key_parts"]
     model = instantiate_model(parts["config"]["model"])
     params = model.init(jax.random.PRNGKey(parts["params"]["seed"]))
     exe = tb.load(path)
     assert list(exe.input_infos) == list(model.inputs())
+    apply = jax.jit(model.apply)
     for which in ("min", "opt", "max"):
         xs = sample_inputs(exe, which)
-        np.testing.assert_allclose(np.asarray(exe(*xs.values())), np.asarray(model.apply(params, *xs.values())),
+        np.testing.assert_allclose(np.asarray(exe(*xs.values())), np.asarray(apply(params, *xs.values())),
                                    rtol=2e-5, atol=2e-5)
 
 
@@ -155,7 +157,7 @@ def test_parallel_sweep_with_submitit_local_runs_each_job_in_a_fresh_process(tmp
     pids = {json.loads(p.read_text())["pid"] for p in sweep_dir.glob("*/build_result.json")}
     assert len(pids) == 2 and os.getpid() not in pids
     for r in rows:
-        assert_matches_eager(Path(r["path"]))
+        assert_matches_the_model(Path(r["path"]))
 
 
 def _geglu_known_params():
@@ -238,7 +240,7 @@ def test_weights_are_stored_once_and_swappable_after_load(tmp_path):
 
     assert list(inspect.signature(exe).parameters) == ["x"]
     x = np.array([[1.0, 2.0], [-1.0, 0.5], [3.0, 0.0]], np.float32)  # batch 3 runs the padded batch-4 profile
-    np.testing.assert_allclose(np.asarray(exe(x)), eager_reference(request, {"x": x}), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(exe(x)), model_reference(request, {"x": x}), rtol=1e-6, atol=1e-6)
     swapped = exe.bind(params=_geglu_known_params())
     np.testing.assert_allclose(np.asarray(swapped(x)), _geglu_by_hand(_geglu_known_params(), x), rtol=1e-6, atol=1e-6)
     assert swapped.precompiled_shapes == exe.precompiled_shapes
@@ -271,7 +273,7 @@ def test_reduced_precision_build_stores_weights_at_that_precision_and_records_it
     exe = tb.load(result.path)
     x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
     y = exe(x)
-    want = eager_reference(request, {"x": x})
+    want = model_reference(request, {"x": x})
     assert y.dtype == np.float32 and 0 < np.abs(np.asarray(y) - want).max() <= 0.02 * np.abs(want).max()
     full = build(config.validate(compose_cfg(["model=mlp", *SMALL["mlp"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]",
                                               f"artifacts_dir={tmp_path / 'arts'}"])))

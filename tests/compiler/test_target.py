@@ -22,7 +22,7 @@ from tripy_build import runtime
 from tripy_build.cli import config
 from tripy_build.builder.pipeline import build
 
-from conftest import SMALL, compose_cfg, eager_reference, run_cli
+from conftest import SMALL, compose_cfg, model_reference, run_cli
 
 GEGLU = ["model=geglu", *SMALL["geglu"], "shapes=dynamic", "shapes.dims.batch=[1,2,4]"]
 
@@ -47,8 +47,8 @@ def test_multi_platform_artifact_exports_for_both_and_runs_here(multi):
     exported = jax.export.deserialize(bytearray((path / "program.jaxexport").read_bytes()))
     assert tuple(exported.platforms) == ("cpu", "cuda")
     x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(tb.load(path)(x)), eager_reference(request, {"x": x}), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(runtime.load(path)(x), eager_reference(request, {"x": x}), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(tb.load(path)(x)), model_reference(request, {"x": x}), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runtime.load(path)(x), model_reference(request, {"x": x}), rtol=1e-5, atol=1e-5)
 
 
 def test_an_artifact_without_this_hosts_platform_is_refused_at_load(multi, tmp_path):

@@ -28,7 +28,8 @@ from conftest import run_cli  # noqa: E402
 
 VOCAB, MAX_LENGTH = 96, 32
 BUILD = ["model=gpt2", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,4]",
-         "shapes.dims.seq=[1,4,8]", "generate.eos_token_id=null", "shapes.buckets.batch=[1,4]"]  # the checkpoint's eos (0) not used: run to the end
+         "shapes.dims.seq=[1,4,8]", "generate.eos_token_id=null",  # the checkpoint's eos (0) not used: run to the end
+         "shapes.buckets.batch=[1,4]"]
 PROMPTS = [[5, 17, 33, 2, 9], [7, 8], [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [40]]
 
 

@@ -26,7 +26,7 @@ from tripy_build.runtime import iree as iree_backend
 from tripy_build.builder.pipeline import build
 from tripy_build.models import ConvNet, GEGLU, MLP, TransformerBlock, input_infos
 
-from conftest import SMALL, compose_cfg, eager_reference
+from conftest import SMALL, compose_cfg, model_reference
 
 KEY = jax.random.PRNGKey(0)
 
@@ -180,7 +180,7 @@ def test_build_command_with_backend_iree_records_the_compiler_in_key_and_summary
     xla = build(config.validate(compose_cfg(overrides)))
     assert xla.key != result.key
     x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
-    np.testing.assert_allclose(tb.load(result.path)(x), eager_reference(build_request, {"x": x}), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(tb.load(result.path)(x), model_reference(build_request, {"x": x}), rtol=1e-4, atol=1e-5)
 
 
 def test_incompatible_iree_module_is_reported():
