@@ -2,8 +2,8 @@
 
 A tiny GPT-2 (2 layers, 32 wide) is saved with ``save_pretrained`` and built through the command line
 with a 32-position cache, batch buckets 1 and 4 (two or three rows run padded to 4) and prompt chunks 1 2 4 8.
-Greedy ids must equal ``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` for single prompts and batches of different
-lengths (left-padded for Hugging Face), with both loaders and the CLI.
+Greedy ids must equal ``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` for single prompts and
+batches of different lengths (left-padded for Hugging Face), with both loaders and the CLI.
 """
 
 from __future__ import annotations

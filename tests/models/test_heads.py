@@ -361,8 +361,7 @@ def test_sentence_embeddings_mean_pool_over_the_mask(tmp_path_factory, tmp_path)
     model, path = save(tmp_path_factory, "roberta", "Model")
     proc = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=mean", "model.normalize=true",
                    "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]",
-                   f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = inputs(2, 11, [11, 4], seed=3)
     states = torch_run(model, x).last_hidden_state.numpy()

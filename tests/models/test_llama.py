@@ -215,8 +215,7 @@ def test_generation_stops_at_any_of_the_checkpoints_eos_ids_as_hugging_face_does
     (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": stops, "pad_token_id": VOCAB - 1}))
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]",
                    "shapes.dims.seq=[1,4,8]", "shapes.buckets.seq=[1,8]", "generate.max_length=32",
-                   f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "llama").iterdir())
     recorded = json.loads((art / "manifest.json").read_text())["metadata"]["generate"]

@@ -224,8 +224,7 @@ def test_a_build_over_a_harmony_tokenizer_answers_in_openais_shape(gpt_oss, tmp_
     transformers.Qwen2ForCausalLM(config).eval().save_pretrained(ckpt)
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,2]",
                    "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[1,16]", "generate.max_length=512",
-                   f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     bias = {str(tok.token_id(t)): 100 for t in ("f", "c", "\u0120")}  # "\u0120": the byte-level vocabulary's space
 

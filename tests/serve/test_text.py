@@ -669,8 +669,7 @@ def test_openai_embeddings_equal_sentence_transformers_definition(tmp_path):
     assert transformers.AutoTokenizer.from_pretrained(ckpt)("fox")["input_ids"][::2] == [2, 3]  # [CLS] fox [SEP]
     proc = run_cli("model=hf", f"params.checkpoint={ckpt}", "model.pooling=mean", "model.normalize=true",
                    "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]",
-                   f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "bert").iterdir())
     hf_tok = transformers.AutoTokenizer.from_pretrained(ckpt)
