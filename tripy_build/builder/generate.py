@@ -1,4 +1,5 @@
-"""task=generate: a model's ``extend`` compiled as two entries, ``prefill`` and ``decode``.
+"""task=generate: a model's ``extend`` compiled as two entries, ``prefill`` and ``decode``; or an encoder-decoder's
+``encode`` and ``step`` (``models/_seq2seq.py``) as ``encode`` and ``decode``.
 
 A model that generates has ``extend(params, input_ids, position_ids, attention_mask, cache, cache_index)``
 (run new tokens against a key/value cache, write theirs into it, return the last token's logits and the
@@ -6,7 +7,8 @@ cache), ``extend_inputs(batch, seq, max_length, one_row, cache_dtype)`` (its ``I
 max_length)``. ``prefill`` is ``extend`` over one row's prompt chunks (the ``seq`` dim's buckets) into a
 batch's cache, ``decode`` over every row: one token (a step), or a chunk of prompts that start together
 (``wide_chunks``); both take the cache donated (decode also pads its batch by rows), and share the
-weights and their prep. The artifact records what ``runtime/generate.py`` needs to drive them (``metadata["generate"]``).
+weights and their prep. The artifact records what ``runtime/generate.py`` (an encoder-decoder's:
+``runtime/seq2seq.py``) needs to drive them (``metadata["generate"]``).
 """
 
 from __future__ import annotations
@@ -15,15 +17,62 @@ import logging
 from typing import Any
 
 from ..core.entry import Entry
-from ..core.profiles import DEFAULT_BUCKETS
+from ..core.profiles import DEFAULT_BUCKETS, resolve_buckets
 from ..core.spec import NamedDimension
 from ..errors import CallError, ConfigError
+from ..models import _seq2seq
 from ..runtime.generate import Spec
 
 log = logging.getLogger(__name__)
 
-PREFILL, DECODE = "prefill", "decode"
+PREFILL, DECODE, ENCODE = "prefill", "decode", "encode"
 METHODS = ("extend", "extend_inputs", "cache_shape")
+# generation_config.json's settings transformers' generate applies and this one does not: said at build where set
+UNAPPLIED = {"num_beams": 1, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0,
+             "min_new_tokens": None, "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None}
+
+
+def seq2seq(model: Any) -> bool:
+    """Whether ``model`` is an encoder-decoder that generates (``models/_seq2seq.py``): built with its LM head."""
+    return all(callable(getattr(model, m, None)) for m in _seq2seq.METHODS) and \
+        getattr(model, "task", None) == "conditional_generation"
+
+
+def can_generate(model: Any) -> bool:
+    return seq2seq(model) or all(callable(getattr(model, m, None)) for m in METHODS)
+
+
+def check_model(model: Any, model_name: str) -> None:
+    """``model`` generates: it has a decoder's ``extend`` (or an encoder-decoder's ``encode`` and ``step``) and is
+    built with its language model head; else a ``ConfigError`` naming what it lacks and what does generate."""
+    pair = all(callable(getattr(model, m, None)) for m in _seq2seq.METHODS)
+    missing = [m for m in METHODS if not callable(getattr(model, m, None))]
+    if missing and not pair:
+        from ..models import MODELS
+
+        able = [n for n, c in MODELS.items() if all(callable(getattr(c, m, None)) for m in METHODS)
+                or all(callable(getattr(c, m, None)) for m in _seq2seq.METHODS)]
+        raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
+                          f"models that generate: {', '.join(able)}. Use task=forward for this model.")
+    head, checkpoint = ("conditional_generation", "*ForConditionalGeneration") if pair else ("causal_lm", "*ForCausalLM")
+    if getattr(model, "task", head) != head:
+        raise ConfigError(f"task=generate: model {model_name!r} is built with head={model.task}, which has no language "
+                          f"model head to pick tokens from; generate with head={head} (a {checkpoint} checkpoint), "
+                          "or use task=forward for this head.")
+
+
+def check_shapes(model: Any, shapes: dict[str, Any], buckets: dict[str, Any]) -> None:
+    """A decoder's prompts run in chunks of the ``seq`` buckets, so 1 must be among them (any length is then a sum
+    of them); an encoder-decoder's ``seq`` is its sources' length, any range."""
+    seq = shapes.get("seq")
+    if seq2seq(model) or not isinstance(seq, NamedDimension):
+        return
+    if seq.min != 1:
+        raise ConfigError(f"shapes.dims.seq: task=generate runs a prompt in chunks of the seq buckets, which must "
+                          f"include 1 (any length is then a sum of them); its min is {seq.min}; set it to [1, ..., ...].")
+    if 1 not in resolve_buckets(buckets.get("seq", DEFAULT_BUCKETS), seq.bounds, "shapes.buckets.seq"):
+        raise ConfigError("shapes.buckets.seq: task=generate needs 1 among the seq buckets (prompts run in chunks of "
+                          "them); use pow2, or a list with 1.")
 
 
 def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> dict[str, Any]:
@@ -35,7 +84,7 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
     said."""
     from ..models import hf
 
-    if not all(callable(getattr(model, m, None)) for m in METHODS):
+    if not can_generate(model):
         return generate  # ``entries`` refuses it, naming what it lacks
     eos = generate.get("eos_token_id", "auto")
     found = (hf.generation_defaults(checkpoint) if checkpoint is not None else
@@ -52,8 +101,16 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
                         "is" if len(outside) == 1 else "are", vocab)
         eos = [t for t in found["eos_token_id"] if t not in outside]
     pad = found["pad_token_id"]
+    unapplied = {k: found["sampling"][k] for k, neutral in UNAPPLIED.items()
+                 if found["sampling"].get(k) not in (None, neutral)}
+    if unapplied:
+        log.warning("%s asks transformers' generate for %s, which tripy_build's does not apply (one sequence per "
+                    "prompt, each token picked by generate.sampling): its replies can differ from transformers'",
+                    found["source"], ", ".join(f"{k}={v}" for k, v in unapplied.items()))
+    forced = {k: found.get(k) for k in ("forced_bos_token_id", "forced_eos_token_id")} if seq2seq(model) else {}
     return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None,
-            "sampling": _sampling(generate.get("sampling", "auto"), found)}
+            "sampling": _sampling(generate.get("sampling", "auto"), found),
+            **{k: v for k, v in forced.items() if v is not None and 0 <= v < vocab}}
 
 
 def _sampling(given: Any, found: dict[str, Any]) -> dict[str, Any]:
@@ -85,17 +142,9 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
     """The two entries of a generation build, and what the artifact records for ``generate``. ``cache_dtype``: the
     build's precision (a bfloat16 model keeps its keys and values in bfloat16, half the cache of float32, and a
     float32 cache would be cast to it and back on every step)."""
-    missing = [m for m in METHODS if not callable(getattr(model, m, None))]
-    if missing:
-        from ..models import MODELS
-
-        able = [n for n, c in MODELS.items() if all(callable(getattr(c, m, None)) for m in METHODS)]
-        raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
-                          f"models with a key/value cache: {', '.join(able)}. Use task=forward for this model.")
-    if getattr(model, "task", "causal_lm") != "causal_lm":
-        raise ConfigError(f"task=generate: model {model_name!r} is built with head={model.task}, which has no language "
-                          "model head to pick tokens from; generate with head=causal_lm (a *ForCausalLM checkpoint), "
-                          "or use task=forward for this head.")
+    check_model(model, model_name)
+    if seq2seq(model):
+        return _seq2seq_entries(model, params, dims, buckets, max_profiles, generate, cache_dtype)
     batch, seq = dims["batch"], dims["seq"]
     max_length = generate["max_length"]
     marked = model.cache_shape(-1, max_length)  # -1 where the batch goes
@@ -112,6 +161,24 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), cache_dtype, int(model.vocab_size),
                 tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"), dict(generate.get("sampling", {})))
     return {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}, spec
+
+
+def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dict[str, Any],
+                     max_profiles: int, generate: dict[str, Any], cache_dtype: str) -> tuple[dict[str, Entry], Spec]:
+    """An encoder-decoder's ``encode`` and ``decode`` (its ``step``) at the same profiles (batch and source length
+    buckets): the runtime pads a batch of sources to one, and decodes at it."""
+    batch, seq, max_length = dims["batch"], dims["seq"], generate["max_length"]
+    policy = {"batch": buckets.get("batch", DEFAULT_BUCKETS), "seq": buckets.get("seq", DEFAULT_BUCKETS)}
+    policy = {d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)}
+    encode = Entry(model.encode, args=[params, *model.encode_inputs(batch, seq).values()], buckets=policy,
+                   max_profiles=max_profiles)
+    step = Entry(model.step, args=[params, *model.step_inputs(batch, seq, max_length, cache_dtype).values()],
+                 buckets=policy, max_profiles=max_profiles, donate=["cache"])
+    spec = Spec(ENCODE, DECODE, max_length, tuple(int(n) for n in model.cache_shape(-1, max_length)), cache_dtype,
+                int(model.vocab_size), tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"),
+                dict(generate.get("sampling", {})), "seq2seq", int(model.decoder_start_token_id),
+                generate.get("forced_bos_token_id"), generate.get("forced_eos_token_id"))
+    return {ENCODE: encode, DECODE: step}, spec
 
 
 def wide_chunks(seq: Any) -> list[int]:

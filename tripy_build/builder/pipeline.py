@@ -47,10 +47,15 @@ def build(request: BuildRequest) -> BuildResult:
         timings["read checkpoint"] = time.perf_counter() - t0
     else:
         model = model_io.instantiate(request.model, request.shapes)
+    if request.generate is not None:
+        from .generate import check_model
+
+        check_model(model, request.model.get("name") or type(model).__name__.lower())
     request = within_limits(request, model)
     if request.generate is not None:
-        from .generate import resolved
+        from .generate import check_shapes, resolved
 
+        check_shapes(model, request.shapes, request.buckets)
         request = dataclasses.replace(request, generate=resolved(
             request.generate, model, request.params_checkpoint if pretrained else None))
     tokenizer = tokenizer_io.files(request.params_checkpoint if pretrained else None)  # stored for text in and out
@@ -138,6 +143,8 @@ def within_limits(request: BuildRequest, model: Any) -> BuildRequest:
     or a ``generate.max_length`` longer, is refused in one line naming both numbers; one left at its default
     (``request.derivable``) is derived from the limit instead, and said: a prompt chunk then stays below
     ``max_length``."""
+    from .generate import seq2seq
+
     limit = model.max_positions() if hasattr(model, "max_positions") else None
     table = next((f"{k}={getattr(model, k)}" for k in ("max_position_embeddings", "n_positions",
                                                       "text_max_position_embeddings") if hasattr(model, k)), "")
@@ -145,23 +152,25 @@ def within_limits(request: BuildRequest, model: Any) -> BuildRequest:
         f"{type(model).__name__}'s position table holds {limit} positions ({table})"
     seq = request.shapes.get("seq")
     shapes, generate = dict(request.shapes), dict(request.generate) if request.generate else None
+    # a decoder's prompt chunk shares the cache with the new tokens; an encoder-decoder's source is the encoder's
+    chunked = generate is not None and not seq2seq(model)
 
     def derive(key: str, old: Any, top: int, new: Any, why: str) -> None:
         if key not in request.derivable:
             raise ConfigError(f"{key}={old}: {why}; set it to at most {top}"
-                              + (" (or raise generate.max_length)" if key == "shapes.dims.seq" and generate else "")
+                              + (" (or raise generate.max_length)" if key == "shapes.dims.seq" and chunked else "")
                               + ".")
         log.info("%s: %s -> %s (the default, derived: %s)", key, old, new, why)
 
     if generate is not None and limit is not None and generate["max_length"] > limit:
         derive("generate.max_length", generate["max_length"], limit, limit, what)
         generate["max_length"] = limit
-    top = limit if generate is None else generate["max_length"] - 1
+    top = generate["max_length"] - 1 if chunked else limit
     if isinstance(seq, (int, NamedDimension)) and top is not None:
         hi = seq if isinstance(seq, int) else seq.max
         if hi > top:
-            why = what if generate is None else (f"a prompt chunk of {hi} tokens leaves no room for a new token in "
-                                                  f"generate.max_length={generate['max_length']}")
+            why = (f"a prompt chunk of {hi} tokens leaves no room for a new token in generate.max_length="
+                   f"{generate['max_length']}") if chunked else what
             shapes["seq"] = top if isinstance(seq, int) else NamedDimension("seq", min(seq.min, top),
                                                                              min(seq.opt, top), top)
             derive("shapes.dims.seq", _dim_text(seq), top, _dim_text(shapes["seq"]), why)

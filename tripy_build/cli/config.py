@@ -24,7 +24,7 @@ from ..runtime.save import DEFAULT_WEIGHTS
 from ..compiler.gpu import GPUS, HOST as GPU_HOST, spec as gpu_spec
 from ..compiler.optimization import DEFAULT_LEVEL, check_level
 from ..errors import ConfigError, SpecError
-from ..core.profiles import DEFAULT_BUCKETS, DEFAULT_MAX_PROFILES, PADDING_KINDS, MaskInput, resolve_buckets
+from ..core.profiles import DEFAULT_MAX_PROFILES, PADDING_KINDS, MaskInput, resolve_buckets
 from ..core.spec import NamedDimension
 
 
@@ -271,7 +271,7 @@ def validate(cfg: DictConfig) -> BuildRequest:
     if not isinstance(platforms, list) or not platforms or any(p not in PLATFORMS for p in platforms):
         raise ConfigError(f"backend: {backend!r}: must be one of {', '.join(PLATFORMS + COMPILERS)} or a list of "
                           f"{' and '.join(PLATFORMS)}, e.g. backend=[cpu,cuda].")
-    generate = _generate(plain, dims, buckets)
+    generate = _generate(plain, dims)
     from ..runtime.save import WEIGHT_FORMS
 
     if plain["weights"] not in WEIGHT_FORMS:
@@ -304,8 +304,9 @@ def validate(cfg: DictConfig) -> BuildRequest:
     )
 
 
-def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, Any]) -> dict[str, Any] | None:
-    """task=generate's settings, checked against the dims (None for task=forward)."""
+def _generate(plain: dict[str, Any], dims: dict[str, Any]) -> dict[str, Any] | None:
+    """task=generate's settings (None for task=forward); the seq dim is checked against them at build
+    (``builder/generate.check_shapes``), where the model says what it is (a prompt's chunks, or a source)."""
     task = plain["task"]
     if task not in TASKS:
         raise ConfigError(f"task: {task!r} is not a task; tasks: {', '.join(TASKS)}.")
@@ -318,18 +319,6 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any], buckets: dict[str, An
         if name not in dims:
             raise ConfigError(f"shapes.dims.{name}: task=generate needs a {name} dim (batch: rows per call; seq: "
                               f"prompt chunk lengths); add it, e.g. shapes.dims.{name}=[1,8,8].")
-    seq = dims["seq"]
-    lo, hi = (seq, seq) if isinstance(seq, int) else (seq.min, seq.max)
-    if lo != 1:
-        raise ConfigError(f"shapes.dims.seq: task=generate runs a prompt in chunks of the seq buckets, which must "
-                          f"include 1 (any length is then a sum of them); its min is {lo}; set it to [1, ..., ...].")
-    if hi >= max_length and "shapes.dims.seq" not in derivable(plain):  # a default seq is derived at build
-        raise ConfigError(f"shapes.dims.seq: a prompt chunk of up to {hi} tokens leaves no room for a new token in "
-                          f"generate.max_length={max_length}; lower seq's max below {max_length} or raise max_length.")
-    if not isinstance(seq, int) and 1 not in resolve_buckets(buckets.get("seq", DEFAULT_BUCKETS), seq.bounds,
-                                                             "shapes.buckets.seq"):
-        raise ConfigError("shapes.buckets.seq: task=generate needs 1 among the seq buckets (prompts run in chunks of "
-                          "them); use pow2, or a list with 1.")
     eos = plain["generate"]["eos_token_id"]
     eos = [] if eos is None else [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
     if eos != "auto" and not (isinstance(eos, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0

@@ -1,4 +1,5 @@
-"""BART (Hugging Face ``BartModel``, ``BartForSequenceClassification``, ``BartForQuestionAnswering``), in plain JAX.
+"""BART (Hugging Face ``BartModel``, ``BartForSequenceClassification``, ``BartForQuestionAnswering``,
+``BartForConditionalGeneration``), in plain JAX.
 
 Fields are ``BartConfig``'s keys, defaults bart-large's (facebook/bart-large-mnli's sizes: the zero-shot
 pipeline's default model), so a checkpoint's ``config.json`` maps onto the dataclass by key (``models/hf.py``).
@@ -18,7 +19,10 @@ position, as BART's learned positions do.) Outputs: ``none`` ``{"last_hidden_sta
 "encoder_last_hidden_state"}``; ``sequence_classification`` ``{"logits": [batch, num_labels]}``: each row's last
 ``eos_token_id`` among its real tokens (``attention_mask`` 1) through dense, tanh and ``out_proj`` (Hugging Face's
 ``BartClassificationHead``; it refuses a batch whose rows lack the token, and so does a call here: ``input_ids``
-declares that every row holds it, ``InputInfo.holds``); ``question_answering`` ``{"start_logits", "end_logits"}``.
+declares that every row holds it, ``InputInfo.holds``); ``question_answering`` ``{"start_logits", "end_logits"}``;
+``conditional_generation`` ``{"logits": [batch, seq, vocab]}``: the decoder's states through the shared table (the
+LM head is tied to it) plus ``final_logits_bias``. With that head ``task=generate`` builds ``encode`` and ``step``
+(``models/_seq2seq.py``): the summarizers (bart-large-cnn, distilbart) and BART's other fine-tunes generate.
 
 Padding at the end is exact: the encoder and the cross-attention mask the padded keys, the decoder is causal, and
 the classifier reads a real position. Hence ``padding = {"batch": "rows", "seq": {"mask_input":
@@ -31,7 +35,8 @@ Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
                  "layers": [{"q" | "k" | "v" | "out" | "fc1" | "fc2": Linear, "attn_ln" | "final_ln": LN}, ...]},
      "decoder": {... as the encoder's, each layer also "cross_q" | "cross_k" | "cross_v" | "cross_out": Linear,
                  "cross_ln": LN},
-     "head": {"dense": Linear, "out": Linear} (sequence classification) | {"out": Linear [2, d]} (QA)}
+     "head": {"dense": Linear, "out": Linear} (sequence classification) | {"out": Linear [2, d]} (QA)
+             | {"final_logits_bias": [1, vocab_size]} (conditional generation)}
 """
 
 from __future__ import annotations
@@ -44,9 +49,10 @@ import jax
 import jax.numpy as jnp
 
 from ._layers import (
-    Params, activation, attend, embed, fused_qkv, grouped_attention, layer_norm, linear, mask_bias, matmul, normal_init,
-    positions,
+    Params, activation, attend, embed, fused_qkv, grouped_attention, head_embed, head_logits, layer_norm, linear,
+    mask_bias, matmul, normal_init, positions,
 )
+from ._seq2seq import Seq2Seq, attend_step, step_bias, write_step
 from ._tokens import TokenInputs
 from .bert import _linear, _ln
 from .heads import Headed, last_real
@@ -55,7 +61,7 @@ OFFSET = 2  # the rows BART's learned position tables hold before position 0
 
 
 @dataclass(frozen=True)
-class Bart(Headed, TokenInputs):
+class Bart(Headed, TokenInputs, Seq2Seq):
     vocab_size: int = 50265
     d_model: int = 1024
     encoder_layers: int = 12
@@ -69,13 +75,15 @@ class Bart(Headed, TokenInputs):
     scale_embedding: bool = False
     decoder_start_token_id: int = 2
     eos_token_id: int | None = 2  # the token the sequence classifier reads (null under the other heads: unread)
-    head: str = "auto"  # none | sequence_classification | question_answering; auto: the checkpoint's, none without
+    # none | sequence_classification | question_answering | conditional_generation (task=generate); auto: the
+    # checkpoint's, none without
+    head: str = "auto"
     num_labels: int = 2  # the classes of a classification head (config.json: id2label's size)
     labels: tuple = ()  # the classes' names, in id order (config.json's id2label)
     problem_type: str | None = None  # a classifier's (config.json's): its scores' function; null: by num_labels
 
     name: ClassVar[str] = "bart"
-    HEADS: ClassVar[tuple[str, ...]] = ("none", "sequence_classification", "question_answering")
+    HEADS: ClassVar[tuple[str, ...]] = ("none", "sequence_classification", "question_answering", "conditional_generation")
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
 
     def __post_init__(self) -> None:
@@ -126,28 +134,36 @@ class Bart(Headed, TokenInputs):
             params["head"] = {"dense": _linear(k_dense, d, d), "out": _linear(k_out, d, self.num_labels)}
         elif self.task == "question_answering":
             params["head"] = {"out": _linear(k_out, d, 2)}
+        elif self.task == "conditional_generation":
+            params["head"] = {"final_logits_bias": jnp.zeros((1, self.vocab_size), jnp.float32)}
         return params
 
     def _embedded(self, params: Params, table: jax.Array, ids: jax.Array) -> jax.Array:
         scale = math.sqrt(self.d_model) if self.scale_embedding else 1.0
         return embed(params["shared"], ids) * scale + positions(table[OFFSET:], ids.shape[1])
 
-    def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+    def _ffn(self, p: Params, h: jax.Array) -> jax.Array:
         act = activation(self.activation_function, "activation_function")
-        enc, dec = params["encoder"], params["decoder"]
-        keys = mask_bias(attention_mask != 0, jnp.float32)[:, None, None, :]  # padded keys never attended
+        return layer_norm(p["final_ln"], h + linear(p["fc2"], act(linear(p["fc1"], h))))
 
-        def ffn(p: Params, h: jax.Array) -> jax.Array:
-            return layer_norm(p["final_ln"], h + linear(p["fc2"], act(linear(p["fc1"], h))))
-
-        def self_attention(p: Params, h: jax.Array, heads: int, bias: jax.Array) -> jax.Array:
-            w_qkv, b_qkv = fused_qkv(p["q"], p["k"], p["v"], 1.0 / math.sqrt(self.d_model // heads))
-            return layer_norm(p["attn_ln"], h + linear(p["out"], attend(matmul(h, w_qkv) + b_qkv, heads, bias)))
-
+    def _encoded(self, params: Params, input_ids: jax.Array, keys: jax.Array) -> jax.Array:
+        """The encoder's last hidden state; ``keys``: the padded source positions' additive mask."""
+        enc = params["encoder"]
+        heads = self.encoder_attention_heads
         h = layer_norm(enc["ln"], self._embedded(params, enc["position"], input_ids))
         for p in enc["layers"]:
-            h = ffn(p, self_attention(p, h, self.encoder_attention_heads, keys))
-        encoded = h
+            w_qkv, b_qkv = fused_qkv(p["q"], p["k"], p["v"], 1.0 / math.sqrt(self.d_model // heads))
+            h = self._ffn(p, layer_norm(p["attn_ln"], h + linear(p["out"], attend(matmul(h, w_qkv) + b_qkv, heads, keys))))
+        return h
+
+    def _logits(self, params: Params, h: jax.Array) -> jax.Array:
+        """The LM head: the shared table (tied) and ``final_logits_bias``."""
+        return head_logits(h, params["shared"]) + params["head"]["final_logits_bias"][0]
+
+    def apply(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+        dec = params["decoder"]
+        keys = mask_bias(attention_mask != 0, jnp.float32)[:, None, None, :]  # padded keys never attended
+        encoded = self._encoded(params, input_ids, keys)
 
         start = jnp.full((input_ids.shape[0], 1), self.decoder_start_token_id, input_ids.dtype)
         shifted = jnp.concatenate([start, input_ids[:, :-1]], axis=1)
@@ -157,17 +173,60 @@ class Bart(Headed, TokenInputs):
         scale = 1.0 / math.sqrt(self.d_model // heads)
         h = layer_norm(dec["ln"], self._embedded(params, dec["position"], shifted))
         for p in dec["layers"]:
-            h = self_attention(p, h, heads, causal)
+            w_qkv, b_qkv = fused_qkv(p["q"], p["k"], p["v"], scale)
+            h = layer_norm(p["attn_ln"], h + linear(p["out"], attend(matmul(h, w_qkv) + b_qkv, heads, causal)))
             q = (linear(p["cross_q"], h) * scale).reshape(*h.shape[:2], heads, -1)
             k, v = (linear(p[f"cross_{n}"], encoded).reshape(*h.shape[:2], heads, -1).swapaxes(1, 2) for n in "kv")
             ctx = grouped_attention(q, k, v, keys).reshape(h.shape)
-            h = ffn(p, layer_norm(p["cross_ln"], h + linear(p["cross_out"], ctx)))
+            h = self._ffn(p, layer_norm(p["cross_ln"], h + linear(p["cross_out"], ctx)))
 
         if self.task == "none":
             return {"last_hidden_state": h, "encoder_last_hidden_state": encoded}
+        if self.task == "conditional_generation":
+            return {"logits": self._logits(params, h)}
         if self.task == "question_answering":
             both = linear(params["head"]["out"], h)
             return {"start_logits": both[..., 0], "end_logits": both[..., 1]}
         at = last_real((input_ids == self.eos_token_id) & (attention_mask != 0))
         at_eos = jnp.take_along_axis(h, at[:, None, None], axis=1)[:, 0]
         return {"logits": linear(params["head"]["out"], jnp.tanh(linear(params["head"]["dense"], at_eos)))}
+
+    # --- generation (head=conditional_generation): models/_seq2seq.py -------------------------------
+    def _heads(self) -> tuple[int, int]:
+        return self.decoder_attention_heads, self.d_model // self.decoder_attention_heads
+
+    def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
+        heads, hd = self._heads()
+        return (self.decoder_layers, 2, batch, heads, seq, hd)
+
+    def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
+        return self.cross_shape(batch, max_length)
+
+    def encode(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+        """The encoder over the source, and each decoder layer's cross-attention keys and values of its output."""
+        encoded = self._encoded(params, input_ids, mask_bias(attention_mask != 0, jnp.float32)[:, None, None, :])
+        heads, _ = self._heads()
+        b, s = input_ids.shape
+        return {"cross": jnp.stack([jnp.stack([linear(p[f"cross_{n}"], encoded).reshape(b, s, heads, -1).swapaxes(1, 2)
+                                               for n in "kv"]) for p in params["decoder"]["layers"]])}
+
+    def step(self, params: Params, input_ids: jax.Array, cache_index: jax.Array, encoder_mask: jax.Array,
+             cross: jax.Array, cache: jax.Array) -> dict[str, jax.Array]:
+        """One decoder token per row at its position ``cache_index`` (``models/_seq2seq.py``)."""
+        dec = params["decoder"]
+        heads, hd = self._heads()
+        b = input_ids.shape[0]
+        scale = 1.0 / math.sqrt(hd)
+        grow = math.sqrt(self.d_model) if self.scale_embedding else 1.0
+        h = head_embed(params["shared"], input_ids[:, 0]) * grow + embed(dec["position"][OFFSET:], cache_index)
+        h = layer_norm(dec["ln"], h)
+        seen = step_bias(cache_index, cache.shape[4])
+        source = mask_bias(encoder_mask != 0, jnp.float32)[:, None, None, :]
+        for i, p in enumerate(dec["layers"]):
+            q, k, v = (linear(p[n], h).reshape(b, heads, hd) for n in "qkv")
+            cache = write_step(cache, i, k, v, cache_index)
+            h = layer_norm(p["attn_ln"], h + linear(p["out"], attend_step(q * scale, cache[i, 0], cache[i, 1], seen)))
+            q = linear(p["cross_q"], h).reshape(b, heads, hd) * scale
+            h = layer_norm(p["cross_ln"], h + linear(p["cross_out"], attend_step(q, cross[i, 0], cross[i, 1], source)))
+            h = self._ffn(p, h)
+        return {"logits": self._logits(params, h), "cache": cache}

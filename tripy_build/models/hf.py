@@ -556,15 +556,18 @@ NAMES: dict[str, Architecture] = {
         model_type="bart",
         prefixes=("", "model."),
         names=(("shared.weight", "shared"), *_bart_side("encoder", False), *_bart_side("decoder", True)),
-        # the encoder's and decoder's embed_tokens are the shared table (BartModel ties them; older files save them)
-        tied=(r"(model\.)?(encoder|decoder)\.embed_tokens\.weight",),
+        # the encoder's and decoder's embed_tokens are the shared table (BartModel ties them; older files save them),
+        # and so is the LM head's weight
+        tied=(r"(model\.)?(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight"),
         unsupported=(("tie_word_embeddings", True),),
         heads=(("sequence_classification", (*_linear("classification_head.dense", "head.dense"),
                                             *_linear("classification_head.out_proj", "head.out"))),
-               ("question_answering", tuple(_linear("qa_outputs", "head.out")))),
-        head_tensors=r"(classification_head|qa_outputs)\..*",
+               ("question_answering", tuple(_linear("qa_outputs", "head.out"))),
+               ("conditional_generation", (("final_logits_bias", "head.final_logits_bias"),))),
+        head_tensors=r"(classification_head\..*|qa_outputs\..*|final_logits_bias|lm_head\.weight)",
         classes="Bart", suffixes=(("Model", "none"), ("ForSequenceClassification", "sequence_classification"),
-                                  ("ForQuestionAnswering", "question_answering")),
+                                  ("ForQuestionAnswering", "question_answering"),
+                                  ("ForConditionalGeneration", "conditional_generation")),
     ),
     "gpt2": Architecture(
         model_type="gpt2",
@@ -781,7 +784,8 @@ def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     ``generation_config.json``'s, or where there is none, ``config.json``'s; and how it picks tokens. ``{"eos_token_id":
     [ids] (an instruct model has several: Llama 3's end of text and end of turn), "pad_token_id": id or None,
     "sampling": generation_config.json's object (runtime/sampling.from_generation_config reads it; {} without one),
-    "source": the file read}``."""
+    "source": the file read, "forced_bos_token_id", "forced_eos_token_id": the first and last tokens an
+    encoder-decoder's reply is forced to (BART's, Marian's), or None}``."""
     root = Path(checkpoint_dir)
     path = root / GENERATION_CONFIG if (root / GENERATION_CONFIG).is_file() else root / CONFIG
     config = _json_object(path)
@@ -791,7 +795,10 @@ def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     if not all(isinstance(t, int) and not isinstance(t, bool) for t in [*eos, *([] if pad is None else [pad])]):
         raise CheckpointError(f"{path}: eos_token_id={config.get('eos_token_id')!r}, pad_token_id={pad!r}: token ids "
                               "must be integers (eos_token_id: one or a list).")
-    return {"eos_token_id": eos, "pad_token_id": pad, "sampling": sampling, "source": str(path)}
+    forced = {k: config.get(k) for k in ("forced_bos_token_id", "forced_eos_token_id")}
+    if not all(v is None or isinstance(v, int) and not isinstance(v, bool) for v in forced.values()):
+        raise CheckpointError(f"{path}: {forced}: forced token ids must be integers (or null).")
+    return {"eos_token_id": eos, "pad_token_id": pad, "sampling": sampling, "source": str(path), **forced}
 
 
 def _sub_config(config: Mapping[str, Any], key: str) -> Any:

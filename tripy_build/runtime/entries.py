@@ -122,11 +122,15 @@ class MultiEntry:
         (``metadata["generate"]["sampling"]``: the checkpoint's ``generation_config.json`` as transformers'
         ``generate`` reads it, unless the build set ``generate.sampling``; greedy where it does not sample).
 
+        An encoder-decoder's artifact (a ``*ForConditionalGeneration``: BART, T5) generates each reply to its source
+        (``runtime/seq2seq.py``): the sources are encoded once, and the reply decoded from the decoder's start token.
+
         Args:
-            input_ids: the prompts: a list of token-id lists (any lengths), or an int array ``[batch, prompt]``
-                whose padding (either side) ``attention_mask`` marks with 0.
+            input_ids: the prompts (an encoder-decoder's: the sources): a list of token-id lists (any lengths), or
+                an int array ``[batch, prompt]`` whose padding (either side) ``attention_mask`` marks with 0.
             max_new_tokens: how many tokens to generate per prompt; the longest prompt plus these must fit
-                in the artifact's ``generate.max_length``.
+                in the artifact's ``generate.max_length`` (an encoder-decoder's: these alone; its sources fit
+                the build's ``seq``).
             temperature: 0: greedy; above 0: sample from ``softmax(logits / temperature)``.
             top_k: sample among the ``top_k`` most likely tokens only; 0: every token.
             top_p: then among the fewest most likely tokens whose probabilities add up to ``top_p`` (nucleus
@@ -156,7 +160,7 @@ class MultiEntry:
             new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
             varied = gpt2.generate([[464, 2068, 318]], max_new_tokens=20, temperature=0.8, top_p=0.95, seed=1)
         """
-        from .generate import generate
+        from . import generate, seq2seq
 
         steps = self.generation_steps()
         spec = steps.spec()
@@ -165,7 +169,8 @@ class MultiEntry:
             from .grammar import constraints
 
             held = constraints(self.tokenizer, json_schema, spec.vocab_size)
-        return generate(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
+        run = seq2seq.generate if spec.kind == "seq2seq" else generate.generate
+        return run(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
                         eos_token_id, pad_token_id, held, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                         presence_penalty=presence_penalty)

@@ -578,10 +578,10 @@ class Executable(MultiEntry):
     def _fetch(self, x: Any) -> np.ndarray:
         return np.asarray(x)
 
-    def _step(self, target: tuple[int, ...], leaves: list[Any]) -> tuple[Any, Any]:
+    def _step(self, target: tuple[int, ...], leaves: list[Any], names: tuple[str, ...]) -> tuple[Any, ...]:
         with calls:
             out = self._callable(target)(*self._leading, *leaves)
-            return out["logits"], out["cache"]
+            return tuple(out[n] for n in names)
 
 
 def together(models: Mapping[str, CompiledModel], like: Mapping[str, Executable] | None = None) -> dict[str, Executable]:

@@ -33,6 +33,9 @@ from ..errors import CallError
 from .sampling import Options, Sampler
 
 
+SEQ2SEQ_TOKENS = ("decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
+
+
 @dataclass(frozen=True)
 class Spec:
     """What the build recorded about generation (``metadata["generate"]``)."""
@@ -46,6 +49,14 @@ class Spec:
     eos_token_id: tuple[int, ...] = ()  # where a row stops unless a call says otherwise (generate.eos_token_id)
     pad_token_id: int | None = None  # what a stopped row is filled with (the checkpoint's; else the first eos id)
     sampling: dict[str, Any] = dataclasses.field(default_factory=dict)  # the defaults of calls' options (sampling.Options)
+    # ``causal``: a decoder's prompt extended (``prefill``, ``decode``); ``seq2seq``: an encoder-decoder's source
+    # encoded (``prefill`` names the ``encode`` entry) and its reply decoded a token a step (``runtime/seq2seq.py``)
+    kind: str = "causal"
+    decoder_start_token_id: int | None = None  # seq2seq: the decoder's first input (config.json's)
+    # seq2seq: the token forced first and the token forced last (at max_new_tokens), as transformers forces them
+    # (generation_config.json's forced_bos_token_id, forced_eos_token_id: BART's summarizers, Marian's translators)
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -53,15 +64,20 @@ class Spec:
         if not isinstance(g, dict):
             raise CallError(f"{name}: this artifact was not built for generation; build it with task=generate "
                             "(python -m tripy_build model=gpt2 task=generate).")
-        pad = g.get("pad_token_id")
+        def token(key: str) -> int | None:
+            return None if g.get(key) is None else int(g[key])
         return cls(str(g["prefill"]), str(g["decode"]), int(g["max_length"]), tuple(int(n) for n in g["cache_shape"]),
                    str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
-                   None if pad is None else int(pad), dict(g.get("sampling") or {}))
+                   token("pad_token_id"), dict(g.get("sampling") or {}), str(g.get("kind", "causal")),
+                   *(token(k) for k in SEQ2SEQ_TOKENS))
 
     def to_metadata(self) -> dict[str, Any]:
-        return {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
-                "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
-                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id, "sampling": self.sampling}
+        out = {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
+               "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
+               "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id, "sampling": self.sampling}
+        if self.kind != "causal":  # an artifact of a decoder alone is recorded as before
+            out.update(kind=self.kind, **{k: getattr(self, k) for k in SEQ2SEQ_TOKENS})
+        return out
 
     def options(self, **given: Any) -> Options:
         """A call's sampling options: those it gives (None: not given) over this artifact's defaults."""
@@ -130,8 +146,8 @@ class Steps:
     artifact (``generation_steps()``), with the ``spares`` its sessions leave.
 
     Each loader provides ``_place`` (a host array onto its device), ``_fetch`` (a device value back as numpy) and,
-    per entry, ``_step(target, leaves)``: one profile run as it is, (logits, cache) left on the device; the cache
-    is passed back to the next step (donated: updated in place).
+    per entry, ``_step(target, leaves, names)``: one profile run as it is, the outputs ``names`` (logits, cache) left
+    on the device; the cache is passed back to the next step (donated: updated in place).
     """
 
     def __init__(self, loaded: Any):
@@ -155,9 +171,13 @@ class Steps:
 
     def run(self, entry: str, profile: dict[str, int], leaves: list[Any]) -> tuple[np.ndarray, Any]:
         """(logits as numpy, the updated cache on the device) for ``leaves`` in the entry's input order."""
-        e = self.loaded.entry(entry)
-        logits, cache = e._step(tuple(profile[d.name] for d in e.dims), leaves)
+        logits, cache = self.outputs(entry, profile, leaves, ("logits", "cache"))
         return self.host(logits), cache
+
+    def outputs(self, entry: str, profile: dict[str, int], leaves: list[Any], names: Sequence[str]) -> tuple[Any, ...]:
+        """The entry's outputs ``names``, left on the device, for ``leaves`` in its input order."""
+        e = self.loaded.entry(entry)
+        return e._step(tuple(profile[d.name] for d in e.dims), leaves, tuple(names))
 
 
 def prompts(input_ids: Any, attention_mask: Any = None) -> list[np.ndarray]:

@@ -413,14 +413,13 @@ class Runtime(MultiEntry):
     def _fetch(self, x: Any) -> np.ndarray:
         return self._device.to_host(x)
 
-    def _step(self, target: tuple[int, ...], leaves: list[Any]) -> tuple[Any, Any]:
+    def _step(self, target: tuple[int, ...], leaves: list[Any], names: tuple[str, ...]) -> tuple[Any, ...]:
         with calls:
             with self._locks[target]:
                 compiled = self._profile(target)
             outs = compiled.device_outputs([*self._leading, *leaves])
             self._ran.add(target)
-        names = self.output_names
-        return outs[names.index("logits")], outs[names.index("cache")]
+        return tuple(outs[self.output_names.index(n)] for n in names)
 
     def _structure(self, outputs: list[np.ndarray]) -> Any:
         template = self._manifest.output_structure

@@ -18,6 +18,9 @@ the wait, of 8 clients sending at once the first was prefilled alone and the oth
 running batch (1.5 s of stalled steps; 8 clients got 2.9x one client's tokens/s, with the wait 3.3x,
 bench/generate.py); a lone request pays at most the window, against a prompt's prefill of 25-170 ms for
 GPT-2 small here.
+
+An encoder-decoder's batch (``runtime/seq2seq.Session``) is encoded together and decoded in step: requests
+that arrive while it runs wait for it to finish, then start the next batch together.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import CallError
+from ..runtime import seq2seq
 from ..runtime.generate import Held, Session, Spec, check_prompt
 from ..runtime.sampling import NAMES, Sampler
 
@@ -89,6 +93,9 @@ class Generator:
     def __init__(self, steps: Any, spec: Spec, name: str):
         self.steps, self.spec, self.name = steps, spec, name
         self.buckets = sorted({p["batch"] for p in steps.profiles(spec.decode)})
+        # an encoder-decoder's batch is encoded together and decoded in step: requests join only an idle server
+        self.seq2seq = spec.kind == "seq2seq"
+        self.longest = max(p["seq"] for p in steps.profiles(spec.prefill))  # an encoder-decoder's longest source
         self.waiting: deque[Sequence] = deque()
         self.rows: dict[int, Sequence] = {}
         self.session: Session | None = None
@@ -113,13 +120,17 @@ class Generator:
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
-        check_prompt(self.spec, ids, max_new_tokens, "input_ids")
+        if self.seq2seq:
+            seq2seq.check_source(self.spec, ids, max_new_tokens, self.longest, "input_ids")
+        else:
+            check_prompt(self.spec, ids, max_new_tokens, "input_ids")
         ids = ids.astype(np.int32)
         outside = [t for t in logit_bias or () if not 0 <= t < self.spec.vocab_size]
         if outside:
             raise CallError(f"logit_bias: token id {outside[0]} is outside [0, {self.spec.vocab_size}) (this model's "
                             "vocabulary).")
-        sampler = Sampler(self.spec.options(**sampling), seed, [ids], None if constraint is None else [constraint],
+        history = [np.array([self.spec.decoder_start_token_id], np.int32)] if self.seq2seq else [ids]  # penalized
+        sampler = Sampler(self.spec.options(**sampling), seed, history, None if constraint is None else [constraint],
                           logit_bias)
         seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
                        logprobs=logprobs)
@@ -176,16 +187,26 @@ class Generator:
                 return
 
     def _room(self, joining: int) -> bool:
+        if self.seq2seq and self.session is not None:
+            return False
         return len(self.rows) + joining < self.buckets[-1]
+
+    def _next(self, seq: Sequence, logits: np.ndarray) -> bool:
+        """``seq.next`` of its logits, an encoder-decoder's first and last tokens forced where its checkpoint forces
+        them."""
+        if self.seq2seq:
+            logits = seq2seq.forced(self.spec, logits, len(seq.tokens), seq.max_new_tokens)
+        return seq.next(logits)
 
     def _join(self, joining: list[Sequence]) -> None:
         if self.session is None and joining:  # an idle server: the requests that arrived together prefill as a batch
-            self.session = Session(self.steps, self.spec, self._bucket(len(joining)))
+            self.session = (seq2seq.Session if self.seq2seq else Session)(self.steps, self.spec,
+                                                                          self._bucket(len(joining)))
             rows, logits = self.session.admit_all([seq.prompt for seq in joining])
             self.rows.update(zip(rows, joining))
             for row, seq, out in zip(rows, joining, logits):
                 self._admitted(seq, row)
-                if seq.next(out):
+                if self._next(seq, out):
                     self._finish(row)
             return
         for seq in joining:
@@ -196,7 +217,7 @@ class Generator:
             logits = self.session.admit(row, seq.prompt)
             self._admitted(seq, row)
             self.rows[row] = seq
-            if seq.next(logits):
+            if self._next(seq, logits):
                 self._finish(row)
 
     def _admitted(self, seq: Sequence, row: int) -> None:
@@ -210,7 +231,7 @@ class Generator:
         self.steps_run += 1
         self.rows_run += len(self.rows)
         for row, seq in list(self.rows.items()):
-            if seq.next(logits[row]):
+            if self._next(seq, logits[row]):
                 self._finish(row)
 
     def _finish(self, row: int) -> None:

@@ -1,0 +1,160 @@
+"""task=generate of an encoder-decoder (``BartForConditionalGeneration``): ``encode`` and ``decode`` entries
+(``models/_seq2seq.py``) driven by ``runtime/seq2seq.py``, against transformers' ``generate``.
+
+A tiny BART with a byte-level BPE tokenizer (``examples/nli_checkpoint.py``'s) is saved with ``save_pretrained``,
+with the first and last tokens forced as BART's summarizers force them (``forced_bos_token_id`` 0,
+``forced_eos_token_id`` 2), and built through the command line at batch buckets 1 and 4 and source buckets 8
+and 16 (three sources run padded to 4 rows and 16 positions). Its replies, greedy, must equal transformers'
+``generate(num_beams=1, do_sample=False)`` with both loaders, on the server's ``/generate`` and from the CLI.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+import transformers  # noqa: E402
+
+import tripy_build as tb  # noqa: E402
+from examples.nli_checkpoint import TINY, checkpoint  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.errors import CallError  # noqa: E402
+from tripy_build.serve.http import Server  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+MAX_LENGTH = 12
+BUILD = ["model=hf", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,4]",
+         "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]", "shapes.buckets.batch=[1,4]"]
+TEXTS = ["the quick brown fox", "hello world, the fox jumps", "a dog"]  # 9 to 16 tokens: the 16 bucket
+
+
+@pytest.fixture(scope="module")
+def bart(tmp_path_factory):
+    """(transformers' model, its tokenizer, the artifact) of a tiny BART summarizer built with task=generate."""
+    root = tmp_path_factory.mktemp("seq2seq")
+    _, tok = checkpoint(root / "ckpt")  # the tokenizer (and a classifier, replaced below)
+    torch.manual_seed(0)
+    config = transformers.BartConfig(vocab_size=len(tok), **TINY, init_std=0.5, forced_eos_token_id=2)
+    model = transformers.BartForConditionalGeneration(config).eval()
+    model.generation_config.forced_bos_token_id = 0  # bart-large-cnn's generation_config.json has both
+    model.generation_config.num_beams = 4  # as it has: said at build, not applied
+    model.save_pretrained(root / "ckpt")
+    r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "asks transformers' generate for num_beams=4, which tripy_build's does not apply" in r.stdout + r.stderr
+    return model, tok, next((root / "arts" / "bart").iterdir())
+
+
+def sources(tok, texts=TEXTS) -> list[list[int]]:
+    return [tok(t)["input_ids"] for t in texts]
+
+
+def hf_generate(model, rows: list[list[int]], n: int, **kw) -> list[list[int]]:
+    """transformers' greedy replies (its start token left out; a finished row's padding cut)."""
+    longest = max(map(len, rows))
+    ids = torch.tensor([r + [1] * (longest - len(r)) for r in rows])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=(ids != 1).long(), max_new_tokens=n, do_sample=False, num_beams=1,
+                             **kw)
+    return [cut(r) for r in out[:, 1:].tolist()]
+
+
+def cut(row) -> list[int]:
+    """A reply up to its first end (2), the end kept."""
+    row = [int(t) for t in row]
+    return row[:row.index(2) + 1] if 2 in row else row
+
+
+@pytest.fixture(scope="module", params=["load", "runtime"])
+def loaded(request, bart):
+    return (tb.load if request.param == "load" else runtime.load)(bart[2])
+
+
+def test_the_artifact_records_an_encoder_decoder(bart):
+    meta = json.loads((bart[2] / "manifest.json").read_text())["metadata"]["generate"]
+    assert {k: meta[k] for k in ("kind", "prefill", "decode", "decoder_start_token_id", "forced_bos_token_id",
+                                 "forced_eos_token_id", "eos_token_id", "max_length")} == {
+        "kind": "seq2seq", "prefill": "encode", "decode": "decode", "decoder_start_token_id": 2,
+        "forced_bos_token_id": 0, "forced_eos_token_id": 2, "eos_token_id": [2], "max_length": MAX_LENGTH}
+
+
+@pytest.mark.parametrize("n", [1, 6, MAX_LENGTH])
+def test_greedy_replies_equal_transformers_with_the_forced_first_and_last_tokens(bart, loaded, n):
+    model, tok, _ = bart
+    rows = sources(tok)
+    want = hf_generate(model, rows, n)
+    got = loaded.generate(rows, max_new_tokens=n)
+    assert [cut(r) for r in got] == want
+    # both forced; one new token is the end (transformers forces it after the first)
+    assert all(r[0] == (0 if n > 1 else 2) for r in want) and all(r[-1] == 2 for r in want if len(r) == n)
+
+
+def test_replies_run_to_max_new_tokens_without_an_end_and_sources_come_padded(bart, loaded):
+    model, tok, _ = bart
+    rows = sources(tok)
+    want = hf_generate(model, rows, 8, eos_token_id=None)  # no row stops; the last token is still forced
+    longest = max(map(len, rows))
+    ids = np.array([[1] * (longest - len(r)) + r for r in rows])  # padded on the left this time
+    got = loaded.generate(ids, attention_mask=(ids != 1).astype(np.int32), max_new_tokens=8, eos_token_id=[])
+    assert got.shape == (3, 8) and got.tolist() == want and (got[:, -1] == 2).all()
+    one = loaded.generate([rows[1]], max_new_tokens=8, eos_token_id=[])  # batch 1, its own profile
+    assert one.tolist() == [want[1]]
+
+
+def test_sampling_is_reproducible_for_a_seed(bart, loaded):
+    _, tok, _ = bart
+    rows = sources(tok)
+    a = loaded.generate(rows, max_new_tokens=8, temperature=1.5, seed=7, eos_token_id=[])
+    assert np.array_equal(a, loaded.generate(rows, max_new_tokens=8, temperature=1.5, seed=7, eos_token_id=[]))
+    assert (a[:, 0] == 0).all()  # forced even when sampling
+
+
+def test_bad_calls_are_one_line_errors(bart, loaded):
+    _, tok, _ = bart
+    with pytest.raises(CallError, match=r"input_ids\[0\] is a source of 20 tokens, over the 16 this artifact's "
+                                        r"encoder was built for \(shapes.dims.seq\)"):
+        loaded.generate([list(range(3, 23))], max_new_tokens=2)
+    with pytest.raises(CallError, match=rf"max_new_tokens=13 is over this artifact's generate.max_length={MAX_LENGTH}"):
+        loaded.generate(sources(tok), max_new_tokens=13)
+    with pytest.raises(CallError, match=r"input_ids\[1\] holds token id 9999, outside \[0, "):
+        loaded.generate([[0, 5, 2], [0, 9999, 2]], max_new_tokens=2)
+
+
+def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
+    model, tok, art = bart
+    want = hf_generate(model, sources(tok), 6)
+    with Server([art], port=0).start() as srv:
+        host, port = srv.url.split("//")[1].split(":")
+        for text, reply in zip(TEXTS, want):
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            conn.request("POST", "/v2/models/bart/generate", body=json.dumps(
+                {"text_input": text, "parameters": {"max_new_tokens": 6}}), headers={"content-type": "application/json"})
+            response = conn.getresponse()
+            body = json.loads(response.read())
+            conn.close()
+            assert response.status == 200, body
+            assert cut(body["output_ids"]) == reply
+            assert body["text_output"] == tok.decode(reply, skip_special_tokens=True)
+    r = run_cli("generate", str(art), "--prompt", TEXTS[0], "--max-new-tokens", "6", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    printed = json.loads(r.stdout)  # the reply before its end
+    assert printed["output_ids"] == want[0][:want[0].index(2)] and printed["text_output"] == tok.decode(
+        want[0], skip_special_tokens=True)
+
+
+def test_a_classifier_head_cannot_generate(tmp_path):
+    checkpoint(tmp_path / "nli")  # a BartForSequenceClassification
+    r = run_cli(*BUILD, f"params.checkpoint={tmp_path / 'nli'}", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
+    assert r.returncode == 2 and "head=sequence_classification, which has no language model head" in r.stderr, \
+        r.stderr[-2000:]
+    assert not (tmp_path / "arts").exists()

@@ -1,0 +1,80 @@
+"""What an encoder-decoder model that generates (a ``*ForConditionalGeneration``: BART, T5) has for ``task=generate``.
+
+Two functions over one set of weights, compiled as two entries (``builder/generate.py``) and driven by
+``runtime/seq2seq.py``:
+
+- ``encode(params, input_ids [b, s], attention_mask [b, s]) -> {"cross": cross_shape(b, s)}``: the encoder over the
+  source, and from its output every decoder layer's cross-attention keys and values (computed once per source,
+  not once per generated token, as transformers' ``EncoderDecoderCache`` keeps them).
+- ``step(params, input_ids [b, 1], cache_index [b], encoder_mask [b, s], cross, cache) -> {"logits": [b, vocab],
+  "cache"}``: one decoder token per row at its position ``cache_index`` (the decoder start token at 0), its
+  self-attention keys and values written into ``cache`` (``cache_shape(b, max_length)``, donated) and attended with
+  every position before it; the cross-attention over ``cross``, the padded source positions (``encoder_mask`` 0)
+  masked.
+
+Both caches are ``[layers, 2 (keys, values), batch, heads, positions, head_dim]``, in the build's precision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ..core.spec import InputInfo
+from ._layers import mask_bias
+
+METHODS = ("encode", "encode_inputs", "step", "step_inputs", "cache_shape", "cross_shape")
+
+
+class Seq2Seq:
+    """``encode_inputs`` and ``step_inputs`` from the model's ``cross_shape`` and ``cache_shape``; the model sets
+    ``vocab_size`` and ``decoder_start_token_id`` and defines ``encode``, ``step`` and the two shapes."""
+
+    vocab_size: int
+    decoder_start_token_id: int
+
+    def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def encode_inputs(self, batch: Any, seq: Any) -> dict[str, InputInfo]:
+        """``encode``'s inputs: the source's ids and its mask (1: a token, 0: padding)."""
+        return {"input_ids": InputInfo((batch, seq), "int32", (0, self.vocab_size)),
+                "attention_mask": InputInfo((batch, seq), "int32", (0, 2))}
+
+    def step_inputs(self, batch: Any, seq: Any, max_length: int, cache_dtype: str = "float32") -> dict[str, InputInfo]:
+        """``step``'s inputs: a token per row, its position, the source's mask, the cross-attention's keys and values
+        (``encode``'s ``cross``) and the decoder's cache, both in ``cache_dtype`` (the build's precision)."""
+        return {"input_ids": InputInfo((batch, 1), "int32", (0, self.vocab_size)),
+                "cache_index": InputInfo((batch,), "int32", (0, max_length)),
+                "encoder_mask": InputInfo((batch, seq), "int32", (0, 2)),
+                "cross": InputInfo(self.cross_shape(batch, seq), cache_dtype),
+                "cache": InputInfo(self.cache_shape(batch, max_length), cache_dtype)}
+
+
+def write_step(cache: jax.Array, layer: int, k: jax.Array, v: jax.Array, cache_index: jax.Array) -> jax.Array:
+    """``cache`` with one new token's keys and values ``k, v: [b, heads, hd]`` at each row's ``cache_index``."""
+    rows = jnp.arange(k.shape[0])
+    for kind, x in ((0, k), (1, v)):
+        cache = cache.at[layer, kind, rows, :, cache_index, :].set(x.astype(cache.dtype))
+    return cache
+
+
+def step_bias(cache_index: jax.Array, max_length: int, dtype: Any = jnp.float32) -> jax.Array:
+    """``[b, 1, 1, max_length]``: 0 at the positions a row's new token sees (its own and every one before), the
+    dtype's most negative value after it."""
+    return mask_bias(jnp.arange(max_length)[None, :] <= cache_index[:, None], dtype)[:, None, None, :]
+
+
+def attend_step(q: jax.Array, keys: jax.Array, values: jax.Array, bias: jax.Array) -> jax.Array:
+    """One query per row ``q: [b, heads, hd]`` (already scaled) over ``keys, values: [b, heads, n, hd]``, ``bias``
+    broadcasting to ``[b, heads, 1, n]`` -> ``[b, heads * hd]``; the scores in float32."""
+    from ._layers import softmax
+
+    scores = jnp.einsum("bnh,bnkh->bnk", q, keys)[:, :, None, :]
+    probs = softmax(scores, bias, values.dtype)[:, :, 0, :]
+    return jnp.einsum("bnk,bnkh->bnh", probs, values).reshape(q.shape[0], -1)

@@ -1,0 +1,157 @@
+"""Generation with an encoder-decoder (``task=generate`` of a ``*ForConditionalGeneration``: BART, T5), numpy only.
+
+The artifact holds two entries over one set of weights (``models/_seq2seq.py``): ``encode`` runs the encoder
+over a batch of sources and returns every decoder layer's cross-attention keys and values; ``decode`` runs
+one decoder token per row against them and the decoder's own cache (donated: written in place). A batch of
+sources is padded to an ``encode`` profile (the smallest batch and ``seq`` buckets that hold it, the padding
+masked), encoded once, and decoded a token a step at that same profile until every row stopped or
+``max_new_tokens`` were made. Each token is picked by ``sampling.Sampler`` as for a decoder alone; the first
+and the last are forced where the checkpoint forces them (``forced_bos_token_id``, ``forced_eos_token_id``),
+as transformers' logits processors force them.
+
+Rows do not join a running batch here (a reply's cross-attention is over its own source, encoded with the
+batch): ``generate`` runs each batch of sources from start to end, and so does the server (``Session``, which
+``serve/generation.py`` drives as it drives a decoder's).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import CallError
+from .generate import Spec, Steps, prompts
+from .sampling import Sampler
+
+
+def check_source(spec: Spec, source: np.ndarray, max_new_tokens: int, longest: int, where: str) -> None:
+    """A source's ids within the vocabulary and its length within the encoder's ``longest``; ``max_new_tokens``
+    within the decoder's positions."""
+    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise CallError(f"generate(): max_new_tokens={max_new_tokens!r}; it is a positive integer.")
+    if max_new_tokens > spec.max_length:
+        raise CallError(f"generate(): max_new_tokens={max_new_tokens} is over this artifact's generate.max_length="
+                        f"{spec.max_length} (the decoder's positions); ask for at most {spec.max_length}, or build "
+                        "with a larger generate.max_length.")
+    bad = source[(source < 0) | (source >= spec.vocab_size)]
+    if bad.size:
+        raise CallError(f"generate(): {where} holds token id {int(bad[0])}, outside [0, {spec.vocab_size}) (this "
+                        "model's vocabulary).")
+    if len(source) > longest:
+        raise CallError(f"generate(): {where} is a source of {len(source)} tokens, over the {longest} this artifact's "
+                        "encoder was built for (shapes.dims.seq); shorten it, or build with a larger seq.")
+
+
+def forced(spec: Spec, logits: np.ndarray, step: int, max_new_tokens: int) -> np.ndarray:
+    """``logits`` of a reply's token ``step`` (0: its first), every token but the forced one masked where the
+    checkpoint forces it: ``forced_eos_token_id`` at the last of ``max_new_tokens`` (transformers applies it after
+    the first's, so one new token is the forced end), else ``forced_bos_token_id`` first."""
+    last = step == max_new_tokens - 1 and spec.forced_eos_token_id is not None
+    token = spec.forced_eos_token_id if last else spec.forced_bos_token_id if step == 0 else None
+    if token is None:
+        return logits
+    out = np.full_like(logits, -np.inf)
+    out[..., token] = 0.0
+    return out
+
+
+class Session:
+    """A batch of sources encoded together and their replies decoded in step, a token per row per step; the
+    interface of ``runtime.generate.Session`` that ``serve/generation.py`` drives, with rows that join only
+    together (``joins`` False: a request waits for the running batch to finish)."""
+
+    joins = False
+
+    def __init__(self, steps: Steps, spec: Spec, batch: int):
+        self.steps, self.spec, self.batch = steps, spec, batch
+        self.profiles = [p for p in steps.profiles(spec.prefill) if p["batch"] == batch]
+        self.busy = np.zeros(batch, bool)
+        self.reused = np.zeros(batch, np.int32)  # no prefix is taken from a cache here
+        self.token = np.full(batch, spec.decoder_start_token_id, np.int32)
+        self.at = 0  # the decoder position of every row's next token
+        self.profile = self.state = None
+
+    def admit_all(self, sources: Sequence[np.ndarray]) -> tuple[list[int], np.ndarray]:
+        """Encode ``sources`` (padded to the smallest ``seq`` bucket that holds the longest) and run the decoder's
+        start token; (their rows, the logits of their first token ``[n, vocab]``)."""
+        if self.busy.any():
+            raise CallError("generate(): admit_all() needs an empty session.")
+        longest = max(len(s) for s in sources)
+        self.profile = min((p for p in self.profiles if p["seq"] >= longest), key=lambda p: p["seq"])
+        ids, mask = np.zeros((self.batch, self.profile["seq"]), np.int32), np.zeros((self.batch, self.profile["seq"]),
+                                                                                   np.int32)
+        for row, source in enumerate(sources):
+            ids[row, :len(source)], mask[row, :len(source)] = source, 1
+        (cross,) = self.steps.outputs(self.spec.prefill, self.profile, [ids, mask], ("cross",))
+        cache = self.steps.zeros([self.batch if n == -1 else n for n in self.spec.cache_shape], self.spec.cache_dtype)
+        self.state = [self.steps.put(mask), cross, cache]
+        self.busy[:len(sources)] = True
+        return list(range(len(sources))), self._run()[:len(sources)]
+
+    def step(self, tokens: dict[int, int]) -> np.ndarray:
+        """One decoder step: each busy row's last token ``tokens[row]`` in; the next logits of every row."""
+        for row, token in tokens.items():
+            self.token[row] = token
+        return self._run()
+
+    def _run(self) -> np.ndarray:
+        if self.at >= self.spec.max_length:
+            raise CallError(f"generate(): a reply past generate.max_length={self.spec.max_length} decoder positions.")
+        mask, cross, cache = self.state
+        logits, cache = self.steps.run(self.spec.decode, self.profile, [
+            self.token[:, None], np.full(self.batch, self.at, np.int32), mask, cross, cache])
+        self.state[2] = cache
+        self.at += 1
+        return logits[:, :self.spec.vocab_size]
+
+    def release(self, row: int) -> None:
+        self.busy[row] = False
+
+    def close(self) -> None:
+        self.state = None
+
+
+def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
+             seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
+             constraints: Any = None, **sampling: Any) -> np.ndarray:
+    """The new tokens of each source, int32 ``[batch, n]`` (the decoder's start token left out): as
+    ``runtime/generate.generate`` says, with ``input_ids`` the sources the replies are to."""
+    sources = prompts(input_ids, attention_mask)
+    profiles = steps.profiles(spec.prefill)
+    batches = sorted({p["batch"] for p in profiles})
+    longest = max(p["seq"] for p in profiles)
+    for i, source in enumerate(sources):
+        check_source(spec, source, max_new_tokens, longest, f"input_ids[{i}]")
+    options = spec.options(**sampling)
+    eos = spec.stops(eos_token_id)
+    pad = spec.fill(pad_token_id, eos)
+    rng = np.random.default_rng(seed)
+    out = []
+    for start in range(0, len(sources), batches[-1]):
+        group = sources[start:start + batches[-1]]
+        held = None if constraints is None else [constraints(eos) for _ in group]
+        sampler = Sampler(options, rng, [np.array([spec.decoder_start_token_id], np.int32)] * len(group), held)
+        session = Session(steps, spec, next(b for b in batches if b >= len(group)))
+        out.append(_group(session, group, max_new_tokens, sampler, eos, pad))
+        session.close()
+    n = max(o.shape[1] for o in out)
+    return np.concatenate([np.pad(o, ((0, 0), (0, n - o.shape[1])), constant_values=pad if pad is not None else 0)
+                           for o in out])
+
+
+def _group(session: Session, sources: list[np.ndarray], max_new_tokens: int, sampler: Sampler,
+           eos: tuple[int, ...], pad: int | None) -> np.ndarray:
+    rows, logits = session.admit_all(sources)
+    tokens = np.zeros((len(sources), max_new_tokens), np.int32)
+    done = np.zeros(len(sources), bool)
+    for step in range(max_new_tokens):
+        picked = sampler(forced(session.spec, logits, step, max_new_tokens))
+        if pad is not None:
+            picked = np.where(done, pad, picked)
+        tokens[:, step] = picked
+        done |= np.isin(picked, eos) | sampler.ended()
+        if done.all() or step + 1 == max_new_tokens:
+            return tokens[:, :step + 1]
+        logits = session.step(dict(zip(rows, picked.tolist())))[:len(sources)]
+    return tokens
