@@ -3,7 +3,7 @@
 
 A tiny BART with a byte-level BPE tokenizer (``examples/nli_checkpoint.py``'s) is saved with ``save_pretrained``,
 with the first and last tokens forced as BART's summarizers force them (``forced_bos_token_id`` 0,
-``forced_eos_token_id`` 2), and built through the command line at batch buckets 1 and 4 and source buckets 8
+``forced_eos_token_id`` 2) and a token never generated (``bad_words_ids``), and built through the command line at batch buckets 1 and 4 and source buckets 8
 and 16 (three sources run padded to 4 rows and 16 positions). Its replies, greedy, must equal transformers'
 ``generate(num_beams=1, do_sample=False)`` with both loaders, on the server's ``/generate`` and from the CLI.
 """
@@ -48,6 +48,7 @@ def bart(tmp_path_factory):
     model = transformers.BartForConditionalGeneration(config).eval()
     model.generation_config.forced_bos_token_id = 0  # bart-large-cnn's generation_config.json has both
     model.generation_config.num_beams = 4  # as it has: said at build, not applied
+    model.generation_config.bad_words_ids = [[100]]  # never generated (Marian's pad is): greedy's pick without it
     model.save_pretrained(root / "ckpt")
     r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -86,6 +87,7 @@ def test_the_artifact_records_an_encoder_decoder(bart):
                                  "forced_eos_token_id", "eos_token_id", "max_length")} == {
         "kind": "seq2seq", "prefill": "encode", "decode": "decode", "decoder_start_token_id": 2,
         "forced_bos_token_id": 0, "forced_eos_token_id": 2, "eos_token_id": [2], "max_length": MAX_LENGTH}
+    assert meta["suppressed"] == [100]
 
 
 @pytest.mark.parametrize("n", [1, 6, MAX_LENGTH])
@@ -94,7 +96,7 @@ def test_greedy_replies_equal_transformers_with_the_forced_first_and_last_tokens
     rows = sources(tok)
     want = hf_generate(model, rows, n)
     got = loaded.generate(rows, max_new_tokens=n)
-    assert [cut(r) for r in got] == want
+    assert [cut(r) for r in got] == want and 100 not in got
     # both forced; one new token is the end (transformers forces it after the first)
     assert all(r[0] == (0 if n > 1 else 2) for r in want) and all(r[-1] == 2 for r in want if len(r) == n)
 

@@ -101,8 +101,10 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
                         "is" if len(outside) == 1 else "are", vocab)
         eos = [t for t in found["eos_token_id"] if t not in outside]
     pad = found["pad_token_id"]
-    unapplied = {k: found["sampling"][k] for k, neutral in UNAPPLIED.items()
-                 if found["sampling"].get(k) not in (None, neutral)}
+    config = found["sampling"]
+    suppressed = _suppressed(config, vocab) if seq2seq(model) else []
+    unapplied = {k: config[k] for k, neutral in UNAPPLIED.items() if config.get(k) not in (None, neutral)
+                 and not (suppressed and k in SUPPRESSING and all(len(w) == 1 for w in _words(config, k)))}
     if unapplied:
         log.warning("%s asks transformers' generate for %s, which tripy_build's does not apply (one sequence per "
                     "prompt, each token picked by generate.sampling): its replies can differ from transformers'",
@@ -110,7 +112,26 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
     forced = {k: found.get(k) for k in ("forced_bos_token_id", "forced_eos_token_id")} if seq2seq(model) else {}
     return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None,
             "sampling": _sampling(generate.get("sampling", "auto"), found),
-            **{k: v for k, v in forced.items() if v is not None and 0 <= v < vocab}}
+            **{k: v for k, v in forced.items() if v is not None and 0 <= v < vocab},
+            **({"suppressed": suppressed} if suppressed else {})}
+
+
+SUPPRESSING = ("bad_words_ids", "suppress_tokens")
+
+
+def _words(config: dict[str, Any], key: str) -> list[list[int]]:
+    """``bad_words_ids`` (token sequences) or ``suppress_tokens`` (tokens) as sequences; [] where unset or malformed."""
+    given = config.get(key) or []
+    if not isinstance(given, list):
+        return []
+    words = [w if isinstance(w, list) else [w] for w in given]
+    return words if all(isinstance(t, int) and not isinstance(t, bool) for w in words for t in w) else []
+
+
+def _suppressed(config: dict[str, Any], vocab: int) -> list[int]:
+    """The tokens an encoder-decoder never generates: one-token ``bad_words_ids`` (Marian's pad) and
+    ``suppress_tokens`` (longer bad words are said unapplied)."""
+    return sorted({w[0] for k in SUPPRESSING for w in _words(config, k) if len(w) == 1 and 0 <= w[0] < vocab})
 
 
 def _sampling(given: Any, found: dict[str, Any]) -> dict[str, Any]:
@@ -177,7 +198,8 @@ def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dic
     spec = Spec(ENCODE, DECODE, max_length, tuple(int(n) for n in model.cache_shape(-1, max_length)), cache_dtype,
                 int(model.vocab_size), tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"),
                 dict(generate.get("sampling", {})), "seq2seq", int(model.decoder_start_token_id),
-                generate.get("forced_bos_token_id"), generate.get("forced_eos_token_id"))
+                generate.get("forced_bos_token_id"), generate.get("forced_eos_token_id"),
+                tuple(generate.get("suppressed", ())))
     return {ENCODE: encode, DECODE: step}, spec
 
 

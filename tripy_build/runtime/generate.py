@@ -57,6 +57,9 @@ class Spec:
     # (generation_config.json's forced_bos_token_id, forced_eos_token_id: BART's summarizers, Marian's translators)
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
+    # seq2seq: tokens never generated (generation_config.json's one-token bad_words_ids and suppress_tokens: Marian's
+    # pad)
+    suppressed: tuple[int, ...] = ()
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -69,14 +72,14 @@ class Spec:
         return cls(str(g["prefill"]), str(g["decode"]), int(g["max_length"]), tuple(int(n) for n in g["cache_shape"]),
                    str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
                    token("pad_token_id"), dict(g.get("sampling") or {}), str(g.get("kind", "causal")),
-                   *(token(k) for k in SEQ2SEQ_TOKENS))
+                   *(token(k) for k in SEQ2SEQ_TOKENS), tuple(int(t) for t in g.get("suppressed") or ()))
 
     def to_metadata(self) -> dict[str, Any]:
         out = {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
                "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id, "sampling": self.sampling}
         if self.kind != "causal":  # an artifact of a decoder alone is recorded as before
-            out.update(kind=self.kind, **{k: getattr(self, k) for k in SEQ2SEQ_TOKENS})
+            out.update(kind=self.kind, suppressed=list(self.suppressed), **{k: getattr(self, k) for k in SEQ2SEQ_TOKENS})
         return out
 
     def options(self, **given: Any) -> Options:

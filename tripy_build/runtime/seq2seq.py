@@ -7,7 +7,8 @@ sources is padded to an ``encode`` profile (the smallest batch and ``seq`` bucke
 masked), encoded once, and decoded a token a step at that same profile until every row stopped or
 ``max_new_tokens`` were made. Each token is picked by ``sampling.Sampler`` as for a decoder alone; the first
 and the last are forced where the checkpoint forces them (``forced_bos_token_id``, ``forced_eos_token_id``),
-as transformers' logits processors force them.
+and the tokens it never generates masked (one-token ``bad_words_ids``, ``suppress_tokens``), as transformers'
+logits processors do.
 
 Rows do not join a running batch here (a reply's cross-attention is over its own source, encoded with the
 batch): ``generate`` runs each batch of sources from start to end, and so does the server (``Session``, which
@@ -44,16 +45,20 @@ def check_source(spec: Spec, source: np.ndarray, max_new_tokens: int, longest: i
 
 
 def forced(spec: Spec, logits: np.ndarray, step: int, max_new_tokens: int) -> np.ndarray:
-    """``logits`` of a reply's token ``step`` (0: its first), every token but the forced one masked where the
-    checkpoint forces it: ``forced_eos_token_id`` at the last of ``max_new_tokens`` (transformers applies it after
-    the first's, so one new token is the forced end), else ``forced_bos_token_id`` first."""
+    """``logits`` of a reply's token ``step`` (0: its first) as transformers' logits processors leave them: the
+    ``suppressed`` tokens masked, and every token but the forced one where the checkpoint forces it:
+    ``forced_eos_token_id`` at the last of ``max_new_tokens`` (applied after the first's, so one new token is the
+    forced end), else ``forced_bos_token_id`` first."""
     last = step == max_new_tokens - 1 and spec.forced_eos_token_id is not None
     token = spec.forced_eos_token_id if last else spec.forced_bos_token_id if step == 0 else None
-    if token is None:
-        return logits
-    out = np.full_like(logits, -np.inf)
-    out[..., token] = 0.0
-    return out
+    if token is not None:
+        out = np.full_like(logits, -np.inf)
+        out[..., token] = 0.0
+        return out
+    if spec.suppressed:
+        logits = logits.copy()
+        logits[..., list(spec.suppressed)] = -np.inf
+    return logits
 
 
 class Session:
