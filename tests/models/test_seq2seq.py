@@ -137,16 +137,24 @@ def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
     want = hf_generate(model, sources(tok), 6)
     with Server([art], port=0).start() as srv:
         host, port = srv.url.split("//")[1].split(":")
-        for text, reply in zip(TEXTS, want):
+
+        def post(route: str, body: dict) -> dict:
             conn = http.client.HTTPConnection(host, int(port), timeout=120)
-            conn.request("POST", "/v2/models/bart/generate", body=json.dumps(
-                {"text_input": text, "parameters": {"max_new_tokens": 6}}), headers={"content-type": "application/json"})
+            conn.request("POST", route, body=json.dumps(body), headers={"content-type": "application/json"})
             response = conn.getresponse()
-            body = json.loads(response.read())
+            answer = json.loads(response.read())
             conn.close()
-            assert response.status == 200, body
+            assert response.status == 200, answer
+            return answer
+        for text, reply in zip(TEXTS, want):
+            body = post("/v2/models/bart/generate", {"text_input": text, "parameters": {"max_new_tokens": 6}})
             assert cut(body["output_ids"]) == reply
             assert body["text_output"] == tok.decode(reply, skip_special_tokens=True)
+        body = post("/v1/completions", {"model": "bart", "prompt": TEXTS[1], "max_tokens": 6, "temperature": 0})
+        assert body["choices"][0]["text"] == tok.decode(want[1], skip_special_tokens=True)
+        body = post("/v1/completions", {"model": "bart", "prompt": TEXTS[1], "temperature": 0})
+        longest = hf_generate(model, sources(tok, TEXTS[1:2]), MAX_LENGTH)[0]  # as many as the decoder holds
+        assert body["usage"]["completion_tokens"] == len(longest) and len(sources(tok)[1]) > 1
     r = run_cli("generate", str(art), "--prompt", TEXTS[0], "--max-new-tokens", "6", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     printed = json.loads(r.stdout)  # the reply before its end

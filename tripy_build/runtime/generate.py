@@ -82,6 +82,11 @@ class Spec:
             out.update(kind=self.kind, suppressed=list(self.suppressed), **{k: getattr(self, k) for k in SEQ2SEQ_TOKENS})
         return out
 
+    def room(self, prompt: int) -> int:
+        """How many new tokens the cache has room for after a prompt of ``prompt`` tokens (an encoder-decoder's
+        decoder: all its positions, its source is the encoder's)."""
+        return self.max_length if self.kind == "seq2seq" else self.max_length - prompt
+
     def options(self, **given: Any) -> Options:
         """A call's sampling options: those it gives (None: not given) over this artifact's defaults."""
         return Options.of(self.sampling, **given)

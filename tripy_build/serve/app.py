@@ -315,7 +315,7 @@ class App:
         plan = openai.Plan(req, tok)
         spec = ep.generator.spec
         plan.stop_at(req, spec.eos_token_id)
-        room = spec.max_length - len(plan.ids)
+        room = spec.room(len(plan.ids))
         options = {**req.generation(spec.sampling), "logprobs": req.logprobs, "logit_bias": req.logit_bias,
                    "max_new_tokens": req.max_tokens if req.max_tokens is not None else max(room, 1)}
         seeds = [None if "seed" not in options else options["seed"] + i for i in range(req.n)]

@@ -159,7 +159,11 @@ class Endpoint:
             return f"POST {base}/infer; {self.batching}{text}"
         g = self.generator
         text = (f"POST {base}/generate and {base}/generate_stream (token ids in and out; requests share decode "
-                f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})")
+                f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})"
+                if not g.seq2seq else
+                f"POST {base}/generate and {base}/generate_stream (token ids in and out; an encoder-decoder: requests "
+                f"that arrive together share decode steps, up to {g.buckets[-1]} a step; a source of up to "
+                f"{g.longest} tokens, up to {g.spec.max_length} new tokens)")
         if self.chats:
             text += (f"; text in and out: text_input on /generate, and OpenAI's POST {url}/v1/chat/completions and "
                      f"{url}/v1/completions with model {self.name!r}")
@@ -208,7 +212,7 @@ class Endpoint:
         if not self.infer_served:
             g = self.generator
             inputs, outputs = self.generate_tensors()
-            inputs[0]["ranges"] = [{"name": "prompt", "min": 1, "max": g.spec.max_length - 1}]
+            inputs[0]["ranges"] = [{"name": "prompt", "min": 1, "max": g.longest if g.seq2seq else g.spec.max_length - 1}]
             return {**head, "inputs": inputs, "outputs": outputs, "generate": self._generate_info(), "batching": None,
                     "batching_note": f"generate requests share decode steps, up to {g.buckets[-1]} a step"}
         out = {**head, "inputs": [tensor(p, info) for p, info in self.args],
