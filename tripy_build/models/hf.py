@@ -315,20 +315,39 @@ def _whole_arch(family: str, text: tuple[tuple[str, str], ...], vision: tuple[tu
 
 def _t5(model_type: str, classes: str) -> Architecture:
     """T5's encoder (``T5EncoderModel``, mT5's, UMT5's: UMT5 with a relative-position table in every layer, T5 and mT5
-    in the first, shared), and the encoder of a ``*ForConditionalGeneration`` checkpoint (``head=none``)."""
-    bias = ("encoder.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight", "layers.{i}.relative_attention_bias") \
-        if model_type == "umt5" else \
-        ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", "relative_attention_bias")
+    in the first, shared), and a ``*ForConditionalGeneration`` checkpoint: its decoder and LM head too (its head,
+    ``conditional_generation``), or its encoder alone (``head=none``: the decoder's tensors skipped, and said)."""
+    def bias(side: str, zoo: str) -> tuple[str, str]:
+        return (f"{side}.block.{{i}}.layer.0.SelfAttention.relative_attention_bias.weight",
+                f"{zoo}layers.{{i}}.relative_attention_bias") if model_type == "umt5" else \
+            (f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight", f"{zoo}relative_attention_bias")
+
+    def ff(block: str, zoo: str) -> tuple[tuple[str, str], ...]:
+        return tuple((f"{block}.DenseReluDense.{n}.weight", f"{zoo}.{n}") for n in ("wi", "wi_0", "wi_1", "wo"))
+    layer = "decoder.block.{i}.layer."
+    decoder = (bias("decoder", "decoder."), (layer + "0.layer_norm.weight", "decoder.layers.{i}.attn_norm"),
+               *((f"{layer}0.SelfAttention.{n}.weight", f"decoder.layers.{{i}}.{n}") for n in "qkvo"),
+               (layer + "1.layer_norm.weight", "decoder.layers.{i}.cross_norm"),
+               *((f"{layer}1.EncDecAttention.{n}.weight", f"decoder.layers.{{i}}.cross_{n}") for n in "qkvo"),
+               (layer + "2.layer_norm.weight", "decoder.layers.{i}.ff_norm"), *ff(layer + "2", "decoder.layers.{i}"),
+               ("decoder.final_layer_norm.weight", "decoder.final_norm"), ("lm_head.weight", "lm_head"))
     return Architecture(
         model_type=model_type, prefixes=("",),
-        names=(("shared.weight", "embed"), bias,
+        names=(("shared.weight", "embed"), bias("encoder", ""),
                ("encoder.block.{i}.layer.0.layer_norm.weight", "layers.{i}.attn_norm"),
                *((f"encoder.block.{{i}}.layer.0.SelfAttention.{n}.weight", f"layers.{{i}}.{n}") for n in "qkvo"),
                ("encoder.block.{i}.layer.1.layer_norm.weight", "layers.{i}.ff_norm"),
-               *((f"encoder.block.{{i}}.layer.1.DenseReluDense.{n}.weight", f"layers.{{i}}.{n}")
-                 for n in ("wi", "wi_0", "wi_1", "wo")),
+               *ff("encoder.block.{i}.layer.1", "layers.{i}"),
                ("encoder.final_layer_norm.weight", "final_norm")),
-        tied=(r"encoder\.embed_tokens\.weight",),  # the shared table
+        # a cross-attention's position table older checkpoints saved, which T5 never reads
+        ignored=(r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight",),
+        hints=(("lm_head.", "an output not scaled (scale_decoder_outputs=false, tie_word_embeddings=false; mT5's) "
+                            "goes through an LM head of its own, which this checkpoint does not hold (transformers 5 "
+                            "ties a new model's to the shared table): save one, model.lm_head.weight = "
+                            "torch.nn.Parameter(model.shared.weight.clone()), then model.save_pretrained(DIR)"),),
+        heads=(("conditional_generation", decoder),),
+        # the shared table under other names; the LM head where it is the shared table (t5-small's)
+        tied=(r"(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight"),
         # a *ForConditionalGeneration's decoder and LM head: skipped, and said, for its encoder alone (head=none)
         head_tensors=r"(decoder\..*|lm_head\.weight)",
         classes=classes, suffixes=(("EncoderModel", "none"), ("ForConditionalGeneration", "conditional_generation")))
