@@ -28,11 +28,10 @@ LARGE = dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attenti
              decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024)
 
 
-def checkpoint(path: str | Path, sizes: dict | None = None, vocab_size: int | None = None):
-    """The tokenizer and the model (``sizes``: ``BartConfig`` settings, ``TINY`` by default; ``vocab_size``: the
-    model's rows, the tokenizer's by default) saved in ``path``; returns the PyTorch model and the tokenizer."""
+def tokenizer(path: str | Path):
+    """BART's kind of tokenizer (byte-level BPE, ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2) trained on a small corpus, saved
+    in ``path``; returns it."""
     import tokenizers
-    import torch
     import transformers
 
     bpe = tokenizers.ByteLevelBPETokenizer()
@@ -43,6 +42,16 @@ def checkpoint(path: str | Path, sizes: dict | None = None, vocab_size: int | No
                                                 sep_token="</s>", cls_token="<s>", unk_token="<unk>",
                                                 pad_token="<pad>", mask_token="<mask>")
     fast.save_pretrained(path)
+    return fast
+
+
+def checkpoint(path: str | Path, sizes: dict | None = None, vocab_size: int | None = None):
+    """The tokenizer and the model (``sizes``: ``BartConfig`` settings, ``TINY`` by default; ``vocab_size``: the
+    model's rows, the tokenizer's by default) saved in ``path``; returns the PyTorch model and the tokenizer."""
+    import torch
+    import transformers
+
+    fast = tokenizer(path)
     torch.manual_seed(0)
     model = transformers.BartForSequenceClassification(transformers.BartConfig(
         vocab_size=vocab_size or len(fast), **(sizes or TINY), id2label=LABELS,

@@ -61,7 +61,7 @@ MADE = {
     "docs/builds.md": [("generated/program.mlir",)],  # inspect --dump wrote the StableHLO
     "docs/own-model.md": [("artifacts/nnx_mlp", "artifacts/eqx_mlp")],
     "docs/huggingface.md": [("artifacts/bert",)],
-    "docs/generation.md": [("artifacts/gpt2",), ("artifacts/qwen2",)],
+    "docs/generation.md": [("artifacts/gpt2",), ("artifacts/qwen2",), ("artifacts/bart",)],
 }
 
 

@@ -1,11 +1,12 @@
 """task=generate of an encoder-decoder (``BartForConditionalGeneration``): ``encode`` and ``decode`` entries
 (``models/_seq2seq.py``) driven by ``runtime/seq2seq.py``, against transformers' ``generate``.
 
-A tiny BART with a byte-level BPE tokenizer (``examples/nli_checkpoint.py``'s) is saved with ``save_pretrained``,
-with the first and last tokens forced as BART's summarizers force them (``forced_bos_token_id`` 0,
-``forced_eos_token_id`` 2) and a token never generated (``bad_words_ids``), and built through the command line at batch buckets 1 and 4 and source buckets 8
-and 16 (three sources run padded to 4 rows and 16 positions). Its replies, greedy, must equal transformers'
-``generate(num_beams=1, do_sample=False)`` with both loaders, on the server's ``/generate`` and from the CLI.
+A tiny BART with a byte-level BPE tokenizer (``examples/summarizer_checkpoint.py``) is saved with
+``save_pretrained``, with the first and last tokens forced as BART's summarizers force them
+(``forced_bos_token_id`` 0, ``forced_eos_token_id`` 2) and a token never generated (``bad_words_ids``), and built
+through the command line at batch buckets 1 and 4 and source buckets 8 and 16 (three sources run padded to 4 rows
+and 16 positions). Its replies, greedy, must equal transformers' ``generate(num_beams=1, do_sample=False)`` with
+both loaders, on the server's ``/generate``, OpenAI's ``/v1/completions`` and from the CLI.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ pytest.importorskip("tokenizers")
 import transformers  # noqa: E402
 
 import tripy_build as tb  # noqa: E402
-from examples.nli_checkpoint import TINY, checkpoint  # noqa: E402
+from examples.nli_checkpoint import checkpoint as classifier  # noqa: E402
+from examples.summarizer_checkpoint import checkpoint as summarizer  # noqa: E402
 from tripy_build import runtime  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.serve.http import Server  # noqa: E402
@@ -42,12 +44,8 @@ TEXTS = ["the quick brown fox", "hello world, the fox jumps", "a dog"]  # 9 to 1
 def bart(tmp_path_factory):
     """(transformers' model, its tokenizer, the artifact) of a tiny BART summarizer built with task=generate."""
     root = tmp_path_factory.mktemp("seq2seq")
-    _, tok = checkpoint(root / "ckpt")  # the tokenizer (and a classifier, replaced below)
-    torch.manual_seed(0)
-    config = transformers.BartConfig(vocab_size=len(tok), **TINY, init_std=0.5, forced_eos_token_id=2)
-    model = transformers.BartForConditionalGeneration(config).eval()
-    model.generation_config.forced_bos_token_id = 0  # bart-large-cnn's generation_config.json has both
-    model.generation_config.num_beams = 4  # as it has: said at build, not applied
+    model, tok = summarizer(root / "ckpt")
+    model.generation_config.num_beams = 4  # as bart-large-cnn's: said at build, not applied
     model.generation_config.bad_words_ids = [[100]]  # never generated (Marian's pad is): greedy's pick without it
     model.save_pretrained(root / "ckpt")
     r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
@@ -163,7 +161,7 @@ def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
 
 
 def test_a_classifier_head_cannot_generate(tmp_path):
-    checkpoint(tmp_path / "nli")  # a BartForSequenceClassification
+    classifier(tmp_path / "nli")  # a BartForSequenceClassification
     r = run_cli(*BUILD, f"params.checkpoint={tmp_path / 'nli'}", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
     assert r.returncode == 2 and "head=sequence_classification, which has no language model head" in r.stderr, \
         r.stderr[-2000:]
