@@ -166,3 +166,17 @@ def test_a_classifier_head_cannot_generate(tmp_path):
     assert r.returncode == 2 and "head=sequence_classification, which has no language model head" in r.stderr, \
         r.stderr[-2000:]
     assert not (tmp_path / "arts").exists()
+
+
+def test_in_bfloat16_both_caches_are_bfloat16_and_both_loaders_agree(bart, tmp_path):
+    """The cross-attention's keys and values leave encode in the cache's dtype (a reduced precision casts outputs
+    back to the float32 function's, which must therefore cast them itself)."""
+    r = run_cli(*BUILD[:3], "shapes.dims.batch=[1,1,1]", "shapes.dims.seq=[1,16,16]", "shapes.buckets.seq=[16]",
+                "precision=bfloat16", f"params.checkpoint={bart[2].parent.parent.parent / 'ckpt'}",
+                f"artifacts_dir={tmp_path}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    art = next((tmp_path / "bart").iterdir())
+    assert json.loads((art / "manifest.json").read_text())["metadata"]["generate"]["cache_dtype"] == "bfloat16"
+    rows = sources(bart[1])[:1]
+    got = [load(art).generate(rows, max_new_tokens=6) for load in (runtime.load, tb.load)]
+    assert got[0].shape[0] == 1 and got[0][0, 0] == 0 and np.array_equal(*got)

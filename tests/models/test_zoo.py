@@ -19,7 +19,7 @@ import pytest
 
 import tripy_build as tb
 from tripy_build.models import (
-    GPT2, MLP, MODELS, Albert, Bart, Bert, Camembert, Clip, ClipText, ClipVision, ConvNet, Deberta, DebertaV2,
+    GPT2, MLP, MODELS, Albert, Bart, Bert, Marian, Camembert, Clip, ClipText, ClipVision, ConvNet, Deberta, DebertaV2,
     DistilBert, Electra, Gemma, Gemma2, Gemma3, GEGLU, GptOss, Granite, GraniteMoe, Llama, Mistral, ModernBert, MPNet,
     Mixtral, MT5Encoder, Olmo2, Olmo3, Olmoe, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta, Siglip, SiglipText,
     SiglipVision, SmolLM3, T5Encoder, TransformerBlock, UMT5Encoder, ViT, XLMRoberta, input_infos,
@@ -104,7 +104,7 @@ def test_registry():
     assert MODELS == {"geglu": GEGLU, "mlp": MLP, "transformer": TransformerBlock, "convnet": ConvNet,
                       "bert": Bert, "roberta": Roberta, "xlm-roberta": XLMRoberta, "camembert": Camembert,
                       "distilbert": DistilBert, "electra": Electra, "albert": Albert, "bart": Bart,
-                      "deberta": Deberta,
+                      "marian": Marian, "deberta": Deberta,
                       "mpnet": MPNet, "deberta-v2": DebertaV2, "modernbert": ModernBert, "gpt2": GPT2, "llama": Llama,
                       "qwen2": Qwen2, "qwen3": Qwen3, "mistral": Mistral, "granite": Granite, "smollm3": SmolLM3,
                       "olmo2": Olmo2, "olmo3": Olmo3, "gemma": Gemma,

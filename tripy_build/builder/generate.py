@@ -13,6 +13,7 @@ weights and their prep. The artifact records what ``runtime/generate.py`` (an en
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -191,7 +192,12 @@ def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dic
     batch, seq, max_length = dims["batch"], dims["seq"], generate["max_length"]
     policy = {"batch": buckets.get("batch", DEFAULT_BUCKETS), "seq": buckets.get("seq", DEFAULT_BUCKETS)}
     policy = {d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)}
-    encode = Entry(model.encode, args=[params, *model.encode_inputs(batch, seq).values()], buckets=policy,
+    @functools.wraps(model.encode)
+    def encoded(params: Any, input_ids: Any, attention_mask: Any) -> dict[str, Any]:
+        # in decode's dtype: a reduced precision casts an output back to the float32 function's dtype
+        # (compiler/precision.py), and the float32 function computes the keys and values in float32
+        return {"cross": model.encode(params, input_ids, attention_mask)["cross"].astype(cache_dtype)}
+    encode = Entry(encoded, args=[params, *model.encode_inputs(batch, seq).values()], buckets=policy,
                    max_profiles=max_profiles)
     step = Entry(model.step, args=[params, *model.step_inputs(batch, seq, max_length, cache_dtype).values()],
                  buckets=policy, max_profiles=max_profiles, donate=["cache"])

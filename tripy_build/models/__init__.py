@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .bart import Bart
+from .bart import Bart, Marian
 from .bert import Albert, Bert, Camembert, DistilBert, Electra, Roberta, XLMRoberta
 from .clip import Clip, ClipText, ClipVision
 from .convnet import ConvNet
@@ -65,6 +65,7 @@ MODELS: dict[str, type] = {
     "deberta-v2": DebertaV2,
     "modernbert": ModernBert,
     "bart": Bart,
+    "marian": Marian,
     "gpt2": GPT2,
     "llama": Llama,
     "qwen2": Qwen2,
@@ -125,7 +126,7 @@ def input_infos(model: Any, dims: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Roberta", "XLMRoberta", "Camembert",
-           "DistilBert", "Electra", "Albert", "Bart",
+           "DistilBert", "Electra", "Albert", "Bart", "Marian",
            "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "Clip", "ClipText", "ClipVision", "Siglip", "SiglipText",

@@ -1,5 +1,6 @@
 """BART (Hugging Face ``BartModel``, ``BartForSequenceClassification``, ``BartForQuestionAnswering``,
-``BartForConditionalGeneration``), in plain JAX.
+``BartForConditionalGeneration``) and Marian (``MarianModel``, ``MarianMTModel``: the Helsinki-NLP/opus-mt-*
+translators), in plain JAX.
 
 Fields are ``BartConfig``'s keys, defaults bart-large's (facebook/bart-large-mnli's sizes: the zero-shot
 pipeline's default model), so a checkpoint's ``config.json`` maps onto the dataclass by key (``models/hf.py``).
@@ -37,16 +38,28 @@ Params (Hugging Face's layouts, Linear weights ``[out, in]``)::
                  "cross_ln": LN},
      "head": {"dense": Linear, "out": Linear} (sequence classification) | {"out": Linear [2, d]} (QA)
              | {"final_logits_bias": [1, vocab_size]} (conditional generation)}
+
+Marian (``Marian``, ``MarianConfig``'s keys, defaults opus-mt-en-de's) is BART's layers with two differences: its
+positions are fixed sinusoids (``MarianSinusoidalPositionalEmbedding``: ``pos / 10000 ** (2 * (j // 2) / d)``, the
+sines of the even features in the first half, the cosines of the odd ones in the second, from position 0: no
+offset), a constant rather than a parameter; and no LayerNorm follows the embeddings::
+
+    enc = shared[ids] * scale + sinusoids[0..s-1]        dec = shared[shift(ids)] * scale + sinusoids[0..s-1]
+
+Its params have neither ``"position"`` nor ``"ln"`` (``{"encoder": {"layers": [...]}, ...}``), and its heads are
+``none`` and ``conditional_generation`` (the decoder's start token is the pad's: 58100 in opus-mt-en-de).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._layers import (
     Params, activation, attend, embed, fused_qkv, grouped_attention, head_embed, head_logits, layer_norm, linear,
@@ -58,6 +71,17 @@ from .bert import _linear, _ln
 from .heads import Headed, last_real
 
 OFFSET = 2  # the rows BART's learned position tables hold before position 0
+
+
+@lru_cache(maxsize=8)
+def sinusoids(rows: int, d: int) -> np.ndarray:
+    """Marian's fixed position table ``[rows, d]`` (``MarianSinusoidalPositionalEmbedding.create_weight``): position
+    ``p`` over ``10000 ** (2 * (j // 2) / d)`` for feature ``j``, the even features' sines in the first half, the odd
+    ones' cosines in the second; computed in float64, returned in float32 (read-only: cached)."""
+    angles = np.arange(rows, dtype=np.float64)[:, None] / np.power(10000, 2 * (np.arange(d) // 2) / d)[None, :]
+    table = np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1).astype(np.float32)
+    table.flags.writeable = False
+    return table
 
 
 @dataclass(frozen=True)
@@ -85,6 +109,8 @@ class Bart(Headed, TokenInputs, Seq2Seq):
     name: ClassVar[str] = "bart"
     HEADS: ClassVar[tuple[str, ...]] = ("none", "sequence_classification", "question_answering", "conditional_generation")
     padding: ClassVar[dict[str, Any]] = {"batch": "rows", "seq": {"mask_input": "attention_mask"}}
+    LEARNED_POSITIONS: ClassVar[bool] = True  # each side's position table a parameter ("position"); else sinusoids
+    EMBEDDING_LN: ClassVar[bool] = True  # a LayerNorm ("ln") over each side's embeddings
 
     def __post_init__(self) -> None:
         for side in ("encoder", "decoder"):
@@ -125,10 +151,14 @@ class Bart(Headed, TokenInputs, Seq2Seq):
         d = self.d_model
         k_shared, k_enc, k_dec, k_epos, k_dpos, k_dense, k_out = jax.random.split(key, 7)
         rows = self.max_position_embeddings + OFFSET
+
+        def embedding(k_pos: jax.Array) -> Params:
+            return {**({"position": normal_init(k_pos, (rows, d))} if self.LEARNED_POSITIONS else {}),
+                    **({"ln": _ln(d)} if self.EMBEDDING_LN else {})}
         params = {"shared": normal_init(k_shared, (self.vocab_size, d)),
-                  "encoder": {"position": normal_init(k_epos, (rows, d)), "ln": _ln(d),
+                  "encoder": {**embedding(k_epos),
                               "layers": self._stack(k_enc, self.encoder_layers, self.encoder_ffn_dim, False)},
-                  "decoder": {"position": normal_init(k_dpos, (rows, d)), "ln": _ln(d),
+                  "decoder": {**embedding(k_dpos),
                               "layers": self._stack(k_dec, self.decoder_layers, self.decoder_ffn_dim, True)}}
         if self.task == "sequence_classification":
             params["head"] = {"dense": _linear(k_dense, d, d), "out": _linear(k_out, d, self.num_labels)}
@@ -138,9 +168,21 @@ class Bart(Headed, TokenInputs, Seq2Seq):
             params["head"] = {"final_logits_bias": jnp.zeros((1, self.vocab_size), jnp.float32)}
         return params
 
-    def _embedded(self, params: Params, table: jax.Array, ids: jax.Array) -> jax.Array:
+    def _positions(self, side: Params, dtype: Any) -> jax.Array:
+        """``side``'s (the encoder's or the decoder's) position table from position 0: its learned one, or the
+        sinusoids (a constant, in the weights' dtype)."""
+        if self.LEARNED_POSITIONS:
+            return side["position"][OFFSET:]
+        return jnp.asarray(sinusoids(self.max_position_embeddings, self.d_model), dtype)
+
+    def _normed(self, side: Params, h: jax.Array) -> jax.Array:
+        """The embeddings through ``side``'s LayerNorm, where it has one."""
+        return layer_norm(side["ln"], h) if self.EMBEDDING_LN else h
+
+    def _embedded(self, params: Params, side: Params, ids: jax.Array) -> jax.Array:
         scale = math.sqrt(self.d_model) if self.scale_embedding else 1.0
-        return embed(params["shared"], ids) * scale + positions(table[OFFSET:], ids.shape[1])
+        h = embed(params["shared"], ids) * scale
+        return self._normed(side, h + positions(self._positions(side, params["shared"].dtype), ids.shape[1]))
 
     def _ffn(self, p: Params, h: jax.Array) -> jax.Array:
         act = activation(self.activation_function, "activation_function")
@@ -150,7 +192,7 @@ class Bart(Headed, TokenInputs, Seq2Seq):
         """The encoder's last hidden state; ``keys``: the padded source positions' additive mask."""
         enc = params["encoder"]
         heads = self.encoder_attention_heads
-        h = layer_norm(enc["ln"], self._embedded(params, enc["position"], input_ids))
+        h = self._embedded(params, enc, input_ids)
         for p in enc["layers"]:
             w_qkv, b_qkv = fused_qkv(p["q"], p["k"], p["v"], 1.0 / math.sqrt(self.d_model // heads))
             h = self._ffn(p, layer_norm(p["attn_ln"], h + linear(p["out"], attend(matmul(h, w_qkv) + b_qkv, heads, keys))))
@@ -171,7 +213,7 @@ class Bart(Headed, TokenInputs, Seq2Seq):
         causal = mask_bias(jnp.arange(s)[None, :] <= jnp.arange(s)[:, None], jnp.float32)[None, None]
         heads = self.decoder_attention_heads
         scale = 1.0 / math.sqrt(self.d_model // heads)
-        h = layer_norm(dec["ln"], self._embedded(params, dec["position"], shifted))
+        h = self._embedded(params, dec, shifted)
         for p in dec["layers"]:
             w_qkv, b_qkv = fused_qkv(p["q"], p["k"], p["v"], scale)
             h = layer_norm(p["attn_ln"], h + linear(p["out"], attend(matmul(h, w_qkv) + b_qkv, heads, causal)))
@@ -218,8 +260,8 @@ class Bart(Headed, TokenInputs, Seq2Seq):
         b = input_ids.shape[0]
         scale = 1.0 / math.sqrt(hd)
         grow = math.sqrt(self.d_model) if self.scale_embedding else 1.0
-        h = head_embed(params["shared"], input_ids[:, 0]) * grow + embed(dec["position"][OFFSET:], cache_index)
-        h = layer_norm(dec["ln"], h)
+        h = head_embed(params["shared"], input_ids[:, 0]) * grow
+        h = self._normed(dec, h + embed(self._positions(dec, params["shared"].dtype), cache_index))
         seen = step_bias(cache_index, cache.shape[4])
         source = mask_bias(encoder_mask != 0, jnp.float32)[:, None, None, :]
         for i, p in enumerate(dec["layers"]):
@@ -230,3 +272,36 @@ class Bart(Headed, TokenInputs, Seq2Seq):
             h = layer_norm(p["cross_ln"], h + linear(p["cross_out"], attend_step(q, cross[i, 0], cross[i, 1], source)))
             h = self._ffn(p, h)
         return {"logits": self._logits(params, h), "cache": cache}
+
+
+@dataclass(frozen=True)
+class Marian(Bart):
+    """Marian (``MarianModel``, ``MarianMTModel``: the Helsinki-NLP/opus-mt-* translators): BART's layers, with fixed
+    sinusoidal positions and no LayerNorm over the embeddings. Defaults opus-mt-en-de's."""
+
+    vocab_size: int = 58101
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "swish"
+    max_position_embeddings: int = 512
+    scale_embedding: bool = True
+    decoder_start_token_id: int = 58100  # the pad token
+    eos_token_id: int | None = 0  # unread (Marian has no sequence classifier)
+    decoder_vocab_size: int | None = None  # config.json's: the shared table's, vocab_size (null: the same)
+
+    name: ClassVar[str] = "marian"
+    HEADS: ClassVar[tuple[str, ...]] = ("none", "conditional_generation")
+    LEARNED_POSITIONS: ClassVar[bool] = False
+    EMBEDDING_LN: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if self.decoder_vocab_size not in (None, self.vocab_size):
+            raise ValueError(f"decoder_vocab_size={self.decoder_vocab_size} with vocab_size={self.vocab_size}: Marian "
+                             "reads one table, shared by the encoder, the decoder and the LM head "
+                             "(share_encoder_decoder_embeddings=true), so the two must be equal.")
+        super().__post_init__()

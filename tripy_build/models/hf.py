@@ -220,13 +220,16 @@ _MPNET_BODY = (
 )
 
 
-def _bart_side(side: str, cross: bool) -> tuple[tuple[str, str], ...]:
-    """BART's encoder's (or, ``cross``, decoder's) tensors under ``side``: positions, the embeddings' LayerNorm, and
-    each layer's attention, its LayerNorm, the decoder's cross-attention, and the feed-forward."""
+def _bart_side(side: str, cross: bool, embeddings: bool = True) -> tuple[tuple[str, str], ...]:
+    """BART's encoder's (or, ``cross``, decoder's) tensors under ``side``: positions, the embeddings' LayerNorm (neither
+    without ``embeddings``: Marian's, sinusoidal and none), and each layer's attention, its LayerNorm, the decoder's
+    cross-attention, and the feed-forward."""
     layer = side + ".layers.{i}."
     attention = [("self_attn", "", "self_attn_layer_norm", "attn_ln")] + \
         ([("encoder_attn", "cross_", "encoder_attn_layer_norm", "cross_ln")] if cross else [])
-    return ((f"{side}.embed_positions.weight", f"{side}.position"), *_ln(f"{side}.layernorm_embedding", f"{side}.ln"),
+    own = ((f"{side}.embed_positions.weight", f"{side}.position"),
+           *_ln(f"{side}.layernorm_embedding", f"{side}.ln")) if embeddings else ()
+    return (*own,
             *(pair for theirs, ours, ln, zoo_ln in attention for pair in (
                 *(pair for p in ("q", "k", "v", "out") for pair in _linear(f"{layer}{theirs}.{p}_proj", f"{layer}{ours}{p}")),
                 *_ln(layer + ln, layer + zoo_ln))),
@@ -587,6 +590,24 @@ NAMES: dict[str, Architecture] = {
         classes="Bart", suffixes=(("Model", "none"), ("ForSequenceClassification", "sequence_classification"),
                                   ("ForQuestionAnswering", "question_answering"),
                                   ("ForConditionalGeneration", "conditional_generation")),
+    ),
+    "marian": Architecture(
+        model_type="marian",
+        prefixes=("", "model."),
+        names=(("shared.weight", "shared"), *_bart_side("encoder", False, embeddings=False),
+               *_bart_side("decoder", True, embeddings=False)),
+        # the sinusoidal position tables (a constant here), which older checkpoints saved
+        ignored=(r"(encoder|decoder)\.embed_positions\.weight",),
+        tied=(r"(model\.)?(encoder|decoder)\.embed_tokens\.weight", r"lm_head\.weight"),
+        # separate encoder and decoder tables (and a decoder vocabulary of its own), an LM head of its own: not read
+        unsupported=(("share_encoder_decoder_embeddings", True), ("tie_word_embeddings", True)),
+        heads=(("conditional_generation", (("final_logits_bias", "head.final_logits_bias"),)),),
+        head_tensors=r"(final_logits_bias|lm_head\.weight)",
+        classes="Marian", suffixes=(("Model", "none"), ("MTModel", "conditional_generation")),
+        # MarianConfig's defaults where the zoo's (opus-mt-en-de's) differ
+        defaults=(("d_model", 1024), ("encoder_layers", 12), ("decoder_layers", 12), ("encoder_attention_heads", 16),
+                  ("decoder_attention_heads", 16), ("encoder_ffn_dim", 4096), ("decoder_ffn_dim", 4096),
+                  ("activation_function", "gelu"), ("max_position_embeddings", 1024), ("scale_embedding", False)),
     ),
     "gpt2": Architecture(
         model_type="gpt2",
