@@ -38,8 +38,9 @@ SKIP = {
 # pattern -> (arguments appended, why): the same build command at a size the suite can afford (anchored: a
 # `tripy-build list model=...` line that names the same model is left as it is)
 SMALLER = {
-    r"^python -m tripy_build model=transformer": ("model.d_model=16 model.heads=2 model.d_ff=32 shapes.dims.batch=[1,2,4]",
-                           "49 profiles of a 256-wide block: ~40 s"),
+    r"^python -m tripy_build model=transformer": ("model.d_model=16 model.heads=2 model.d_ff=32 shapes.dims.batch=[1,2,4] "
+                                                  "shapes.dims.seq=[1,16,64] shapes.buckets.seq=pow2:3",
+                                                  "21 profiles of a 256-wide block up to (4, 512): ~40 s"),
     r"^python -m tripy_build -m ": ("model.dim_in=16 shapes.dims.batch=[1,2,4] artifacts_dir=sweep-artifacts",
                                     "8 builds at full width: ~40 s (kept apart: $ART is the newest full-size geglu)"),
     r"^python -m tripy_build model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32] "

@@ -24,7 +24,6 @@ pytest.importorskip("tokenizers")
 import transformers  # noqa: E402
 
 import tripy_build as tb  # noqa: E402
-from examples.nli_checkpoint import checkpoint as classifier  # noqa: E402
 from examples.summarizer_checkpoint import checkpoint as summarizer  # noqa: E402
 from tripy_build import runtime  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
@@ -161,10 +160,10 @@ def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
 
 
 def test_a_classifier_head_cannot_generate(tmp_path):
-    classifier(tmp_path / "nli")  # a BartForSequenceClassification
-    r = run_cli(*BUILD, f"params.checkpoint={tmp_path / 'nli'}", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
-    assert r.returncode == 2 and "head=sequence_classification, which has no language model head" in r.stderr, \
-        r.stderr[-2000:]
+    r = run_cli("model=bart", *BUILD[1:], "model.head=sequence_classification", f"artifacts_dir={tmp_path / 'arts'}",
+                cwd=tmp_path)
+    assert r.returncode == 2 and "head=sequence_classification, which has no language model head to pick tokens from; " \
+        "generate with head=conditional_generation (a *ForConditionalGeneration checkpoint)" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "arts").exists()
 
 

@@ -33,26 +33,29 @@ UNAPPLIED = {"num_beams": 1, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram
              "min_new_tokens": None, "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None}
 
 
+def _has(model: Any, methods: tuple[str, ...]) -> bool:
+    return all(callable(getattr(model, m, None)) for m in methods)
+
+
 def seq2seq(model: Any) -> bool:
     """Whether ``model`` is an encoder-decoder that generates (``models/_seq2seq.py``): built with its LM head."""
-    return all(callable(getattr(model, m, None)) for m in _seq2seq.METHODS) and \
-        getattr(model, "task", None) == "conditional_generation"
+    return _has(model, _seq2seq.METHODS) and getattr(model, "task", None) == "conditional_generation"
 
 
 def can_generate(model: Any) -> bool:
-    return seq2seq(model) or all(callable(getattr(model, m, None)) for m in METHODS)
+    """Whether ``model`` has what generation runs: a decoder's ``extend``, or an encoder-decoder's LM head."""
+    return seq2seq(model) or _has(model, METHODS)
 
 
 def check_model(model: Any, model_name: str) -> None:
     """``model`` generates: it has a decoder's ``extend`` (or an encoder-decoder's ``encode`` and ``step``) and is
     built with its language model head; else a ``ConfigError`` naming what it lacks and what does generate."""
-    pair = all(callable(getattr(model, m, None)) for m in _seq2seq.METHODS)
+    pair = _has(model, _seq2seq.METHODS)
     missing = [m for m in METHODS if not callable(getattr(model, m, None))]
     if missing and not pair:
         from ..models import MODELS
 
-        able = [n for n, c in MODELS.items() if all(callable(getattr(c, m, None)) for m in METHODS)
-                or all(callable(getattr(c, m, None)) for m in _seq2seq.METHODS)]
+        able = [n for n, c in MODELS.items() if _has(c, METHODS) or _has(c, _seq2seq.METHODS)]
         raise ConfigError(f"task=generate: model {model_name!r} cannot generate (it has no {missing[0]}() method); "
                           f"models that generate: {', '.join(able)}. Use task=forward for this model.")
     head, checkpoint = ("conditional_generation", "*ForConditionalGeneration") if pair else ("causal_lm", "*ForCausalLM")

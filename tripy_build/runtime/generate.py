@@ -235,14 +235,19 @@ def chunks(length: int, sizes: Sequence[int]) -> list[int]:
     return out
 
 
-def check_prompt(spec: Spec, prompt: np.ndarray, max_new_tokens: int, where: str) -> None:
-    """A prompt's ids within the vocabulary and its length plus ``max_new_tokens`` within the cache."""
+def check_ids(spec: Spec, prompt: np.ndarray, max_new_tokens: int, where: str) -> None:
+    """``max_new_tokens`` a positive integer and a prompt's (or source's) ids within the vocabulary."""
     if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
         raise CallError(f"generate(): max_new_tokens={max_new_tokens!r}; it is a positive integer.")
     bad = prompt[(prompt < 0) | (prompt >= spec.vocab_size)]
     if bad.size:
         raise CallError(f"generate(): {where} holds token id {int(bad[0])}, outside [0, {spec.vocab_size}) "
                         "(this model's vocabulary).")
+
+
+def check_prompt(spec: Spec, prompt: np.ndarray, max_new_tokens: int, where: str) -> None:
+    """A prompt's ids within the vocabulary and its length plus ``max_new_tokens`` within the cache."""
+    check_ids(spec, prompt, max_new_tokens, where)
     if len(prompt) + max_new_tokens > spec.max_length:
         raise CallError(f"generate(): {where} is a prompt of {len(prompt)} tokens; plus max_new_tokens={max_new_tokens} is "
                         f"{len(prompt) + max_new_tokens} positions, over this artifact's generate.max_length="

@@ -22,23 +22,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CallError
-from .generate import Spec, Steps, prompts
+from .generate import Spec, Steps, check_ids, prompts
 from .sampling import Sampler
 
 
 def check_source(spec: Spec, source: np.ndarray, max_new_tokens: int, longest: int, where: str) -> None:
     """A source's ids within the vocabulary and its length within the encoder's ``longest``; ``max_new_tokens``
     within the decoder's positions."""
-    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise CallError(f"generate(): max_new_tokens={max_new_tokens!r}; it is a positive integer.")
+    check_ids(spec, source, max_new_tokens, where)
     if max_new_tokens > spec.max_length:
         raise CallError(f"generate(): max_new_tokens={max_new_tokens} is over this artifact's generate.max_length="
                         f"{spec.max_length} (the decoder's positions); ask for at most {spec.max_length}, or build "
                         "with a larger generate.max_length.")
-    bad = source[(source < 0) | (source >= spec.vocab_size)]
-    if bad.size:
-        raise CallError(f"generate(): {where} holds token id {int(bad[0])}, outside [0, {spec.vocab_size}) (this "
-                        "model's vocabulary).")
     if len(source) > longest:
         raise CallError(f"generate(): {where} is a source of {len(source)} tokens, over the {longest} this artifact's "
                         "encoder was built for (shapes.dims.seq); shorten it, or build with a larger seq.")
