@@ -151,8 +151,8 @@ def test_an_artifact_generates_as_transformers_with_both_loaders(case, tmp_path)
     """Built through the command line (task=generate): three sources padded to 4 rows and 16 positions."""
     _, path, torch_model, *_ = case
     r = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", f"generate.max_length={MAX_LENGTH}",
-                "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]",
-                "shapes.buckets.batch=[1,4]", f"artifacts_dir={tmp_path}", cwd=tmp_path)
+                "shapes.dims.batch=[1,1,4]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[16]",
+                "shapes.buckets.batch=[4]", f"artifacts_dir={tmp_path}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     x = sources([12, 5, 9], seed=3)
     with torch.no_grad():
