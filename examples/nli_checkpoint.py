@@ -60,9 +60,14 @@ def checkpoint(path: str | Path, sizes: dict | None = None, vocab_size: int | No
     return model, fast
 
 
-if __name__ == "__main__":
+def main(write, default: str) -> None:
+    """``python SCRIPT [DIR] [--large]``: ``write(DIR, sizes, vocab_size)``, at bart-large's sizes with ``--large``."""
     names = [a for a in sys.argv[1:] if a != "--large"]
     large = "--large" in sys.argv[1:]
-    out = names[0] if names else "my-nli"
-    checkpoint(out, LARGE if large else None, 50265 if large else None)
+    out = names[0] if names else default
+    write(out, LARGE if large else None, 50265 if large else None)
     print(out)
+
+
+if __name__ == "__main__":
+    main(checkpoint, "my-nli")

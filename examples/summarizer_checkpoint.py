@@ -19,7 +19,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: its folder is on the path, the repository is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from examples.nli_checkpoint import LARGE, TINY, tokenizer
+from examples.nli_checkpoint import TINY, main, tokenizer
 
 
 def checkpoint(path: str | Path, sizes: dict | None = None, vocab_size: int | None = None):
@@ -39,8 +39,4 @@ def checkpoint(path: str | Path, sizes: dict | None = None, vocab_size: int | No
 
 
 if __name__ == "__main__":
-    names = [a for a in sys.argv[1:] if a != "--large"]
-    large = "--large" in sys.argv[1:]
-    out = names[0] if names else "my-summarizer"
-    checkpoint(out, LARGE if large else None, 50265 if large else None)
-    print(out)
+    main(checkpoint, "my-summarizer")
