@@ -95,7 +95,8 @@ class Generator:
         self.buckets = sorted({p["batch"] for p in steps.profiles(spec.decode)})
         # an encoder-decoder's batch is encoded together and decoded in step: requests join only an idle server
         self.seq2seq = spec.kind == "seq2seq"
-        self.longest = max(p["seq"] for p in steps.profiles(spec.prefill))  # an encoder-decoder's longest source
+        # an encoder-decoder's longest source (a decoder's prompt is bounded by its cache: Spec.max_length)
+        self.longest = max(p["seq"] for p in steps.profiles(spec.prefill)) if self.seq2seq else None
         self.waiting: deque[Sequence] = deque()
         self.rows: dict[int, Sequence] = {}
         self.session: Session | None = None
