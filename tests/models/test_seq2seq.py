@@ -3,7 +3,8 @@
 
 A tiny BART with a byte-level BPE tokenizer (``examples/summarizer_checkpoint.py``) is saved with
 ``save_pretrained``, with the first and last tokens forced as BART's summarizers force them
-(``forced_bos_token_id`` 0, ``forced_eos_token_id`` 2) and a token never generated (``bad_words_ids``), and built
+(``forced_bos_token_id`` 0, ``forced_eos_token_id`` 2), a token never generated (``bad_words_ids``), no pair of
+tokens twice (``no_repeat_ngram_size``) and no end before five tokens (``min_length``), and built
 through the command line at batch buckets 1 and 4 and source buckets 8 and 16 (three sources run padded to 4 rows
 and 16 positions). Its replies, greedy, must equal transformers' ``generate(num_beams=1, do_sample=False)`` with
 both loaders, on the server's ``/generate``, OpenAI's ``/v1/completions`` and from the CLI.
@@ -46,6 +47,8 @@ def bart(tmp_path_factory):
     model, tok = summarizer(root / "ckpt")
     model.generation_config.num_beams = 4  # as bart-large-cnn's: said at build, not applied
     model.generation_config.bad_words_ids = [[100]]  # never generated (Marian's pad is): greedy's pick without it
+    model.generation_config.no_repeat_ngram_size = 2  # bart-large-cnn's: 3, and min_length 56
+    model.generation_config.min_length = 5
     model.save_pretrained(root / "ckpt")
     r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -84,7 +87,7 @@ def test_the_artifact_records_an_encoder_decoder(bart):
                                  "forced_eos_token_id", "eos_token_id", "max_length")} == {
         "kind": "seq2seq", "prefill": "encode", "decode": "decode", "decoder_start_token_id": 2,
         "forced_bos_token_id": 0, "forced_eos_token_id": 2, "eos_token_id": [2], "max_length": MAX_LENGTH}
-    assert meta["suppressed"] == [100]
+    assert (meta["suppressed"], meta["no_repeat_ngram_size"], meta["min_length"]) == ([100], 2, 5)
 
 
 @pytest.mark.parametrize("n", [1, 6, MAX_LENGTH])
@@ -94,6 +97,9 @@ def test_greedy_replies_equal_transformers_with_the_forced_first_and_last_tokens
     want = hf_generate(model, rows, n)
     got = loaded.generate(rows, max_new_tokens=n)
     assert [cut(r) for r in got] == want and 100 not in got
+    for reply in want:  # no pair twice (the start among them); no end before the decoder holds 5 tokens
+        pairs = list(zip([2, *reply], reply))
+        assert len(pairs) == len(set(pairs)) and 2 not in reply[:min(4, n - 1)]
     # both forced; one new token is the end (transformers forces it after the first)
     assert all(r[0] == (0 if n > 1 else 2) for r in want) and all(r[-1] == 2 for r in want if len(r) == n)
 
@@ -179,3 +185,16 @@ def test_in_bfloat16_both_caches_are_bfloat16_and_both_loaders_agree(bart, tmp_p
     rows = sources(bart[1])[:1]
     got = [load(art).generate(rows, max_new_tokens=6) for load in (runtime.load, tb.load)]
     assert got[0].shape[0] == 1 and got[0][0, 0] == 0 and np.array_equal(*got)
+
+
+def test_the_banned_repeats_are_transformers_no_repeat_ngram_tokens():
+    from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+    from tripy_build.runtime.seq2seq import repeats
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 4):
+        for length in (1, 2, 5, 12):
+            tokens = rng.integers(0, 4, length).tolist()  # a small vocabulary: n-grams repeat
+            scores = NoRepeatNGramLogitsProcessor(n)(torch.tensor([tokens]), torch.zeros(1, 4))
+            assert sorted(set(repeats(tokens, n))) == torch.nonzero(scores[0] == -float("inf")).flatten().tolist()

@@ -22,7 +22,7 @@ from ..core.profiles import DEFAULT_BUCKETS, resolve_buckets
 from ..core.spec import NamedDimension
 from ..errors import CallError, ConfigError
 from ..models import _seq2seq
-from ..runtime.generate import Spec
+from ..runtime.generate import SEQ2SEQ_LIMITS, Spec
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,9 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
     pad = found["pad_token_id"]
     config = found["sampling"]
     suppressed = _suppressed(config, vocab) if seq2seq(model) else []
+    limits = {k: config[k] for k in SEQ2SEQ_LIMITS if seq2seq(model) and _count(config.get(k))}
     unapplied = {k: config[k] for k, neutral in UNAPPLIED.items() if config.get(k) not in (None, neutral)
+                 and k not in limits
                  and not (suppressed and k in SUPPRESSING and all(len(w) == 1 for w in _words(config, k)))}
     if unapplied:
         log.warning("%s asks transformers' generate for %s, which tripy_build's does not apply (one sequence per "
@@ -117,7 +119,12 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
     return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None,
             "sampling": _sampling(generate.get("sampling", "auto"), found),
             **{k: v for k, v in forced.items() if v is not None and 0 <= v < vocab},
-            **({"suppressed": suppressed} if suppressed else {})}
+            **({"suppressed": suppressed} if suppressed else {}), **limits}
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is a positive whole number (a setting a generation config may leave 0 or null)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 SUPPRESSING = ("bad_words_ids", "suppress_tokens")
@@ -208,7 +215,7 @@ def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dic
                 int(model.vocab_size), tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"),
                 dict(generate.get("sampling", {})), "seq2seq", int(model.decoder_start_token_id),
                 generate.get("forced_bos_token_id"), generate.get("forced_eos_token_id"),
-                tuple(generate.get("suppressed", ())))
+                tuple(generate.get("suppressed", ())), *(int(generate.get(k, 0)) for k in SEQ2SEQ_LIMITS))
     return {ENCODE: encode, DECODE: step}, spec
 
 

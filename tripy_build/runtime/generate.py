@@ -34,6 +34,7 @@ from .sampling import Options, Sampler
 
 
 SEQ2SEQ_TOKENS = ("decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
+SEQ2SEQ_LIMITS = ("min_length", "no_repeat_ngram_size")  # generation_config.json's, applied to an encoder-decoder's reply
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class Spec:
     # seq2seq: tokens never generated (generation_config.json's one-token bad_words_ids and suppress_tokens: Marian's
     # pad)
     suppressed: tuple[int, ...] = ()
+    # seq2seq: no end before the decoder holds this many tokens (its start among them), and no n-gram of this size
+    # twice in a reply, as transformers' min_length and no_repeat_ngram_size (BART's summarizers: 56 and 3)
+    min_length: int = 0
+    no_repeat_ngram_size: int = 0
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -72,14 +77,16 @@ class Spec:
         return cls(str(g["prefill"]), str(g["decode"]), int(g["max_length"]), tuple(int(n) for n in g["cache_shape"]),
                    str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
                    token("pad_token_id"), dict(g.get("sampling") or {}), str(g.get("kind", "causal")),
-                   *(token(k) for k in SEQ2SEQ_TOKENS), tuple(int(t) for t in g.get("suppressed") or ()))
+                   *(token(k) for k in SEQ2SEQ_TOKENS), tuple(int(t) for t in g.get("suppressed") or ()),
+                   *(int(g.get(k) or 0) for k in SEQ2SEQ_LIMITS))
 
     def to_metadata(self) -> dict[str, Any]:
         out = {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
                "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id, "sampling": self.sampling}
         if self.kind != "causal":  # an artifact of a decoder alone is recorded as before
-            out.update(kind=self.kind, suppressed=list(self.suppressed), **{k: getattr(self, k) for k in SEQ2SEQ_TOKENS})
+            out.update(kind=self.kind, suppressed=list(self.suppressed),
+                       **{k: getattr(self, k) for k in (*SEQ2SEQ_TOKENS, *SEQ2SEQ_LIMITS)})
         return out
 
     def room(self, prompt: int) -> int:

@@ -39,21 +39,39 @@ def check_source(spec: Spec, source: np.ndarray, max_new_tokens: int, longest: i
                         "encoder was built for (shapes.dims.seq); shorten it, or build with a larger seq.")
 
 
-def forced(spec: Spec, logits: np.ndarray, step: int, max_new_tokens: int) -> np.ndarray:
-    """``logits`` of a reply's token ``step`` (0: its first) as transformers' logits processors leave them: the
-    ``suppressed`` tokens masked, and every token but the forced one where the checkpoint forces it:
-    ``forced_eos_token_id`` at the last of ``max_new_tokens`` (applied after the first's, so one new token is the
-    forced end), else ``forced_bos_token_id`` first."""
+def forced(spec: Spec, logits: np.ndarray, step: int, max_new_tokens: int,
+           replies: Sequence[Sequence[int]] = (), eos: Sequence[int] = ()) -> np.ndarray:
+    """``logits`` (``[vocab]``, or ``[rows, vocab]`` with a reply per row in ``replies``: the tokens it has so far) of
+    each reply's token ``step`` (0: its first) as transformers' logits processors leave them: the ``suppressed``
+    tokens masked; the ``eos`` ids while the decoder holds fewer than ``min_length`` tokens (its start among them);
+    each token that would repeat an n-gram of ``no_repeat_ngram_size`` in its reply (its start among it); and every
+    token but the forced one where the checkpoint forces it: ``forced_eos_token_id`` at the last of
+    ``max_new_tokens`` (applied after the first's, so one new token is the forced end), else ``forced_bos_token_id``
+    first."""
     last = step == max_new_tokens - 1 and spec.forced_eos_token_id is not None
     token = spec.forced_eos_token_id if last else spec.forced_bos_token_id if step == 0 else None
     if token is not None:
         out = np.full_like(logits, -np.inf)
         out[..., token] = 0.0
         return out
-    if spec.suppressed:
-        logits = logits.copy()
-        logits[..., list(spec.suppressed)] = -np.inf
-    return logits
+    masked = [*spec.suppressed, *(eos if 1 + step < spec.min_length else ())]
+    n = spec.no_repeat_ngram_size
+    if not masked and not (n and replies):
+        return logits
+    out = logits.copy()
+    out[..., masked] = -np.inf
+    rows = out.reshape(-1, out.shape[-1])
+    for row, reply in zip(rows, replies if n else ()):
+        row[repeats([spec.decoder_start_token_id, *reply], n)] = -np.inf
+    return out
+
+
+def repeats(tokens: Sequence[int], n: int) -> list[int]:
+    """The tokens that would end an n-gram ``tokens`` already holds (transformers' ``NoRepeatNGramLogitsProcessor``)."""
+    if len(tokens) + 1 < n:
+        return []
+    tail = tuple(tokens[len(tokens) - n + 1:])
+    return [int(tokens[i + n - 1]) for i in range(len(tokens) - n + 1) if tuple(tokens[i:i + n - 1]) == tail]
 
 
 class Session:
@@ -146,7 +164,7 @@ def _group(session: Session, sources: list[np.ndarray], max_new_tokens: int, sam
     tokens = np.zeros((len(sources), max_new_tokens), np.int32)
     done = np.zeros(len(sources), bool)
     for step in range(max_new_tokens):
-        picked = sampler(forced(session.spec, logits, step, max_new_tokens))
+        picked = sampler(forced(session.spec, logits, step, max_new_tokens, tokens[:, :step].tolist(), eos))
         if pad is not None:
             picked = np.where(done, pad, picked)
         tokens[:, step] = picked

@@ -196,7 +196,8 @@ class Generator:
         """``seq.next`` of its logits, an encoder-decoder's first and last tokens forced where its checkpoint forces
         them."""
         if self.seq2seq:
-            logits = seq2seq.forced(self.spec, logits, len(seq.tokens), seq.max_new_tokens)
+            logits = seq2seq.forced(self.spec, logits, len(seq.tokens), seq.max_new_tokens, [seq.tokens],
+                                    seq.eos_token_id)
         return seq.next(logits)
 
     def _join(self, joining: list[Sequence]) -> None:
