@@ -318,7 +318,8 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any]) -> dict[str, Any] | N
     for name in ("batch", "seq"):
         if name not in dims:
             raise ConfigError(f"shapes.dims.{name}: task=generate needs a {name} dim (batch: rows per call; seq: "
-                              f"prompt chunk lengths); add it, e.g. shapes.dims.{name}=[1,8,8].")
+                              f"prompt chunk lengths, or an encoder-decoder's source lengths); add it, e.g. "
+                              f"shapes.dims.{name}=[1,8,8].")
     eos = plain["generate"]["eos_token_id"]
     eos = [] if eos is None else [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
     if eos != "auto" and not (isinstance(eos, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.spec import InputInfo
-from ._layers import mask_bias
+from ._layers import mask_bias, softmax
 
 METHODS = ("encode", "encode_inputs", "step", "step_inputs", "cache_shape", "cross_shape")
 
@@ -73,8 +73,6 @@ def step_bias(cache_index: jax.Array, max_length: int, dtype: Any = jnp.float32)
 def attend_step(q: jax.Array, keys: jax.Array, values: jax.Array, bias: jax.Array) -> jax.Array:
     """One query per row ``q: [b, heads, hd]`` (already scaled) over ``keys, values: [b, heads, n, hd]``, ``bias``
     broadcasting to ``[b, heads, 1, n]`` -> ``[b, heads * hd]``; the scores in float32."""
-    from ._layers import softmax
-
     scores = jnp.einsum("bnh,bnkh->bnk", q, keys)[:, :, None, :]
     probs = softmax(scores, bias, values.dtype)[:, :, 0, :]
     return jnp.einsum("bnk,bnkh->bnh", probs, values).reshape(q.shape[0], -1)
