@@ -160,7 +160,8 @@ class MultiEntry:
             new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
             varied = gpt2.generate([[464, 2068, 318]], max_new_tokens=20, temperature=0.8, top_p=0.95, seed=1)
         """
-        from . import generate, seq2seq
+        from .generate import generate as decoder
+        from .seq2seq import generate as encoder_decoder
 
         steps = self.generation_steps()
         spec = steps.spec()
@@ -169,7 +170,7 @@ class MultiEntry:
             from .grammar import constraints
 
             held = constraints(self.tokenizer, json_schema, spec.vocab_size)
-        run = seq2seq.generate if spec.kind == "seq2seq" else generate.generate
+        run = encoder_decoder if spec.kind == "seq2seq" else decoder
         return run(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
                         eos_token_id, pad_token_id, held, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,

@@ -412,30 +412,43 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     rows = prompts(input_ids, attention_mask)
     for i, r in enumerate(rows):
         check_prompt(spec, r, max_new_tokens, f"input_ids[{i}]")
+    return in_groups(steps, spec, Session, rows, rows, max_new_tokens, seed, eos_token_id, pad_token_id, constraints,
+                     sampling)
+
+
+def in_groups(steps: Steps, spec: Spec, session: Any, rows: list[np.ndarray], histories: Sequence[np.ndarray],
+              max_new_tokens: int, seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any,
+              sampling: dict[str, Any], process: Any = None) -> np.ndarray:
+    """``generate``'s tokens for ``rows``, in groups of the largest batch bucket, each a ``session`` (the class: a
+    decoder's ``Session``, an encoder-decoder's ``seq2seq.Session``); ``histories``: what each row's penalties count
+    (a decoder's prompt; an encoder-decoder's start token); ``process(spec, logits, step, max_new_tokens, replies,
+    eos)``: the logits as the checkpoint's processors leave them (``seq2seq.forced``), None: as they are."""
     options = spec.options(**sampling)
-    eos_token_id = spec.stops(eos_token_id)
-    pad = spec.fill(pad_token_id, eos_token_id)
+    eos = spec.stops(eos_token_id)
+    pad = spec.fill(pad_token_id, eos)
     batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
     rng = np.random.default_rng(seed)
     out = []
     for start in range(0, len(rows), batches[-1]):
         group = rows[start:start + batches[-1]]
-        session = Session(steps, spec, next(b for b in batches if b >= len(group)))
-        sampler = Sampler(options, rng, group, None if constraints is None else [constraints(eos_token_id)
-                                                                              for _ in group])
-        out.append(_group(session, group, max_new_tokens, sampler, eos_token_id, pad))
-        session.close()
+        running = session(steps, spec, next(b for b in batches if b >= len(group)))
+        sampler = Sampler(options, rng, histories[start:start + batches[-1]],
+                          None if constraints is None else [constraints(eos) for _ in group])
+        out.append(_group(running, group, max_new_tokens, sampler, eos, pad, process))
+        running.close()
     n = max(o.shape[1] for o in out)
     return np.concatenate([np.pad(o, ((0, 0), (0, n - o.shape[1])), constant_values=pad if pad is not None else 0)
                            for o in out])
 
 
-def _group(session: Session, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: tuple[int, ...],
-           pad: int | None) -> np.ndarray:
+def _group(session: Any, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: tuple[int, ...],
+           pad: int | None, process: Any) -> np.ndarray:
     at, logits = session.admit_all(rows)
     tokens = np.zeros((len(rows), max_new_tokens), np.int32)
     done = np.zeros(len(rows), bool)
     for step in range(max_new_tokens):
+        if process is not None:
+            logits = process(session.spec, logits, step, max_new_tokens, tokens[:, :step].tolist(), eos)
         token = sampler(logits)
         if pad is not None:
             token = np.where(done, pad, token)

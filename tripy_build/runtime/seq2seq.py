@@ -22,8 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CallError
-from .generate import Spec, Steps, check_ids, prompts
-from .sampling import Sampler
+from .generate import Spec, Steps, check_ids, in_groups, prompts
 
 
 def check_source(spec: Spec, source: np.ndarray, max_new_tokens: int, longest: int, where: str) -> None:
@@ -136,40 +135,9 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     """The new tokens of each source, int32 ``[batch, n]`` (the decoder's start token left out): as
     ``runtime/generate.generate`` says, with ``input_ids`` the sources the replies are to."""
     sources = prompts(input_ids, attention_mask)
-    profiles = steps.profiles(spec.prefill)
-    batches = sorted({p["batch"] for p in profiles})
-    longest = max(p["seq"] for p in profiles)
+    longest = max(p["seq"] for p in steps.profiles(spec.prefill))
     for i, source in enumerate(sources):
         check_source(spec, source, max_new_tokens, longest, f"input_ids[{i}]")
-    options = spec.options(**sampling)
-    eos = spec.stops(eos_token_id)
-    pad = spec.fill(pad_token_id, eos)
-    rng = np.random.default_rng(seed)
-    out = []
-    for start in range(0, len(sources), batches[-1]):
-        group = sources[start:start + batches[-1]]
-        held = None if constraints is None else [constraints(eos) for _ in group]
-        sampler = Sampler(options, rng, [np.array([spec.decoder_start_token_id], np.int32)] * len(group), held)
-        session = Session(steps, spec, next(b for b in batches if b >= len(group)))
-        out.append(_group(session, group, max_new_tokens, sampler, eos, pad))
-        session.close()
-    n = max(o.shape[1] for o in out)
-    return np.concatenate([np.pad(o, ((0, 0), (0, n - o.shape[1])), constant_values=pad if pad is not None else 0)
-                           for o in out])
-
-
-def _group(session: Session, sources: list[np.ndarray], max_new_tokens: int, sampler: Sampler,
-           eos: tuple[int, ...], pad: int | None) -> np.ndarray:
-    rows, logits = session.admit_all(sources)
-    tokens = np.zeros((len(sources), max_new_tokens), np.int32)
-    done = np.zeros(len(sources), bool)
-    for step in range(max_new_tokens):
-        picked = sampler(forced(session.spec, logits, step, max_new_tokens, tokens[:, :step].tolist(), eos))
-        if pad is not None:
-            picked = np.where(done, pad, picked)
-        tokens[:, step] = picked
-        done |= np.isin(picked, eos) | sampler.ended()
-        if done.all() or step + 1 == max_new_tokens:
-            return tokens[:, :step + 1]
-        logits = session.step(dict(zip(rows, picked.tolist())))[:len(sources)]
-    return tokens
+    start = [np.array([spec.decoder_start_token_id], np.int32)] * len(sources)  # what the penalties count
+    return in_groups(steps, spec, Session, sources, start, max_new_tokens, seed, eos_token_id, pad_token_id,
+                     constraints, sampling, forced)
