@@ -105,21 +105,30 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
                         "is" if len(outside) == 1 else "are", vocab)
         eos = [t for t in found["eos_token_id"] if t not in outside]
     pad = found["pad_token_id"]
+    applied = _applied(found, vocab) if seq2seq(model) else {}
     config = found["sampling"]
-    suppressed = _suppressed(config, vocab) if seq2seq(model) else []
-    limits = {k: config[k] for k in SEQ2SEQ_LIMITS if seq2seq(model) and _count(config.get(k))}
     unapplied = {k: config[k] for k, neutral in UNAPPLIED.items() if config.get(k) not in (None, neutral)
-                 and k not in limits
-                 and not (suppressed and k in SUPPRESSING and all(len(w) == 1 for w in _words(config, k)))}
+                 and k not in applied
+                 and not ("suppressed" in applied and k in SUPPRESSING and all(len(w) == 1 for w in _words(config, k)))}
     if unapplied:
         log.warning("%s asks transformers' generate for %s, which tripy_build's does not apply (one sequence per "
                     "prompt, each token picked by generate.sampling): its replies can differ from transformers'",
                     found["source"], ", ".join(f"{k}={v}" for k, v in unapplied.items()))
-    forced = {k: found.get(k) for k in ("forced_bos_token_id", "forced_eos_token_id")} if seq2seq(model) else {}
     return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None,
-            "sampling": _sampling(generate.get("sampling", "auto"), found),
-            **{k: v for k, v in forced.items() if v is not None and 0 <= v < vocab},
-            **({"suppressed": suppressed} if suppressed else {}), **limits}
+            "sampling": _sampling(generate.get("sampling", "auto"), found), **applied}
+
+
+def _applied(found: dict[str, Any], vocab: int) -> dict[str, Any]:
+    """What an encoder-decoder's replies take of the checkpoint's generation settings (``runtime/seq2seq.forced``):
+    its forced first and last tokens, the tokens it never generates (``suppressed``), ``min_length`` and
+    ``no_repeat_ngram_size``; each only where set (and within the vocabulary)."""
+    config = found["sampling"]
+    out = {k: found[k] for k in ("forced_bos_token_id", "forced_eos_token_id")
+           if found.get(k) is not None and 0 <= found[k] < vocab}
+    suppressed = _suppressed(config, vocab)
+    if suppressed:
+        out["suppressed"] = suppressed
+    return {**out, **{k: config[k] for k in SEQ2SEQ_LIMITS if _count(config.get(k))}}
 
 
 def _count(value: Any) -> bool:
