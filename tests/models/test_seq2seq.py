@@ -7,7 +7,9 @@ A tiny BART with a byte-level BPE tokenizer (``examples/summarizer_checkpoint.py
 tokens twice (``no_repeat_ngram_size``) and no end before five tokens (``min_length``), and built
 through the command line at batch buckets 1 and 4 and source buckets 8 and 16 (three sources run padded to 4 rows
 and 16 positions). Its replies, greedy, must equal transformers' ``generate(num_beams=1, do_sample=False)`` with
-both loaders, on the server's ``/generate``, OpenAI's ``/v1/completions`` and from the CLI.
+both loaders, on the server's ``/generate``, OpenAI's ``/v1/completions`` and from the CLI; and by beam search (the
+checkpoint's four beams, length_penalty 2 and early_stopping as bart-large-cnn's; ``runtime/beams.py``), its
+``generate()`` with the same settings.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from conftest import run_cli  # noqa: E402
 transformers.logging.set_verbosity_error()
 
 MAX_LENGTH = 12
-BUILD = ["model=hf", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,4]",
-         "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]", "shapes.buckets.batch=[1,4]"]
+BUILD = ["model=hf", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,8]",
+         "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]", "shapes.buckets.batch=[1,4,8]"]
 TEXTS = ["the quick brown fox", "hello world, the fox jumps", "a dog"]  # 9 to 16 tokens: the 16 bucket
 
 
@@ -45,14 +47,16 @@ def bart(tmp_path_factory):
     """(transformers' model, its tokenizer, the artifact) of a tiny BART summarizer built with task=generate."""
     root = tmp_path_factory.mktemp("seq2seq")
     model, tok = summarizer(root / "ckpt")
-    model.generation_config.num_beams = 4  # as bart-large-cnn's: said at build, not applied
+    model.generation_config.num_beams = 4  # as bart-large-cnn's: the replies of calls that pick by score
+    model.generation_config.length_penalty = 2.0
+    model.generation_config.early_stopping = True
     model.generation_config.bad_words_ids = [[100]]  # never generated (Marian's pad is): greedy's pick without it
     model.generation_config.no_repeat_ngram_size = 2  # bart-large-cnn's: 3, and min_length 56
     model.generation_config.min_length = 5
     model.save_pretrained(root / "ckpt")
     r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "asks transformers' generate for num_beams=4, which tripy_build's does not apply" in r.stdout + r.stderr
+    assert "generate.beams: num_beams=4 length_penalty=2.0 early_stopping=True from the checkpoint" in r.stdout + r.stderr
     return model, tok, next((root / "arts" / "bart").iterdir())
 
 
@@ -64,9 +68,9 @@ def hf_generate(model, rows: list[list[int]], n: int, **kw) -> list[list[int]]:
     """transformers' greedy replies (its start token left out; a finished row's padding cut)."""
     longest = max(map(len, rows))
     ids = torch.tensor([r + [1] * (longest - len(r)) for r in rows])
+    kw = {"do_sample": False, "num_beams": 1, **kw}
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=(ids != 1).long(), max_new_tokens=n, do_sample=False, num_beams=1,
-                             **kw)
+        out = model.generate(ids, attention_mask=(ids != 1).long(), max_new_tokens=n, **kw)
     return [cut(r) for r in out[:, 1:].tolist()]
 
 
@@ -88,6 +92,7 @@ def test_the_artifact_records_an_encoder_decoder(bart):
         "kind": "seq2seq", "prefill": "encode", "decode": "decode", "decoder_start_token_id": 2,
         "forced_bos_token_id": 0, "forced_eos_token_id": 2, "eos_token_id": [2], "max_length": MAX_LENGTH}
     assert (meta["suppressed"], meta["no_repeat_ngram_size"], meta["min_length"]) == ([100], 2, 5)
+    assert (meta["reorder"], meta["beams"]) == ("reorder", {"num_beams": 4, "length_penalty": 2.0, "early_stopping": True})
 
 
 @pytest.mark.parametrize("n", [1, 6, MAX_LENGTH])
@@ -95,7 +100,7 @@ def test_greedy_replies_equal_transformers_with_the_forced_first_and_last_tokens
     model, tok, _ = bart
     rows = sources(tok)
     want = hf_generate(model, rows, n)
-    got = loaded.generate(rows, max_new_tokens=n)
+    got = loaded.generate(rows, max_new_tokens=n, num_beams=1)
     assert [cut(r) for r in got] == want and 100 not in got
     for reply in want:  # no pair twice (the start among them); no end before the decoder holds 5 tokens
         pairs = list(zip([2, *reply], reply))
@@ -110,10 +115,52 @@ def test_replies_run_to_max_new_tokens_without_an_end_and_sources_come_padded(ba
     want = hf_generate(model, rows, 8, eos_token_id=None)  # no row stops; the last token is still forced
     longest = max(map(len, rows))
     ids = np.array([[1] * (longest - len(r)) + r for r in rows])  # padded on the left this time
-    got = loaded.generate(ids, attention_mask=(ids != 1).astype(np.int32), max_new_tokens=8, eos_token_id=[])
+    got = loaded.generate(ids, attention_mask=(ids != 1).astype(np.int32), max_new_tokens=8, eos_token_id=[],
+                          num_beams=1)
     assert got.shape == (3, 8) and got.tolist() == want and (got[:, -1] == 2).all()
-    one = loaded.generate([rows[1]], max_new_tokens=8, eos_token_id=[])  # batch 1, its own profile
+    one = loaded.generate([rows[1]], max_new_tokens=8, eos_token_id=[], num_beams=1)  # batch 1, its own profile
     assert one.tolist() == [want[1]]
+
+
+SEARCHES = [{}, {"early_stopping": False}, {"early_stopping": "never"}, {"length_penalty": 0.5}, {"num_beams": 2},
+            {"num_beams": 8}]
+
+
+def test_beam_search_equals_transformers_and_each_setting_acts(bart, loaded):
+    """The checkpoint's search (4 beams, length_penalty 2, early_stopping), and each setting changed, equal
+    transformers' ``generate`` with them: with 268 (a token the tiny model makes often) as the end, beams end at
+    different steps, so the candidates' scores, the length penalty and the stopping rules all decide. Three
+    sources of 4 beams run at batch 8 in two groups; 8 beams, one source a group."""
+    model, tok, _ = bart
+    rows = sources(tok)
+    got = {}
+    for kw in SEARCHES:
+        want = hf_generate(model, rows, MAX_LENGTH, eos_token_id=[268], **{"num_beams": 4, **kw})
+        got[str(kw)] = [cut(r) for r in loaded.generate(rows, max_new_tokens=MAX_LENGTH, eos_token_id=[268], **kw)]
+        assert [r[:r.index(268) + 1] if 268 in r else r for r in got[str(kw)]] == \
+            [r[:r.index(268) + 1] if 268 in r else r for r in want], kw
+    greedy = loaded.generate(rows, max_new_tokens=MAX_LENGTH, eos_token_id=[268], num_beams=1).tolist()
+    assert len({str(v) for v in [*got.values(), [cut(r) for r in greedy]]}) >= 5  # the settings act
+    plain = loaded.generate(rows, max_new_tokens=MAX_LENGTH)  # the checkpoint's end (2): the reorder acts too
+    assert [cut(r) for r in plain] == hf_generate(model, rows, MAX_LENGTH, num_beams=4)
+    assert not np.array_equal(plain, loaded.generate(rows, max_new_tokens=MAX_LENGTH, num_beams=1))
+
+
+def test_beam_search_refusals_name_the_fix(bart, loaded):
+    _, tok, _ = bart
+    rows = sources(tok)
+    with pytest.raises(CallError, match=r"num_beams=16: a source's beams are rows of one batch, and this artifact's "
+                                        r"largest batch is 8 rows; pass num_beams<=8"):
+        loaded.generate(rows, max_new_tokens=4, num_beams=16)
+    with pytest.raises(CallError, match=r"num_beams=4: beam search keeps the most likely continuations; it does not "
+                                        r"sample, penalize or follow a grammar \(temperature=0.7"):
+        loaded.generate(rows, max_new_tokens=4, num_beams=4, temperature=0.7)
+    with pytest.raises(CallError, match=r"early_stopping='sometimes': it is true, false or \"never\""):
+        loaded.generate(rows, max_new_tokens=4, early_stopping="sometimes")
+    with pytest.raises(CallError, match=r"num_beams=0: it is a positive integer"):
+        loaded.generate(rows, max_new_tokens=4, num_beams=0)
+    # a call that samples without asking for beams runs one beam (the checkpoint's are for replies by score)
+    assert loaded.generate(rows, max_new_tokens=4, temperature=0.7, seed=1).shape[0] == 3
 
 
 def test_sampling_is_reproducible_for_a_seed(bart, loaded):
@@ -137,7 +184,8 @@ def test_bad_calls_are_one_line_errors(bart, loaded):
 
 def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
     model, tok, art = bart
-    want = hf_generate(model, sources(tok), 6)
+    want = hf_generate(model, sources(tok), 6, num_beams=4)  # the checkpoint's beams: requests that pick by score
+    greedy = hf_generate(model, sources(tok), 6)
     with Server([art], port=0).start() as srv:
         host, port = srv.url.split("//")[1].split(":")
 
@@ -149,20 +197,23 @@ def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
             conn.close()
             assert response.status == 200, answer
             return answer
-        for text, reply in zip(TEXTS, want):
+        for text, reply, one in zip(TEXTS, want, greedy):
             body = post("/v2/models/bart/generate", {"text_input": text, "parameters": {"max_new_tokens": 6}})
             assert cut(body["output_ids"]) == reply
             assert body["text_output"] == tok.decode(reply, skip_special_tokens=True)
+            body = post("/v2/models/bart/generate", {"text_input": text, "max_new_tokens": 6, "num_beams": 1})
+            assert cut(body["output_ids"]) == one
         body = post("/v1/completions", {"model": "bart", "prompt": TEXTS[1], "max_tokens": 6, "temperature": 0})
         assert body["choices"][0]["text"] == tok.decode(want[1], skip_special_tokens=True)
-        body = post("/v1/completions", {"model": "bart", "prompt": TEXTS[1], "temperature": 0})
+        body = post("/v1/completions", {"model": "bart", "prompt": TEXTS[1], "temperature": 0, "num_beams": 1})
         longest = hf_generate(model, sources(tok, TEXTS[1:2]), MAX_LENGTH)[0]  # as many as the decoder holds
         assert body["usage"]["completion_tokens"] == len(longest) and len(sources(tok)[1]) > 1
-    r = run_cli("generate", str(art), "--prompt", TEXTS[0], "--max-new-tokens", "6", "--json", cwd=tmp_path)
+    r = run_cli("generate", str(art), "--prompt", TEXTS[0], "--max-new-tokens", "6", "--num-beams", "1", "--json",
+                cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     printed = json.loads(r.stdout)  # the reply before its end
-    assert printed["output_ids"] == want[0][:want[0].index(2)] and printed["text_output"] == tok.decode(
-        want[0], skip_special_tokens=True)
+    assert printed["output_ids"] == greedy[0][:greedy[0].index(2)] and printed["text_output"] == tok.decode(
+        greedy[0], skip_special_tokens=True)
 
 
 def test_a_classifier_head_cannot_generate(tmp_path):

@@ -145,8 +145,11 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
     if isinstance(g, dict):
         recorded = sorted((g.get("sampling") or {}).items(), key=lambda kv: kv[0] != "temperature")
         picked = " ".join(f"{k}={v:g}" for k, v in recorded) or "greedy"
+        beams = g.get("beams") or {}
+        searched = (f" (by score: the best of {beams['num_beams']} beams, length_penalty={beams['length_penalty']:g}, "
+                    f"early_stopping={beams['early_stopping']})") if beams else ""
         out += ["", f"generation: {g['max_length']} cache positions; stops at {g.get('eos_token_id') or 'no id'}; "
-                    f"calls that leave them out pick tokens by {picked}"]
+                    f"calls that leave them out pick tokens by {picked}{searched}"]
     tokenizer = m.metadata.get("tokenizer") or []
     if tokenizer:
         out += ["", f"tokenizer: the checkpoint's, for text in and out ({', '.join(tokenizer)} under tokenizer/)"]

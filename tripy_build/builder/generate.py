@@ -1,5 +1,6 @@
 """task=generate: a model's ``extend`` compiled as two entries, ``prefill`` and ``decode``; or an encoder-decoder's
-``encode`` and ``step`` (``models/_seq2seq.py``) as ``encode`` and ``decode``.
+``encode`` and ``step`` (``models/_seq2seq.py``) as ``encode`` and ``decode``, with ``reorder`` (its cache's rows
+gathered on the device: beam search's continuations).
 
 A model that generates has ``extend(params, input_ids, position_ids, attention_mask, cache, cache_index)``
 (run new tokens against a key/value cache, write theirs into it, return the last token's logits and the
@@ -17,16 +18,18 @@ import functools
 import logging
 from typing import Any
 
+import jax.numpy as jnp
+
 from ..core.entry import Entry
 from ..core.profiles import DEFAULT_BUCKETS, resolve_buckets
-from ..core.spec import NamedDimension
+from ..core.spec import InputInfo, NamedDimension
 from ..errors import CallError, ConfigError
 from ..models import _seq2seq
 from ..runtime.generate import SEQ2SEQ_LIMITS, Spec
 
 log = logging.getLogger(__name__)
 
-PREFILL, DECODE, ENCODE = "prefill", "decode", "encode"
+PREFILL, DECODE, ENCODE, REORDER = "prefill", "decode", "encode", "reorder"
 METHODS = ("extend", "extend_inputs", "cache_shape")
 # generation_config.json's settings transformers' generate applies and this one does not: said at build where set
 UNAPPLIED = {"num_beams": 1, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0,
@@ -79,10 +82,11 @@ def check_shapes(model: Any, shapes: dict[str, Any], buckets: dict[str, Any]) ->
                           "them); use pow2, or a list with 1.")
 
 
-def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> dict[str, Any]:
+def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None, rows: int | None = None) -> dict[str, Any]:
     """``generate`` with what ``auto`` leaves to the checkpoint (``checkpoint``: a Hugging Face directory; none
     without one) resolved: its ``eos_token_id`` (a list), the ``pad_token_id`` a stopped row is filled with, and
-    its ``sampling`` defaults (``runtime/sampling.py``). Resolved before the build key is made, so a checkpoint
+    its ``sampling`` defaults (``runtime/sampling.py``) and ``beams`` (``rows``: the most the batch holds, which a
+    source's beams must fit in). Resolved before the build key is made, so a checkpoint
     whose generation config changed is a new build. An id the vocabulary cannot hold could never be generated:
     given, it is refused; from the checkpoint (transformers' tiny configs keep GPT-2's 50256), it is left out, and
     said."""
@@ -107,15 +111,63 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None) -> di
     pad = found["pad_token_id"]
     applied = _applied(found, vocab) if seq2seq(model) else {}
     config = found["sampling"]
+    given = generate.get("beams", "auto")
+    beams, said = _beams(given, config, model, rows)
     unapplied = {k: config[k] for k, neutral in UNAPPLIED.items() if config.get(k) not in (None, neutral)
-                 and k not in applied
+                 and k not in applied and not (k == "num_beams" and said)
                  and not ("suppressed" in applied and k in SUPPRESSING and all(len(w) == 1 for w in _words(config, k)))}
     if unapplied:
         log.warning("%s asks transformers' generate for %s, which tripy_build's does not apply (one sequence per "
                     "prompt, each token picked by generate.sampling): its replies can differ from transformers'",
                     found["source"], ", ".join(f"{k}={v}" for k, v in unapplied.items()))
     return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None,
-            "sampling": _sampling(generate.get("sampling", "auto"), found), **applied}
+            "sampling": _sampling(generate.get("sampling", "auto"), found), "beams": beams, **applied}
+
+
+def _beams(given: Any, config: dict[str, Any], model: Any, rows: int | None) -> tuple[dict[str, Any], bool]:
+    """The beam search the artifact records for calls that leave it out (``runtime/beams.Beams``; {}: one beam):
+    ``generate.beams`` as given, or for ``auto`` an encoder-decoder checkpoint's (``num_beams`` above 1 without
+    ``do_sample`` or ``repetition_penalty``: beams that sample or penalize are not built, and said unapplied); and
+    whether the checkpoint's ``num_beams`` is accounted for (applied, set aside by the config, or said here)."""
+    from ..runtime.beams import Beams
+
+    if given == "auto":
+        if (not seq2seq(model) or config.get("do_sample") or config.get("repetition_penalty") not in (None, 1.0)
+                or not _count(config.get("num_beams"))):
+            return {}, False
+        given = {k: config[k] for k in BEAM_SETTINGS if config.get(k) is not None}
+        auto = True
+    elif given is None:
+        return {}, True
+    elif not isinstance(given, dict):
+        raise ConfigError(f"generate.beams: {str(given)[:60]!r}: give auto (the checkpoint's), null (one beam) or "
+                          "{num_beams: 4, length_penalty: 2.0, early_stopping: true}.")
+    else:
+        auto = False
+    unknown = [k for k in given if k not in BEAM_SETTINGS]
+    if unknown:
+        raise ConfigError(f"generate.beams: {str(unknown[0])[:40]!r} is not a beam search setting; they are "
+                          f"{', '.join(BEAM_SETTINGS)}.")
+    try:
+        beams = Beams(**given)
+    except CallError as e:
+        raise ConfigError(f"generate.beams: {e}") from None
+    if beams.num_beams > 1 and not seq2seq(model):
+        raise ConfigError(f"generate.beams: num_beams={beams.num_beams} is beam search, which runs on an "
+                          "encoder-decoder (BART, T5, Marian: head=conditional_generation); a decoder's replies are "
+                          "picked a token a step (generate.sampling). Set generate.beams=null.")
+    if rows is not None and beams.num_beams > rows:
+        fix = (f"a source's beams are rows of one batch, and shapes.dims.batch holds at most {rows}; build with "
+               f"shapes.dims.batch up to {beams.num_beams} or more")
+        if not auto:
+            raise ConfigError(f"generate.beams: num_beams={beams.num_beams}: {fix}, or ask for fewer beams.")
+        log.warning("generate.beams: the checkpoint's num_beams=%d is not applied (calls run one beam): %s for its "
+                    "search.", beams.num_beams, fix)
+        return {}, True
+    if auto and beams.num_beams > 1:
+        log.info("generate.beams: %s from the checkpoint's generation config, for calls that leave num_beams out "
+                 "(generate.beams=null: one beam)", " ".join(f"{k}={v}" for k, v in beams.recorded().items()))
+    return beams.recorded(), True
 
 
 def _applied(found: dict[str, Any], vocab: int) -> dict[str, Any]:
@@ -137,6 +189,7 @@ def _count(value: Any) -> bool:
 
 
 SUPPRESSING = ("bad_words_ids", "suppress_tokens")
+BEAM_SETTINGS = ("num_beams", "length_penalty", "early_stopping")
 
 
 def _words(config: dict[str, Any], key: str) -> list[list[int]]:
@@ -220,12 +273,23 @@ def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dic
                    max_profiles=max_profiles)
     step = Entry(model.step, args=[params, *model.step_inputs(batch, seq, max_length, cache_dtype).values()],
                  buckets=policy, max_profiles=max_profiles, donate=["cache"])
-    spec = Spec(ENCODE, DECODE, max_length, tuple(int(n) for n in model.cache_shape(-1, max_length)), cache_dtype,
+    marked = model.cache_shape(-1, max_length)
+    axis = list(marked).index(-1)
+
+    def reorder(cache: Any, rows: Any) -> dict[str, Any]:
+        """Each cache row ``i`` replaced by row ``rows[i]``: beam search's continuations (``runtime/beams.py``)."""
+        return {"cache": jnp.take(cache, rows, axis=axis)}
+    rows = InputInfo((batch,), "int32", (0, getattr(batch, "max", batch)))
+    reordered = Entry(reorder, args=[InputInfo(model.cache_shape(batch, max_length), cache_dtype), rows],
+                      buckets={"batch": policy["batch"]} if "batch" in policy else None, max_profiles=max_profiles,
+                      donate=["cache"])
+    spec = Spec(ENCODE, DECODE, max_length, tuple(int(n) for n in marked), cache_dtype,
                 int(model.vocab_size), tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"),
                 dict(generate.get("sampling", {})), "seq2seq", int(model.decoder_start_token_id),
                 generate.get("forced_bos_token_id"), generate.get("forced_eos_token_id"),
-                tuple(generate.get("suppressed", ())), *(int(generate.get(k, 0)) for k in SEQ2SEQ_LIMITS))
-    return {ENCODE: encode, DECODE: step}, spec
+                tuple(generate.get("suppressed", ())), *(int(generate.get(k, 0)) for k in SEQ2SEQ_LIMITS), REORDER,
+                dict(generate.get("beams") or {}))
+    return {ENCODE: encode, DECODE: step, REORDER: reordered}, spec
 
 
 def wide_chunks(seq: Any) -> list[int]:

@@ -56,8 +56,9 @@ def build(request: BuildRequest) -> BuildResult:
         from .generate import check_shapes, resolved
 
         check_shapes(model, request.shapes, request.buckets)
+        batch = request.shapes.get("batch")
         request = dataclasses.replace(request, generate=resolved(
-            request.generate, model, request.params_checkpoint if pretrained else None))
+            request.generate, model, request.params_checkpoint if pretrained else None, getattr(batch, "max", batch)))
     tokenizer = tokenizer_io.files(request.params_checkpoint if pretrained else None)  # stored for text in and out
     model_name = request.model.get("name") or getattr(model, "source", type(model)).__name__.lower()
     infos = model_io.input_infos(model, request.shapes)

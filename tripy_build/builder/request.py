@@ -35,8 +35,9 @@ class BuildRequest:
     # a sweep's jobs use their sweep directory's
     shared_init_dir: str | None = None
     params_checkpoint_key: str | None = None  # the params' sub-tree in a checkpoint that saved more
-    # task=generate: {"max_length": cache positions, "eos_token_id": "auto" or ids, "sampling": "auto" or defaults
-    # (the build resolves auto, and adds "pad_token_id": builder/generate.resolved)}; None: the model's forward pass
+    # task=generate: {"max_length": cache positions, "eos_token_id": "auto" or ids, "sampling" and "beams": "auto"
+    # or defaults (the build resolves auto, and adds "pad_token_id": builder/generate.resolved)}; None: the model's
+    # forward pass
     generate: dict[str, Any] | None = None
     weights: str = DEFAULT_WEIGHTS  # how the artifact stores the weights prep reads: prepared | raw (runtime/save.py)
     # the GPU cuda executables are for: host (this machine's), or a GPU described in compiler/gpu.py (deviceless)

@@ -106,6 +106,10 @@ class GenerateConfig:
                                     "generation_config.json as transformers' generate reads it (greedy without one); "
                                     "null: greedy; or {temperature: 0.7, top_k: 20, top_p: 0.8, min_p: 0.05, "
                                     "repetition_penalty: 1.05} (any of these)")
+    beams: Any = setting("auto", "an encoder-decoder's beam search, for calls that leave it out: auto: the "
+                                 "checkpoint's num_beams, length_penalty and early_stopping (generation_config.json; "
+                                 "one beam without); null: one beam; or {num_beams: 4, length_penalty: 2.0, "
+                                 "early_stopping: true}")
 
 
 TASKS = ("forward", "generate")
@@ -326,7 +330,8 @@ def _generate(plain: dict[str, Any], dims: dict[str, Any]) -> dict[str, Any] | N
                                                             for t in eos)):
         raise ConfigError(f"generate.eos_token_id: {eos!r} is not a token id; give auto (the checkpoint's), an id, a "
                           "list of ids ([128001,128009]) or null (none).")
-    return {"max_length": max_length, "eos_token_id": eos, "sampling": plain["generate"]["sampling"]}
+    return {"max_length": max_length, "eos_token_id": eos, "sampling": plain["generate"]["sampling"],
+            "beams": plain["generate"]["beams"]}
 
 
 def derivable(plain: dict[str, Any]) -> tuple[str, ...]:

@@ -38,6 +38,13 @@ def _schema(text: str) -> dict:
     return schema
 
 
+def _early(text: str) -> bool | str:
+    choices = {"true": True, "false": False, "never": "never"}
+    if text.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"{text!r}: give true, false or never")
+    return choices[text.lower()]
+
+
 def _stops(text: str) -> list[int]:
     return [] if text.strip().lower() == "none" else _ids(text)
 
@@ -73,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
                              "artifact's generate.eos_token_id, from its checkpoint); none: run to --max-new-tokens")
     parser.add_argument("--json-schema", type=_schema, metavar="SCHEMA",
                         help='hold each reply to this JSON schema (JSON text, or @FILE); {"type": "object"}: any object')
+    # an encoder-decoder's beam search; left out: the artifact's (its checkpoint's), for replies picked by score
+    parser.add_argument("--num-beams", type=int, help="an encoder-decoder's reply: the best of this many beams (1: none)")
+    parser.add_argument("--length-penalty", type=float,
+                        help="with beams: a reply's score is its log probability over its length to this power")
+    parser.add_argument("--early-stopping", type=_early, metavar="{true,false,never}",
+                        help="with beams: true: stop at num_beams ended replies; false: when none could be beaten; "
+                             "never: at the longest length")
     parser.add_argument("--json", action="store_true", help='print {"output_ids": [...]} (new tokens only)')
     args = parser.parse_args(argv)
 
@@ -91,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         prompts = (args.input_ids if tok is None else [tok.encode(t) for t in args.prompt] if args.prompt else
                    [tok.chat([*system, {"role": "user", "content": t}]) for t in args.chat])
         out = rt.generate(prompts, args.max_new_tokens, seed=args.seed, eos_token_id=args.eos_token_id,
-                          json_schema=args.json_schema, **{k: getattr(args, k) for k in NAMES})
+                          json_schema=args.json_schema, num_beams=args.num_beams, length_penalty=args.length_penalty,
+                          early_stopping=args.early_stopping, **{k: getattr(args, k) for k in NAMES})
         rows = [[int(t) for t in row] for row in out]
         if tok is None:
             answers = [{"output_ids": r} for r in rows]

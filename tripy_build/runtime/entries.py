@@ -114,7 +114,8 @@ class MultiEntry:
                  min_p: float | None = None, repetition_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
                  seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
-                 json_schema: dict[str, Any] | None = None) -> np.ndarray:
+                 json_schema: dict[str, Any] | None = None, num_beams: int | None = None,
+                 length_penalty: float | None = None, early_stopping: bool | str | None = None) -> np.ndarray:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
 
@@ -150,6 +151,16 @@ class MultiEntry:
             json_schema: hold each reply to this JSON schema (``{"type": "object"}``: any JSON object): at each
                 step the tokens that cannot continue it are masked out (``runtime/grammar.py``, with the
                 artifact's tokenizer), and a row stops once its JSON is whole.
+            num_beams: an encoder-decoder's reply is the best of a beam search over this many beams
+                (``runtime/beams.py``, as transformers' ``generate(num_beams=...)``); 1: one token a step, picked
+                by the options above. None: the artifact's ``generate.beams`` (its checkpoint's: BART's
+                summarizers and Marian's translators search 4 to 6 beams) for a call that picks tokens by
+                score; one beam for a call that samples, penalizes or gives ``json_schema``.
+            length_penalty: with beams, a finished reply's score is its log probability over its length to
+                this power (above 1 favours longer replies); None: the artifact's, else 1.
+            early_stopping: with beams, ``True``: a source is done once ``num_beams`` replies have ended;
+                ``False``: once no running beam could beat them; ``"never"``: at the longest length. None: the
+                artifact's, else False.
 
         Returns:
             The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.
@@ -160,6 +171,7 @@ class MultiEntry:
             new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
             varied = gpt2.generate([[464, 2068, 318]], max_new_tokens=20, temperature=0.8, top_p=0.95, seed=1)
         """
+        from .beams import chosen
         from .generate import generate as decoder
         from .seq2seq import generate as encoder_decoder
 
@@ -170,11 +182,16 @@ class MultiEntry:
             from .grammar import constraints
 
             held = constraints(self.tokenizer, json_schema, spec.vocab_size)
-        run = encoder_decoder if spec.kind == "seq2seq" else decoder
-        return run(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
-                        eos_token_id, pad_token_id, held, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                         presence_penalty=presence_penalty)
+        batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
+        beams = chosen(spec, batches, spec.options(**sampling), held, num_beams, length_penalty, early_stopping)
+        if spec.kind != "seq2seq":
+            return decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
+                           pad_token_id, held, **sampling)
+        return encoder_decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
+                               eos_token_id, pad_token_id, held, beams, **sampling)
 
     def entities(self, texts: Any, *, aggregation_strategy: str = "simple", ignore_labels: Any = ("O",),
                  stride: int | None = None) -> list[list[dict[str, Any]]]:

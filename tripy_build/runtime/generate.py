@@ -65,6 +65,11 @@ class Spec:
     # twice in a reply, as transformers' min_length and no_repeat_ngram_size (BART's summarizers: 56 and 3)
     min_length: int = 0
     no_repeat_ngram_size: int = 0
+    # seq2seq: the entry that reorders the decoder's cache rows (beam search keeps the best continuations; None: an
+    # artifact built before it), and the beam search calls get by default (generate.beams: the checkpoint's
+    # num_beams, length_penalty and early_stopping; runtime/beams.py)
+    reorder: str | None = None
+    beams: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -78,14 +83,14 @@ class Spec:
                    str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
                    token("pad_token_id"), dict(g.get("sampling") or {}), str(g.get("kind", "causal")),
                    *(token(k) for k in SEQ2SEQ_TOKENS), tuple(int(t) for t in g.get("suppressed") or ()),
-                   *(int(g.get(k) or 0) for k in SEQ2SEQ_LIMITS))
+                   *(int(g.get(k) or 0) for k in SEQ2SEQ_LIMITS), g.get("reorder"), dict(g.get("beams") or {}))
 
     def to_metadata(self) -> dict[str, Any]:
         out = {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
                "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id, "sampling": self.sampling}
         if self.kind != "causal":  # an artifact of a decoder alone is recorded as before
-            out.update(kind=self.kind, suppressed=list(self.suppressed),
+            out.update(kind=self.kind, suppressed=list(self.suppressed), reorder=self.reorder, beams=self.beams,
                        **{k: getattr(self, k) for k in (*SEQ2SEQ_TOKENS, *SEQ2SEQ_LIMITS)})
         return out
 

@@ -20,7 +20,9 @@ bench/generate.py); a lone request pays at most the window, against a prompt's p
 GPT-2 small here.
 
 An encoder-decoder's batch (``runtime/seq2seq.Session``) is encoded together and decoded in step: requests
-that arrive while it runs wait for it to finish, then start the next batch together.
+that arrive while it runs wait for it to finish, then start the next batch together. Its beam searches
+(``runtime/beams.py``: a request's ``num_beams``, or the artifact's) run the same way, those alike (beams, ends,
+length) together, each request's beams rows of one batch; a reply is handed out whole at the search's end.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 
 from ..errors import CallError
 from ..runtime import seq2seq
+from ..runtime.beams import Beams, chosen, search
 from ..runtime.generate import Held, Session, Spec, check_prompt
 from ..runtime.sampling import NAMES, Sampler
 
@@ -59,6 +62,7 @@ class Sequence:
     ended: bool = False  # its grammar (runtime/grammar.Constraint) took its last token: the reply is whole
     cached: int = 0  # its prompt's first tokens found in the cache (not computed again): set when it joins
     scored: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # per token, before on_token
+    beams: Beams | None = None  # an encoder-decoder's beam search (runtime/beams.py): its tokens come at its end
 
     def next(self, logits: np.ndarray) -> bool:
         """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done (its
@@ -113,11 +117,13 @@ class Generator:
     def submit(self, prompt: Any, max_new_tokens: int, on_token: Callable[[int], None],
                on_done: Callable[[BaseException | None], None], seed: int | None = None, eos_token_id: Any = None,
                logprobs: int | None = None, constraint: Any = None, logit_bias: dict[int, float] | None = None,
-               **sampling: Any) -> Sequence:
+               num_beams: int | None = None, length_penalty: float | None = None,
+               early_stopping: bool | str | None = None, **sampling: Any) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
         defaults, ``logit_bias`` added to their logits, among those its ``constraint``
-        (``runtime.grammar.Constraint``) allows."""
+        (``runtime.grammar.Constraint``) allows; or an encoder-decoder's by beam search (``runtime/beams.chosen``:
+        ``num_beams`` given, or the artifact's for a request that picks by score), all at its end."""
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
@@ -131,10 +137,16 @@ class Generator:
             raise CallError(f"logit_bias: token id {outside[0]} is outside [0, {self.spec.vocab_size}) (this model's "
                             "vocabulary).")
         history = [np.array([self.spec.decoder_start_token_id], np.int32)] if self.seq2seq else [ids]  # penalized
-        sampler = Sampler(self.spec.options(**sampling), seed, history, None if constraint is None else [constraint],
-                          logit_bias)
+        options = self.spec.options(**sampling)
+        plain = logprobs is None and not logit_bias  # what a beam search's reply has no place for
+        if not plain and (num_beams or 1) > 1:
+            raise CallError(f"num_beams={num_beams}: a beam search's reply is scored as a whole; it reports no "
+                            "logprobs and takes no logit_bias: pass num_beams=1 for those.")
+        beams = chosen(self.spec, self.buckets, options, constraint, num_beams, length_penalty,
+                       early_stopping) if plain else None
+        sampler = Sampler(options, seed, history, None if constraint is None else [constraint], logit_bias)
         seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
-                       logprobs=logprobs)
+                       logprobs=logprobs, beams=beams)
         with self.cv:
             if self.closed:
                 raise CallError(f"{self.name}: the server is shutting down.")
@@ -160,8 +172,9 @@ class Generator:
                     for seq in [*self.waiting, *self.rows.values()]:
                         seq.on_done(CallError(f"{self.name}: the server shut down before the request finished."))
                     return
+                searching = self._searching() if self.session is None else []
                 joining = []
-                while self.waiting and self._room(len(joining)):
+                while not searching and self.waiting and self._room(len(joining)) and self.waiting[0].beams is None:
                     seq = self.waiting.popleft()
                     if seq.cancelled:  # its client left before it joined
                         self.cancelled += 1
@@ -169,15 +182,52 @@ class Generator:
                     else:
                         joining.append(seq)
             try:
+                self._search(searching)
                 self._join(joining)
                 if self.rows:
                     self._step()
             except Exception as e:  # every request in the batch learns of it; the loop goes on
                 log.exception("%s: generation failed", self.name)
-                for seq in {id(s): s for s in [*joining, *self.rows.values()]}.values():
+                for seq in {id(s): s for s in [*searching, *joining, *self.rows.values()]}.values():
                     seq.on_done(e)
                 self.rows.clear()
                 self.session = None
+
+    def _searching(self) -> list[Sequence]:
+        """The requests at the queue's head that search alike (the same beams, ends and length), as many as the
+        largest batch holds the beams of (``cv`` held; an idle server)."""
+        group: list[Sequence] = []
+        while self.waiting and self.waiting[0].beams is not None:
+            seq = self.waiting[0]
+            alike = (seq.beams, seq.eos_token_id, seq.max_new_tokens)
+            if group and (alike != (group[0].beams, group[0].eos_token_id, group[0].max_new_tokens)
+                          or (len(group) + 1) * seq.beams.num_beams > self.buckets[-1]):
+                break
+            self.waiting.popleft()
+            if seq.cancelled:
+                self.cancelled += 1
+                seq.on_done(None)
+            else:
+                group.append(seq)
+        return group
+
+    def _search(self, group: list[Sequence]) -> None:
+        """Beam search for ``group`` in a session of its own; each reply's tokens handed out at its end."""
+        if not group:
+            return
+        beams = group[0].beams
+        session = seq2seq.Session(self.steps, self.spec, self._bucket(len(group) * beams.num_beams))
+        try:
+            answers = search(session, [seq.prompt for seq in group], group[0].max_new_tokens, beams,
+                             group[0].eos_token_id, seq2seq.forced)
+        finally:
+            session.close()
+        for seq, answer in zip(group, answers):
+            self.prompt_tokens += len(seq.prompt)
+            for token in answer.tolist():
+                seq.take(token)
+            self.cancelled += seq.cancelled
+            seq.on_done(None)
 
     def _gather(self) -> None:
         """Let requests that arrive together with the first reach the queue (``cv`` held; each submit notifies)."""
@@ -306,8 +356,9 @@ class Reply:
 # eos_token_id: an id or a list of ids (none given: the artifact's generate.eos_token_id; []: none); the sampling
 # options left out take the artifact's defaults (runtime/sampling.py)
 # json_schema: the reply held to this JSON schema (runtime/grammar.py; it needs the artifact's tokenizer)
+# num_beams, length_penalty, early_stopping: an encoder-decoder's beam search (runtime/beams.py)
 OPTIONS = {"max_new_tokens": int, **{k: int if k == "top_k" else float for k in NAMES}, "seed": int,
-           "eos_token_id": list, "json_schema": dict}
+           "eos_token_id": list, "json_schema": dict, "num_beams": int, "length_penalty": float, "early_stopping": bool}
 
 
 def parse_request(request: Any) -> tuple[list[int] | str, dict[str, Any]]:
@@ -349,6 +400,9 @@ def parse_options(request: dict[str, Any], params: dict[str, Any], options: dict
             continue
         if kind is list:  # its ids are checked where they are read (``Spec.stops``, in ``Generator.submit``)
             options[key] = value if isinstance(value, list) else [value]
+            continue
+        if kind is bool:  # true, false or "never": checked where it is read (``beams.Beams``)
+            options[key] = value
             continue
         if kind is dict:  # a schema: checked where it is compiled (``grammar.Constraint``)
             if not isinstance(value, dict):

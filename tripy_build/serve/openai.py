@@ -51,9 +51,11 @@ from ..runtime.sampling import NAMES
 from ..runtime.tools import Tools, messages_for_template
 
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
+# an encoder-decoder's beam search (runtime/beams.py), as vLLM's extra parameters take it; checked where read
+BEAMS = ("num_beams", "length_penalty", "early_stopping")
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
          "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format", "n",
-         "tools", "tool_choice", "parallel_tool_calls", "logit_bias", "user", "reasoning_effort")
+         "tools", "tool_choice", "parallel_tool_calls", "logit_bias", "user", "reasoning_effort", *BEAMS)
 CHAT_ONLY = ("messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
              "reasoning_effort")
 EFFORTS = ("low", "medium", "high")  # OpenAI's reasoning_effort, as gpt-oss's template takes it
@@ -107,7 +109,7 @@ class Request:
         if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
                                         or not 0 <= temperature <= 2):
             raise CallError(f"temperature={str(temperature)[:40]}: must be a number in [0, 2] (0: greedy).")
-        self.options: dict[str, Any] = {k: body[k] for k in SAMPLING if body.get(k) is not None}
+        self.options: dict[str, Any] = {k: body[k] for k in (*SAMPLING, *BEAMS) if body.get(k) is not None}
         stop = body.get("stop")
         self.stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
         if (not isinstance(self.stop, list) or len(self.stop) > MAX_STOPS
