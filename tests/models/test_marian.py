@@ -127,7 +127,7 @@ def hf_generate(model, rows: list[list[int]], n: int, **kw) -> list[list[int]]:
     ids, mask = padded(rows)
     with torch.no_grad():
         out = model.generate(torch.tensor(ids).long(), attention_mask=torch.tensor(mask).long(), max_new_tokens=n,
-                             do_sample=False, num_beams=1, **kw)
+                             **{"do_sample": False, "num_beams": 1, **kw})
     return [cut(r) for r in out[:, 1:].tolist()]
 
 
@@ -154,6 +154,10 @@ def test_greedy_translations_equal_transformers_and_never_hold_the_pad(translato
             want = hf_generate(model, rows, n)
             assert [cut(row) for row in exe.generate(rows, max_new_tokens=n)] == want, (load, n)
             assert not any(PAD in row for row in want)
+        # opus-mt's search: 4 beams (a source a batch of 4 rows), the pad suppressed in every beam
+        want = hf_generate(model, rows, MAX_LENGTH, num_beams=4)
+        assert [cut(row) for row in exe.generate(rows, max_new_tokens=MAX_LENGTH, num_beams=4)] == want, load
+        assert not any(PAD in row for row in want)
 
 
 @pytest.mark.parametrize("setting, message", [

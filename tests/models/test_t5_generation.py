@@ -159,11 +159,19 @@ def test_an_artifact_generates_as_transformers_with_both_loaders(case, tmp_path)
         want = torch_model.generate(input_ids=torch.tensor(x["input_ids"], dtype=torch.long),
                                     attention_mask=torch.tensor(x["attention_mask"], dtype=torch.long),
                                     max_new_tokens=MAX_LENGTH, do_sample=False, num_beams=1).numpy()[:, 1:]
+    with torch.no_grad():  # a beam search, its cache (T5's) reordered
+        beams = torch_model.generate(input_ids=torch.tensor(x["input_ids"], dtype=torch.long),
+                                     attention_mask=torch.tensor(x["attention_mask"], dtype=torch.long),
+                                     max_new_tokens=MAX_LENGTH, do_sample=False, num_beams=2,
+                                     length_penalty=0.5).numpy()[:, 1:]
     for load in (runtime.load, tb.load):
-        got = load(next((tmp_path / "t5").iterdir())).generate(x["input_ids"], MAX_LENGTH,
-                                                                  attention_mask=x["attention_mask"])
+        exe = load(next((tmp_path / "t5").iterdir()))
+        got = exe.generate(x["input_ids"], MAX_LENGTH, attention_mask=x["attention_mask"])
         np.testing.assert_array_equal(got, want[:, :got.shape[1]])
         assert got.shape[1] == want.shape[1] or (got[:, -1] == EOS).all()
+        searched = exe.generate(x["input_ids"], MAX_LENGTH, attention_mask=x["attention_mask"], num_beams=2,
+                                length_penalty=0.5)
+        np.testing.assert_array_equal(searched, beams)
 
 
 @pytest.mark.parametrize("case", ["umt5"], indirect=True)
