@@ -1,5 +1,6 @@
 """Encoder-decoders generating (``task=generate`` of a ``*ForConditionalGeneration``): tripy_build (both loaders)
-next to transformers' ``generate`` on PyTorch, greedy, one sequence per source.
+next to transformers' ``generate`` on PyTorch: greedy (one sequence per source) and by beam search (4 beams, as
+BART's summarizers and Marian's translators search).
 
 Models, random weights from ``torch.manual_seed(0)`` at real sizes (no checkpoint is downloaded here; only the sizes
 matter for speed), written once with ``save_pretrained``:
@@ -12,10 +13,11 @@ tripy_build builds each with ``task=generate`` (sources up to 128 tokens, bucket
 (128) random ids, no early stop (``eos_token_id`` none; the checkpoint's forced tokens unset), in a process of its own
 (one XLA client, or torch's pool, at a time), after one untimed call; the median of ``--rounds`` calls.
 
-Columns per model and batch (1 and 4): the whole call's ms, new tokens per second (summed over the batch), the ratio
-to torch's, and whether the ids equal torch's.
+Columns per model, batch and beams (greedy at batch 1 and 4; 4 beams for one source: 4 decoder rows, the cache's
+rows reordered after each step, on the device for tripy_build, ``index_select`` for torch): the whole call's ms, new
+tokens per second (of the answers, summed over the batch), the ratio to torch's, and whether the ids equal torch's.
 
-Run: ``python bench/seq2seq.py`` (~6 min on 2 cores), ``--quick`` (2 + 2 layers, 64 wide).
+Run: ``python bench/seq2seq.py`` (~9 min on 2 cores), ``--quick`` (2 + 2 layers, 64 wide).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ MODELS = {"t5": ("T5", dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, n
 QUICK = {"t5": dict(vocab_size=512, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0),
          "bart": dict(vocab_size=512, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                       decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=256)}
-BATCHES = (1, 4)
+RUNS = ((1, 1), (4, 1), (1, 4))  # (sources, beams)
 
 
 def checkpoint(work: Path, name: str, quick: bool) -> Path:
@@ -70,7 +72,7 @@ def build(ckpt: Path, work: Path, new: int) -> tuple[Path, float]:
     return Path(path), time.perf_counter() - t0
 
 
-def measure(contender: str, where: str, batch: int, source: int, new: int, rounds: int) -> dict:
+def measure(contender: str, where: str, batch: int, beams: int, source: int, new: int, rounds: int) -> dict:
     """In this process: the contender's median ms for one generate call, and its ids."""
     ids = np.random.default_rng(0).integers(3, 400, (batch, source)).astype(np.int32)
     if contender == "torch":
@@ -83,7 +85,7 @@ def measure(contender: str, where: str, batch: int, source: int, new: int, round
         def run() -> np.ndarray:
             with torch.inference_mode():
                 out = model.generate(torch.tensor(ids, dtype=torch.long), attention_mask=torch.ones(ids.shape, dtype=torch.long),
-                                     max_new_tokens=new, min_new_tokens=new, do_sample=False, num_beams=1,
+                                     max_new_tokens=new, min_new_tokens=new, do_sample=False, num_beams=beams,
                                      eos_token_id=None, use_cache=True)
             return out[:, 1:].numpy()
     else:
@@ -94,7 +96,7 @@ def measure(contender: str, where: str, batch: int, source: int, new: int, round
         exe.wait_warmed()
 
         def run() -> np.ndarray:
-            return exe.generate(ids, max_new_tokens=new, eos_token_id=[])
+            return exe.generate(ids, max_new_tokens=new, eos_token_id=[], num_beams=beams)
     out = run()
     times = []
     for _ in range(rounds):
@@ -111,24 +113,26 @@ def main() -> None:
     p.add_argument("--new", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--measure", nargs=5, metavar=("CONTENDER", "WHERE", "BATCH", "SOURCE", "NEW"), help=argparse.SUPPRESS)
+    p.add_argument("--measure", nargs=6, metavar=("CONTENDER", "WHERE", "BATCH", "BEAMS", "SOURCE", "NEW"),
+                   help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.measure:
-        contender, where, batch, source, new = args.measure
-        print(json.dumps(measure(contender, where, int(batch), int(source), int(new), args.rounds)))
+        contender, where, batch, beams, source, new = args.measure
+        print(json.dumps(measure(contender, where, int(batch), int(beams), int(source), int(new), args.rounds)))
         return
     work = Path(tempfile.mkdtemp(prefix="seq2seq-bench-"))
-    print(f"source {args.source} tokens, {args.new} new tokens, greedy, median of {args.rounds}; {os.cpu_count()} cores")
-    print(f"{'model':6} {'batch':>5} {'contender':22} {'ms':>9} {'tok/s':>8} {'x torch':>8} {'ids = torch':>12}")
+    print(f"source {args.source} tokens, {args.new} new tokens, median of {args.rounds}; {os.cpu_count()} cores")
+    print(f"{'model':6} {'batch':>5} {'beams':>5} {'contender':22} {'ms':>9} {'tok/s':>8} {'x torch':>8} "
+          f"{'ids = torch':>12}")
     for name in args.models.split(","):
         ckpt = checkpoint(work, name, args.quick)
         art, seconds = build(ckpt, work, args.new)
         print(f"{name}: built in {seconds:.0f} s ({art})")
-        for batch in BATCHES:
+        for batch, beams in RUNS:
             results = {}
             for contender, where in (("torch", ckpt), ("tripy_build", art), ("tripy_build.runtime", art)):
                 r = subprocess.run([sys.executable, __file__, "--rounds", str(args.rounds), "--measure", contender,
-                                    str(where), str(batch), str(args.source), str(args.new)],
+                                    str(where), str(batch), str(beams), str(args.source), str(args.new)],
                                    capture_output=True, text=True, cwd=ROOT)
                 if r.returncode:
                     sys.exit(f"{contender} failed:\n{r.stderr[-3000:]}")
@@ -136,7 +140,7 @@ def main() -> None:
             base = results["torch"]
             for contender, res in results.items():
                 tok_s = batch * args.new / (res["ms"] / 1e3)
-                print(f"{name:6} {batch:>5} {contender:22} {res['ms']:>9.1f} {tok_s:>8.1f} "
+                print(f"{name:6} {batch:>5} {beams:>5} {contender:22} {res['ms']:>9.1f} {tok_s:>8.1f} "
                       f"{base['ms'] / res['ms']:>7.2f}x {str(res['ids'] == base['ids']):>12}")
 
 
