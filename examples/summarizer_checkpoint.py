@@ -1,7 +1,7 @@
 """A summarizer as a Hugging Face checkpoint: a ``BartForConditionalGeneration`` of random weights with BART's kind of
-tokenizer (``examples/nli_checkpoint.py``'s) and the generation settings of facebook/bart-large-cnn that a
-one-sequence generate applies (the first token forced to ``<s>``, the last to ``</s>``), saved with
-``save_pretrained``::
+tokenizer (``examples/nli_checkpoint.py``'s) and facebook/bart-large-cnn's generation settings: the first token
+forced to ``<s>``, the last to ``</s>``, and its beam search (4 beams, ``length_penalty`` 2, ``early_stopping``),
+saved with ``save_pretrained``::
 
     python examples/summarizer_checkpoint.py my-summarizer            # tiny: 2 + 2 layers of 16
     python examples/summarizer_checkpoint.py my-summarizer --large    # bart-large-cnn's sizes (400M parameters)
@@ -34,6 +34,7 @@ def checkpoint(path: str | Path, sizes: dict | None = None, vocab_size: int | No
                                      forced_eos_token_id=2)
     model = transformers.BartForConditionalGeneration(config).eval()
     model.generation_config.forced_bos_token_id = 0
+    model.generation_config.update(num_beams=4, length_penalty=2.0, early_stopping=True)
     model.save_pretrained(path)
     return model, fast
 

@@ -47,9 +47,7 @@ def bart(tmp_path_factory):
     """(transformers' model, its tokenizer, the artifact) of a tiny BART summarizer built with task=generate."""
     root = tmp_path_factory.mktemp("seq2seq")
     model, tok = summarizer(root / "ckpt")
-    model.generation_config.num_beams = 4  # as bart-large-cnn's: the replies of calls that pick by score
-    model.generation_config.length_penalty = 2.0
-    model.generation_config.early_stopping = True
+    # bart-large-cnn's beam search (4 beams, length_penalty 2, early_stopping): the example's
     model.generation_config.bad_words_ids = [[100]]  # never generated (Marian's pad is): greedy's pick without it
     model.generation_config.no_repeat_ngram_size = 2  # bart-large-cnn's: 3, and min_length 56
     model.generation_config.min_length = 5
@@ -203,11 +201,18 @@ def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
             assert body["text_output"] == tok.decode(reply, skip_special_tokens=True)
             body = post("/v2/models/bart/generate", {"text_input": text, "max_new_tokens": 6, "num_beams": 1})
             assert cut(body["output_ids"]) == one
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("GET", "/v2/models/bart")
+        described = json.loads(conn.getresponse().read())["generate"]
+        assert described["beams"] == {"num_beams": 4, "length_penalty": 2.0, "early_stopping": True}
+        assert "num_beams" in described["options"]
         body = post("/v1/completions", {"model": "bart", "prompt": TEXTS[1], "max_tokens": 6, "temperature": 0})
         assert body["choices"][0]["text"] == tok.decode(want[1], skip_special_tokens=True)
         body = post("/v1/completions", {"model": "bart", "prompt": TEXTS[1], "temperature": 0, "num_beams": 1})
         longest = hf_generate(model, sources(tok, TEXTS[1:2]), MAX_LENGTH)[0]  # as many as the decoder holds
         assert body["usage"]["completion_tokens"] == len(longest) and len(sources(tok)[1]) > 1
+    shown = run_cli("inspect", str(art), cwd=tmp_path)
+    assert "(by score: the best of 4 beams, length_penalty=2, early_stopping=True)" in shown.stdout, shown.stdout[-2000:]
     r = run_cli("generate", str(art), "--prompt", TEXTS[0], "--max-new-tokens", "6", "--num-beams", "1", "--json",
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]

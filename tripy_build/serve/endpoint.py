@@ -318,7 +318,7 @@ class Endpoint:
             routes += ["POST /v1/chat/completions", "POST /v1/completions"]
         info = {"routes": routes, "text": self.chats, "max_length": spec.max_length,
                 "vocab_size": spec.vocab_size, "eos_token_id": list(spec.eos_token_id), "options": list(OPTIONS),
-                "sampling": spec.sampling}
+                "sampling": spec.sampling, **({"beams": spec.beams} if spec.beams else {})}
         if self.chats:  # what its chat template teaches: the tool-call format OpenAI's route reads, and thinking
             from ..runtime.harmony import speaks
             from ..runtime.reasoning import thinks
