@@ -170,6 +170,8 @@ class MultiEntry:
             gpt2 = tripy_build.load("artifacts/gpt2/1c2f...")
             new = gpt2.generate([[464, 2068, 318]], max_new_tokens=20)
             varied = gpt2.generate([[464, 2068, 318]], max_new_tokens=20, temperature=0.8, top_p=0.95, seed=1)
+            bart = tripy_build.load("artifacts/bart/7a0e...")  # a summarizer: its checkpoint's 4 beams by default
+            summaries = bart.generate(articles, max_new_tokens=142, num_beams=2, length_penalty=1.0)
         """
         from .beams import chosen
         from .generate import generate as decoder
