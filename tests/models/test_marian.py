@@ -4,7 +4,12 @@ A tiny ``MarianMTModel`` (opus-mt's layout: the pad token starts the decoder, 0 
 pad, swish, scaled embeddings) is saved with ``save_pretrained``: its logits, and a bare ``MarianModel``'s states,
 equal PyTorch's; an older file's sinusoidal position tables are read past; the decoder token by token (``encode``,
 ``step``) equals the whole sequence; built through ``model=hf task=generate`` its greedy replies equal transformers'
-``generate`` on both loaders, the pad never generated; a checkpoint of separate encoder and decoder tables is refused.
+``generate`` on both loaders, the pad never generated, and so do its beam searches; a checkpoint of separate encoder
+and decoder tables is refused.
+
+Its tokenizer is opus-mt's kind: a SentencePiece model (trained here on a few sentences) with ``vocab.json``, saved by
+``MarianTokenizer``: ``runtime/marian_tokenizer.py`` encodes and decodes as it does, and the artifact translates text
+(``tripy-build generate --prompt``) as transformers' tokenizer and ``generate`` do.
 """
 
 from __future__ import annotations
@@ -41,6 +46,32 @@ def config(**kw) -> transformers.MarianConfig:
                                      decoder_start_token_id=PAD, eos_token_id=EOS, forced_eos_token_id=EOS, **kw)
 
 
+CORPUS = ["the quick brown fox jumps over the lazy dog", "Hello world, how are you today?", "Über naïve café — 東京 2026!",
+          "translation models read sentences and write them again", "a dog, a cat and a bird"]
+TEXTS = ["the quick brown fox", "Hello world, how are you today?", ">>fr<< a dog", "Über naïve café — 東京 2026! zq", "",
+         "  spaced   out  ", "a</s>b", "x<unk>y<pad>", ">>de<<", "tab\tnew\nline"]
+
+
+def tokenizer(path, tmp_path):
+    """opus-mt's kind of tokenizer saved in ``path``: a unigram SentencePiece model of 60 pieces, ``vocab.json``
+    mapping all but two of them (those are ``<unk>``) into the model's 64 ids, with two language codes; returns
+    transformers' ``MarianTokenizer`` read back from ``path``."""
+    import sentencepiece
+
+    (tmp_path / "corpus.txt").write_text("\n".join(CORPUS * 20))
+    sentencepiece.SentencePieceTrainer.train(input=str(tmp_path / "corpus.txt"), model_prefix=str(tmp_path / "spm"),
+                                             vocab_size=60, model_type="unigram", character_coverage=1.0,
+                                             minloglevel=2)
+    spm = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+    pieces = [p for p in map(spm.id_to_piece, range(spm.get_piece_size())) if p not in ("<unk>", "<s>", "</s>")]
+    vocab = {"</s>": EOS, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces[:-2])}, ">>fr<<": 60, ">>de<<": 61,
+             "<pad>": PAD}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    transformers.MarianTokenizer(source_spm=str(tmp_path / "spm.model"), target_spm=str(tmp_path / "spm.model"),
+                                 vocab=str(tmp_path / "vocab.json")).save_pretrained(path)
+    return transformers.MarianTokenizer.from_pretrained(path)
+
+
 def sources(lengths=(5, 11, 3), seed: int = 1) -> list[list[int]]:
     """Sources as Marian's tokenizer makes them: ids, then ``</s>``."""
     rng = np.random.default_rng(seed)
@@ -62,7 +93,31 @@ def translator(tmp_path_factory):
     model.final_logits_bias[0, PAD] = 4.0
     model.generation_config.bad_words_ids = [[PAD]]
     model.save_pretrained(root / "ckpt")
+    tokenizer(root / "ckpt", root)
     return model, root / "ckpt"
+
+
+def test_the_tokenizer_encodes_and_decodes_as_transformers(translator):
+    """Special tokens in the text, a language code, characters the pieces lack, blanks; and random ids decoded (those
+    ``vocab.json`` lacks as transformers reads them: the SentencePiece model's pieces)."""
+    from tripy_build.builder.tokenizer import files
+    from tripy_build.runtime.tokenizer import read
+
+    theirs = transformers.MarianTokenizer.from_pretrained(translator[1])
+    stored = files(str(translator[1]))
+    assert sorted(stored) == ["source.spm", "target.spm", "tokenizer_config.json", "vocab.json"]
+    ours = read(stored, "marian")
+    for text in TEXTS:
+        ids = theirs(text)["input_ids"]
+        assert ours.encode(text) == ids and ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), text
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        ids = [t for t in rng.integers(0, VOCAB, 10).tolist() if t != 62]  # 62: in neither (transformers raises)
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), ids
+    stream = ours.stream()
+    assert "".join(map(stream.add, ours.encode(TEXTS[1]))) + stream.flush() == TEXTS[1]
+    with pytest.raises(tb.errors.CallError, match="a grammar \\(json_schema\\) is not a Marian translator's"):
+        ours.serialized()
 
 
 @pytest.mark.parametrize("suffix", ["Model", "MTModel"])
@@ -158,6 +213,13 @@ def test_greedy_translations_equal_transformers_and_never_hold_the_pad(translato
         want = hf_generate(model, rows, MAX_LENGTH, num_beams=4)
         assert [cut(row) for row in exe.generate(rows, max_new_tokens=MAX_LENGTH, num_beams=4)] == want, load
         assert not any(PAD in row for row in want)
+    # text in and out, through the tokenizer the artifact stores
+    theirs = transformers.MarianTokenizer.from_pretrained(path)
+    ids = theirs(TEXTS[0])["input_ids"]  # 16 tokens: the build's longest source
+    reply = hf_generate(model, [ids], MAX_LENGTH)[0]
+    r = run_cli("generate", str(art), "--prompt", TEXTS[0], "--max-new-tokens", str(MAX_LENGTH), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["text_output"] == theirs.decode(reply, skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("setting, message", [

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..artifact.digest import digest_bytes
 from ..errors import CallError
-from ..runtime.tokenizer import FILES, Tokenizer
+from ..runtime.marian_tokenizer import FILES as MARIAN_FILES
+from ..runtime.tokenizer import FILES, read
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +32,23 @@ BY_MODEL_TYPE = {"albert": "AlbertTokenizer", "bert": "BertTokenizer", "distilbe
 
 def files(checkpoint: str | None) -> dict[str, bytes]:
     """A Hugging Face directory's tokenizer files by name (``FILES``: ``tokenizer.json``, its config and chat
-    template), read once as the loaders will read them; none without a fast tokenizer (``tokenizer.json``) or with
-    one that cannot be read, and the log says what the artifact then takes."""
+    template; or a Marian translator's, ``MARIAN_FILES``: ``source.spm``, ``target.spm``, ``vocab.json``), read once
+    as the loaders will read them; none without either or with one that cannot be read, and the log says what the
+    artifact then takes."""
     root = Path(checkpoint) if checkpoint is not None else None
     if root is None:
         return {}
-    if not (root / FILES[0]).is_file():
+    if not (root / FILES[0]).is_file() and all((root / n).is_file() for n in MARIAN_FILES[:3]):
+        stored = {name: (root / name).read_bytes() for name in MARIAN_FILES if (root / name).is_file()}
+    elif not (root / FILES[0]).is_file():
         log.info("%s has no %s (a fast tokenizer: tokenizer.save_pretrained(DIR) writes one): the artifact takes and "
                  "gives token ids only, not text.", root, FILES[0])
         return {}
-    stored = {name: (root / name).read_bytes() for name in FILES if (root / name).is_file()}
-    _name_class(stored, root)
+    else:
+        stored = {name: (root / name).read_bytes() for name in FILES if (root / name).is_file()}
+        _name_class(stored, root)
     try:
-        Tokenizer(stored, str(root))  # read as the artifact's loaders will read it
+        read(stored, str(root))  # read as the artifact's loaders will read it
     except CallError as e:
         log.warning("%s: the artifact takes and gives token ids only, not text: %s", root, e)
         return {}

@@ -293,6 +293,11 @@ class Session:
         # decode's chunk sizes over every row (artifacts built before it had them: steps only)
         self.wide = sorted({p.get("seq", 1) for p in steps.profiles(spec.decode) if p["batch"] == batch} - {1})
 
+    @staticmethod
+    def batch_for(steps: Steps, spec: Spec, rows: Sequence[np.ndarray]) -> int:
+        """The batch a session for ``rows`` starts at: the smallest decode bucket that holds them."""
+        return min(p["batch"] for p in steps.profiles(spec.decode) if p["batch"] >= len(rows))
+
     @property
     def cache(self) -> Any:
         return self.held.cache
@@ -436,7 +441,7 @@ def in_groups(steps: Steps, spec: Spec, session: Any, rows: list[np.ndarray], hi
     out = []
     for start in range(0, len(rows), batches[-1]):
         group = rows[start:start + batches[-1]]
-        running = session(steps, spec, next(b for b in batches if b >= len(group)))
+        running = session(steps, spec, session.batch_for(steps, spec, group))
         sampler = Sampler(options, rng, histories[start:start + batches[-1]],
                           None if constraints is None else [constraints(eos) for _ in group])
         out.append(_group(running, group, max_new_tokens, sampler, eos, pad, process))

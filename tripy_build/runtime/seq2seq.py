@@ -90,6 +90,18 @@ class Session:
         self.at = 0  # the decoder position of every row's next token
         self.profile = self.state = None
 
+    @staticmethod
+    def batch_for(steps: Steps, spec: Spec, sources: Sequence[np.ndarray]) -> int:
+        """The batch a session for ``sources`` runs at: that of the smallest profile holding as many rows and the
+        longest source (a build's profiles need not pair every batch with every length: a lone long source may
+        take a batch of 4)."""
+        longest = max(map(len, sources))
+        fits = [p for p in steps.profiles(spec.prefill) if p["batch"] >= len(sources) and p["seq"] >= longest]
+        if not fits:
+            raise CallError(f"generate(): no profile of this artifact holds {len(sources)} sources of up to {longest} "
+                            "tokens together; send fewer at a time, or build with larger shapes.dims.batch and seq.")
+        return min(fits, key=lambda p: (p["batch"] * p["seq"], p["batch"]))["batch"]
+
     def admit_all(self, sources: Sequence[np.ndarray]) -> tuple[list[int], np.ndarray]:
         """Encode ``sources`` (padded to the smallest ``seq`` bucket that holds the longest) and run the decoder's
         start token; (their rows, the logits of their first token ``[n, vocab]``)."""
@@ -168,7 +180,7 @@ def searched(steps: Steps, spec: Spec, sources: list[np.ndarray], max_new_tokens
     answers: list[np.ndarray] = []
     for start in range(0, len(sources), per):
         group = sources[start:start + per]
-        session = Session(steps, spec, next(b for b in batches if b >= len(group) * beams.num_beams))
+        session = Session(steps, spec, Session.batch_for(steps, spec, [s for s in group for _ in range(beams.num_beams)]))
         answers += search(session, group, max_new_tokens, beams, eos, forced)
         session.close()
     n = max(len(a) for a in answers)

@@ -397,10 +397,20 @@ def stored_files(artifact_dir: Any, names: Sequence[str], where: str) -> dict[st
     return {n: bytes(contents[DIR + n]) for n in names}
 
 
+def read(files: Mapping[str, bytes], where: str) -> Tokenizer:
+    """The tokenizer of these files: a fast tokenizer's (``FILES``), or a Marian translator's SentencePiece
+    tokenizer (``runtime/marian_tokenizer.py``: ``source.spm``, no ``tokenizer.json``)."""
+    if "tokenizer.json" not in files and "source.spm" in files:
+        from .marian_tokenizer import MarianTokenizer
+
+        return MarianTokenizer(files, where)
+    return Tokenizer(files, where)
+
+
 def load(artifact_dir: Any, names: Sequence[str], where: str) -> Tokenizer:
     """The tokenizer an artifact stores (``stored_files``)."""
     if not names:
         raise CallError(f"{where}: this artifact has no tokenizer, so it takes and gives token ids only: its checkpoint "
                         "had no tokenizer.json. Save the tokenizer beside the model (tokenizer.save_pretrained(DIR)) "
                         "and build again.")
-    return Tokenizer(stored_files(artifact_dir, names, where), where)
+    return read(stored_files(artifact_dir, names, where), where)

@@ -216,7 +216,8 @@ class Generator:
         if not group:
             return
         beams = group[0].beams
-        session = seq2seq.Session(self.steps, self.spec, self._bucket(len(group) * beams.num_beams))
+        rows = [seq.prompt for seq in group for _ in range(beams.num_beams)]
+        session = seq2seq.Session(self.steps, self.spec, seq2seq.Session.batch_for(self.steps, self.spec, rows))
         try:
             answers = search(session, [seq.prompt for seq in group], group[0].max_new_tokens, beams,
                              group[0].eos_token_id, seq2seq.forced)
@@ -252,8 +253,9 @@ class Generator:
 
     def _join(self, joining: list[Sequence]) -> None:
         if self.session is None and joining:  # an idle server: the requests that arrived together prefill as a batch
-            self.session = (seq2seq.Session if self.seq2seq else Session)(self.steps, self.spec,
-                                                                          self._bucket(len(joining)))
+            kind = seq2seq.Session if self.seq2seq else Session
+            self.session = kind(self.steps, self.spec, kind.batch_for(self.steps, self.spec,
+                                                                      [seq.prompt for seq in joining]))
             rows, logits = self.session.admit_all([seq.prompt for seq in joining])
             self.rows.update(zip(rows, joining))
             for row, seq, out in zip(rows, joining, logits):
