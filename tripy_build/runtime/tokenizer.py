@@ -20,7 +20,8 @@ Hugging Face's tokenizer does it, with the same libraries and no torch: ``tokeni
   across tokens until it is whole (what ``/generate_stream`` and the chat API send).
 
 Tested against ``transformers.AutoTokenizer`` on checkpoints' tokenizers of both kinds (byte-level BPE as GPT-2,
-Llama 3 and Qwen have; sentencepiece-style with byte fallback as Llama 2 and Gemma).
+Llama 3 and Qwen have; sentencepiece-style with byte fallback as Llama 2 and Gemma). A Marian translator's
+tokenizer has no ``tokenizer.json``: ``read`` gives ``runtime/marian_tokenizer.py``'s for its SentencePiece files.
 """
 
 from __future__ import annotations
