@@ -101,7 +101,7 @@ def test_the_tokenizer_encodes_and_decodes_as_transformers(translator):
     """Special tokens in the text, a language code, characters the pieces lack, blanks; and random ids decoded (those
     ``vocab.json`` lacks as transformers reads them: the SentencePiece model's pieces)."""
     from tripy_build.builder.tokenizer import files
-    from tripy_build.runtime.tokenizer import read
+    from tripy_build.runtime.stored_tokenizer import read
 
     theirs = transformers.MarianTokenizer.from_pretrained(translator[1])
     stored = files(str(translator[1]))

@@ -10,7 +10,8 @@ from pathlib import Path
 from ..artifact.digest import digest_bytes
 from ..errors import CallError
 from ..runtime.marian_tokenizer import FILES as MARIAN_FILES
-from ..runtime.tokenizer import FILES, read
+from ..runtime.stored_tokenizer import read
+from ..runtime.tokenizer import FILES
 
 log = logging.getLogger(__name__)
 

@@ -326,7 +326,7 @@ class MultiEntry:
             ids = qwen.tokenizer.chat([{"role": "user", "content": "Name three primes."}])
             print(qwen.tokenizer.decode(qwen.generate([ids], max_new_tokens=64)[0]))
         """
-        from .tokenizer import load
+        from .stored_tokenizer import load
 
         main = self._main
         with _STEPS_LOCK:

@@ -564,7 +564,7 @@ class Executable(MultiEntry):
             exe.save("artifacts/geglu-prepared")
         """
         from .save import save
-        from .tokenizer import DIR, stored_files
+        from .stored_tokenizer import DIR, stored_files
 
         main = self._main  # the checkpoint's tokenizer goes with it
         names = (main.metadata.get("tokenizer") or []) if main.artifact_dir else []

@@ -383,35 +383,3 @@ class Detokenizer:
         text = self._tok.decode(self._ids[self._prefix:])
         self._prefix = self._read = len(self._ids)
         return text[len(before):]
-
-
-def stored_files(artifact_dir: Any, names: Sequence[str], where: str) -> dict[str, bytes]:
-    """The tokenizer files an artifact stores (``names``, under ``tokenizer/``) by name, each checked against its digest
-    in the manifest first."""
-    from ..artifact.read import read_files
-
-    if not names:
-        return {}
-    if artifact_dir is None:
-        raise CallError(f"{where}: a tokenizer is read from a saved artifact; save this executable and load it.")
-    _, contents = read_files(artifact_dir, [DIR + n for n in names], prefixes=[])
-    return {n: bytes(contents[DIR + n]) for n in names}
-
-
-def read(files: Mapping[str, bytes], where: str) -> Tokenizer:
-    """The tokenizer of these files: a fast tokenizer's (``FILES``), or a Marian translator's SentencePiece
-    tokenizer (``runtime/marian_tokenizer.py``: ``source.spm``, no ``tokenizer.json``)."""
-    if "tokenizer.json" not in files and "source.spm" in files:
-        from .marian_tokenizer import MarianTokenizer
-
-        return MarianTokenizer(files, where)
-    return Tokenizer(files, where)
-
-
-def load(artifact_dir: Any, names: Sequence[str], where: str) -> Tokenizer:
-    """The tokenizer an artifact stores (``stored_files``)."""
-    if not names:
-        raise CallError(f"{where}: this artifact has no tokenizer, so it takes and gives token ids only: its checkpoint "
-                        "had no tokenizer.json. Save the tokenizer beside the model (tokenizer.save_pretrained(DIR)) "
-                        "and build again.")
-    return read(stored_files(artifact_dir, names, where), where)
