@@ -24,6 +24,16 @@ TESTED = ("0.11.2", "0.12.0.1")  # the jaxlib releases every call below was run 
 TESTED_SERIES = ("0.11.", "0.12.")
 
 
+def single_device_sharding(device: Any) -> Any:
+    """jax's sharding of one device. 0.12.1 deprecates the class's constructor (``SingleDeviceSharding(device)``,
+    a DeprecationWarning at each call) for ``make_single_device_sharding``, which 0.12.0.1 has too; the constructor
+    where the function is missing. Tested: 0.11.2, 0.12.0.1, 0.12.1."""
+    import jax
+
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    return make(device) if make is not None else jax.sharding.SingleDeviceSharding(device)
+
+
 def jaxlib() -> Any:
     """jaxlib's C++ module. Tested: 0.11.2, 0.12.0.1."""
     from jaxlib import _jax
@@ -222,7 +232,6 @@ def wrap(executable: Any, backend: Any, device: Any, inputs: Sequence[tuple[Sequ
     """A deserialized executable as a ``jax.stages.Compiled`` (jax's C++ fast call path), as jax's own
     ``UnloadedMeshExecutable`` would make it for one device; ``inputs`` and ``outputs``: (shape, dtype) of each.
     Tested: 0.11.2, 0.12.0.1."""
-    import jax
     from jax._src import core, stages
     from jax._src.interpreters import pxla
     from jax._src.lib import xla_client as xc
@@ -230,7 +239,7 @@ def wrap(executable: Any, backend: Any, device: Any, inputs: Sequence[tuple[Sequ
     in_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in inputs]
     out_avals = [core.ShapedArray(tuple(s), np.dtype(d)) for s, d in outputs]
     devices = xc.DeviceList((device,))
-    sharding = jax.sharding.SingleDeviceSharding(device)
+    sharding = single_device_sharding(device)
     n_in, n_out = len(in_avals), len(out_avals)
     unloaded = pxla.UnloadedMeshExecutable(
         xla_executable=executable, device_list=devices, backend=backend,

@@ -65,7 +65,7 @@ def compile_shapes(exported: jax.export.Exported, shapes: Sequence[Sequence[int]
     """Compile the exported program for one concrete shape per input, with XLA ``options``, for ``device``
     (jax's default where None; a compile-only device compiles for a GPU that is not here); the arguments
     at positions ``donate`` are donated (an output of the same shape and dtype reuses their buffer)."""
-    sharding = jax.sharding.SingleDeviceSharding(device) if device is not None else None
+    sharding = jaxlib_api.single_device_sharding(device) if device is not None else None
     specs = [jax.ShapeDtypeStruct(tuple(s), a.dtype, sharding=sharding) for s, a in zip(shapes, exported.in_avals)]
     lowered = jax.jit(exported.call, donate_argnums=tuple(donate)).lower(*specs)
     return lowered.compile(compiler_options=options or None)
