@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -201,6 +202,16 @@ def test_the_server_and_the_cli_answer_texts_as_transformers(bart, tmp_path):
             assert body["text_output"] == tok.decode(reply, skip_special_tokens=True)
             body = post("/v2/models/bart/generate", {"text_input": text, "max_new_tokens": 6, "num_beams": 1})
             assert cut(body["output_ids"]) == one
+        # requests that arrive together search together (two sources' beams a batch of 8), each its own reply
+        with ThreadPoolExecutor(3) as pool:
+            answers = list(pool.map(lambda t: post("/v2/models/bart/generate", {"text_input": t, "max_new_tokens": 6}),
+                                    TEXTS))
+        assert [cut(a["output_ids"]) for a in answers] == want
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)  # a searched reply streams at its end
+        conn.request("POST", "/v2/models/bart/generate_stream", body=json.dumps({"text_input": TEXTS[2],
+                                                                                "max_new_tokens": 6}))
+        events = [json.loads(line[len(b"data: "):]) for line in conn.getresponse().read().split(b"\n\n") if line]
+        assert cut([t for e in events for t in e["output_ids"]]) == want[2]
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         conn.request("GET", "/v2/models/bart")
         described = json.loads(conn.getresponse().read())["generate"]
