@@ -30,9 +30,11 @@ def beams(tmp_path, model=BART, rows=8, given="auto", **config) -> dict:
     return resolved({"max_length": 16, "beams": given}, model, checkpoint(tmp_path, **config), rows)["beams"]
 
 
-def test_the_checkpoint_s_search_is_recorded_for_an_encoder_decoder(tmp_path, caplog):
+@pytest.mark.parametrize("model", [BART, GPT2])
+def test_the_checkpoint_s_search_is_recorded(model, tmp_path, caplog):
+    """An encoder-decoder's or a decoder's alike (a decoder's build then has the reorder entry)."""
     with caplog.at_level(logging.INFO):
-        assert beams(tmp_path, **CNN) == CNN
+        assert beams(tmp_path, model, **CNN) == CNN
     assert "generate.beams: num_beams=4 length_penalty=2.0 early_stopping=True from the checkpoint" in caplog.text
     assert "does not apply" not in caplog.text
     assert beams(tmp_path, num_beams=6) == {"num_beams": 6, "length_penalty": 1.0, "early_stopping": False}
@@ -42,10 +44,10 @@ def test_the_checkpoint_s_search_is_recorded_for_an_encoder_decoder(tmp_path, ca
                                                              "early_stopping": False}
 
 
-@pytest.mark.parametrize("model, config", [(GPT2, CNN), (BART, {**CNN, "do_sample": True}),
+@pytest.mark.parametrize("model, config", [(GPT2, {**CNN, "do_sample": True}), (BART, {**CNN, "do_sample": True}),
                                            (BART, {**CNN, "repetition_penalty": 1.2})])
 def test_a_search_not_built_is_said_unapplied(model, config, tmp_path, caplog):
-    """A decoder's beams, beam sampling and penalized beams: not recorded, and named in the build's log."""
+    """Beam sampling and penalized beams: not recorded, and named in the build's log."""
     with caplog.at_level(logging.WARNING):
         assert beams(tmp_path, model, **config) == {}
     assert "num_beams=4, which tripy_build's does not apply" in caplog.text
@@ -68,7 +70,6 @@ def test_beams_a_batch_cannot_hold(tmp_path, caplog):
     (BART, {"num_beams": 2, "early_stopping": "soon"}, "generate.beams: early_stopping='soon': it is true, false or"),
     (BART, {"length_penalty": float("nan")}, "generate.beams: length_penalty=nan: it is a number"),
     (BART, 4, "generate.beams: '4': give auto (the checkpoint's), null (one beam) or {num_beams: 4"),
-    (GPT2, {"num_beams": 2}, "generate.beams: num_beams=2 is beam search, which runs on an encoder-decoder"),
 ])
 def test_bad_settings_are_refused_naming_the_fix(model, given, message, tmp_path):
     with pytest.raises(ConfigError) as e:
@@ -90,7 +91,8 @@ def test_a_call_s_search_where_the_artifact_can_run_it():
     refusals = [
         (spec(kind="seq2seq"), {"num_beams": 2}, "num_beams=2: this artifact was built before beam search (it has no "
                                                  "reorder entry); rebuild it"),
-        (spec(), {"num_beams": 2}, "num_beams=2: beam search runs on an encoder-decoder's artifact"),
+        (spec(), {"num_beams": 2}, "num_beams=2: this decoder's artifact was built without beam search (its reorder "
+                                   "entry); build it with generate.beams={num_beams: 2}, or pass num_beams=1."),
         (seq2seq, {"num_beams": 16}, "largest batch is 8 rows; pass num_beams<=8, or build with shapes.dims.batch up "
                                      "to 16 or more"),
         (seq2seq, {"num_beams": 2, "options": Options(repetition_penalty=1.2)},

@@ -126,14 +126,14 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None, rows:
 
 def _beams(given: Any, config: dict[str, Any], model: Any, rows: int | None) -> tuple[dict[str, Any], bool]:
     """The beam search the artifact records for calls that leave it out (``runtime/beams.Beams``; {}: one beam):
-    ``generate.beams`` as given, or for ``auto`` an encoder-decoder checkpoint's (``num_beams`` above 1 without
-    ``do_sample`` or ``repetition_penalty``: beams that sample or penalize are not built, and said unapplied); and
+    ``generate.beams`` as given, or for ``auto`` the checkpoint's (``num_beams`` above 1 without ``do_sample`` or
+    ``repetition_penalty``: beams that sample or penalize are not built, and said unapplied); and
     whether the checkpoint's ``num_beams`` is accounted for (applied, set aside by the config, or said here)."""
     from ..runtime.beams import Beams
 
     if given == "auto":
-        if (not seq2seq(model) or config.get("do_sample") or config.get("repetition_penalty") not in (None, 1.0)
-                or not _count(config.get("num_beams"))):
+        if config.get("do_sample") or config.get("repetition_penalty") not in (None, 1.0) or \
+                not _count(config.get("num_beams")):
             return {}, False
         given = {k: config[k] for k in BEAM_SETTINGS if config.get(k) is not None}
         auto = True
@@ -152,10 +152,6 @@ def _beams(given: Any, config: dict[str, Any], model: Any, rows: int | None) -> 
         beams = Beams(**given)
     except CallError as e:
         raise ConfigError(f"generate.beams: {e}") from None
-    if beams.num_beams > 1 and not seq2seq(model):
-        raise ConfigError(f"generate.beams: num_beams={beams.num_beams} is beam search, which runs on an "
-                          "encoder-decoder (BART, T5, Marian: head=conditional_generation); a decoder's replies are "
-                          "picked a token a step (generate.sampling). Set generate.beams=null.")
     if rows is not None and beams.num_beams > rows:
         fix = (f"a source's beams are rows of one batch, and shapes.dims.batch holds at most {rows}; build with "
                f"shapes.dims.batch up to {beams.num_beams} or more")
@@ -252,9 +248,14 @@ def entries(model: Any, model_name: str, params: Any, dims: dict[str, Any], buck
         return Entry(model.extend, args=[params, *inputs.values()], padding={"batch": "rows"} if rows else None,
                      buckets={d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)},
                      max_profiles=max_profiles, donate=["cache"])
+    searching = bool(generate.get("beams"))  # a decoder's reorder entry: built where its beams are asked for
     spec = Spec(PREFILL, DECODE, max_length, tuple(int(n) for n in marked), cache_dtype, int(model.vocab_size),
-                tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"), dict(generate.get("sampling", {})))
-    return {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}, spec
+                tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"), dict(generate.get("sampling", {})),
+                reorder=REORDER if searching else None, beams=dict(generate.get("beams") or {}))
+    built = {PREFILL: entry(True, buckets.get("seq", DEFAULT_BUCKETS)), DECODE: entry(False, wide_chunks(seq))}
+    if searching:
+        built[REORDER] = _reorder(model, batch, max_length, cache_dtype, buckets, max_profiles)
+    return built, spec
 
 
 def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dict[str, Any],
@@ -273,23 +274,28 @@ def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dic
                    max_profiles=max_profiles)
     step = Entry(model.step, args=[params, *model.step_inputs(batch, seq, max_length, cache_dtype).values()],
                  buckets=policy, max_profiles=max_profiles, donate=["cache"])
-    marked = model.cache_shape(-1, max_length)
-    axis = list(marked).index(-1)
-
-    def reorder(cache: Any, rows: Any) -> dict[str, Any]:
-        """Each cache row ``i`` replaced by row ``rows[i]``: beam search's continuations (``runtime/beams.py``)."""
-        return {"cache": jnp.take(cache, rows, axis=axis)}
-    rows = InputInfo((batch,), "int32", (0, getattr(batch, "max", batch)))
-    reordered = Entry(reorder, args=[InputInfo(model.cache_shape(batch, max_length), cache_dtype), rows],
-                      buckets={"batch": policy["batch"]} if "batch" in policy else None, max_profiles=max_profiles,
-                      donate=["cache"])
-    spec = Spec(ENCODE, DECODE, max_length, tuple(int(n) for n in marked), cache_dtype,
+    spec = Spec(ENCODE, DECODE, max_length, tuple(int(n) for n in model.cache_shape(-1, max_length)), cache_dtype,
                 int(model.vocab_size), tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"),
                 dict(generate.get("sampling", {})), "seq2seq", int(model.decoder_start_token_id),
                 generate.get("forced_bos_token_id"), generate.get("forced_eos_token_id"),
                 tuple(generate.get("suppressed", ())), *(int(generate.get(k, 0)) for k in SEQ2SEQ_LIMITS), REORDER,
                 dict(generate.get("beams") or {}))
-    return {ENCODE: encode, DECODE: step, REORDER: reordered}, spec
+    return {ENCODE: encode, DECODE: step, REORDER: _reorder(model, batch, max_length, cache_dtype, buckets,
+                                                            max_profiles)}, spec
+
+
+def _reorder(model: Any, batch: Any, max_length: int, cache_dtype: str, buckets: dict[str, Any],
+             max_profiles: int) -> Entry:
+    """The ``reorder`` entry: the cache with each row ``i`` replaced by row ``rows[i]`` (a gather, on the device;
+    the cache donated), at the batch buckets: beam search's continuations (``runtime/beams.py``)."""
+    axis = list(model.cache_shape(-1, max_length)).index(-1)
+
+    def reorder(cache: Any, rows: Any) -> dict[str, Any]:
+        return {"cache": jnp.take(cache, rows, axis=axis)}
+    rows = InputInfo((batch,), "int32", (0, getattr(batch, "max", batch)))
+    policy = {"batch": buckets.get("batch", DEFAULT_BUCKETS)} if isinstance(batch, NamedDimension) else None
+    return Entry(reorder, args=[InputInfo(model.cache_shape(batch, max_length), cache_dtype), rows], buckets=policy,
+                 max_profiles=max_profiles, donate=["cache"])
 
 
 def wide_chunks(seq: Any) -> list[int]:

@@ -80,12 +80,13 @@ def _by_score(options: Any, constraints: Any) -> bool:
 
 
 def check(spec: Any, beams: Beams, batches: Sequence[int], options: Any, constraints: Any) -> None:
-    """``beams`` can run on this artifact with these options: an encoder-decoder's built with the ``reorder``
-    entry, with a batch bucket of ``num_beams`` rows, tokens picked by score (no sampling, penalties or grammar)."""
+    """``beams`` can run on this artifact with these options: built with the ``reorder`` entry (every
+    encoder-decoder's; a decoder's where ``generate.beams`` asked for beams), with a batch bucket of ``num_beams``
+    rows, tokens picked by score (no sampling, penalties or grammar)."""
     n = beams.num_beams
-    if spec.kind != "seq2seq":
-        raise CallError(f"num_beams={n}: beam search runs on an encoder-decoder's artifact (BART, T5, Marian); this "
-                        "decoder's replies are picked one token a step (generate.sampling): pass num_beams=1.")
+    if spec.reorder is None and spec.kind != "seq2seq":
+        raise CallError(f"num_beams={n}: this decoder's artifact was built without beam search (its reorder entry); "
+                        f"build it with generate.beams={{num_beams: {n}}}, or pass num_beams=1.")
     if spec.reorder is None:
         raise CallError(f"num_beams={n}: this artifact was built before beam search (it has no reorder entry); "
                         "rebuild it with this tripy_build, or pass num_beams=1.")
@@ -99,13 +100,36 @@ def check(spec: Any, beams: Beams, batches: Sequence[int], options: Any, constra
                         f"{', json_schema' if constraints is not None else ''} asked): pass num_beams=1 for those.")
 
 
+def searched(steps: Any, spec: Any, session_cls: Any, sources: list[np.ndarray], max_new_tokens: int, beams: Beams,
+             eos_token_id: Any, pad_token_id: int | None, process: Any = None) -> np.ndarray:
+    """Each source's (or prompt's) best answer by beam search (``beams``: checked, ``chosen``), int32 ``[batch, n]``
+    (``n``: the longest answer; the shorter filled as ``Spec.fill`` says), in groups of as many sources as the
+    largest batch holds ``num_beams`` rows of, each group a ``session_cls`` (``seq2seq.Session``, or a decoder's
+    ``generate.Session``); ``process``: as ``search`` takes it."""
+    batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
+    eos = spec.stops(eos_token_id)
+    pad = spec.fill(pad_token_id, eos)
+    per = batches[-1] // beams.num_beams
+    answers: list[np.ndarray] = []
+    for start in range(0, len(sources), per):
+        rows = [s for s in sources[start:start + per] for _ in range(beams.num_beams)]
+        session = session_cls(steps, spec, session_cls.batch_for(steps, spec, rows))
+        answers += search(session, sources[start:start + per], max_new_tokens, beams, eos, process)
+        session.close()
+    n = max(len(a) for a in answers)
+    return np.stack([np.pad(a, (0, n - len(a)), constant_values=pad if pad is not None else 0) for a in answers])
+
+
 def search(session: Any, sources: Sequence[np.ndarray], max_new_tokens: int, beams: Beams, eos: tuple[int, ...],
-           process: Any) -> list[np.ndarray]:
+           process: Any = None) -> list[np.ndarray]:
     """Each source's best answer (its new tokens, the end id included where it ended), searched in ``session``
-    (``seq2seq.Session``, of at least ``len(sources) * num_beams`` rows); ``process(spec, log_probs, step,
-    max_new_tokens, replies, eos)``: the checkpoint's processors (``seq2seq.forced``)."""
+    (empty, of at least ``len(sources) * num_beams`` rows: ``seq2seq.Session``, or a decoder's ``generate.Session``,
+    its prompts the sources); ``process(spec, log_probs, step, max_new_tokens, replies, eos)``: the checkpoint's
+    processors (an encoder-decoder's ``seq2seq.forced``; None: none)."""
     spec, k, n = session.spec, beams.num_beams, len(sources)
-    _, logits = session.admit_all([s for s in sources for _ in range(k)])
+    at, logits = session.admit_all([s for s in sources for _ in range(k)])  # the row of each beam
+    at = np.asarray(at)
+    process = process or (lambda spec, logp, *rest: logp)
     vocab = logits.shape[-1]
     keep = max(2, 1 + len(eos)) * k
     lp, early = beams.length_penalty, beams.early_stopping
@@ -149,8 +173,8 @@ def search(session: Any, sources: Sequence[np.ndarray], max_new_tokens: int, bea
         improvable &= (possible > worst).any(-1, keepdims=True)
         if not improvable.any() or (ended.all() and early is True) or ends.all():
             break
-        session.reorder(rows.reshape(-1))
-        logits = session.step(dict(enumerate(running[:, :, step].reshape(-1).tolist())))[:n * k]
+        session.reorder(dict(zip(at.tolist(), at[rows.reshape(-1)].tolist())))
+        logits = session.step(dict(zip(at.tolist(), running[:, :, step].reshape(-1).tolist())))[at]
     return [answers[i, 0, :lengths[i, 0]] for i in range(n)]
 
 

@@ -151,11 +151,12 @@ class MultiEntry:
             json_schema: hold each reply to this JSON schema (``{"type": "object"}``: any JSON object): at each
                 step the tokens that cannot continue it are masked out (``runtime/grammar.py``, with the
                 artifact's tokenizer), and a row stops once its JSON is whole.
-            num_beams: an encoder-decoder's reply is the best of a beam search over this many beams
-                (``runtime/beams.py``, as transformers' ``generate(num_beams=...)``); 1: one token a step, picked
-                by the options above. None: the artifact's ``generate.beams`` (its checkpoint's: BART's
-                summarizers and Marian's translators search 4 to 6 beams) for a call that picks tokens by
-                score; one beam for a call that samples, penalizes or gives ``json_schema``.
+            num_beams: each reply is the best of a beam search over this many beams (``runtime/beams.py``, as
+                transformers' ``generate(num_beams=...)``): an encoder-decoder's, or a decoder's built with
+                ``generate.beams``; 1: one token a step, picked by the options above. None: the artifact's
+                ``generate.beams`` (its checkpoint's: BART's summarizers and Marian's translators search 4 to 6
+                beams) for a call that picks tokens by score; one beam for a call that samples, penalizes or
+                gives ``json_schema``.
             length_penalty: with beams, a finished reply's score is its log probability over its length to
                 this power (above 1 favours longer replies); None: the artifact's, else 1.
             early_stopping: with beams, ``True``: a source is done once ``num_beams`` replies have ended;
@@ -189,11 +190,9 @@ class MultiEntry:
                         presence_penalty=presence_penalty)
         batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
         beams = chosen(spec, batches, spec.options(**sampling), held, num_beams, length_penalty, early_stopping)
-        if spec.kind != "seq2seq":
-            return decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
-                           pad_token_id, held, **sampling)
-        return encoder_decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
-                               eos_token_id, pad_token_id, held, beams, **sampling)
+        run = encoder_decoder if spec.kind == "seq2seq" else decoder
+        return run(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
+                   pad_token_id, held, beams, **sampling)
 
     def entities(self, texts: Any, *, aggregation_strategy: str = "simple", ignore_labels: Any = ("O",),
                  stride: int | None = None) -> list[list[dict[str, Any]]]:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..core.spec import to_dtype
 from ..errors import CallError
+from .beams import searched
 from .sampling import Options, Sampler
 
 
@@ -65,9 +66,9 @@ class Spec:
     # twice in a reply, as transformers' min_length and no_repeat_ngram_size (BART's summarizers: 56 and 3)
     min_length: int = 0
     no_repeat_ngram_size: int = 0
-    # seq2seq: the entry that reorders the decoder's cache rows (beam search keeps the best continuations; None: an
-    # artifact built before it), and the beam search calls get by default (generate.beams: the checkpoint's
-    # num_beams, length_penalty and early_stopping; runtime/beams.py)
+    # the entry that reorders the cache's rows (beam search keeps the best continuations: every encoder-decoder's, a
+    # decoder's built with generate.beams; None: none, or an artifact built before it), and the beam search calls
+    # get by default (generate.beams: the checkpoint's num_beams, length_penalty and early_stopping; runtime/beams.py)
     reorder: str | None = None
     beams: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -90,8 +91,10 @@ class Spec:
                "cache_shape": list(self.cache_shape), "cache_dtype": self.cache_dtype, "vocab_size": self.vocab_size,
                "eos_token_id": list(self.eos_token_id), "pad_token_id": self.pad_token_id, "sampling": self.sampling}
         if self.kind != "causal":  # an artifact of a decoder alone is recorded as before
-            out.update(kind=self.kind, suppressed=list(self.suppressed), reorder=self.reorder, beams=self.beams,
+            out.update(kind=self.kind, suppressed=list(self.suppressed),
                        **{k: getattr(self, k) for k in (*SEQ2SEQ_TOKENS, *SEQ2SEQ_LIMITS)})
+        if self.kind != "causal" or self.reorder is not None:
+            out.update(reorder=self.reorder, beams=self.beams)
         return out
 
     def room(self, prompt: int) -> int:
@@ -397,6 +400,16 @@ class Session:
         valid[busy] = self.index[busy]
         return logits[:, :self.spec.vocab_size]
 
+    def reorder(self, rows: dict[int, int]) -> None:
+        """Row ``i`` replaced by row ``rows[i]`` (the rows not named keep theirs): the cache's rows gathered on the
+        device (the artifact's ``reorder`` entry), and what each row holds with them: beam search's continuations
+        (``runtime/beams.py``)."""
+        index = np.arange(self.batch, dtype=np.int32)
+        index[list(rows)] = list(rows.values())
+        (self.cache,) = self.steps.outputs(self.spec.reorder, {"batch": self.batch}, [self.cache, index], ("cache",))
+        for a in (self.mask, self.index, self.token, self.busy, self.reused, self.held.tokens, self.held.valid):
+            a[:] = a[index]
+
     def release(self, row: int) -> None:
         self.busy[row] = False
         self.mask[row] = 0
@@ -413,15 +426,18 @@ class Session:
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
-             constraints: Any = None, **sampling: Any) -> np.ndarray:
+             constraints: Any = None, beams: Any = None, **sampling: Any) -> np.ndarray:
     """The new tokens, int32 ``[batch, n]``: ``n = max_new_tokens``, or fewer when every row has stopped at one of
     the ``eos_token_id`` ids (``Spec.stops``; a stopped row is filled as ``Spec.fill`` says) or its grammar ended;
     each token picked by the ``sampling`` options given (``sampling.Options``; those left out or None: the
     artifact's defaults), among those ``constraints(eos)`` (a function giving a ``grammar.Constraint`` per call,
-    None: any token) allows."""
+    None: any token) allows; or each reply the best of a beam search where ``beams`` are given
+    (``runtime/beams.chosen``)."""
     rows = prompts(input_ids, attention_mask)
     for i, r in enumerate(rows):
         check_prompt(spec, r, max_new_tokens, f"input_ids[{i}]")
+    if beams is not None:
+        return searched(steps, spec, Session, rows, max_new_tokens, beams, eos_token_id, pad_token_id)
     return in_groups(steps, spec, Session, rows, rows, max_new_tokens, seed, eos_token_id, pad_token_id, constraints,
                      sampling)
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CallError
-from .beams import Beams, search
+from .beams import Beams, searched
 from .generate import Spec, Steps, check_ids, in_groups, prompts
 
 
@@ -135,12 +135,12 @@ class Session:
         self.at += 1
         return logits[:, :self.spec.vocab_size]
 
-    def reorder(self, rows: np.ndarray) -> None:
-        """The decoder's cache row ``i`` replaced by row ``rows[i]`` (of the first ``len(rows)``; the rest keep theirs),
-        on the device: beam search's continuations (``runtime/beams.py``). Their cross-attention and masks need no
-        reordering: a source's beams are rows of one source."""
+    def reorder(self, rows: dict[int, int]) -> None:
+        """The decoder's cache row ``i`` replaced by row ``rows[i]`` (the rows not named keep theirs), on the device:
+        beam search's continuations (``runtime/beams.py``). Their cross-attention and masks need no reordering: a
+        source's beams are rows of one source."""
         index = np.arange(self.batch, dtype=np.int32)
-        index[:len(rows)] = rows
+        index[list(rows)] = list(rows.values())
         (self.state[2],) = self.steps.outputs(self.spec.reorder, {"batch": self.batch}, [self.state[2], index],
                                               ("cache",))
 
@@ -162,26 +162,8 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     for i, source in enumerate(sources):
         check_source(spec, source, max_new_tokens, longest, f"input_ids[{i}]")
     if beams is not None:
-        return searched(steps, spec, sources, max_new_tokens, beams, eos_token_id, pad_token_id)
+        return searched(steps, spec, Session, sources, max_new_tokens, beams, eos_token_id, pad_token_id, forced)
     start = [np.array([spec.decoder_start_token_id], np.int32)] * len(sources)  # what the penalties count
     return in_groups(steps, spec, Session, sources, start, max_new_tokens, seed, eos_token_id, pad_token_id,
                      constraints, sampling, forced)
 
-
-def searched(steps: Steps, spec: Spec, sources: list[np.ndarray], max_new_tokens: int, beams: Beams, eos_token_id: Any,
-             pad_token_id: int | None) -> np.ndarray:
-    """Each source's best answer by beam search (``beams``: checked, ``beams.chosen``), int32 ``[batch, n]`` (``n``:
-    the longest answer; the shorter filled as ``Spec.fill`` says), in groups of as many sources as the largest batch
-    holds ``num_beams`` rows of."""
-    batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
-    eos = spec.stops(eos_token_id)
-    pad = spec.fill(pad_token_id, eos)
-    per = batches[-1] // beams.num_beams
-    answers: list[np.ndarray] = []
-    for start in range(0, len(sources), per):
-        group = sources[start:start + per]
-        session = Session(steps, spec, Session.batch_for(steps, spec, [s for s in group for _ in range(beams.num_beams)]))
-        answers += search(session, group, max_new_tokens, beams, eos, forced)
-        session.close()
-    n = max(len(a) for a in answers)
-    return np.stack([np.pad(a, (0, n - len(a)), constant_values=pad if pad is not None else 0) for a in answers])

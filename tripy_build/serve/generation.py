@@ -20,9 +20,10 @@ bench/generate.py); a lone request pays at most the window, against a prompt's p
 GPT-2 small here.
 
 An encoder-decoder's batch (``runtime/seq2seq.Session``) is encoded together and decoded in step: requests
-that arrive while it runs wait for it to finish, then start the next batch together. Its beam searches
-(``runtime/beams.py``: a request's ``num_beams``, or the artifact's) run the same way, those alike (beams, ends,
-length) together, each request's beams rows of one batch; a reply is handed out whole at the search's end.
+that arrive while it runs wait for it to finish, then start the next batch together. Beam searches
+(``runtime/beams.py``: a request's ``num_beams``, or the artifact's) run the same way, an encoder-decoder's or a
+decoder's, on an idle server: those alike (beams, ends, length) together, each request's beams rows of one batch;
+a reply is handed out whole at the search's end.
 """
 
 from __future__ import annotations
@@ -217,10 +218,11 @@ class Generator:
             return
         beams = group[0].beams
         rows = [seq.prompt for seq in group for _ in range(beams.num_beams)]
-        session = seq2seq.Session(self.steps, self.spec, seq2seq.Session.batch_for(self.steps, self.spec, rows))
+        kind = seq2seq.Session if self.seq2seq else Session
+        session = kind(self.steps, self.spec, kind.batch_for(self.steps, self.spec, rows))
         try:
             answers = search(session, [seq.prompt for seq in group], group[0].max_new_tokens, beams,
-                             group[0].eos_token_id, seq2seq.forced)
+                             group[0].eos_token_id, seq2seq.forced if self.seq2seq else None)
         finally:
             session.close()
         for seq, answer in zip(group, answers):
