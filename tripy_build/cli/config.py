@@ -106,7 +106,7 @@ class GenerateConfig:
                                     "generation_config.json as transformers' generate reads it (greedy without one); "
                                     "null: greedy; or {temperature: 0.7, top_k: 20, top_p: 0.8, min_p: 0.05, "
                                     "repetition_penalty: 1.05} (any of these)")
-    beams: Any = setting("auto", "an encoder-decoder's beam search, for calls that leave it out: auto: the "
+    beams: Any = setting("auto", "beam search for calls that leave it out and pick tokens by score: auto: the "
                                  "checkpoint's num_beams, length_penalty and early_stopping (generation_config.json; "
                                  "one beam without); null: one beam; or {num_beams: 4, length_penalty: 2.0, "
                                  "early_stopping: true}")

@@ -1,7 +1,8 @@
-"""Beam search over an encoder-decoder's artifact (``num_beams`` above 1: BART's summarizers, Marian's translators),
-numpy only, as transformers' ``generate`` runs it.
+"""Beam search over a generating artifact (``num_beams`` above 1: BART's summarizers, Marian's translators; a decoder
+built with ``generate.beams``), numpy only, as transformers' ``generate`` runs it.
 
-Each source is decoded as ``num_beams`` rows of one batch (``seq2seq.Session``; the source encoded once per row).
+Each source (a decoder's prompt) is decoded as ``num_beams`` rows of one batch (``seq2seq.Session``, the source
+encoded once per row; a decoder's ``generate.Session``, the prompt prefilled into each row).
 At each step every row's log probabilities, as the checkpoint's processors leave them (``seq2seq.forced``), are
 added to its beam's score, and of all continuations of a source's beams the best ``2 * num_beams`` are kept
 (more where there are several end ids, so that ``num_beams`` of them do not end). Those among the first
