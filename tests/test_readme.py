@@ -38,13 +38,13 @@ SKIP = {
 # pattern -> (arguments appended, why): the same build command at a size the suite can afford (anchored: a
 # `tripy-build list model=...` line that names the same model is left as it is)
 SMALLER = {
-    r"^python -m tripy_build model=transformer": ("model.d_model=16 model.heads=2 model.d_ff=32 shapes.dims.batch=[1,2,4] "
-                                                  "shapes.dims.seq=[1,16,64] shapes.buckets.seq=pow2:3",
+    r"^python -m tripy_build model=transformer": ("model.d_model=16 model.heads=2 model.d_ff=32 shapes.dims.batch=[1,2,2] "
+                                                  "shapes.dims.seq=[1,16,32] shapes.buckets.seq=pow2:16",  # 4 profiles
                                                   "21 profiles of a 256-wide block up to (4, 512): ~40 s"),
     r"^python -m tripy_build -m ": ("model.dim_in=16 shapes.dims.batch=[1,2,4] artifacts_dir=sweep-artifacts",
                                     "8 builds at full width: ~40 s (kept apart: $ART is the newest full-size geglu)"),
-    r"^python -m tripy_build model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,32] "
-                                                                  "shapes.buckets.seq=[16,32]",
+    r"^python -m tripy_build model=(bert|hf) params.checkpoint": ("shapes.dims.batch=[1,1,2] shapes.dims.seq=[1,16,16] "
+                                                                  "shapes.buckets.seq=[16]",  # the pages' texts: < 16 tokens
                                            "50 profiles of a tiny BERT up to (16, 512): ~20 s"),
     r"^python -m tripy_build model=gpt2 task=generate": ("shapes.dims.batch=[1,1,1] shapes.dims.seq=[1,8,8] "
                                                          "shapes.buckets.seq=[1,8]",

@@ -161,7 +161,8 @@ def test_a_head_the_model_does_not_build_is_refused_and_the_encoder_alone_skips_
     assert other.returncode == 2 and "head='masked_lm' was given, but the checkpoint" in other.stderr
     assert "says head='sequence_classification'" in other.stderr
     alone = run_cli("model=bert", f"params.checkpoint={path}", "model.head=none", "shapes.dims.batch=[1,1,2]",
-                    "shapes.dims.seq=[1,8,8]", f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
+                    "shapes.dims.seq=[1,8,8]", "shapes.buckets.seq=[8]",  # nothing is called: 2 profiles, not 8
+                    f"artifacts_dir={tmp_path / 'b'}", cwd=tmp_path)
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert "2 tensor(s) of a head not built (head=none: the model alone) skipped: classifier.bias, " \
            "classifier.weight" in alone.stdout + alone.stderr
@@ -325,8 +326,9 @@ def test_an_image_classifier_answers_with_its_scored_classes(tmp_path_factory, t
         id2label=labels, problem_type=problem_type)).eval()
     path = tmp_path_factory.mktemp("vit-classifier")
     hf_model.save_pretrained(path)
-    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,4]", f"artifacts_dir={tmp_path / 'arts'}",
-                   cwd=tmp_path, timeout=600)
+    # the one call below is of 3 images, padded to the one batch bucket 4 (1 profile, not 3)
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,4,4]", "shapes.buckets.batch=[4]",
+                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "vit").iterdir())
     pixels = np.random.default_rng(8).standard_normal((3, 3, 16, 16)).astype(np.float32)
@@ -359,9 +361,10 @@ def test_sentence_embeddings_mean_pool_over_the_mask(tmp_path_factory, tmp_path)
     """model.pooling=mean model.normalize=true: sentence-transformers' mean pooling over the real tokens, scaled to
     unit length, from the PyTorch model's states; padding (to a bucket, or the caller's) never counts."""
     model, path = save(tmp_path_factory, "roberta", "Model")
+    # the one call below is (2, 11), padded along seq to the one bucket 16 (1 profile, not 4)
     proc = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=mean", "model.normalize=true",
-                   "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "shapes.dims.batch=[1,2,2]", "shapes.buckets.batch=[2]", "shapes.dims.seq=[1,16,16]",
+                   "shapes.buckets.seq=[16]", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = inputs(2, 11, [11, 4], seed=3)
     states = torch_run(model, x).last_hidden_state.numpy()

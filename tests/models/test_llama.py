@@ -213,9 +213,11 @@ def test_generation_stops_at_any_of_the_checkpoints_eos_ids_as_hugging_face_does
     ckpt = tmp_path / "ckpt"
     shutil.copytree(path, ckpt)
     (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": stops, "pad_token_id": VOCAB - 1}))
+    # the three prompts run as one group of 4 rows, the one prompt as 1: the batch buckets those two (no batch-2
+    # profiles), the prompt chunks 8 and 1 (opt 8: no seq-4 profile, which generation never runs)
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={ckpt}", "shapes.dims.batch=[1,1,4]",
-                   "shapes.dims.seq=[1,4,8]", "shapes.buckets.seq=[1,8]", "generate.max_length=32",
-                   f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
+                   "shapes.buckets.batch=[1,4]", "shapes.dims.seq=[1,8,8]", "shapes.buckets.seq=[1,8]",
+                   "generate.max_length=32", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "llama").iterdir())
     recorded = json.loads((art / "manifest.json").read_text())["metadata"]["generate"]
@@ -246,8 +248,9 @@ def test_a_forward_build_serves_logits_past_mistrals_sliding_window(checkpoints,
     assert over.returncode == 2 and "Mistral's position table holds 128 positions" in over.stderr
     pooled = run_cli("model=hf", f"params.checkpoint={path}", "model.pooling=cls", arts, cwd=tmp_path)
     assert pooled.returncode == 2 and "pooling='cls' is not a pooling of Mistral; one of none, last, mean" in pooled.stderr
-    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,1,2]", "shapes.dims.seq=[1,8,16]",
-                   "shapes.buckets.seq=[8,16]", arts, cwd=tmp_path, timeout=600)
+    # the calls below are all of 2 rows: batch 2 is the one batch bucket (2 profiles, not 4)
+    proc = run_cli("model=hf", f"params.checkpoint={path}", "shapes.dims.batch=[1,2,2]", "shapes.buckets.batch=[2]",
+                   "shapes.dims.seq=[1,8,16]", "shapes.buckets.seq=[8,16]", arts, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / "mistral").iterdir())
     for loader in (tb.load, runtime.load):
@@ -289,7 +292,7 @@ def test_a_bfloat16_generate_build_writes_its_cache_in_its_own_dtype(checkpoints
     float32 value into a bfloat16 scatter will be an error), and both loaders generate the same ids."""
     _, path = checkpoints["qwen2"]
     proc = run_cli("model=hf", "task=generate", f"params.checkpoint={path}", "precision=bfloat16",
-                   "shapes.dims.batch=[1,1,1]", "shapes.dims.seq=[1,4,8]", "shapes.buckets.seq=[1,8]",
+                   "shapes.dims.batch=[1,1,1]", "shapes.dims.seq=[1,8,8]", "shapes.buckets.seq=[1,8]",  # opt a bucket
                    "generate.max_length=32", f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FutureWarning" not in proc.stderr, proc.stderr[-3000:]
@@ -331,7 +334,7 @@ def test_the_zoo_builds_a_windowed_family_without_a_checkpoint(model, tmp_path):
     model's init and generation at its defaults.)"""
     tiny = [f"model.{k}={v}" for k, v in dict(SIZES, head_dim=8, sliding_window=4).items()]
     proc = run_cli(f"model={model}", "task=generate", *tiny, "generate.max_length=32", "shapes.dims.batch=[1,1,1]",
-                   "shapes.dims.seq=[1,4,8]", "shapes.buckets.seq=[1,8]",  # an 8-token chunk spans two windows
+                   "shapes.dims.seq=[1,8,8]", "shapes.buckets.seq=[1,8]",  # an 8-token chunk spans two windows
                    f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = next((tmp_path / "arts" / model).iterdir())
