@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                              "artifact's generate.eos_token_id, from its checkpoint); none: run to --max-new-tokens")
     parser.add_argument("--json-schema", type=_schema, metavar="SCHEMA",
                         help='hold each reply to this JSON schema (JSON text, or @FILE); {"type": "object"}: any object')
-    # an encoder-decoder's beam search; left out: the artifact's (its checkpoint's), for replies picked by score
-    parser.add_argument("--num-beams", type=int, help="an encoder-decoder's reply: the best of this many beams (1: none)")
+    # beam search; left out: the artifact's (its checkpoint's), for replies picked by score
+    parser.add_argument("--num-beams", type=int, help="each reply: the best of this many beams (1: none)")
     parser.add_argument("--length-penalty", type=float,
                         help="with beams: a reply's score is its log probability over its length to this power")
     parser.add_argument("--early-stopping", type=_early, metavar="{true,false,never}",

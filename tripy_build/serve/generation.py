@@ -63,7 +63,7 @@ class Sequence:
     ended: bool = False  # its grammar (runtime/grammar.Constraint) took its last token: the reply is whole
     cached: int = 0  # its prompt's first tokens found in the cache (not computed again): set when it joins
     scored: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # per token, before on_token
-    beams: Beams | None = None  # an encoder-decoder's beam search (runtime/beams.py): its tokens come at its end
+    beams: Beams | None = None  # its beam search (runtime/beams.py): its tokens come at its end
 
     def next(self, logits: np.ndarray) -> bool:
         """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done (its
@@ -123,8 +123,8 @@ class Generator:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
         defaults, ``logit_bias`` added to their logits, among those its ``constraint``
-        (``runtime.grammar.Constraint``) allows; or an encoder-decoder's by beam search (``runtime/beams.chosen``:
-        ``num_beams`` given, or the artifact's for a request that picks by score), all at its end."""
+        (``runtime.grammar.Constraint``) allows; or by beam search (``runtime/beams.chosen``: ``num_beams`` given, or
+        the artifact's for a request that picks by score), all at its end."""
         ids = np.asarray(prompt)
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
@@ -360,7 +360,7 @@ class Reply:
 # eos_token_id: an id or a list of ids (none given: the artifact's generate.eos_token_id; []: none); the sampling
 # options left out take the artifact's defaults (runtime/sampling.py)
 # json_schema: the reply held to this JSON schema (runtime/grammar.py; it needs the artifact's tokenizer)
-# num_beams, length_penalty, early_stopping: an encoder-decoder's beam search (runtime/beams.py)
+# num_beams, length_penalty, early_stopping: a beam search (runtime/beams.py), where the artifact has its reorder entry
 OPTIONS = {"max_new_tokens": int, **{k: int if k == "top_k" else float for k in NAMES}, "seed": int,
            "eos_token_id": list, "json_schema": dict, "num_beams": int, "length_penalty": float, "early_stopping": bool}
 

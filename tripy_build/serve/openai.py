@@ -51,7 +51,7 @@ from ..runtime.sampling import NAMES
 from ..runtime.tools import Tools, messages_for_template
 
 SAMPLING = NAMES  # temperature, top_k, top_p, min_p, repetition_penalty, frequency_penalty, presence_penalty
-# an encoder-decoder's beam search (runtime/beams.py), as vLLM's extra parameters take it; checked where read
+# a beam search (runtime/beams.py), as vLLM's extra parameters take it; checked where read
 BEAMS = ("num_beams", "length_penalty", "early_stopping")
 TAKEN = ("model", "messages", "prompt", "max_tokens", "max_completion_tokens", *SAMPLING, "seed", "stop", "stream",
          "stream_options", "eos_token_id", "chat_template_kwargs", "logprobs", "top_logprobs", "response_format", "n",
