@@ -130,7 +130,6 @@ def search(session: Any, sources: Sequence[np.ndarray], max_new_tokens: int, bea
     spec, k, n = session.spec, beams.num_beams, len(sources)
     at, logits = session.admit_all([s for s in sources for _ in range(k)])  # the row of each beam
     at = np.asarray(at)
-    process = process or (lambda spec, logp, *rest: logp)
     vocab = logits.shape[-1]
     keep = max(2, 1 + len(eos)) * k
     lp, early = beams.length_penalty, beams.early_stopping
@@ -144,8 +143,9 @@ def search(session: Any, sources: Sequence[np.ndarray], max_new_tokens: int, bea
     improvable = np.ones((n, 1), bool)  # whether a running beam could still beat a source's candidates
     first = np.arange(keep) < k
     for step in range(max_new_tokens):
-        logp = process(spec, _log_softmax(logits), step, max_new_tokens,
-                       running.reshape(n * k, -1)[:, :step].tolist(), eos)
+        logp = _log_softmax(logits)
+        if process is not None:
+            logp = process(spec, logp, step, max_new_tokens, running.reshape(n * k, -1)[:, :step].tolist(), eos)
         total = (logp.reshape(n, k, vocab) + running_scores[:, :, None]).reshape(n, k * vocab)
         best = _top(total, keep)
         top = np.take_along_axis(total, best, 1)

@@ -197,6 +197,15 @@ class Steps:
         logits, cache = self.outputs(entry, profile, leaves, ("logits", "cache"))
         return self.host(logits), cache
 
+    def reorder(self, entry: str, batch: int, cache: Any, rows: dict[int, int]) -> tuple[Any, np.ndarray]:
+        """(the cache with row ``i`` replaced by row ``rows[i]``, the rows not named keeping theirs, and the index
+        that says so): the artifact's ``reorder`` entry, a gather on the device (beam search's continuations,
+        ``runtime/beams.py``)."""
+        index = np.arange(batch, dtype=np.int32)
+        index[list(rows)] = list(rows.values())
+        (cache,) = self.outputs(entry, {"batch": batch}, [cache, index], ("cache",))
+        return cache, index
+
     def outputs(self, entry: str, profile: dict[str, int], leaves: list[Any], names: Sequence[str]) -> tuple[Any, ...]:
         """The entry's outputs ``names``, left on the device, for ``leaves`` in its input order."""
         e = self.loaded.entry(entry)
@@ -401,12 +410,9 @@ class Session:
         return logits[:, :self.spec.vocab_size]
 
     def reorder(self, rows: dict[int, int]) -> None:
-        """Row ``i`` replaced by row ``rows[i]`` (the rows not named keep theirs): the cache's rows gathered on the
-        device (the artifact's ``reorder`` entry), and what each row holds with them: beam search's continuations
-        (``runtime/beams.py``)."""
-        index = np.arange(self.batch, dtype=np.int32)
-        index[list(rows)] = list(rows.values())
-        (self.cache,) = self.steps.outputs(self.spec.reorder, {"batch": self.batch}, [self.cache, index], ("cache",))
+        """Row ``i`` replaced by row ``rows[i]`` (the rows not named keep theirs): the cache's rows (``Steps.reorder``),
+        and what each row holds with them: beam search's continuations (``runtime/beams.py``)."""
+        self.cache, index = self.steps.reorder(self.spec.reorder, self.batch, self.cache, rows)
         for a in (self.mask, self.index, self.token, self.busy, self.reused, self.held.tokens, self.held.valid):
             a[:] = a[index]
 

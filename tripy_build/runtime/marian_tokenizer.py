@@ -23,7 +23,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from ..errors import CallError
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, cleaned_up
 
 FILES = ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json")
 SPIECE_UNDERLINE = "▁"
@@ -102,12 +102,8 @@ class MarianTokenizer(Tokenizer):
         size = self._spm.get_piece_size()  # an id vocab.json lacks is the SentencePiece model's, as transformers reads it
         pieces = [self.pieces[t] if t in self.pieces else self._spm.id_to_piece(t)
                   for t in map(int, ids) if t not in self._special_ids and (t in self.pieces or 0 <= t < size)]
-        text = self._spm.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip()
-        if self._cleanup:
-            for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-                                  (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
-                text = text.replace(before, after)
-        return text
+        text = self.tokens_to_string(pieces)
+        return cleaned_up(text) if self._cleanup else text
 
     def token_id(self, text: str) -> int | None:
         return self.vocab.get(text)
@@ -131,6 +127,8 @@ class MarianTokenizer(Tokenizer):
         raise self._not_here("a text in windows")
 
     def tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """Pieces joined by ``source.spm``, ``▁`` a space, the ends stripped (transformers' ``convert_tokens_to_string``
+        for pieces without special tokens)."""
         return self._spm.decode_pieces(list(tokens)).replace(SPIECE_UNDERLINE, " ").strip()
 
     @property

@@ -137,12 +137,9 @@ class Session:
 
     def reorder(self, rows: dict[int, int]) -> None:
         """The decoder's cache row ``i`` replaced by row ``rows[i]`` (the rows not named keep theirs), on the device:
-        beam search's continuations (``runtime/beams.py``). Their cross-attention and masks need no reordering: a
+        beam search's continuations (``Steps.reorder``). Their cross-attention and masks need no reordering: a
         source's beams are rows of one source."""
-        index = np.arange(self.batch, dtype=np.int32)
-        index[list(rows)] = list(rows.values())
-        (self.state[2],) = self.steps.outputs(self.spec.reorder, {"batch": self.batch}, [self.state[2], index],
-                                              ("cache",))
+        self.state[2], _ = self.steps.reorder(self.spec.reorder, self.batch, self.state[2], rows)
 
     def release(self, row: int) -> None:
         self.busy[row] = False

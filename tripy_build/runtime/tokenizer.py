@@ -66,6 +66,15 @@ def _plain(value: Any, where: str) -> Any:
                     "(strings, numbers, lists and objects).")
 
 
+def cleaned_up(text: str) -> str:
+    """``text`` with the spaces before punctuation and English contractions removed, as transformers'
+    ``clean_up_tokenization`` removes them (a config's ``clean_up_tokenization_spaces``)."""
+    for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                          (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(before, after)
+    return text
+
+
 class Spans(NamedTuple):
     """A text's tokens (``Tokenizer.spans``): ids, vocabulary strings, ``(start, end)`` character offsets into the
     text (``(0, 0)`` for an added token), whether each was added by the tokenizer, and token types (a pair's)."""
@@ -213,11 +222,7 @@ class Tokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids``, special tokens left out."""
         text = self._fast.decode([int(t) for t in ids], skip_special_tokens=True)
-        if self._cleanup:
-            for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-                                  (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
-                text = text.replace(before, after)
-        return text
+        return cleaned_up(text) if self._cleanup else text
 
     def token_id(self, text: str) -> int | None:
         """The id of the token that is exactly ``text`` (an added token such as ``<tool_call>``); None if none is."""
