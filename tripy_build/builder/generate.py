@@ -14,6 +14,7 @@ weights and their prep. The artifact records what ``runtime/generate.py`` (an en
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Any
@@ -114,14 +115,43 @@ def resolved(generate: dict[str, Any], model: Any, checkpoint: str | None, rows:
     given = generate.get("beams", "auto")
     beams, said = _beams(given, config, model, rows)
     unapplied = {k: config[k] for k, neutral in UNAPPLIED.items() if config.get(k) not in (None, neutral)
-                 and k not in applied and not (k == "num_beams" and said)
+                 and APPLIED_AS.get(k, k) not in applied and not (k == "num_beams" and said)
                  and not ("suppressed" in applied and k in SUPPRESSING and all(len(w) == 1 for w in _words(config, k)))}
     if unapplied:
         log.warning("%s asks transformers' generate for %s, which tripy_build's does not apply (one sequence per "
                     "prompt, each token picked by generate.sampling): its replies can differ from transformers'",
                     found["source"], ", ".join(f"{k}={v}" for k, v in unapplied.items()))
+    speech = _speech(model, checkpoint, found) if seq2seq(model) and getattr(model, "SPEECH", False) else {}
     return {**generate, "eos_token_id": eos, "pad_token_id": pad if pad is not None and 0 <= pad < vocab else None,
-            "sampling": _sampling(generate.get("sampling", "auto"), found), "beams": beams, **applied}
+            "sampling": _sampling(generate.get("sampling", "auto"), found), "beams": beams, **applied, **speech}
+
+
+def _speech(model: Any, checkpoint: str | None, found: dict[str, Any]) -> dict[str, Any]:
+    """What a speech model's (Whisper's) artifact records for its calls: the opening its replies start with
+    (``runtime/transcription.Opening``: the checkpoint's language, task and ``<|notimestamps|>`` settings) and how
+    its audio becomes features (``runtime/audio.LogMel``: the checkpoint's ``preprocessor_config.json``, else
+    transformers' ``WhisperFeatureExtractor`` defaults at the model's ``num_mel_bins``)."""
+    from pathlib import Path
+
+    from ..models.hf import CheckpointError, _json_object
+    from ..runtime.audio import FEATURES_FILE, LogMel
+    from ..runtime.transcription import Opening
+
+    try:
+        opening = Opening.from_generation_config(found["sampling"], int(model.vocab_size))
+    except CallError as e:
+        raise CheckpointError(f"{found['source']}: {e} Fix the file.") from None
+    path = Path(checkpoint) / FEATURES_FILE if checkpoint is not None else None
+    try:
+        audio = LogMel.from_config(_json_object(path)) if path is not None and path.is_file() else \
+            LogMel(feature_size=int(model.num_mel_bins))
+    except CallError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    if (audio.feature_size, audio.frames) != (model.num_mel_bins, model.frames):
+        raise CheckpointError(f"{path}: its features are {audio.feature_size} mel bins x {audio.frames} frames, and the "
+                              f"model's encoder takes {model.num_mel_bins} x {model.frames} (config.json's num_mel_bins "
+                              "and 2 x max_source_positions); the two files are of different models.")
+    return {"opening": opening.recorded(), "audio": dataclasses.asdict(audio)}
 
 
 def _beams(given: Any, config: dict[str, Any], model: Any, rows: int | None) -> tuple[dict[str, Any], bool]:
@@ -176,6 +206,9 @@ def _applied(found: dict[str, Any], vocab: int) -> dict[str, Any]:
     suppressed = _suppressed(config, vocab)
     if suppressed:
         out["suppressed"] = suppressed
+    first = sorted({t for w in _words(config, "begin_suppress_tokens") for t in w if 0 <= t < vocab})
+    if first:
+        out["begin_suppressed"] = first
     return {**out, **{k: config[k] for k in SEQ2SEQ_LIMITS if _count(config.get(k))}}
 
 
@@ -185,6 +218,8 @@ def _count(value: Any) -> bool:
 
 
 SUPPRESSING = ("bad_words_ids", "suppress_tokens")
+# generation_config.json's settings an encoder-decoder applies under another name in the artifact's record
+APPLIED_AS = {"begin_suppress_tokens": "begin_suppressed"}
 BEAM_SETTINGS = ("num_beams", "length_penalty", "early_stopping")
 
 
@@ -262,24 +297,31 @@ def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dic
                      max_profiles: int, generate: dict[str, Any], cache_dtype: str) -> tuple[dict[str, Entry], Spec]:
     """An encoder-decoder's ``encode`` and ``decode`` (its ``step``) at the same profiles (batch and source length
     buckets): the runtime pads a batch of sources to one, and decodes at it."""
-    batch, seq, max_length = dims["batch"], dims["seq"], generate["max_length"]
+    batch, seq, max_length = dims["batch"], dims.get("seq"), generate["max_length"]
+    sources = model.encode_inputs(batch, seq)
+    steps = model.step_inputs(batch, seq, max_length, cache_dtype)
+    used = {d for info in sources.values() for d in info.dimension_names.values()}
     policy = {"batch": buckets.get("batch", DEFAULT_BUCKETS), "seq": buckets.get("seq", DEFAULT_BUCKETS)}
-    policy = {d: b for d, b in policy.items() if isinstance(dims[d], NamedDimension)}
+    policy = {d: b for d, b in policy.items() if d in used}  # Whisper's sources are 3000 frames, no seq
+
     @functools.wraps(model.encode)
-    def encoded(params: Any, input_ids: Any, attention_mask: Any) -> dict[str, Any]:
+    def encoded(params: Any, *inputs: Any) -> dict[str, Any]:
         # in decode's dtype: a reduced precision casts an output back to the float32 function's dtype
         # (compiler/precision.py), and the float32 function computes the keys and values in float32
-        return {"cross": model.encode(params, input_ids, attention_mask)["cross"].astype(cache_dtype)}
-    encode = Entry(encoded, args=[params, *model.encode_inputs(batch, seq).values()], buckets=policy,
-                   max_profiles=max_profiles)
-    step = Entry(model.step, args=[params, *model.step_inputs(batch, seq, max_length, cache_dtype).values()],
-                 buckets=policy, max_profiles=max_profiles, donate=["cache"])
+        return {"cross": model.encode(params, *inputs)["cross"].astype(cache_dtype)}
+    encode = Entry(encoded, args=[params, *sources.values()], buckets=policy, max_profiles=max_profiles)
+    step = Entry(model.step, args=[params, *steps.values()], buckets=policy, max_profiles=max_profiles,
+                 donate=["cache"])
+    features = sources.get("input_features")  # a speech model's: its sources are features, not token ids
     spec = Spec(ENCODE, DECODE, max_length, tuple(int(n) for n in model.cache_shape(-1, max_length)), cache_dtype,
                 int(model.vocab_size), tuple(generate.get("eos_token_id", ())), generate.get("pad_token_id"),
                 dict(generate.get("sampling", {})), "seq2seq", int(model.decoder_start_token_id),
                 generate.get("forced_bos_token_id"), generate.get("forced_eos_token_id"),
                 tuple(generate.get("suppressed", ())), *(int(generate.get(k, 0)) for k in SEQ2SEQ_LIMITS), REORDER,
-                dict(generate.get("beams") or {}))
+                dict(generate.get("beams") or {}), begin_suppressed=tuple(generate.get("begin_suppressed", ())),
+                opening=dict(generate.get("opening") or {}), audio=dict(generate.get("audio") or {}),
+                source_shape=tuple(features.shape_bounds.max[1:]) if features is not None else (),
+                encoded_length=int(steps["encoder_mask"].shape_bounds.max[1]) if features is not None else 0)
     return {ENCODE: encode, DECODE: step, REORDER: _reorder(model, batch, max_length, cache_dtype, buckets,
                                                             max_profiles)}, spec
 

@@ -47,6 +47,7 @@ from .siglip import Siglip, SiglipText, SiglipVision
 from .t5 import MT5Encoder, T5Encoder, UMT5Encoder
 from .transformer import TransformerBlock
 from .vit import ViT
+from .whisper import Whisper
 
 MODELS: dict[str, type] = {
     "geglu": GEGLU,
@@ -96,6 +97,7 @@ MODELS: dict[str, type] = {
     "t5": T5Encoder,
     "mt5": MT5Encoder,
     "umt5": UMT5Encoder,
+    "whisper": Whisper,
 }
 
 
@@ -130,5 +132,5 @@ __all__ = ["MODELS", "GEGLU", "MLP", "TransformerBlock", "ConvNet", "Bert", "Rob
            "MPNet", "Deberta", "DebertaV2", "ModernBert", "GPT2", "Llama", "Qwen2", "Qwen3", "Mistral", "Granite", "SmolLM3",
            "Gemma", "Gemma2", "Gemma3", "Phi3", "Olmo2", "Olmo3", "Qwen3Moe", "Qwen2Moe", "Mixtral", "GraniteMoe", "GptOss",
            "Olmoe", "ViT", "ResNet", "Clip", "ClipText", "ClipVision", "Siglip", "SiglipText",
-           "SiglipVision", "T5Encoder", "MT5Encoder", "UMT5Encoder",
+           "SiglipVision", "T5Encoder", "MT5Encoder", "UMT5Encoder", "Whisper",
            "input_infos"]

@@ -220,10 +220,11 @@ _MPNET_BODY = (
 )
 
 
-def _bart_side(side: str, cross: bool, embeddings: bool = True) -> tuple[tuple[str, str], ...]:
+def _bart_side(side: str, cross: bool, embeddings: bool = True, key_bias: bool = True) -> tuple[tuple[str, str], ...]:
     """BART's encoder's (or, ``cross``, decoder's) tensors under ``side``: positions, the embeddings' LayerNorm (neither
     without ``embeddings``: Marian's, sinusoidal and none), and each layer's attention, its LayerNorm, the decoder's
-    cross-attention, and the feed-forward."""
+    cross-attention, and the feed-forward; without ``key_bias`` the attention's key projections have none
+    (Whisper's)."""
     layer = side + ".layers.{i}."
     attention = [("self_attn", "", "self_attn_layer_norm", "attn_ln")] + \
         ([("encoder_attn", "cross_", "encoder_attn_layer_norm", "cross_ln")] if cross else [])
@@ -231,7 +232,8 @@ def _bart_side(side: str, cross: bool, embeddings: bool = True) -> tuple[tuple[s
            *_ln(f"{side}.layernorm_embedding", f"{side}.ln")) if embeddings else ()
     return (*own,
             *(pair for theirs, ours, ln, zoo_ln in attention for pair in (
-                *(pair for p in ("q", "k", "v", "out") for pair in _linear(f"{layer}{theirs}.{p}_proj", f"{layer}{ours}{p}")),
+                *(pair for p in ("q", "k", "v", "out")
+                  for pair in _linear(f"{layer}{theirs}.{p}_proj", f"{layer}{ours}{p}", bias=key_bias or p != "k")),
                 *_ln(layer + ln, layer + zoo_ln))),
             *_linear(layer + "fc1", layer + "fc1"), *_linear(layer + "fc2", layer + "fc2"),
             *_ln(layer + "final_layer_norm", layer + "final_ln"))
@@ -608,6 +610,22 @@ NAMES: dict[str, Architecture] = {
         defaults=(("d_model", 1024), ("encoder_layers", 12), ("decoder_layers", 12), ("encoder_attention_heads", 16),
                   ("decoder_attention_heads", 16), ("encoder_ffn_dim", 4096), ("decoder_ffn_dim", 4096),
                   ("activation_function", "gelu"), ("max_position_embeddings", 1024), ("scale_embedding", False)),
+    ),
+    "whisper": Architecture(
+        model_type="whisper",
+        prefixes=("", "model."),
+        names=(*_linear("encoder.conv1", "encoder.conv1"), *_linear("encoder.conv2", "encoder.conv2"),
+               ("encoder.embed_positions.weight", "encoder.position"), *_ln("encoder.layer_norm", "encoder.ln"),
+               ("decoder.embed_tokens.weight", "decoder.embed"), ("decoder.embed_positions.weight", "decoder.position"),
+               *_ln("decoder.layer_norm", "decoder.ln"), *_bart_side("encoder", False, False, key_bias=False),
+               *_bart_side("decoder", True, False, key_bias=False)),
+        tied=(r"proj_out\.weight",),  # the LM head is the decoder's embeddings
+        unsupported=(("tie_word_embeddings", True), ("use_weighted_layer_sum", False)),
+        heads=(("conditional_generation", ()),),
+        head_tensors=r"proj_out\.weight",
+        classes="Whisper", suffixes=(("Model", "none"), ("ForConditionalGeneration", "conditional_generation")),
+        # WhisperConfig's default where the zoo's (whisper-tiny's config.json) differs
+        defaults=(("decoder_start_token_id", 50257),),
     ),
     "gpt2": Architecture(
         model_type="gpt2",

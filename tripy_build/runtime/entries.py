@@ -109,13 +109,14 @@ class MultiEntry:
                             f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
         return self.entries[name]
 
-    def generate(self, input_ids: Any, max_new_tokens: int, *, attention_mask: Any = None,
+    def generate(self, input_ids: Any = None, max_new_tokens: int = 0, *, attention_mask: Any = None,
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
                  min_p: float | None = None, repetition_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
                  seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
                  json_schema: dict[str, Any] | None = None, num_beams: int | None = None,
-                 length_penalty: float | None = None, early_stopping: bool | str | None = None) -> np.ndarray:
+                 length_penalty: float | None = None, early_stopping: bool | str | None = None,
+                 input_features: Any = None, language: str | None = None, task: str | None = None) -> np.ndarray:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
 
@@ -162,6 +163,13 @@ class MultiEntry:
             early_stopping: with beams, ``True``: a source is done once ``num_beams`` replies have ended;
                 ``False``: once no running beam could beat them; ``"never"``: at the longest length. None: the
                 artifact's, else False.
+            input_features: a speech model's sources (Whisper's, in place of ``input_ids``): float32 ``[batch,
+                num_mel_bins, 3000]``, the log-mel features of up to 30 seconds of audio each (``transcribe`` makes
+                them from the audio).
+            language: a speech model's: the language its replies are in (a code such as ``"fr"``, or its token
+                ``"<|fr|>"``); None: the checkpoint's, or for a multilingual Whisper detected per source
+                (``runtime/transcription.py``).
+            task: a speech model's: ``"transcribe"``, or ``"translate"`` (to English); None: the checkpoint's.
 
         Returns:
             The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.
@@ -180,6 +188,8 @@ class MultiEntry:
 
         steps = self.generation_steps()
         spec = steps.spec()
+        if not max_new_tokens:
+            raise CallError("generate(): give max_new_tokens, the most tokens to generate per prompt.")
         held = None
         if json_schema is not None:
             from .grammar import constraints
@@ -190,9 +200,51 @@ class MultiEntry:
                         presence_penalty=presence_penalty)
         batches = sorted({p["batch"] for p in steps.profiles(spec.decode)})
         beams = chosen(spec, batches, spec.options(**sampling), held, num_beams, length_penalty, early_stopping)
-        run = encoder_decoder if spec.kind == "seq2seq" else decoder
-        return run(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
-                   pad_token_id, held, beams, **sampling)
+        if spec.kind == "seq2seq":
+            return encoder_decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
+                                   eos_token_id, pad_token_id, held, beams, input_features, language, task, **sampling)
+        if input_features is not None or language is not None or task is not None or input_ids is None:
+            raise CallError(f"generate(): {self.__name__} is a decoder: give its prompts as input_ids (input_features, "
+                            "language and task are a speech model's).")
+        return decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
+                       pad_token_id, held, beams, **sampling)
+
+    def transcribe(self, audio: Any, *, sampling_rate: int | None = None, language: str | None = None,
+                   task: str | None = None, max_new_tokens: int | None = None, **options: Any) -> list[str]:
+        """The text of each waveform, with a speech model's artifact (Whisper's, ``task=generate``): its log-mel
+        features (``runtime/audio.LogMel``, as the checkpoint's ``preprocessor_config.json`` says), the reply
+        generated (``generate``) and decoded by the stored tokenizer, its special tokens left out.
+
+        Args:
+            audio: one waveform (mono floats in [-1, 1], at most 30 seconds) or a list of them.
+            sampling_rate: the audio's, which must be the model's (16000); None: taken to be.
+            language, task: as ``generate`` takes them (None: the checkpoint's; a multilingual model detects
+                the language of each waveform).
+            max_new_tokens: the most tokens per reply; None: all the decoder's positions leave.
+            options: ``generate``'s (``num_beams``, ``temperature``, ...).
+
+        Returns:
+            One text per waveform.
+
+        Example::
+
+            whisper = tripy_build.runtime.load("artifacts/whisper/3f0c...")
+            print(whisper.transcribe(waveform, language="en")[0])
+        """
+        from .audio import LogMel
+        from .generate import Spec, before_stop
+        from .transcription import Opening
+
+        spec = Spec.from_metadata(self.metadata, self.__name__)
+        if not spec.source_shape:
+            raise CallError(f"transcribe(): {self.__name__} is not a speech model; transcribe() is Whisper's "
+                            "(model=whisper task=generate).")
+        features = LogMel(**spec.audio)(audio, sampling_rate)
+        room = spec.max_length - len(Opening.of(spec.opening).tokens(language, task))
+        ids = self.generate(input_features=features, max_new_tokens=max_new_tokens or room, language=language,
+                            task=task, **options)
+        stops = spec.stops(options.get("eos_token_id"))
+        return [self.tokenizer.decode(before_stop(row, stops)) for row in ids]
 
     def entities(self, texts: Any, *, aggregation_strategy: str = "simple", ignore_labels: Any = ("O",),
                  stride: int | None = None) -> list[list[dict[str, Any]]]:

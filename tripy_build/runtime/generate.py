@@ -71,6 +71,16 @@ class Spec:
     # get by default (generate.beams: the checkpoint's num_beams, length_penalty and early_stopping; runtime/beams.py)
     reorder: str | None = None
     beams: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # seq2seq: tokens never generated first (generation_config.json's begin_suppress_tokens: Whisper's blank and end)
+    begin_suppressed: tuple[int, ...] = ()
+    # seq2seq: what the decoder's start token is followed by before the reply (Whisper's language, task and
+    # <|notimestamps|>: runtime/transcription.py's Opening); {}: nothing
+    opening: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # seq2seq whose sources are not token ids: one source's shape (Whisper's features [num_mel_bins, frames]), the
+    # encoder's output positions (what encoder_mask covers), and the audio's features settings (runtime/audio.LogMel)
+    source_shape: tuple[int, ...] = ()
+    encoded_length: int = 0
+    audio: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -84,7 +94,10 @@ class Spec:
                    str(g["cache_dtype"]), int(g["vocab_size"]), tuple(int(t) for t in g.get("eos_token_id") or ()),
                    token("pad_token_id"), dict(g.get("sampling") or {}), str(g.get("kind", "causal")),
                    *(token(k) for k in SEQ2SEQ_TOKENS), tuple(int(t) for t in g.get("suppressed") or ()),
-                   *(int(g.get(k) or 0) for k in SEQ2SEQ_LIMITS), g.get("reorder"), dict(g.get("beams") or {}))
+                   *(int(g.get(k) or 0) for k in SEQ2SEQ_LIMITS), g.get("reorder"), dict(g.get("beams") or {}),
+                   begin_suppressed=tuple(int(t) for t in g.get("begin_suppressed") or ()),
+                   opening=dict(g.get("opening") or {}), source_shape=tuple(int(n) for n in g.get("source_shape") or ()),
+                   encoded_length=int(g.get("encoded_length") or 0), audio=dict(g.get("audio") or {}))
 
     def to_metadata(self) -> dict[str, Any]:
         out = {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
@@ -95,6 +108,9 @@ class Spec:
                        **{k: getattr(self, k) for k in (*SEQ2SEQ_TOKENS, *SEQ2SEQ_LIMITS)})
         if self.kind != "causal" or self.reorder is not None:
             out.update(reorder=self.reorder, beams=self.beams)
+        out.update({k: v for k, v in (("begin_suppressed", list(self.begin_suppressed)), ("opening", self.opening),
+                                      ("source_shape", list(self.source_shape)), ("encoded_length", self.encoded_length),
+                                      ("audio", self.audio)) if v})  # Whisper's; an artifact without is as before
         return out
 
     def room(self, prompt: int) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import CallError
 from .beams import Beams, searched
 from .generate import Spec, Steps, check_ids, in_groups, prompts
+from .transcription import DETECT, Opening, check_features
 
 
 def check_source(spec: Spec, source: np.ndarray, max_new_tokens: int, longest: int, where: str) -> None:
@@ -54,7 +55,7 @@ def forced(spec: Spec, logits: np.ndarray, step: int, max_new_tokens: int,
         out = np.full_like(logits, -np.inf)
         out[..., token] = 0.0
         return out
-    masked = [*spec.suppressed, *(eos if 1 + step < spec.min_length else ())]
+    masked = [*spec.suppressed, *(spec.begin_suppressed if step == 0 else ()), *(eos if 1 + step < spec.min_length else ())]
     n = spec.no_repeat_ngram_size
     if not masked and not (n and replies):
         return logits
@@ -81,8 +82,12 @@ class Session:
 
     joins = False
 
-    def __init__(self, steps: Steps, spec: Spec, batch: int):
+    def __init__(self, steps: Steps, spec: Spec, batch: int, opening: Sequence[int] | None = None):
+        """``opening``: the tokens after the start token before the reply (``transcription.Opening.tokens``, with
+        ``DETECT`` where each row's language is detected); None: the artifact's, as a call that gives no language
+        and task has it."""
         self.steps, self.spec, self.batch = steps, spec, batch
+        self.opening = Opening.of(spec.opening).tokens() if opening is None else list(opening)
         self.profiles = [p for p in steps.profiles(spec.prefill) if p["batch"] == batch]
         self.busy = np.zeros(batch, bool)
         self.reused = np.zeros(batch, np.int32)  # no prefix is taken from a cache here
@@ -95,29 +100,41 @@ class Session:
         """The batch a session for ``sources`` runs at: that of the smallest profile holding as many rows and the
         longest source (a build's profiles need not pair every batch with every length: a lone long source may
         take a batch of 4)."""
-        longest = max(map(len, sources))
-        fits = [p for p in steps.profiles(spec.prefill) if p["batch"] >= len(sources) and p["seq"] >= longest]
+        longest = 0 if spec.source_shape else max(map(len, sources))
+        fits = [p for p in steps.profiles(spec.prefill) if p["batch"] >= len(sources) and p.get("seq", 0) >= longest]
         if not fits:
             raise CallError(f"generate(): no profile of this artifact holds {len(sources)} sources of up to {longest} "
                             "tokens together; send fewer at a time, or build with larger shapes.dims.batch and seq.")
-        return min(fits, key=lambda p: (p["batch"] * p["seq"], p["batch"]))["batch"]
+        return min(fits, key=lambda p: (p["batch"] * p.get("seq", 1), p["batch"]))["batch"]
 
     def admit_all(self, sources: Sequence[np.ndarray]) -> tuple[list[int], np.ndarray]:
-        """Encode ``sources`` (padded to the smallest ``seq`` bucket that holds the longest) and run the decoder's
-        start token; (their rows, the logits of their first token ``[n, vocab]``)."""
+        """Encode ``sources`` (token ids padded to the smallest ``seq`` bucket that holds the longest; or features,
+        ``Spec.source_shape``) and run the decoder's start token and the opening after it; (their rows, the logits of
+        their first reply token ``[n, vocab]``)."""
         if self.busy.any():
             raise CallError("generate(): admit_all() needs an empty session.")
-        longest = max(len(s) for s in sources)
-        self.profile = min((p for p in self.profiles if p["seq"] >= longest), key=lambda p: p["seq"])
-        ids, mask = np.zeros((self.batch, self.profile["seq"]), np.int32), np.zeros((self.batch, self.profile["seq"]),
-                                                                                   np.int32)
-        for row, source in enumerate(sources):
-            ids[row, :len(source)], mask[row, :len(source)] = source, 1
-        (cross,) = self.steps.outputs(self.spec.prefill, self.profile, [ids, mask], ("cross",))
+        if self.spec.source_shape:
+            self.profile = self.profiles[0]
+            leaves = [np.zeros((self.batch, *self.spec.source_shape), np.float32)]
+            leaves[0][:len(sources)] = sources
+            mask = np.ones((self.batch, self.spec.encoded_length), np.int32)
+        else:
+            longest = max(len(s) for s in sources)
+            self.profile = min((p for p in self.profiles if p["seq"] >= longest), key=lambda p: p["seq"])
+            ids, mask = (np.zeros((self.batch, self.profile["seq"]), np.int32) for _ in range(2))
+            for row, source in enumerate(sources):
+                ids[row, :len(source)], mask[row, :len(source)] = source, 1
+            leaves = [ids, mask]
+        (cross,) = self.steps.outputs(self.spec.prefill, self.profile, leaves, ("cross",))
         cache = self.steps.zeros([self.batch if n == -1 else n for n in self.spec.cache_shape], self.spec.cache_dtype)
         self.state = [self.steps.put(mask), cross, cache]
         self.busy[:len(sources)] = True
-        return list(range(len(sources))), self._run()[:len(sources)]
+        rows = list(range(len(sources)))
+        logits = self._run()
+        languages = Opening.of(self.spec.opening).detected(logits) if DETECT in self.opening else None
+        for token in self.opening:
+            logits = self.step({row: int(languages[row]) if token == DETECT else token for row in rows})
+        return rows, logits[:len(sources)]
 
     def step(self, tokens: dict[int, int]) -> np.ndarray:
         """One decoder step: each busy row's last token ``tokens[row]`` in; the next logits of every row."""
@@ -148,19 +165,51 @@ class Session:
         self.state = None
 
 
+class Sessions:
+    """``Session``s whose replies start with one ``opening`` (a call's language and task): what ``in_groups`` and
+    ``beams.searched`` make a session of each batch with."""
+
+    batch_for = staticmethod(Session.batch_for)
+
+    def __init__(self, opening: Sequence[int]):
+        self.opening = opening
+
+    def __call__(self, steps: Steps, spec: Spec, batch: int) -> Session:
+        return Session(steps, spec, batch, self.opening)
+
+
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
-             constraints: Any = None, beams: Beams | None = None, **sampling: Any) -> np.ndarray:
-    """The new tokens of each source, int32 ``[batch, n]`` (the decoder's start token left out): as
-    ``runtime/generate.generate`` says, with ``input_ids`` the sources the replies are to; each the best of a beam
-    search where ``beams`` are given (``runtime/beams.chosen``)."""
-    sources = prompts(input_ids, attention_mask)
-    longest = max(p["seq"] for p in steps.profiles(spec.prefill))
-    for i, source in enumerate(sources):
-        check_source(spec, source, max_new_tokens, longest, f"input_ids[{i}]")
+             constraints: Any = None, beams: Beams | None = None, input_features: Any = None,
+             language: str | None = None, task: str | None = None, **sampling: Any) -> np.ndarray:
+    """The new tokens of each source, int32 ``[batch, n]`` (the decoder's start token and opening left out): as
+    ``runtime/generate.generate`` says, with ``input_ids`` the sources the replies are to (a speech model's:
+    ``input_features``, each reply opening with ``language`` and ``task``, ``runtime/transcription.py``); each the
+    best of a beam search where ``beams`` are given (``runtime/beams.chosen``)."""
+    opening = Opening.of(spec.opening).tokens(language, task)
+    if spec.source_shape:
+        if input_ids is not None or input_features is None:
+            raise CallError(f"generate(): {name} is a speech model: give input_features [batch, "
+                            f"{', '.join(map(str, spec.source_shape))}] (or call transcribe(audio)), not input_ids.")
+        sources = check_features(spec, input_features)
+        check_ids(spec, np.zeros(0, np.int32), max_new_tokens, "")
+    else:
+        if input_features is not None or language is not None or task is not None:
+            raise CallError(f"generate(): input_features, language and task are a speech model's (Whisper's); {name} "
+                            "takes its sources as input_ids.")
+        sources = prompts(input_ids, attention_mask)
+        longest = max(p["seq"] for p in steps.profiles(spec.prefill))
+        for i, source in enumerate(sources):
+            check_source(spec, source, max_new_tokens, longest, f"input_ids[{i}]")
+    room = spec.max_length - len(opening)
+    if max_new_tokens > room:
+        raise CallError(f"generate(): max_new_tokens={max_new_tokens} is over the {room} decoder positions this "
+                        f"artifact's generate.max_length={spec.max_length} leaves after the start token and its "
+                        f"{len(opening)} opening tokens; ask for at most {room}, or build with a larger generate.max_length.")
+    session = Sessions(opening)
     if beams is not None:
-        return searched(steps, spec, Session, sources, max_new_tokens, beams, eos_token_id, pad_token_id, forced)
+        return searched(steps, spec, session, sources, max_new_tokens, beams, eos_token_id, pad_token_id, forced)
     start = [np.array([spec.decoder_start_token_id], np.int32)] * len(sources)  # what the penalties count
-    return in_groups(steps, spec, Session, sources, start, max_new_tokens, seed, eos_token_id, pad_token_id,
+    return in_groups(steps, spec, session, sources, start, max_new_tokens, seed, eos_token_id, pad_token_id,
                      constraints, sampling, forced)
 

@@ -1,0 +1,137 @@
+"""What a Whisper artifact's decoder reads after its start token and before the reply, as transformers'
+``WhisperGenerationMixin`` (short-form: up to 30 seconds) sets it: the language, the task and ``<|notimestamps|>``.
+
+The build records the checkpoint's ``generation_config.json`` settings (``Opening.recorded``): ``forced_decoder_ids``
+(the tokens at positions 1, 2, ...; whisper-tiny's ``[[1, null], [2, 50359]]``: a language to detect, then
+``<|transcribe|>``), ``lang_to_id``, ``task_to_id``, ``no_timestamps_token_id`` and ``is_multilingual``. A call's
+``language`` and ``task`` replace them as transformers' ``_retrieve_init_tokens`` does:
+
+- neither given: the forced tokens;
+- ``language`` (a code such as ``"fr"``, or its token ``"<|fr|>"``): that language's token at position 1 (a call of an
+  English-only model that gives one is refused), and ``<|transcribe|>`` where no task follows;
+- ``task`` (``"transcribe"`` or ``"translate"``, to English): its token;
+- a multilingual model whose language is left open: detected per source from the logits of the start token, the
+  most likely of the language tokens (transformers' ``detect_language``, which runs the decoder over the start token
+  once more; here its logits are the first step's);
+- then ``<|notimestamps|>``, where the checkpoint has it (replies without timestamps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import CallError
+
+TASKS = ("transcribe", "translate")
+DETECT = -1  # the language's place in an opening where it is to be detected
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A checkpoint's opening settings (the build's record: ``Spec.opening``)."""
+
+    forced: tuple[int | None, ...] = ()  # forced_decoder_ids' tokens from position 1 (None: the language, detected)
+    languages: Mapping[str, int] | None = None  # lang_to_id: "<|en|>" -> 50259; None: the checkpoint has none
+    tasks: Mapping[str, int] | None = None  # task_to_id
+    no_timestamps: int | None = None  # no_timestamps_token_id
+    multilingual: bool | None = None  # is_multilingual (None: not said)
+
+    @classmethod
+    def from_generation_config(cls, config: Mapping[str, Any], vocab: int) -> "Opening":
+        """From ``generation_config.json``'s settings; a ``CallError`` naming the key where one is malformed (an id
+        outside the vocabulary, ``forced_decoder_ids`` that skip a position)."""
+        def token(value: Any, key: str) -> int:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
+                raise CallError(f"generation_config.json's {key}: {value!r} is not a token id in [0, {vocab}).")
+            return value
+
+        def table(key: str) -> dict[str, int] | None:
+            given = config.get(key)
+            if given is None:
+                return None
+            if not isinstance(given, dict):
+                raise CallError(f"generation_config.json's {key}: expected an object of token ids, got {given!r:.60}.")
+            return {str(k): token(v, f"{key}[{k!r}]") for k, v in given.items()}
+        forced = []
+        for i, pair in enumerate(config.get("forced_decoder_ids") or []):
+            if not (isinstance(pair, list) and len(pair) == 2 and pair[0] == i + 1):
+                raise CallError(f"generation_config.json's forced_decoder_ids: {config['forced_decoder_ids']!r:.80} "
+                                "does not force positions 1, 2, ... in turn (Whisper's prompt).")
+            forced.append(None if pair[1] is None else token(pair[1], "forced_decoder_ids"))
+        stamp = config.get("no_timestamps_token_id")
+        multilingual = config.get("is_multilingual")
+        return cls(tuple(forced), table("lang_to_id"), table("task_to_id"),
+                   None if stamp is None else token(stamp, "no_timestamps_token_id"),
+                   None if multilingual is None else bool(multilingual))
+
+    @classmethod
+    def of(cls, recorded: Mapping[str, Any]) -> "Opening":
+        """From the artifact's record (``recorded``)."""
+        return cls(tuple(recorded.get("forced") or ()), recorded.get("languages"), recorded.get("tasks"),
+                   recorded.get("no_timestamps"), recorded.get("multilingual"))
+
+    def recorded(self) -> dict[str, Any]:
+        out = {"forced": list(self.forced), "languages": self.languages, "tasks": self.tasks,
+               "no_timestamps": self.no_timestamps, "multilingual": self.multilingual}
+        return {k: v for k, v in out.items() if v not in (None, [])}
+
+    def tokens(self, language: str | None = None, task: str | None = None) -> list[int]:
+        """The tokens after the start token for a call's ``language`` and ``task`` (None: the checkpoint's), with
+        ``DETECT`` where the language is to be detected; a ``CallError`` naming what this model takes where the
+        language or task is not one of its own."""
+        if self.multilingual is False and (language is not None or task is not None):
+            raise CallError(f"generate(): language={language!r}, task={task!r}: this Whisper is English-only "
+                            "(is_multilingual false): it transcribes English; leave language and task out.")
+        out = list(self.forced) if language is None and task is None else []
+        if language is not None:
+            out[:1] = [self._language(language)]
+        elif self.languages and (not out or out[0] is None):
+            out[:1] = [DETECT]
+        if task is not None:
+            if task not in TASKS or not self.tasks or task not in self.tasks:
+                raise CallError(f"generate(): task={task!r}: this model's tasks are "
+                                f"{', '.join(map(repr, self.tasks or {})) or 'none (its generation config has no task_to_id)'}.")
+            out.append(self.tasks[task])
+        elif language is not None and self.tasks and not set(out) & set(self.tasks.values()):
+            out.append(self.tasks["transcribe"])
+        if self.no_timestamps is not None and (not out or out[-1] != self.no_timestamps):
+            out.append(self.no_timestamps)
+        return [t for t in out if t is not None]
+
+    def _language(self, language: str) -> int:
+        if not self.languages:
+            raise CallError(f"generate(): language={language!r}: this model's generation config has no lang_to_id, "
+                            "so it takes no language; leave it out.")
+        given = language.strip().lower()
+        token = given if given.startswith("<|") else f"<|{given}|>"
+        if token not in self.languages:
+            codes = ", ".join(t[2:-2] for t in self.languages)
+            raise CallError(f"generate(): language={language!r} is not one of this model's languages; give a code "
+                            f"among: {codes}.")
+        return self.languages[token]
+
+    def detected(self, logits: np.ndarray) -> np.ndarray:
+        """Each row's language token: the most likely of ``languages`` in the start token's ``logits [rows, vocab]``."""
+        ids = np.array(sorted(self.languages.values()), np.int64)
+        return ids[np.argmax(logits[:, ids], axis=-1)]
+
+
+def check_features(spec: Any, features: Any) -> list[np.ndarray]:
+    """A call's ``input_features`` (``[batch, num_mel_bins, frames]``, or one source ``[num_mel_bins, frames]``) as one
+    float32 array per source; a ``CallError`` naming the shape expected or the source with a value that is not finite."""
+    x = np.asarray(features)
+    if x.ndim == len(spec.source_shape):
+        x = x[None]
+    if x.ndim != len(spec.source_shape) + 1 or tuple(x.shape[1:]) != tuple(spec.source_shape) or not len(x):
+        raise CallError(f"generate(): input_features has shape {tuple(x.shape)}; this model takes [batch, "
+                        f"{', '.join(map(str, spec.source_shape))}] (the log-mel features of 30 seconds of audio: "
+                        "transcribe(audio) makes them, or transformers' WhisperFeatureExtractor).")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise CallError(f"generate(): input_features has dtype {x.dtype}; the features are floats.")
+    bad = np.flatnonzero(~np.isfinite(x).reshape(len(x), -1).all(axis=1))
+    if bad.size:
+        raise CallError(f"generate(): input_features[{int(bad[0])}] holds a value that is not finite (NaN or inf).")
+    return [row.astype(np.float32) for row in x]
