@@ -1,0 +1,145 @@
+"""Whisper (``models/whisper.py``): its logits against transformers', and ``task=generate`` (``runtime/seq2seq.py``
+with ``runtime/transcription.py``'s opening) against transformers' ``WhisperForConditionalGeneration.generate``.
+
+A tiny Whisper with Whisper's kind of tokenizer, generation config and feature extractor
+(``examples/speech_checkpoint.py``: four languages, the language detected, then ``<|transcribe|>``) is built through
+the command line (``model=hf``) at batch buckets 1, 2 and 4. Its replies to random features, greedy and by beam search,
+with the language detected or given and either task, must equal transformers' with both loaders, and its transcripts
+of waveforms (``transcribe``) the text transformers' feature extractor, ``generate`` and ``batch_decode`` give.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+import jax  # noqa: E402
+import transformers  # noqa: E402
+
+import tripy_build as tb  # noqa: E402
+from examples.speech_checkpoint import TINY  # noqa: E402
+from examples.speech_checkpoint import checkpoint as speech  # noqa: E402
+from tripy_build import runtime  # noqa: E402
+from tripy_build.errors import CallError  # noqa: E402
+from tripy_build.models import hf  # noqa: E402
+from tripy_build.models.whisper import Whisper  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+MAX_LENGTH = 20
+BUILD = ["model=hf", "task=generate", f"generate.max_length={MAX_LENGTH}", "shapes.dims.batch=[1,1,4]",
+         "shapes.buckets.batch=[1,2,4]"]
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory):
+    """(transformers' model, its tokenizer, the checkpoint, the artifact) of a tiny Whisper built with task=generate."""
+    root = tmp_path_factory.mktemp("whisper")
+    model, tok = speech(root / "ckpt")
+    r = run_cli(*BUILD, f"params.checkpoint={root / 'ckpt'}", f"artifacts_dir={root / 'arts'}", cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return model, tok, root / "ckpt", next((root / "arts" / "whisper").iterdir())
+
+
+def features(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 80, 3000)).astype(np.float32)
+
+
+def hf_generate(model, feats: np.ndarray, n: int, **kw) -> list[list[int]]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor(feats), max_new_tokens=n, **kw)
+    return [cut(r, model.config.eos_token_id) for r in out.tolist()]
+
+
+def cut(row, eos: int) -> list[int]:
+    """A reply up to its first end, the end kept."""
+    row = [int(t) for t in row]
+    return row[:row.index(eos) + 1] if eos in row else row
+
+
+def test_logits_and_states_equal_transformers(whisper):
+    """Both heads from the checkpoint: the LM head's logits over a decoder text, and the bare model's decoder and
+    encoder states, equal PyTorch's."""
+    model, _, ckpt, _ = whisper
+    feats, ids = features(2), np.random.default_rng(1).integers(0, model.config.vocab_size, (2, 5)).astype(np.int32)
+    zoo, params = hf.load_pretrained(Whisper, ckpt)
+    assert zoo.task == "conditional_generation" and zoo.d_model == TINY["d_model"]
+    with torch.no_grad():
+        want = model(input_features=torch.tensor(feats), decoder_input_ids=torch.tensor(ids).long())
+        states = model.model(torch.tensor(feats), decoder_input_ids=torch.tensor(ids).long()).last_hidden_state
+    got = jax.jit(zoo.apply)(params, feats, ids)
+    np.testing.assert_allclose(np.asarray(got["logits"]), want.logits.numpy(), rtol=1e-4, atol=1e-4)
+    bare, params = hf.load_pretrained(Whisper, ckpt, {"head": "none"})
+    got = jax.jit(bare.apply)(params, feats, ids)
+    np.testing.assert_allclose(np.asarray(got["last_hidden_state"]), states.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(got["encoder_last_hidden_state"]),
+                               want.encoder_last_hidden_state.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kw", [{}, {"language": "fr"}, {"task": "translate"}, {"language": "de", "task": "translate"},
+                                {"num_beams": 2}], ids=["detected", "fr", "translate", "de-translate", "beams"])
+def test_replies_equal_transformers(whisper, kw):
+    """Three sources at batch bucket 4 (one row padded): the language detected per source (transformers' detect_language)
+    or given, the task, and beam search, with both loaders."""
+    model, _, _, art = whisper
+    feats = features(3)
+    want = hf_generate(model, feats, 10, **kw)
+    for loaded in (tb.load(art), runtime.load(art)):
+        got = loaded.generate(input_features=feats, max_new_tokens=10, **kw)
+        assert [cut(r, model.config.eos_token_id) for r in got.tolist()] == want
+
+
+def test_the_language_is_detected_per_source(whisper):
+    """The sources' detected languages differ (so detection is exercised), and each source's reply is the one the
+    language detected for it gives when the call names it."""
+    model, tok, _, art = whisper
+    feats = np.stack([np.full((80, 3000), v, np.float32) for v in (-3.0, -1.0, 0.0, 1.0)])  # two languages here
+    with torch.no_grad():
+        detected = model.detect_language(torch.tensor(feats)).tolist()
+    assert len(set(detected)) > 1, detected
+    loaded = runtime.load(art)
+    auto = loaded.generate(input_features=feats, max_new_tokens=8)
+    for i, lang in enumerate(detected):
+        code = tok.convert_ids_to_tokens(lang)[2:-2]
+        named = loaded.generate(input_features=feats[i], max_new_tokens=8, language=code)
+        assert named[0].tolist() == auto[i, :named.shape[1]].tolist()
+
+
+def test_transcribe_gives_transformers_text(whisper):
+    """Waveforms of 1.5 s and 4 s: the text transformers' feature extractor, generate and batch_decode give."""
+    model, tok, ckpt, art = whisper
+    rng = np.random.default_rng(7)
+    audio = [rng.uniform(-0.5, 0.5, 24000).astype(np.float32), rng.uniform(-0.5, 0.5, 64000).astype(np.float32)]
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(ckpt)
+    feats = extractor(audio, sampling_rate=16000, return_tensors="np").input_features
+    with torch.no_grad():
+        ids = model.generate(torch.tensor(feats), max_new_tokens=MAX_LENGTH - 3, language="en")
+    want = tok.batch_decode(ids, skip_special_tokens=True)
+    got = runtime.load(art).transcribe(audio, sampling_rate=16000, language="en")
+    assert got == want and any(got)
+
+
+def test_bad_calls_are_refused_naming_the_fix(whisper):
+    _, _, _, art = whisper
+    loaded = runtime.load(art)
+    cases = [
+        (dict(input_ids=[[1, 2]], max_new_tokens=4), "speech model: give input_features"),
+        (dict(input_features=np.zeros((1, 80, 2999), np.float32), max_new_tokens=4), r"\[batch, 80, 3000\]"),
+        (dict(input_features=np.full((1, 80, 3000), np.nan, np.float32), max_new_tokens=4), r"input_features\[0\]"),
+        (dict(input_features=features(1), max_new_tokens=4, language="xx"), "give a code among: de, en, es, fr"),
+        (dict(input_features=features(1), max_new_tokens=4, task="summarize"), "this model's tasks are"),
+        (dict(input_features=features(1), max_new_tokens=MAX_LENGTH), f"at most {MAX_LENGTH - 3}"),
+    ]
+    for kw, match in cases:
+        with pytest.raises(CallError, match=match):
+            loaded.generate(**kw)
+    with pytest.raises(CallError, match="Resample the audio to 16000 Hz"):
+        loaded.transcribe(np.zeros(8000, np.float32), sampling_rate=8000)
+    with pytest.raises(CallError, match="30 s"):
+        loaded.transcribe(np.zeros(16000 * 31, np.float32))
