@@ -165,6 +165,16 @@ class Session:
         self.state = None
 
 
+def check_room(spec: Spec, max_new_tokens: int, opening: Sequence[int]) -> None:
+    """``max_new_tokens`` a positive integer within the decoder positions left after the start token and ``opening``."""
+    check_ids(spec, np.zeros(0, np.int32), max_new_tokens, "")
+    room = spec.max_length - len(opening)
+    if max_new_tokens > room:
+        raise CallError(f"generate(): max_new_tokens={max_new_tokens} is over the {room} decoder positions this "
+                        f"artifact's generate.max_length={spec.max_length} leaves after the start token and its "
+                        f"{len(opening)} opening tokens; ask for at most {room}, or build with a larger generate.max_length.")
+
+
 class Sessions:
     """``Session``s whose replies start with one ``opening`` (a call's language and task): what ``in_groups`` and
     ``beams.searched`` make a session of each batch with."""
@@ -192,7 +202,6 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
             raise CallError(f"generate(): {name} is a speech model: give input_features [batch, "
                             f"{', '.join(map(str, spec.source_shape))}] (or call transcribe(audio)), not input_ids.")
         sources = check_features(spec, input_features)
-        check_ids(spec, np.zeros(0, np.int32), max_new_tokens, "")
     else:
         if input_features is not None or language is not None or task is not None:
             raise CallError(f"generate(): input_features, language and task are a speech model's (Whisper's); {name} "
@@ -201,11 +210,7 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
         longest = max(p["seq"] for p in steps.profiles(spec.prefill))
         for i, source in enumerate(sources):
             check_source(spec, source, max_new_tokens, longest, f"input_ids[{i}]")
-    room = spec.max_length - len(opening)
-    if max_new_tokens > room:
-        raise CallError(f"generate(): max_new_tokens={max_new_tokens} is over the {room} decoder positions this "
-                        f"artifact's generate.max_length={spec.max_length} leaves after the start token and its "
-                        f"{len(opening)} opening tokens; ask for at most {room}, or build with a larger generate.max_length.")
+    check_room(spec, max_new_tokens, opening)
     session = Sessions(opening)
     if beams is not None:
         return searched(steps, spec, session, sources, max_new_tokens, beams, eos_token_id, pad_token_id, forced)

@@ -42,6 +42,7 @@ from ..runtime import seq2seq
 from ..runtime.beams import Beams, chosen, search
 from ..runtime.generate import Held, Session, Spec, check_prompt
 from ..runtime.sampling import NAMES, Sampler
+from ..runtime.transcription import Opening, check_features
 
 log = logging.getLogger(__name__)
 JOIN_WINDOW_S = 0.003
@@ -64,6 +65,7 @@ class Sequence:
     cached: int = 0  # its prompt's first tokens found in the cache (not computed again): set when it joins
     scored: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # per token, before on_token
     beams: Beams | None = None  # its beam search (runtime/beams.py): its tokens come at its end
+    opening: tuple[int, ...] = ()  # a speech model's: what its reply opens with (runtime/transcription.py)
 
     def next(self, logits: np.ndarray) -> bool:
         """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done (its
@@ -100,8 +102,10 @@ class Generator:
         self.buckets = sorted({p["batch"] for p in steps.profiles(spec.decode)})
         # an encoder-decoder's batch is encoded together and decoded in step: requests join only an idle server
         self.seq2seq = spec.kind == "seq2seq"
-        # an encoder-decoder's longest source (a decoder's prompt is bounded by its cache: Spec.max_length)
-        self.longest = max(p["seq"] for p in steps.profiles(spec.prefill)) if self.seq2seq else None
+        # an encoder-decoder's longest source (a decoder's prompt is bounded by its cache: Spec.max_length; a speech
+        # model's sources are features of one shape)
+        self.longest = max(p["seq"] for p in steps.profiles(spec.prefill)) if self.seq2seq and not spec.source_shape \
+            else None
         self.waiting: deque[Sequence] = deque()
         self.rows: dict[int, Sequence] = {}
         self.session: Session | None = None
@@ -119,20 +123,32 @@ class Generator:
                on_done: Callable[[BaseException | None], None], seed: int | None = None, eos_token_id: Any = None,
                logprobs: int | None = None, constraint: Any = None, logit_bias: dict[int, float] | None = None,
                num_beams: int | None = None, length_penalty: float | None = None,
-               early_stopping: bool | str | None = None, **sampling: Any) -> Sequence:
+               early_stopping: bool | str | None = None, language: str | None = None, task: str | None = None,
+               **sampling: Any) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
         defaults, ``logit_bias`` added to their logits, among those its ``constraint``
         (``runtime.grammar.Constraint``) allows; or by beam search (``runtime/beams.chosen``: ``num_beams`` given, or
-        the artifact's for a request that picks by score), all at its end."""
-        ids = np.asarray(prompt)
-        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-            raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
-        if self.seq2seq:
-            seq2seq.check_source(self.spec, ids, max_new_tokens, self.longest, "input_ids")
+        the artifact's for a request that picks by score), all at its end. A speech model's ``prompt`` is one source's
+        features (``runtime/transcription.check_features``), its reply opening with ``language`` and ``task``."""
+        opening = Opening.of(self.spec.opening).tokens(language, task)
+        if self.spec.source_shape:
+            sources = check_features(self.spec, prompt)
+            if len(sources) != 1:
+                raise CallError(f"a request transcribes one source; it gave {len(sources)}: send one request each.")
+            ids = sources[0]
+            seq2seq.check_room(self.spec, max_new_tokens, opening)
+        elif language is not None or task is not None:
+            raise CallError("language and task are a speech model's (Whisper's) options; this model takes none.")
         else:
-            check_prompt(self.spec, ids, max_new_tokens, "input_ids")
-        ids = ids.astype(np.int32)
+            ids = np.asarray(prompt)
+            if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+                raise CallError(f'"input_ids" must be a non-empty list of token ids, got {str(prompt)[:80]}.')
+            if self.seq2seq:
+                seq2seq.check_source(self.spec, ids, max_new_tokens, self.longest, "input_ids")
+            else:
+                check_prompt(self.spec, ids, max_new_tokens, "input_ids")
+            ids = ids.astype(np.int32)
         outside = [t for t in logit_bias or () if not 0 <= t < self.spec.vocab_size]
         if outside:
             raise CallError(f"logit_bias: token id {outside[0]} is outside [0, {self.spec.vocab_size}) (this model's "
@@ -147,7 +163,7 @@ class Generator:
                        early_stopping) if plain else None
         sampler = Sampler(options, seed, history, None if constraint is None else [constraint], logit_bias)
         seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
-                       logprobs=logprobs, beams=beams)
+                       logprobs=logprobs, beams=beams, opening=tuple(opening))
         with self.cv:
             if self.closed:
                 raise CallError(f"{self.name}: the server is shutting down.")
@@ -175,7 +191,8 @@ class Generator:
                     return
                 searching = self._searching() if self.session is None else []
                 joining = []
-                while not searching and self.waiting and self._room(len(joining)) and self.waiting[0].beams is None:
+                while not searching and self.waiting and self._room(len(joining)) and self.waiting[0].beams is None \
+                        and (not joining or self.waiting[0].opening == joining[0].opening):  # a batch opens alike
                     seq = self.waiting.popleft()
                     if seq.cancelled:  # its client left before it joined
                         self.cancelled += 1
@@ -200,8 +217,8 @@ class Generator:
         group: list[Sequence] = []
         while self.waiting and self.waiting[0].beams is not None:
             seq = self.waiting[0]
-            alike = (seq.beams, seq.eos_token_id, seq.max_new_tokens)
-            if group and (alike != (group[0].beams, group[0].eos_token_id, group[0].max_new_tokens)
+            alike = (seq.beams, seq.eos_token_id, seq.max_new_tokens, seq.opening)
+            if group and (alike != (group[0].beams, group[0].eos_token_id, group[0].max_new_tokens, group[0].opening)
                           or (len(group) + 1) * seq.beams.num_beams > self.buckets[-1]):
                 break
             self.waiting.popleft()
@@ -217,16 +234,14 @@ class Generator:
         if not group:
             return
         beams = group[0].beams
-        rows = [seq.prompt for seq in group for _ in range(beams.num_beams)]
-        kind = seq2seq.Session if self.seq2seq else Session
-        session = kind(self.steps, self.spec, kind.batch_for(self.steps, self.spec, rows))
+        session = self._session([seq.prompt for seq in group for _ in range(beams.num_beams)], group[0].opening)
         try:
             answers = search(session, [seq.prompt for seq in group], group[0].max_new_tokens, beams,
                              group[0].eos_token_id, seq2seq.forced if self.seq2seq else None)
         finally:
             session.close()
         for seq, answer in zip(group, answers):
-            self.prompt_tokens += len(seq.prompt)
+            self.prompt_tokens += _tokens(seq)
             for token in answer.tolist():
                 seq.take(token)
             self.cancelled += seq.cancelled
@@ -255,9 +270,7 @@ class Generator:
 
     def _join(self, joining: list[Sequence]) -> None:
         if self.session is None and joining:  # an idle server: the requests that arrived together prefill as a batch
-            kind = seq2seq.Session if self.seq2seq else Session
-            self.session = kind(self.steps, self.spec, kind.batch_for(self.steps, self.spec,
-                                                                      [seq.prompt for seq in joining]))
+            self.session = self._session([seq.prompt for seq in joining], joining[0].opening)
             rows, logits = self.session.admit_all([seq.prompt for seq in joining])
             self.rows.update(zip(rows, joining))
             for row, seq, out in zip(rows, joining, logits):
@@ -276,9 +289,16 @@ class Generator:
             if self._next(seq, logits):
                 self._finish(row)
 
+    def _session(self, rows: list[np.ndarray], opening: tuple[int, ...]) -> Any:
+        """A session for ``rows`` at the smallest batch that holds them (an encoder-decoder's replies opening with
+        ``opening``)."""
+        if self.seq2seq:
+            return seq2seq.Session(self.steps, self.spec, seq2seq.Session.batch_for(self.steps, self.spec, rows), opening)
+        return Session(self.steps, self.spec, Session.batch_for(self.steps, self.spec, rows))
+
     def _admitted(self, seq: Sequence, row: int) -> None:
         seq.cached = int(self.session.reused[row])
-        self.prompt_tokens += len(seq.prompt)
+        self.prompt_tokens += _tokens(seq)
         self.cached_tokens += seq.cached
 
     def _step(self) -> None:
@@ -315,6 +335,11 @@ class Generator:
             getattr(bigger, name)[:session.batch] = getattr(session, name)
         session.close()
         return bigger
+
+
+def _tokens(seq: Sequence) -> int:
+    """A request's prompt tokens (a speech model's features are none)."""
+    return len(seq.prompt) if seq.prompt.ndim == 1 else 0
 
 
 class Reply:
