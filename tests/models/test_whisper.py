@@ -143,3 +143,13 @@ def test_bad_calls_are_refused_naming_the_fix(whisper):
         loaded.transcribe(np.zeros(8000, np.float32), sampling_rate=8000)
     with pytest.raises(CallError, match="30 s"):
         loaded.transcribe(np.zeros(16000 * 31, np.float32))
+
+
+def test_a_reply_past_the_decoder_positions_is_refused_at_build(whisper, tmp_path):
+    """generate.max_length beyond max_target_positions would read positions the table lacks: refused naming both."""
+    _, _, ckpt, _ = whisper
+    r = run_cli("model=whisper", "task=generate", f"params.checkpoint={ckpt}", "generate.max_length=64",
+                f"artifacts_dir={tmp_path / 'arts'}", cwd=tmp_path)
+    assert r.returncode != 0
+    assert "generate.max_length=64: Whisper's decoder position table holds 48 positions" in r.stderr
+    assert not (tmp_path / "arts").exists() or not any((tmp_path / "arts").rglob("manifest.json"))

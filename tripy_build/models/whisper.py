@@ -114,6 +114,9 @@ class Whisper(Headed, Seq2Seq):
         """The longest decoder text the position table holds: a build's ``seq`` beyond it is refused."""
         return self.max_target_positions
 
+    def positions_limit(self) -> str:
+        return f"Whisper's decoder position table holds {self.max_target_positions} positions (max_target_positions)"
+
     def _stack(self, key: jax.Array, layers: int, ffn: int, cross: bool) -> Params:
         d = self.d_model
         out = []
