@@ -2,10 +2,11 @@
 Whisper's kind of tokenizer (byte-level BPE, then ``<|endoftext|>``, ``<|startoftranscript|>``, language tokens,
 ``<|translate|>``, ``<|transcribe|>`` and ``<|notimestamps|>``), openai/whisper-tiny's kind of generation config (the
 language detected, then ``<|transcribe|>``; suppressed tokens) and feature extractor, saved with
-``save_pretrained``::
+``save_pretrained``, and a WAV file to try it on (``sample.wav``: two seconds of a tone at 16 kHz)::
 
     python examples/speech_checkpoint.py my-whisper            # tiny: 2 + 2 layers of 32
     python -m tripy_build model=whisper task=generate params.checkpoint=my-whisper
+    tripy-build generate $(tripy-build list --latest model=whisper) --audio my-whisper/sample.wav
 
 Its transcripts are noise (random weights, a tiny vocabulary); openai/whisper-* build the same way. Needs
 transformers and torch (``pip install -e '.[hf]'``).
@@ -69,7 +70,24 @@ def checkpoint(path: str | Path, sizes: dict | None = None, init_std: float = 0.
     model.generation_config._from_model_config = False  # else from_pretrained drops the keys above, as the Hub's are kept
     model.save_pretrained(path)
     transformers.WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(path)
+    sample(Path(path) / "sample.wav")
     return model, fast
+
+
+def sample(path: Path, seconds: float = 2.0, rate: int = 16000) -> Path:
+    """A WAV file of 16-bit PCM: a 440 Hz tone with a little noise."""
+    import wave
+
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    x = 0.3 * np.sin(2 * np.pi * 440 * t) + 0.01 * np.random.default_rng(0).standard_normal(t.size)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((x * 32767).astype("<i2").tobytes())
+    return path
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ of waveforms (``transcribe``) the text transformers' feature extractor, ``genera
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -153,3 +155,26 @@ def test_a_reply_past_the_decoder_positions_is_refused_at_build(whisper, tmp_pat
     assert r.returncode != 0
     assert "generate.max_length=64: Whisper's decoder position table holds 48 positions" in r.stderr
     assert not (tmp_path / "arts").exists() or not any((tmp_path / "arts").rglob("manifest.json"))
+
+
+def test_the_cli_transcribes_wav_files(whisper, tmp_path):
+    """``tripy-build generate ART --audio FILE.wav``: a 16-bit stereo file's text (its channels averaged) equals
+    ``transcribe`` of the mono float waveform; a file that is not WAV is refused naming the ffmpeg fix."""
+    import wave
+
+    _, _, ckpt, art = whisper
+    rng = np.random.default_rng(5)
+    pcm = (rng.uniform(-0.4, 0.4, (24000, 2)) * 32767).astype("<i2")
+    with wave.open(str(tmp_path / "stereo.wav"), "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm.tobytes())
+    want = runtime.load(art).transcribe((pcm.astype(np.float64) / 32768).mean(axis=1), language="de")
+    r = run_cli("generate", str(art), "--audio", str(tmp_path / "stereo.wav"), "--language", "de", "--json",
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [json.loads(line)["text"] for line in r.stdout.splitlines()] == want
+    (tmp_path / "song.mp3").write_bytes(b"ID3\x04" + bytes(64))
+    r = run_cli("generate", str(art), "--audio", str(tmp_path / "song.mp3"), cwd=tmp_path)
+    assert r.returncode != 0 and "is not a WAV file" in r.stderr and "ffmpeg -i INPUT -ar 16000 -ac 1" in r.stderr

@@ -5,7 +5,8 @@ Prints the new token ids of each prompt on a line (``--json``: ``{"output_ids": 
 them for several prompts). ``--input-ids`` given several times runs a batch of prompts of any lengths.
 ``--prompt TEXT`` (or ``--chat TEXT``: a user's message in the checkpoint's chat template, after ``--system
 TEXT`` if given) takes text through the tokenizer the artifact stores and prints each new text (``--json``:
-``{"text_output": ..., "output_ids": [...]}``).
+``{"text_output": ..., "output_ids": [...]}``). ``--audio FILE.wav`` (a speech model's: Whisper's) prints the text of
+each WAV file (``runtime.load(PATH).transcribe``), in ``--language`` and for ``--task`` where given.
 """
 
 from __future__ import annotations
@@ -57,10 +58,16 @@ def main(argv: list[str] | None = None) -> int:
                          help="a prompt's token ids, comma-separated; repeat for a batch of prompts")
     prompts.add_argument("--prompt", action="append", metavar="TEXT",
                          help="a prompt as text, through the checkpoint's tokenizer; repeat for a batch")
+    prompts.add_argument("--audio", action="append", metavar="FILE.wav",
+                         help="a speech model's (Whisper's): transcribe this WAV file (16 kHz; repeat for a batch)")
     prompts.add_argument("--chat", action="append", metavar="TEXT",
                          help="a user's message, in the checkpoint's chat template; repeat for a batch")
     parser.add_argument("--system", metavar="TEXT", help="with --chat: a system message before each user message")
-    parser.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate per prompt (default 20)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="tokens to generate per prompt (default 20; with --audio, all the decoder's positions)")
+    parser.add_argument("--language", help="with --audio: the language spoken, a code such as fr (default: detected)")
+    parser.add_argument("--task", choices=("transcribe", "translate"),
+                        help="with --audio: transcribe (the default), or translate to English")
     # the sampling options; left out: the artifact's defaults (its checkpoint's generation_config.json's, else greedy)
     parser.add_argument("--temperature", type=float, help="0: greedy; above 0: sampling")
     parser.add_argument("--top-k", type=int, help="sample among the k most likely tokens (0: every token)")
@@ -95,11 +102,16 @@ def main(argv: list[str] | None = None) -> int:
         from ..runtime.runtime import load
         from ..runtime.sampling import NAMES
 
-        if args.max_new_tokens < 1:
+        if args.max_new_tokens is not None and args.max_new_tokens < 1:
             raise CallError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1.")
         if args.system is not None and args.chat is None:
             raise CallError("--system is the system message of a --chat; give --chat TEXT too.")
+        if (args.language or args.task) and not args.audio:
+            raise CallError("--language and --task are a speech model's; give --audio FILE.wav too.")
         rt = load(args.path, warmup="none")
+        if args.audio:
+            return _transcribe(rt, args)
+        args.max_new_tokens = args.max_new_tokens or 20
         tok = rt.tokenizer if args.input_ids is None else None
         system = [] if args.system is None else [{"role": "system", "content": args.system}]
         prompts = (args.input_ids if tok is None else [tok.encode(t) for t in args.prompt] if args.prompt else
@@ -120,6 +132,27 @@ def main(argv: list[str] | None = None) -> int:
             for a in answers:
                 print(a["text_output"] if tok is not None else ",".join(map(str, a["output_ids"])))
     return exit_status(run)
+
+
+def _transcribe(rt, args: argparse.Namespace) -> None:
+    """``--audio``: each WAV file's text (``--json``: ``{"text": ...}`` each)."""
+    from ..runtime.audio import read_wav
+
+    waves = []
+    for name in args.audio:
+        try:
+            data = Path(name).read_bytes()
+        except OSError as e:
+            raise CallError(f"--audio {name}: {e.strerror or e}.") from None
+        waves.append(read_wav(data, f"--audio {name}"))
+    rates = {rate for _, rate in waves}
+    if len(rates) > 1:
+        raise CallError(f"--audio: the files are sampled at {sorted(rates)} Hz; give files of one rate, the model's.")
+    texts = rt.transcribe([w for w, _ in waves], sampling_rate=rates.pop(), language=args.language, task=args.task,
+                          max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, temperature=args.temperature,
+                          seed=args.seed)
+    for text in texts:
+        print(json.dumps({"text": text}, ensure_ascii=False) if args.json else text)
 
 
 if __name__ == "__main__":

@@ -144,3 +144,51 @@ def _batch(audio) -> list:
     if isinstance(audio, (list, tuple)) and audio and isinstance(audio[0], (list, tuple, np.ndarray)):
         return list(audio)
     return [audio]
+
+
+WAV_FIX = "convert it with: ffmpeg -i INPUT -ar 16000 -ac 1 OUTPUT.wav"
+_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
+
+
+def read_wav(data: bytes, where: str = "the audio") -> tuple[np.ndarray, int]:
+    """``(samples, sampling_rate)`` of a WAV file's bytes: mono float32 in [-1, 1] (several channels averaged, as
+    ffmpeg's ``-ac 1`` downmixes them), from PCM integers of 8 (unsigned), 16, 24 or 32 bits or IEEE floats of 32
+    or 64 (plain or ``WAVE_FORMAT_EXTENSIBLE``). Anything else is a ``CallError`` naming what was found and the fix."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise CallError(f"{where} is not a WAV file (it starts {data[:12]!r}); WAV audio is taken: {WAV_FIX}.")
+    at, fmt, samples = 12, None, None
+    while at + 8 <= len(data):
+        kind, size = data[at:at + 4], int.from_bytes(data[at + 4:at + 8], "little")
+        body = data[at + 8:at + 8 + size]
+        if kind == b"fmt ":
+            if len(body) < 16:
+                raise CallError(f"{where}: its WAV format chunk is {len(body)} bytes, under 16: the file is damaged.")
+            tag, channels, rate = (int.from_bytes(body[i:i + n], "little") for i, n in ((0, 2), (2, 2), (4, 4)))
+            bits = int.from_bytes(body[14:16], "little")
+            if tag == _EXTENSIBLE and len(body) >= 26:
+                tag = int.from_bytes(body[24:26], "little")
+            fmt = (tag, channels, rate, bits)
+        elif kind == b"data":
+            samples = body
+            break
+        at += 8 + size + (size & 1)
+    if fmt is None or samples is None:
+        raise CallError(f"{where}: a WAV file without its {'format' if fmt is None else 'data'} chunk: the file is "
+                        "damaged or cut short.")
+    tag, channels, rate, bits = fmt
+    kinds = {(_PCM, 8): np.uint8, (_PCM, 16): "<i2", (_PCM, 32): "<i4", (_FLOAT, 32): "<f4", (_FLOAT, 64): "<f8"}
+    if (tag, bits) == (_PCM, 24):
+        raw = np.frombuffer(samples[:len(samples) // 3 * 3], np.uint8).reshape(-1, 3).astype(np.int32)
+        x = ((raw[:, 0] | raw[:, 1] << 8 | raw[:, 2] << 16) << 8 >> 8) / float(1 << 23)
+    elif (tag, bits) in kinds:
+        dtype = np.dtype(kinds[tag, bits])
+        x = np.frombuffer(samples[:len(samples) // dtype.itemsize * dtype.itemsize], dtype).astype(np.float64)
+        if tag == _PCM:
+            x = (x - 128.0) / 128.0 if bits == 8 else x / float(1 << (bits - 1))
+    else:
+        what = "PCM" if tag == _PCM else "IEEE float" if tag == _FLOAT else f"format tag {tag:#x} (compressed)"
+        raise CallError(f"{where}: a WAV file of {what} samples of {bits} bits; taken are PCM of 8, 16, 24 or 32 bits "
+                        f"and floats of 32 or 64: {WAV_FIX}.")
+    if channels < 1 or len(x) % channels:
+        raise CallError(f"{where}: {len(x)} samples do not split into {channels} channels: the file is damaged.")
+    return x.reshape(-1, channels).mean(axis=1).astype(np.float32), rate
