@@ -178,3 +178,24 @@ def test_the_cli_transcribes_wav_files(whisper, tmp_path):
     (tmp_path / "song.mp3").write_bytes(b"ID3\x04" + bytes(64))
     r = run_cli("generate", str(art), "--audio", str(tmp_path / "song.mp3"), cwd=tmp_path)
     assert r.returncode != 0 and "is not a WAV file" in r.stderr and "ffmpeg -i INPUT -ar 16000 -ac 1" in r.stderr
+
+
+def test_a_sources_beams_share_one_run_of_the_encoder(whisper):
+    """Beam search over 2 beams of 2 sources (4 decoder rows): the encoder runs once at batch 2, and the ``expand``
+    entry gathers its rows into the 4 beams' (the answers equal transformers', which expands its encoder outputs
+    alike); a batch of 2 distinct sources greedy runs no gather."""
+    model, _, _, art = whisper
+    loaded = runtime.load(art)
+    assert "expand" in loaded.entries and loaded.metadata["generate"]["expand"] == "expand"
+    steps = loaded.generation_steps()
+    calls, run = [], steps.outputs
+    steps.outputs = lambda entry, profile, leaves, names: calls.append((entry, dict(profile))) or run(
+        entry, profile, leaves, names)
+    feats = features(2, seed=9)
+    got = loaded.generate(input_features=feats, max_new_tokens=6, num_beams=2)
+    assert [cut(r, model.config.eos_token_id) for r in got.tolist()] == hf_generate(model, feats, 6, num_beams=2)
+    assert [c for c in calls if c[0] in ("encode", "expand")] == [("encode", {"batch": 2}),
+                                                                  ("expand", {"sources": 2, "batch": 4})]
+    calls.clear()
+    loaded.generate(input_features=feats, max_new_tokens=2)
+    assert [c for c in calls if c[0] in ("encode", "expand")] == [("encode", {"batch": 2})]

@@ -81,6 +81,9 @@ class Spec:
     source_shape: tuple[int, ...] = ()
     encoded_length: int = 0
     audio: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # a speech model's entry that gathers encoded sources' cross-attention rows into a batch's (a source's beams
+    # encoded once); None: each row encoded
+    expand: str | None = None
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], name: str) -> "Spec":
@@ -97,7 +100,8 @@ class Spec:
                    *(int(g.get(k) or 0) for k in SEQ2SEQ_LIMITS), g.get("reorder"), dict(g.get("beams") or {}),
                    begin_suppressed=tuple(int(t) for t in g.get("begin_suppressed") or ()),
                    opening=dict(g.get("opening") or {}), source_shape=tuple(int(n) for n in g.get("source_shape") or ()),
-                   encoded_length=int(g.get("encoded_length") or 0), audio=dict(g.get("audio") or {}))
+                   encoded_length=int(g.get("encoded_length") or 0), audio=dict(g.get("audio") or {}),
+                   expand=g.get("expand"))
 
     def to_metadata(self) -> dict[str, Any]:
         out = {"prefill": self.prefill, "decode": self.decode, "max_length": self.max_length,
@@ -110,7 +114,7 @@ class Spec:
             out.update(reorder=self.reorder, beams=self.beams)
         out.update({k: v for k, v in (("begin_suppressed", list(self.begin_suppressed)), ("opening", self.opening),
                                       ("source_shape", list(self.source_shape)), ("encoded_length", self.encoded_length),
-                                      ("audio", self.audio)) if v})  # Whisper's; an artifact without is as before
+                                      ("audio", self.audio), ("expand", self.expand)) if v})  # Whisper's
         return out
 
     def room(self, prompt: int) -> int:

@@ -115,17 +115,15 @@ class Session:
             raise CallError("generate(): admit_all() needs an empty session.")
         if self.spec.source_shape:
             self.profile = self.profiles[0]
-            leaves = [np.zeros((self.batch, *self.spec.source_shape), np.float32)]
-            leaves[0][:len(sources)] = sources
             mask = np.ones((self.batch, self.spec.encoded_length), np.int32)
+            cross = self._features(sources)
         else:
             longest = max(len(s) for s in sources)
             self.profile = min((p for p in self.profiles if p["seq"] >= longest), key=lambda p: p["seq"])
             ids, mask = (np.zeros((self.batch, self.profile["seq"]), np.int32) for _ in range(2))
             for row, source in enumerate(sources):
                 ids[row, :len(source)], mask[row, :len(source)] = source, 1
-            leaves = [ids, mask]
-        (cross,) = self.steps.outputs(self.spec.prefill, self.profile, leaves, ("cross",))
+            (cross,) = self.steps.outputs(self.spec.prefill, self.profile, [ids, mask], ("cross",))
         cache = self.steps.zeros([self.batch if n == -1 else n for n in self.spec.cache_shape], self.spec.cache_dtype)
         self.state = [self.steps.put(mask), cross, cache]
         self.busy[:len(sources)] = True
@@ -135,6 +133,27 @@ class Session:
         for token in self.opening:
             logits = self.step({row: int(languages[row]) if token == DETECT else token for row in rows})
         return rows, logits[:len(sources)]
+
+    def _features(self, sources: Sequence[np.ndarray]) -> Any:
+        """The cross-attention keys and values of a speech model's ``sources`` at this session's batch: each distinct
+        source (a source's beams are one array) encoded once, at the smallest batch that holds them, and its rows
+        gathered into the batch's on the device (``Spec.expand``; an artifact without it encodes every row)."""
+        distinct: list[np.ndarray] = []
+        index = np.zeros(self.batch, np.int32)
+        for row, source in enumerate(sources):
+            at = next((i for i, d in enumerate(distinct) if d is source), len(distinct))
+            if at == len(distinct):
+                distinct.append(source)
+            index[row] = at
+        n = len(distinct) if self.spec.expand and len(distinct) < len(sources) else self.batch
+        n = min(p["batch"] for p in self.steps.profiles(self.spec.prefill) if p["batch"] >= n)
+        x = np.zeros((n, *self.spec.source_shape), np.float32)
+        x[:len(sources) if n == self.batch else len(distinct)] = sources if n == self.batch else distinct
+        (cross,) = self.steps.outputs(self.spec.prefill, {"batch": n}, [x], ("cross",))
+        if n == self.batch:
+            return cross
+        (cross,) = self.steps.outputs(self.spec.expand, {"sources": n, "batch": self.batch}, [cross, index], ("cross",))
+        return cross
 
     def step(self, tokens: dict[int, int]) -> np.ndarray:
         """One decoder step: each busy row's last token ``tokens[row]`` in; the next logits of every row."""
