@@ -7,8 +7,9 @@ The build records the checkpoint's ``generation_config.json`` settings (``Openin
 ``language`` and ``task`` replace them as transformers' ``_retrieve_init_tokens`` does:
 
 - neither given: the forced tokens;
-- ``language`` (a code such as ``"fr"``, or its token ``"<|fr|>"``): that language's token at position 1 (a call of an
-  English-only model that gives one is refused), and ``<|transcribe|>`` where no task follows;
+- ``language`` (a code such as ``"fr"``, its token ``"<|fr|>"``, or its name ``"french"``): that language's token at
+  position 1 (a call of an English-only model that gives one is refused), and ``<|transcribe|>`` where no task
+  follows;
 - ``task`` (``"transcribe"`` or ``"translate"``, to English): its token;
 - a multilingual model whose language is left open: detected per source from the logits of the start token, the
   most likely of the language tokens (transformers' ``detect_language``, which runs the decoder over the start token
@@ -26,6 +27,21 @@ import numpy as np
 from ..errors import CallError
 
 TASKS = ("transcribe", "translate")
+# Whisper's languages by name (its tokenizer's codes; names as transformers' TO_LANGUAGE_CODE takes them, aliases too)
+_NAMES = ("en:english zh:chinese de:german es:spanish ru:russian ko:korean fr:french ja:japanese pt:portuguese "
+          "tr:turkish pl:polish ca:catalan nl:dutch ar:arabic sv:swedish it:italian id:indonesian hi:hindi fi:finnish "
+          "vi:vietnamese he:hebrew uk:ukrainian el:greek ms:malay cs:czech ro:romanian da:danish hu:hungarian ta:tamil "
+          "no:norwegian th:thai ur:urdu hr:croatian bg:bulgarian lt:lithuanian la:latin mi:maori ml:malayalam cy:welsh "
+          "sk:slovak te:telugu fa:persian lv:latvian bn:bengali sr:serbian az:azerbaijani sl:slovenian kn:kannada "
+          "et:estonian mk:macedonian br:breton eu:basque is:icelandic hy:armenian ne:nepali mn:mongolian bs:bosnian "
+          "kk:kazakh sq:albanian sw:swahili gl:galician mr:marathi pa:punjabi si:sinhala km:khmer sn:shona yo:yoruba "
+          "so:somali af:afrikaans oc:occitan ka:georgian be:belarusian tg:tajik sd:sindhi gu:gujarati am:amharic "
+          "yi:yiddish lo:lao uz:uzbek fo:faroese ht:haitian_creole ps:pashto tk:turkmen nn:nynorsk mt:maltese "
+          "sa:sanskrit lb:luxembourgish my:myanmar bo:tibetan tl:tagalog mg:malagasy as:assamese tt:tatar haw:hawaiian "
+          "ln:lingala ha:hausa ba:bashkir jw:javanese su:sundanese yue:cantonese my:burmese ca:valencian nl:flemish "
+          "ht:haitian lb:letzeburgesch ps:pushto pa:panjabi ro:moldavian ro:moldovan si:sinhalese es:castilian "
+          "zh:mandarin")
+CODES = {name.replace("_", " "): code for code, name in (pair.split(":") for pair in _NAMES.split())}
 DETECT = -1  # the language's place in an opening where it is to be detected
 
 
@@ -106,11 +122,11 @@ class Opening:
             raise CallError(f"generate(): language={language!r}: this model's generation config has no lang_to_id, "
                             "so it takes no language; leave it out.")
         given = language.strip().lower()
-        token = given if given.startswith("<|") else f"<|{given}|>"
+        token = given if given.startswith("<|") else f"<|{CODES.get(given, given)}|>"
         if token not in self.languages:
             codes = ", ".join(t[2:-2] for t in self.languages)
             raise CallError(f"generate(): language={language!r} is not one of this model's languages; give a code "
-                            f"among: {codes}.")
+                            f"(or its name: french for fr) among: {codes}.")
         return self.languages[token]
 
     def detected(self, logits: np.ndarray) -> np.ndarray:
