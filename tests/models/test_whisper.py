@@ -175,6 +175,9 @@ def test_the_cli_transcribes_wav_files(whisper, tmp_path):
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert [json.loads(line)["text"] for line in r.stdout.splitlines()] == want
+    r = run_cli("inspect", str(art), cwd=tmp_path)
+    assert "speech: sources are 80 x 3000 log-mel features of 30 s of 16000 Hz audio; replies open with the language " \
+           "(detected per source among de, en, es, fr)" in r.stdout
     (tmp_path / "song.mp3").write_bytes(b"ID3\x04" + bytes(64))
     r = run_cli("generate", str(art), "--audio", str(tmp_path / "song.mp3"), cwd=tmp_path)
     assert r.returncode != 0 and "is not a WAV file" in r.stderr and "ffmpeg -i INPUT -ar 16000 -ac 1" in r.stderr

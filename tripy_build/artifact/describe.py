@@ -123,6 +123,19 @@ def precision_line(m: Manifest) -> str:
             f"{p['max_abs_error']:.3g})" + (f", budget {p['max_error']:.2%}" if p.get("max_error") else ""))
 
 
+def _speech_text(g: dict[str, Any]) -> list[str]:
+    """A speech model's sources and reply opening, as ``inspect`` prints them (none for other models)."""
+    if not g.get("source_shape"):
+        return []
+    audio, opening = g.get("audio") or {}, g.get("opening") or {}
+    languages = sorted(t.strip("<|>") for t in opening.get("languages") or {})
+    language = ("detected per source among " + ", ".join(languages) if None in opening.get("forced", [None]) and
+                languages else "the checkpoint's")
+    return [f"  speech: sources are {' x '.join(map(str, g['source_shape']))} log-mel features of "
+            f"{audio.get('chunk_length', 30)} s of {audio.get('sampling_rate', 16000)} Hz audio; replies open with "
+            f"the language ({language}) and the task, unless a call names them"]
+
+
 def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[str, float],
                   costs: dict[str, Any] | None = None) -> str:
     """The artifact as ``inspect`` prints it: inputs, outputs, dims, profiles (``costs``: XLA's estimates per
@@ -150,6 +163,7 @@ def manifest_text(root: Path, m: Manifest, index: dict[str, Any], seconds: dict[
                     f"early_stopping={beams['early_stopping']})") if beams else ""
         out += ["", f"generation: {g['max_length']} cache positions; stops at {g.get('eos_token_id') or 'no id'}; "
                     f"calls that leave them out pick tokens by {picked}{searched}"]
+        out += _speech_text(g)
     tokenizer = m.metadata.get("tokenizer") or []
     if tokenizer:
         out += ["", f"tokenizer: the checkpoint's, for text in and out ({', '.join(tokenizer)} under tokenizer/)"]
