@@ -180,7 +180,8 @@ def test_the_cli_transcribes_wav_files(whisper, tmp_path):
            "(detected per source among de, en, es, fr)" in r.stdout
     (tmp_path / "song.mp3").write_bytes(b"ID3\x04" + bytes(64))
     r = run_cli("generate", str(art), "--audio", str(tmp_path / "song.mp3"), cwd=tmp_path)
-    assert r.returncode != 0 and "is not a WAV file" in r.stderr and "ffmpeg -i INPUT -ar 16000 -ac 1" in r.stderr
+    assert r.returncode != 0 and "MP3 (an ID3 tag), not WAV" in r.stderr
+    assert "ffmpeg -i song.mp3 -ar 16000 -ac 1 out.wav" in r.stderr
 
 
 def test_a_sources_beams_share_one_run_of_the_encoder(whisper):

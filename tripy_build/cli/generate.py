@@ -136,19 +136,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def _transcribe(rt, args: argparse.Namespace) -> None:
     """``--audio``: each WAV file's text (``--json``: ``{"text": ...}`` each)."""
-    from ..runtime.audio import read_wav
+    from ..runtime.audio import LogMel, wav
+    from ..runtime.generate import Spec
 
+    heard = LogMel(**Spec.from_metadata(rt.metadata, "generate").audio)
     waves = []
     for name in args.audio:
         try:
             data = Path(name).read_bytes()
         except OSError as e:
             raise CallError(f"--audio {name}: {e.strerror or e}.") from None
-        waves.append(read_wav(data, f"--audio {name}"))
-    rates = {rate for _, rate in waves}
-    if len(rates) > 1:
-        raise CallError(f"--audio: the files are sampled at {sorted(rates)} Hz; give files of one rate, the model's.")
-    texts = rt.transcribe([w for w, _ in waves], sampling_rate=rates.pop(), language=args.language, task=args.task,
+        try:
+            waves.append(wav(data, heard.sampling_rate, heard.chunk_length, Path(name).name))
+        except CallError as e:
+            raise CallError(f"--audio {name}: {e}") from None
+    texts = rt.transcribe(waves, sampling_rate=heard.sampling_rate, language=args.language, task=args.task,
                           max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, temperature=args.temperature,
                           seed=args.seed)
     for text in texts:

@@ -12,12 +12,21 @@ checkpoint's ``preprocessor_config.json``. For a mono waveform ``x`` of at most 
 As in ``transformers``' numpy path the spectrum is taken in float64 and stored in complex64, the logarithm cast to
 float32; samples are used as given (an int16 PCM array is not scaled: pass floats in [-1, 1]). Unlike it, audio
 longer than 30 s is refused rather than truncated, and dither (random noise) is refused to keep features deterministic.
+
+``wav`` reads a WAV (RIFF/WAVE) file's bytes with numpy, for the server's audio routes and the CLI's ``--audio``: PCM
+integers (8-bit unsigned; 16, 24, 32-bit signed) or IEEE floats (32, 64-bit), plain or as ``WAVE_FORMAT_EXTENSIBLE``,
+its channels averaged to mono (ffmpeg's ``-ac 1``). It must be at the model's sampling rate (16000 Hz) and at most its
+window (30 s): nothing is resampled or cut, so a file that is not what the model hears is refused with the ffmpeg
+command that makes one that is, rather than transcribed wrong. Other formats (MP3, FLAC, Ogg, ...) are refused the
+same way, naming what the file is.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,49 +155,122 @@ def _batch(audio) -> list:
     return [audio]
 
 
-WAV_FIX = "convert it with: ffmpeg -i INPUT -ar 16000 -ac 1 OUTPUT.wav"
-_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
+_EXTENSIBLE = 0xFFFE
+_GUID_TAIL = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"  # KSDATAFORMAT_SUBTYPE_* after its tag
+_PCM, _FLOAT = 1, 3
+_TAGS = {2: "Microsoft ADPCM", 6: "A-law", 7: "mu-law", 0x11: "IMA ADPCM", 0x31: "GSM 6.10", 0x50: "MPEG",
+         0x55: "MP3", 0xFF: "AAC", 0x1610: "AAC"}
+# what a file that is not WAV begins with: (its first bytes, where they are, what the file is, an extension)
+_MAGIC = ((b"ID3", 0, "MP3 (an ID3 tag)", "mp3"), (b"fLaC", 0, "FLAC", "flac"), (b"OggS", 0, "Ogg (Vorbis or Opus)", "ogg"),
+          (b"ftyp", 4, "MP4/M4A", "m4a"), (b"\x1aE\xdf\xa3", 0, "WebM/Matroska", "webm"), (b"#!AMR", 0, "AMR", "amr"),
+          (b"FORM", 0, "AIFF", "aiff"), (b"RIFX", 0, "a big-endian RIFF (RIFX) file", "wav"),
+          (b"RF64", 0, "RF64 (a WAV over 4 GiB)", "wav"), (b"caff", 0, "Core Audio (CAF)", "caf"))
 
 
-def read_wav(data: bytes, where: str = "the audio") -> tuple[np.ndarray, int]:
-    """``(samples, sampling_rate)`` of a WAV file's bytes: mono float32 in [-1, 1] (several channels averaged, as
-    ffmpeg's ``-ac 1`` downmixes them), from PCM integers of 8 (unsigned), 16, 24 or 32 bits or IEEE floats of 32
-    or 64 (plain or ``WAVE_FORMAT_EXTENSIBLE``). Anything else is a ``CallError`` naming what was found and the fix."""
+def wav(data: bytes, rate: int, seconds: int, filename: str | None = None) -> np.ndarray:
+    """A WAV file's samples as a mono float32 waveform in [-1, 1] (its channels averaged); a ``CallError`` naming what
+    the file is, or what is wrong with it, and the ffmpeg command that makes one at ``rate`` Hz this reads, where it
+    is not such a file, is at another rate or is over ``seconds`` long."""
+    fix = _fix(data, rate, filename)
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise CallError(f"{where} is not a WAV file (it starts {data[:12]!r}); WAV audio is taken: {WAV_FIX}.")
-    at, fmt, samples = 12, None, None
+        raise CallError(f"the audio file is {_found(data)}, not WAV; WAV (RIFF/WAVE) files of PCM "
+                        f"integers or floats are taken. Convert it: {fix}")
+    fmt, samples, at = None, None, 12
     while at + 8 <= len(data):
-        kind, size = data[at:at + 4], int.from_bytes(data[at + 4:at + 8], "little")
+        chunk, size = data[at:at + 4], struct.unpack_from("<I", data, at + 4)[0]
         body = data[at + 8:at + 8 + size]
-        if kind == b"fmt ":
-            if len(body) < 16:
-                raise CallError(f"{where}: its WAV format chunk is {len(body)} bytes, under 16: the file is damaged.")
-            tag, channels, rate = (int.from_bytes(body[i:i + n], "little") for i, n in ((0, 2), (2, 2), (4, 4)))
-            bits = int.from_bytes(body[14:16], "little")
-            if tag == _EXTENSIBLE and len(body) >= 26:
-                tag = int.from_bytes(body[24:26], "little")
-            fmt = (tag, channels, rate, bits)
-        elif kind == b"data":
+        if chunk == b"data" and size == 0xFFFFFFFF:  # a stream's (ffmpeg's to a pipe): its length left unknown
+            body = data[at + 8:]
+        elif len(body) < size:
+            raise CallError(f"the WAV file is truncated: its {chunk.decode('latin-1')!r} chunk declares {size} bytes "
+                            f"and {len(body)} follow. Send the whole file, or make one again: {fix}")
+        if chunk == b"fmt ":
+            fmt = _format(body, fix)
+        elif chunk == b"data" and samples is None:
             samples = body
-            break
-        at += 8 + size + (size & 1)
+        at += 8 + len(body) + (len(body) & 1)
     if fmt is None or samples is None:
-        raise CallError(f"{where}: a WAV file without its {'format' if fmt is None else 'data'} chunk: the file is "
-                        "damaged or cut short.")
-    tag, channels, rate, bits = fmt
-    kinds = {(_PCM, 8): np.uint8, (_PCM, 16): "<i2", (_PCM, 32): "<i4", (_FLOAT, 32): "<f4", (_FLOAT, 64): "<f8"}
-    if (tag, bits) == (_PCM, 24):
-        raw = np.frombuffer(samples[:len(samples) // 3 * 3], np.uint8).reshape(-1, 3).astype(np.int32)
-        x = ((raw[:, 0] | raw[:, 1] << 8 | raw[:, 2] << 16) << 8 >> 8) / float(1 << 23)
-    elif (tag, bits) in kinds:
-        dtype = np.dtype(kinds[tag, bits])
-        x = np.frombuffer(samples[:len(samples) // dtype.itemsize * dtype.itemsize], dtype).astype(np.float64)
-        if tag == _PCM:
-            x = (x - 128.0) / 128.0 if bits == 8 else x / float(1 << (bits - 1))
-    else:
-        what = "PCM" if tag == _PCM else "IEEE float" if tag == _FLOAT else f"format tag {tag:#x} (compressed)"
-        raise CallError(f"{where}: a WAV file of {what} samples of {bits} bits; taken are PCM of 8, 16, 24 or 32 bits "
-                        f"and floats of 32 or 64: {WAV_FIX}.")
-    if channels < 1 or len(x) % channels:
-        raise CallError(f"{where}: {len(x)} samples do not split into {channels} channels: the file is damaged.")
-    return x.reshape(-1, channels).mean(axis=1).astype(np.float32), rate
+        raise CallError(f"the WAV file has no {'fmt ' if fmt is None else 'data'!r} chunk (is it truncated?). Make "
+                        f"one again: {fix}")
+    kind, channels, file_rate = fmt
+    if file_rate != rate:
+        raise CallError(f"the WAV file is sampled at {file_rate} Hz; this model hears {rate} Hz audio, and nothing "
+                        f"is resampled. Resample it: {fix}")
+    frame = int(kind[-1]) * channels
+    if len(samples) % frame:
+        raise CallError(f"the WAV file's data ({len(samples)} bytes) is not a whole number of {frame}-byte frames (is it "
+                        f"truncated?). Make it again: {fix}")
+    frames = len(samples) // frame
+    if not frames:
+        raise CallError("the WAV file holds no samples (its data chunk is empty).")
+    if frames > rate * seconds:
+        raise CallError(f"the audio is {frames / rate:.10g} s long ({frames} samples at {rate} Hz); this model hears "
+                        f"at most {seconds} s: split it into pieces of at most {seconds} s and send each.")
+    return _mono(_decode(samples, kind), channels)
+
+
+def _format(body: bytes, fix: str) -> tuple[str, int, int]:
+    """A ``fmt `` chunk's sample type (a numpy dtype's name; ``i3``: 24-bit integers), channels and sampling rate."""
+    if len(body) < 16:
+        raise CallError(f"the WAV file's fmt chunk is {len(body)} bytes, too short to say its format. Make it again: "
+                        f"{fix}")
+    tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", body)
+    if tag == _EXTENSIBLE:
+        if len(body) < 40 or body[26:40] != _GUID_TAIL:
+            raise CallError(f"the WAV file is WAVE_FORMAT_EXTENSIBLE without a sub-format read here (PCM or "
+                            f"IEEE float). Convert it: {fix}")
+        tag = struct.unpack_from("<H", body, 24)[0]
+    kinds = {(_PCM, 8): "u1", (_PCM, 16): "<i2", (_PCM, 24): "i3", (_PCM, 32): "<i4", (_FLOAT, 32): "<f4",
+             (_FLOAT, 64): "<f8"}
+    if (tag, bits) not in kinds:
+        what = (f"{bits}-bit PCM" if tag == _PCM else f"{bits}-bit IEEE float" if tag == _FLOAT else
+                f"format tag {tag:#x} ({_TAGS.get(tag, 'a compressed or unknown encoding')})")
+        raise CallError(f"the WAV file holds {what} samples; read are PCM integers (8-bit unsigned; 16, 24, "
+                        f"32-bit) and IEEE floats (32, 64-bit). Convert it: {fix}")
+    if not channels or align != channels * bits // 8:
+        raise CallError(f"the WAV file's fmt chunk is inconsistent: {channels} channels of {bits} bits with frames of "
+                        f"{align} bytes. Make it again: {fix}")
+    return kinds[tag, bits], channels, rate
+
+
+def _decode(data: bytes, kind: str) -> np.ndarray:
+    """Samples of ``kind`` (``_format``'s) as float32 in [-1, 1] (floats as they are)."""
+    if kind == "i3":
+        b = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
+        ints = (b[:, 0] << 8 | b[:, 1] << 16 | b[:, 2] << 24) >> 8  # sign-extended from the top byte
+        return (ints / np.float32(1 << 23)).astype(np.float32)
+    dtype = np.dtype(kind)
+    x = np.frombuffer(data, dtype)
+    if dtype.kind == "f":
+        return x.astype(np.float32)
+    if dtype.kind == "u":  # 8-bit PCM is unsigned, silence at 128
+        return ((x.astype(np.float32) - 128) / np.float32(128)).astype(np.float32)
+    return (x / np.float32(2.0 ** (8 * dtype.itemsize - 1))).astype(np.float32)
+
+
+def _mono(x: np.ndarray, channels: int) -> np.ndarray:
+    return x if channels == 1 else x.reshape(-1, channels).mean(axis=1, dtype=np.float32)
+
+
+def _found(data: bytes) -> str:
+    """What a file that is not WAV looks like, by its first bytes."""
+    for magic, at, what, _ in _MAGIC:
+        if data[at:at + len(magic)] == magic:
+            return what
+    if data[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2", b"\xff\xfa"):
+        return "MP3 (an MPEG audio frame)"
+    if data[:2] in (b"\xff\xf1", b"\xff\xf9"):
+        return "AAC (ADTS)"
+    if data[:4] == b"RIFF":
+        return f"a RIFF file of type {data[8:12].decode('latin-1')!r}"
+    if not data:
+        return "empty (0 bytes)"
+    return f"of a format not known here (its first bytes: {data[:8]!r})"
+
+
+def _fix(data: bytes, rate: int, filename: str | None) -> str:
+    """The ffmpeg command that makes of the file given a WAV read here."""
+    ext = next((e for magic, at, _, e in _MAGIC if data[at:at + len(magic)] == magic), None)
+    name = filename if filename and re.fullmatch(r"[\w.+-]{1,80}", filename) else f"in.{ext or 'mp3'}"
+    out = "out.wav" if name != "out.wav" else "out16k.wav"
+    return f"ffmpeg -i {name} -ar {rate} -ac 1 {out}"

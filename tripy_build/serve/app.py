@@ -12,6 +12,9 @@ Routes (``GET`` also answers ``HEAD``; another method on a route is 405 with ``A
 - ``GET /v1/models``, ``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/responses``: OpenAI's API,
   text in and out, over the generate artifacts that store their checkpoint's tokenizer (``openai.py``,
   ``responses.py``); ``/generate`` takes text too (``text_input``, answered with ``text_output``);
+- ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``: OpenAI's audio API over the speech models
+  (Whisper's, ``task=generate``) that store a tokenizer: a WAV file as ``multipart/form-data`` in (the only routes
+  that take a form), its text out (``audio.py``); requests that arrive together share decode steps;
 - ``GET /metrics``: Prometheus' text format (``metrics.py``).
 
 A request body is read only once its route, its access (``access.py``) and its declared size are
@@ -132,6 +135,8 @@ class App:
             if ep.generator is None:
                 raise Refused(404, f"model {ep.name!r} does not generate (it was not built with task=generate); "
                                    f"inference is POST /v2/models/{ep.name}/infer.")
+            if ep.generator.spec.source_shape:
+                raise Refused(404, f"model {ep.name!r}: {_why_not(ep, ep.name, False)}.")
             return await self._generate(ep, scope, receive, send, stream=rest == ["generate_stream"])
         raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; inference is "
                            f"POST /v2/models/{ep.name}/infer.")
@@ -248,11 +253,7 @@ class App:
         from ..runtime.generate import before_stop
 
         if not stream:
-            tokens = []
-            while not isinstance(event := (await events.get())[1], BaseException):
-                tokens.append(event)
-            if not isinstance(event, StopIteration):
-                raise event
+            tokens = await self._tokens(events)
             text = {"text_output": tok.decode(before_stop(tokens, stops))} if tok is not None else {}
             await self._send(send, 200, orjson.dumps({**head, **text, "output_ids": tokens}), [_JSON], scope)
             return True
@@ -270,6 +271,17 @@ class App:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return isinstance(event, StopIteration)
 
+    @staticmethod
+    async def _tokens(events: asyncio.Queue) -> list[int]:
+        """A generation's tokens, once it has made them all (``events``: ``_start``'s queue of one generation); its
+        error raised."""
+        tokens = []
+        while not isinstance(event := (await events.get())[1], BaseException):
+            tokens.append(event)
+        if not isinstance(event, StopIteration):
+            raise event
+        return tokens
+
     async def _start_events(self, send: Send, scope: Scope) -> None:
         self.metrics.response(200, scope)
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -283,17 +295,21 @@ class App:
 
     async def _openai(self, scope: Scope, receive: Receive, send: Send, rest: list[str]) -> None:
         """OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions`` (``openai.py``) over the models
-        that generate and store a tokenizer."""
+        that generate and store a tokenizer, and its other routes over the models they fit."""
         from . import openai
 
         texts = {n: ep for n, ep in self.endpoints.items() if ep.embeds or ep.chats or ep.reranks}
         if rest == ["models"]:
-            return await self._get(scope, send, lambda: openai.models(list(texts)))
-        if rest not in (["chat", "completions"], ["completions"], ["embeddings"], ["responses"], ["rerank"]):
+            return await self._get(scope, send, lambda: openai.models(
+                [n for n, ep in self.endpoints.items() if n in texts or ep.transcribes]))
+        if rest not in (["chat", "completions"], ["completions"], ["embeddings"], ["responses"], ["rerank"],
+                        ["audio", "transcriptions"], ["audio", "translations"]):
             raise Refused(404, f"no such resource: {scope['method']} {scope['path'][:200]}; OpenAI's API here: GET "
-                               "/v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings; "
-                               "and POST /v1/rerank.")
+                               "/v1/models, POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, "
+                               "/v1/audio/transcriptions, /v1/audio/translations; and POST /v1/rerank.")
         self._method(scope["method"], b"POST")
+        if rest[0] == "audio":
+            return await self._audio(scope, receive, send, rest[1])
         body = await self._json(scope, receive)
         if rest == ["rerank"]:
             return await self._rerank(scope, send, body)
@@ -437,6 +453,32 @@ class App:
         answer = req.answer(scores, sum(len(s.ids) for s in spans))
         await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
 
+    async def _audio(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        """``/v1/audio/transcriptions`` and ``/v1/audio/translations`` (``audio.py``): the form read, the WAV file made
+        into features off the event loop, the reply generated in ``_start``'s running batch and decoded."""
+        from ..runtime.generate import before_stop
+        from .audio import Request
+
+        headers = _headers(scope)
+        body = await self._body(scope, receive, headers, self.limits.max_body_bytes, "binary", form=True)
+        req = Request(route, body, headers.get(b"content-type", b""))
+        ep = self.endpoints.get(req.model)
+        if ep is None or not ep.transcribes:
+            speech = [n for n, e in self.endpoints.items() if e.transcribes]
+            raise Refused(404, f"model {req.model[:200]!r}: {_why_not(ep, req.model, False)}; the speech models "
+                               f"here: {', '.join(speech) or 'none'}.")
+        features, options = await asyncio.to_thread(req.features, ep.generator.spec)
+        (seq,), events, watcher = self._start(ep, scope, receive, features, [options])
+        ok = False
+        try:
+            tokens = await self._tokens(events)
+            answer, content_type = req.answer(ep.tokenizer.decode(before_stop(tokens, seq.eos_token_id)))
+            await self._send(send, 200, answer, content_type, scope)
+            ok = True
+        finally:
+            watcher.cancel()
+            self.metrics.outcome(ep.name, "success" if ok else "failure")
+
     async def _embed(self, ep: Endpoint, scope: Scope, send: Send, req: Any) -> None:
         """``/v1/embeddings``: the texts tokenized, padded into calls of the model's batch and run through its
         batcher (beside ``/infer``'s requests), each row's embedding (``Endpoint.embeds``)."""
@@ -450,11 +492,17 @@ class App:
         answer = req.answer(np.concatenate([o[index] for o in outs]), sum(map(len, rows)))
         await self._send(send, 200, orjson.dumps(answer), [_JSON], scope)
 
-    async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str) -> bytes:
+    async def _body(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], cap: int, kind: str,
+                    form: bool = False) -> bytes:
         """The request body, refused (413) once it passes ``cap`` bytes, gzip undone; counted against
-        ``max_buffered_bytes`` while it is read."""
+        ``max_buffered_bytes`` while it is read. ``form``: a ``multipart/form-data`` body (OpenAI's audio routes,
+        which take no other; a web page's request to them is refused as any other by its ``Origin``)."""
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode("latin-1").lower()
-        if content_type and content_type not in _BODY_TYPES and not content_type.endswith("+json"):
+        if form and content_type != "multipart/form-data":
+            raise Refused(415, f"Content-Type {content_type[:100]!r} is not accepted here; send multipart/form-data "
+                               "(a form with the audio file as 'file' and the model's name as 'model'), as OpenAI's "
+                               "clients and curl -F do.")
+        if not form and content_type and content_type not in _BODY_TYPES and not content_type.endswith("+json"):
             why = " (a web form's type)" if content_type in _FORM_TYPES else ""
             raise Refused(415, f"Content-Type {content_type[:100]!r}{why} is not accepted; send application/json, "
                                "or application/octet-stream with binary tensor data.")
@@ -517,6 +565,11 @@ def _why_not(ep: Endpoint | None, name: str, embed: bool) -> str:
     """Why OpenAI's embeddings (``embed``) or chat and completions routes do not serve the model ``name``."""
     if ep is None:
         return "it is not served here"
+    if ep.generator is not None and ep.generator.spec.source_shape:
+        return ("it is a speech model: it takes audio, on OpenAI's POST /v1/audio/transcriptions and "
+                "/v1/audio/translations (a WAV file as multipart/form-data)" if ep.transcribes else
+                "it is a speech model whose artifact stores no tokenizer, so it is not served (rebuild it from a "
+                "checkpoint with its tokenizer saved beside it, for POST /v1/audio/transcriptions)")
     if ep.tokenizer is None:
         return f"it has no tokenizer (token ids only: POST /v2/models/{name}/{'infer' if embed else 'generate'})"
     if ep.reranks:

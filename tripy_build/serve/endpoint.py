@@ -101,8 +101,12 @@ class Endpoint:
             self.generator = Generator(steps, steps.spec(), self.name)
         # the checkpoint's tokenizer, where the artifact stores one: text in and out (text_input, OpenAI's API)
         self.tokenizer = self._tokenizer(model)
+        # a speech model (Whisper's: its sources are audio features) that decodes its replies: OpenAI's
+        # /v1/audio/transcriptions and /v1/audio/translations (serve/audio.py); it takes no text, nor token ids
+        self.transcribes = (self.tokenizer is not None and self.generator is not None
+                            and bool(self.generator.spec.source_shape))
         # text in and out of a generate artifact: text_input on /generate, OpenAI's chat and completions
-        self.chats = self.tokenizer is not None and self.generator is not None
+        self.chats = self.tokenizer is not None and self.generator is not None and not self.transcribes
         # the output OpenAI's /v1/embeddings serves from text: an encoder's sentence embedding (model.pooling), a CLIP
         # text tower's projection (text_embeds); None where there is none
         self.embeds = next((n for n in EMBEDDINGS if n in self.output_names), None) \
@@ -158,6 +162,13 @@ class Endpoint:
             text += f"; texts to embed: OpenAI's POST {url}/v1/embeddings with model {self.name!r}" if self.embeds else ""
             return f"POST {base}/infer; {self.batching}{text}"
         g = self.generator
+        if g.spec.source_shape:
+            return (f"OpenAI's POST {url}/v1/audio/transcriptions and {url}/v1/audio/translations with model "
+                    f"{self.name!r} (a WAV file at {g.spec.audio.get('sampling_rate', 16000)} Hz of up to "
+                    f"{g.spec.audio.get('chunk_length', 30)} s; requests that arrive together share decode steps, up "
+                    f"to {g.buckets[-1]} a step)" if self.transcribes else
+                    f"none: a speech model whose artifact stores no tokenizer (rebuild it from a checkpoint with its "
+                    f"tokenizer saved beside it, then POST {url}/v1/audio/transcriptions)")
         text = (f"POST {base}/generate and {base}/generate_stream (token ids in and out; requests share decode "
                 f"steps, up to {g.buckets[-1]} a step; a prompt plus its new tokens within {g.spec.max_length})"
                 if not g.seq2seq else
@@ -212,7 +223,9 @@ class Endpoint:
         if not self.infer_served:
             g = self.generator
             inputs, outputs = self.generate_tensors()
-            inputs[0]["ranges"] = [{"name": "prompt", "min": 1, "max": g.longest if g.seq2seq else g.spec.max_length - 1}]
+            if not g.spec.source_shape:  # a speech model's input is its audio's features, of one shape
+                inputs[0]["ranges"] = [{"name": "prompt", "min": 1,
+                                        "max": g.longest if g.seq2seq else g.spec.max_length - 1}]
             return {**head, "inputs": inputs, "outputs": outputs, "generate": self._generate_info(), "batching": None,
                     "batching_note": f"generate requests share decode steps, up to {g.buckets[-1]} a step"}
         out = {**head, "inputs": [tensor(p, info) for p, info in self.args],
@@ -304,16 +317,21 @@ class Endpoint:
         return calls
 
     def generate_tensors(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """A generate artifact's inputs and outputs as its clients send and get them (``/generate``'s body)."""
-        return ([{"name": "input_ids", "datatype": "INT32", "shape": [-1]}],
-                [{"name": "output_ids", "datatype": "INT32", "shape": [-1]}])
+        """A generate artifact's inputs and outputs as its clients send and get them (``/generate``'s body; a speech
+        model's: the features its audio's file is made into, ``serve/audio.py``)."""
+        spec = self.generator.spec
+        given = ({"name": "input_features", "datatype": "FP32", "shape": list(spec.source_shape)} if spec.source_shape
+                 else {"name": "input_ids", "datatype": "INT32", "shape": [-1]})
+        return [given], [{"name": "output_ids", "datatype": "INT32", "shape": [-1]}]
 
     def _generate_info(self) -> dict[str, Any]:
         from .generation import OPTIONS
 
         spec = self.generator.spec
         base = f"/v2/models/{self.name}"
-        routes = [f"POST {base}/generate", f"POST {base}/generate_stream"]
+        routes = [f"POST {base}/generate", f"POST {base}/generate_stream"] if not spec.source_shape else []
+        if self.transcribes:
+            routes += ["POST /v1/audio/transcriptions", "POST /v1/audio/translations"]
         if self.chats:
             routes += ["POST /v1/chat/completions", "POST /v1/completions"]
         info = {"routes": routes, "text": self.chats, "max_length": spec.max_length,
@@ -332,6 +350,10 @@ class Endpoint:
     def not_served(self) -> str:
         """Why ``/infer`` refuses a generate artifact (``infer_served`` is False), and what to call instead."""
         spec = self.generator.spec
+        if spec.source_shape:
+            return (f"model {self.name!r} is a speech model: it takes audio on OpenAI's POST /v1/audio/transcriptions "
+                    "and /v1/audio/translations (a WAV file, as multipart/form-data); its entries are not served on "
+                    "/infer (start the server with --expose-entries to call its first entry there).")
         return (f"model {self.name!r} generates tokens: POST /v2/models/{self.name}/generate (or generate_stream) with "
                 f'{{"input_ids": [464, 2068], "max_new_tokens": 20}} (HTTP); its {spec.prefill!r} and {spec.decode!r} '
                 "entries, which take the cache and positions generation keeps, are not served on /infer (start the "
