@@ -56,6 +56,25 @@ class Seq2Seq:
                 "cache": InputInfo(self.cache_shape(batch, max_length), cache_dtype)}
 
 
+class DecoderSized(Seq2Seq):
+    """The caches' shapes of a decoder sized by ``decoder_layers``, ``decoder_attention_heads`` and ``d_model`` (BART's,
+    Marian's, Whisper's)."""
+
+    decoder_layers: int
+    decoder_attention_heads: int
+    d_model: int
+
+    def _heads(self) -> tuple[int, int]:
+        return self.decoder_attention_heads, self.d_model // self.decoder_attention_heads
+
+    def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
+        heads, hd = self._heads()
+        return (self.decoder_layers, 2, batch, heads, seq, hd)
+
+    def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
+        return self.cross_shape(batch, max_length)
+
+
 def write_step(cache: jax.Array, layer: int, k: jax.Array, v: jax.Array, cache_index: jax.Array) -> jax.Array:
     """``cache`` with one new token's keys and values ``k, v: [b, heads, hd]`` at each row's ``cache_index``."""
     rows = jnp.arange(k.shape[0])

@@ -65,7 +65,7 @@ from ._layers import (
     Params, activation, attend, embed, fused_qkv, grouped_attention, head_embed, head_logits, layer_norm, linear,
     mask_bias, matmul, normal_init, positions,
 )
-from ._seq2seq import Seq2Seq, attend_step, step_bias, write_step
+from ._seq2seq import DecoderSized, attend_step, step_bias, write_step
 from ._tokens import TokenInputs
 from .bert import _linear, _ln
 from .heads import Headed, last_real
@@ -85,7 +85,7 @@ def sinusoids(rows: int, d: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Bart(Headed, TokenInputs, Seq2Seq):
+class Bart(Headed, TokenInputs, DecoderSized):
     vocab_size: int = 50265
     d_model: int = 1024
     encoder_layers: int = 12
@@ -234,16 +234,6 @@ class Bart(Headed, TokenInputs, Seq2Seq):
         return {"logits": linear(params["head"]["out"], jnp.tanh(linear(params["head"]["dense"], at_eos)))}
 
     # --- generation (head=conditional_generation): models/_seq2seq.py -------------------------------
-    def _heads(self) -> tuple[int, int]:
-        return self.decoder_attention_heads, self.d_model // self.decoder_attention_heads
-
-    def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
-        heads, hd = self._heads()
-        return (self.decoder_layers, 2, batch, heads, seq, hd)
-
-    def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
-        return self.cross_shape(batch, max_length)
-
     def encode(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
         """The encoder over the source, and each decoder layer's cross-attention keys and values of its output."""
         encoded = self._encoded(params, input_ids, mask_bias(attention_mask != 0, jnp.float32)[:, None, None, :])

@@ -47,7 +47,7 @@ from ._layers import (
     Params, activation, attend, embed, fused_qkv, grouped_attention, head_embed, head_logits, layer_norm, linear,
     mask_bias, matmul, normal_init, positions,
 )
-from ._seq2seq import Seq2Seq, attend_step, step_bias, write_step
+from ._seq2seq import DecoderSized, attend_step, step_bias, write_step
 from .bert import _linear, _ln
 from .heads import Headed
 
@@ -55,7 +55,7 @@ HEADS = ("conditional_generation", "none")
 
 
 @dataclass(frozen=True)
-class Whisper(Headed, Seq2Seq):
+class Whisper(Headed, DecoderSized):
     vocab_size: int = 51865
     num_mel_bins: int = 80
     d_model: int = 384
@@ -194,16 +194,6 @@ class Whisper(Headed, Seq2Seq):
         return {"logits": head_logits(h, dec["embed"])}
 
     # --- generation (head=conditional_generation): models/_seq2seq.py -------------------------------
-    def _heads(self) -> tuple[int, int]:
-        return self.decoder_attention_heads, self.d_model // self.decoder_attention_heads
-
-    def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
-        heads, hd = self._heads()
-        return (self.decoder_layers, 2, batch, heads, seq, hd)
-
-    def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
-        return self.cross_shape(batch, max_length)
-
     def encode_inputs(self, batch: Any, seq: Any) -> dict[str, InputInfo]:
         """``encode``'s input: the features of 30 seconds of audio (``seq`` unread: the encoder's length is fixed)."""
         return {"input_features": InputInfo((batch, self.num_mel_bins, self.frames), "float32")}
