@@ -203,3 +203,34 @@ def test_a_sources_beams_share_one_run_of_the_encoder(whisper):
     calls.clear()
     loaded.generate(input_features=feats, max_new_tokens=2)
     assert [c for c in calls if c[0] in ("encode", "expand")] == [("encode", {"batch": 2})]
+
+
+@pytest.mark.parametrize("config", [{}, {"language": "french"}, {"language": "de", "task": "translate"},
+                                    {"task": "translate"}, {"language": "fr", "forced_decoder_ids": None}],
+                         ids=["checkpoint", "fine-tune-fr", "fine-tune-de-translate", "translate", "no-forced-ids"])
+def test_the_opening_is_transformers_for_each_config_and_call(whisper, config):
+    """A fine-tune's generation_config.json that sets ``language`` and ``task`` (as transformers' fine-tuning guides
+    do, ``forced_decoder_ids`` null) and calls that name their own: the opening equals transformers'
+    ``_retrieve_init_tokens`` (the language detected as its ``detect_language`` detects it)."""
+    import copy
+
+    from tripy_build.runtime.transcription import DETECT, Opening
+
+    model, _, _, _ = whisper
+    feats = torch.tensor(features(1, seed=2))
+    with torch.no_grad():
+        detected = model.detect_language(feats).tolist()[0]
+    given = copy.deepcopy(model.generation_config)
+    for key, value in config.items():
+        setattr(given, key, value)
+    recorded = {k: getattr(given, k) for k in ("forced_decoder_ids", "lang_to_id", "task_to_id", "no_timestamps_token_id",
+                                               "is_multilingual", "language", "task") if hasattr(given, k)}
+    opening = Opening.from_generation_config(recorded, model.config.vocab_size)
+    for call in ({}, {"language": "es"}, {"task": "transcribe"}, {"task": "translate"}):
+        theirs = copy.deepcopy(given)
+        model._set_language_and_task(language=call.get("language"), task=call.get("task"), is_multilingual=None,
+                                     generation_config=theirs)
+        want = model._retrieve_init_tokens(feats, batch_size=1, generation_config=theirs, config=model.config,
+                                           num_segment_frames=3000, kwargs={})[0].tolist()[1:]
+        got = [detected if t == DETECT else t for t in opening.tokens(call.get("language"), call.get("task"))]
+        assert got == want, call

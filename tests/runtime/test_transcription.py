@@ -59,6 +59,8 @@ def test_the_language_detected_is_the_likeliest_language_token():
     ({"lang_to_id": {"<|en|>": 99999}}, r"lang_to_id\['<\|en\|>'\]: 99999 is not a token id in \[0, 51865\)"),
     ({"task_to_id": ["transcribe"]}, "expected an object of token ids"),
     ({"no_timestamps_token_id": "x"}, "no_timestamps_token_id: 'x' is not a token id"),
+    ({"language": ["en", "fr"]}, "language: .* is not a string"),
+    ({**MULTILINGUAL, "language": "klingon"}, "language='klingon' is not one of this model's languages"),
 ])
 def test_a_malformed_generation_config_is_refused_naming_the_key(config, match):
     with pytest.raises(CallError, match=match):

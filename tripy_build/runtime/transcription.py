@@ -3,8 +3,9 @@
 
 The build records the checkpoint's ``generation_config.json`` settings (``Opening.recorded``): ``forced_decoder_ids``
 (the tokens at positions 1, 2, ...; whisper-tiny's ``[[1, null], [2, 50359]]``: a language to detect, then
-``<|transcribe|>``), ``lang_to_id``, ``task_to_id``, ``no_timestamps_token_id`` and ``is_multilingual``. A call's
-``language`` and ``task`` replace them as transformers' ``_retrieve_init_tokens`` does:
+``<|transcribe|>``), ``lang_to_id``, ``task_to_id``, ``no_timestamps_token_id`` and ``is_multilingual``, and a
+fine-tune's ``language`` and ``task`` (what a call that leaves them out gets). A call's ``language`` and ``task``
+replace them as transformers' ``_retrieve_init_tokens`` does:
 
 - neither given: the forced tokens;
 - ``language`` (a code such as ``"fr"``, its token ``"<|fr|>"``, or its name ``"french"``): that language's token at
@@ -54,6 +55,10 @@ class Opening:
     tasks: Mapping[str, int] | None = None  # task_to_id
     no_timestamps: int | None = None  # no_timestamps_token_id
     multilingual: bool | None = None  # is_multilingual (None: not said)
+    # the language and task a fine-tune's config sets for calls that leave them out (transformers' fine-tuning
+    # guides set generation_config.language and .task, and forced_decoder_ids null)
+    language: str | None = None
+    task: str | None = None
 
     @classmethod
     def from_generation_config(cls, config: Mapping[str, Any], vocab: int) -> "Opening":
@@ -79,19 +84,28 @@ class Opening:
             forced.append(None if pair[1] is None else token(pair[1], "forced_decoder_ids"))
         stamp = config.get("no_timestamps_token_id")
         multilingual = config.get("is_multilingual")
-        return cls(tuple(forced), table("lang_to_id"), table("task_to_id"),
-                   None if stamp is None else token(stamp, "no_timestamps_token_id"),
-                   None if multilingual is None else bool(multilingual))
+        named = {k: config.get(k) for k in ("language", "task")}
+        for key, value in named.items():
+            if value is not None and not isinstance(value, str):
+                raise CallError(f"generation_config.json's {key}: {value!r:.60} is not a string (one {key} for every "
+                                "call; a list per source is not read).")
+        out = cls(tuple(forced), table("lang_to_id"), table("task_to_id"),
+                  None if stamp is None else token(stamp, "no_timestamps_token_id"),
+                  None if multilingual is None else bool(multilingual), named["language"], named["task"])
+        out.tokens()  # its own language and task must be among its tables
+        return out
 
     @classmethod
     def of(cls, recorded: Mapping[str, Any]) -> "Opening":
         """From the artifact's record (``recorded``)."""
         return cls(tuple(recorded.get("forced") or ()), recorded.get("languages"), recorded.get("tasks"),
-                   recorded.get("no_timestamps"), recorded.get("multilingual"))
+                   recorded.get("no_timestamps"), recorded.get("multilingual"), recorded.get("language"),
+                   recorded.get("task"))
 
     def recorded(self) -> dict[str, Any]:
         out = {"forced": list(self.forced), "languages": self.languages, "tasks": self.tasks,
-               "no_timestamps": self.no_timestamps, "multilingual": self.multilingual}
+               "no_timestamps": self.no_timestamps, "multilingual": self.multilingual, "language": self.language,
+               "task": self.task}
         return {k: v for k, v in out.items() if v not in (None, [])}
 
     def tokens(self, language: str | None = None, task: str | None = None) -> list[int]:
@@ -101,6 +115,8 @@ class Opening:
         if self.multilingual is False and (language is not None or task is not None):
             raise CallError(f"generate(): language={language!r}, task={task!r}: this Whisper is English-only "
                             "(is_multilingual false): it transcribes English; leave language and task out.")
+        language = self.language if language is None else language
+        task = self.task if task is None else task
         out = list(self.forced) if language is None and task is None else []
         if language is not None:
             out[:1] = [self._language(language)]
