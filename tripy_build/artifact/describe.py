@@ -129,7 +129,8 @@ def _speech_text(g: dict[str, Any]) -> list[str]:
         return []
     audio, opening = g.get("audio") or {}, g.get("opening") or {}
     languages = sorted(t.strip("<|>") for t in opening.get("languages") or {})
-    language = ("detected per source among " + ", ".join(languages) if None in opening.get("forced", [None]) and
+    language = (opening["language"] if opening.get("language") else
+                "detected per source among " + ", ".join(languages) if None in opening.get("forced", [None]) and
                 languages else "the checkpoint's")
     return [f"  speech: sources are {' x '.join(map(str, g['source_shape']))} log-mel features of "
             f"{audio.get('chunk_length', 30)} s of {audio.get('sampling_rate', 16000)} Hz audio; replies open with "
