@@ -147,8 +147,9 @@ class Session:
             index[row] = at
         n = len(distinct) if self.spec.expand and len(distinct) < len(sources) else self.batch
         n = min(p["batch"] for p in self.steps.profiles(self.spec.prefill) if p["batch"] >= n)
+        encoded = sources if n == self.batch else distinct
         x = np.zeros((n, *self.spec.source_shape), np.float32)
-        x[:len(sources) if n == self.batch else len(distinct)] = sources if n == self.batch else distinct
+        x[:len(encoded)] = encoded
         (cross,) = self.steps.outputs(self.spec.prefill, {"batch": n}, [x], ("cross",))
         if n == self.batch:
             return cross
