@@ -52,6 +52,15 @@ SMALLER = {
     r"^python -m tripy_build model=hf task=generate": ("shapes.dims.batch=[1,1,1] shapes.dims.seq=[1,8,8] "
                                                        "shapes.buckets.seq=[1,8]",
                                                        "a tiny Qwen2's prompt chunks up to 127, batch up to 8: ~40 s"),
+    r"^python -m tripy_build model=bart task=generate": ("shapes.buckets.batch=[1,4] shapes.dims.seq=[1,16,16] "
+                                                         "shapes.buckets.seq=[16]",  # beams: batch 4, greedy: 1
+                                  "15 profiles of a tiny BART (encode, decode: batch 1 2 4 x sources 16 32; reorder): "
+                                  "15 s of CPU, 8 s at 6; the page's calls run one short source at batch 4 (its beams) "
+                                  "and at 1"),
+    r"^python -m tripy_build model=geglu backend=": ("model.dim_in=16 model.dim_out=32 shapes.dims.batch=[1,2,2]",
+                                                     "7 profiles of a full-width GEGLU for the GPU, and again for the "
+                                                     "CPU (its twin, or backend=[cpu,cuda]'s own): ~4.5 s a build, "
+                                                     "~3 s at these"),
     r"tripy_build bench ": ("--stream 20 --shapes 1 --cold-rounds 1 --budget 0.05", "200 calls, 8 shapes: ~30 s"),
 }
 

@@ -22,7 +22,7 @@ from tripy_build.models import (
     GPT2, MLP, MODELS, Albert, Bart, Bert, Marian, Camembert, Clip, ClipText, ClipVision, ConvNet, Deberta, DebertaV2,
     DistilBert, Electra, Gemma, Gemma2, Gemma3, GEGLU, GptOss, Granite, GraniteMoe, Llama, Mistral, ModernBert, MPNet,
     Mixtral, MT5Encoder, Olmo2, Olmo3, Olmoe, Phi3, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, ResNet, Roberta, Siglip, SiglipText,
-    SiglipVision, SmolLM3, T5Encoder, TransformerBlock, UMT5Encoder, ViT, XLMRoberta, input_infos,
+    SiglipVision, SmolLM3, T5Encoder, TransformerBlock, UMT5Encoder, ViT, Whisper, XLMRoberta, input_infos,
 )
 
 KEY = jax.random.PRNGKey(0)
@@ -113,7 +113,7 @@ def test_registry():
                       "gpt_oss": GptOss, "vit": ViT, "resnet50": ResNet, "clip": Clip, "clip_text": ClipText,
                       "clip_vision": ClipVision, "siglip": Siglip, "siglip_text": SiglipText,
                       "siglip_vision": SiglipVision, "t5": T5Encoder,
-                      "mt5": MT5Encoder, "umt5": UMT5Encoder}
+                      "mt5": MT5Encoder, "umt5": UMT5Encoder, "whisper": Whisper}
     for key, cls in MODELS.items():
         assert cls.name == key
         model = cls()  # every hyperparameter has a default

@@ -109,7 +109,7 @@ class MultiEntry:
                             f"{', '.join(map(repr, self.entries)) or 'none (a single function)'}.")
         return self.entries[name]
 
-    def generate(self, input_ids: Any = None, max_new_tokens: int = 0, *, attention_mask: Any = None,
+    def generate(self, input_ids: Any = None, max_new_tokens: int | None = None, *, attention_mask: Any = None,
                  temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
                  min_p: float | None = None, repetition_penalty: float | None = None,
                  frequency_penalty: float | None = None, presence_penalty: float | None = None,
@@ -188,7 +188,7 @@ class MultiEntry:
 
         steps = self.generation_steps()
         spec = steps.spec()
-        if not max_new_tokens:
+        if max_new_tokens is None:
             raise CallError("generate(): give max_new_tokens, the most tokens to generate per prompt.")
         held = None
         if json_schema is not None:
