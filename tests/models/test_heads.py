@@ -393,7 +393,8 @@ def test_a_key_config_json_leaves_out_is_read_as_transformers_reads_it(tmp_path_
                       "camembert": transformers.CamembertConfig, "electra": transformers.ElectraConfig,
                       "albert": transformers.AlbertConfig,
                       "deberta": transformers.DebertaConfig, "deberta-v2": transformers.DebertaV2Config,
-                      "modernbert": transformers.ModernBertConfig, "marian": transformers.MarianConfig}
+                      "modernbert": transformers.ModernBertConfig, "marian": transformers.MarianConfig,
+                      "whisper": transformers.WhisperConfig}
     assert {name for name, arch in hf.NAMES.items() if arch.defaults} == set(config_classes)
     for name, config_class in config_classes.items():
         made = config_class()

@@ -131,24 +131,21 @@ def _speech(model: Any, checkpoint: str | None, found: dict[str, Any]) -> dict[s
     (``runtime/transcription.Opening``: the checkpoint's language, task and ``<|notimestamps|>`` settings) and how
     its audio becomes features (``runtime/audio.LogMel``: the checkpoint's ``preprocessor_config.json``, else
     transformers' ``WhisperFeatureExtractor`` defaults at the model's ``num_mel_bins``)."""
-    from pathlib import Path
-
-    from ..models.hf import CheckpointError, _json_object
-    from ..runtime.audio import FEATURES_FILE, LogMel
+    from ..models.hf import CheckpointError, preprocessor_config
+    from ..runtime.audio import LogMel
     from ..runtime.transcription import Opening
 
     try:
         opening = Opening.from_generation_config(found["sampling"], int(model.vocab_size))
     except CallError as e:
         raise CheckpointError(f"{found['source']}: {e} Fix the file.") from None
-    path = Path(checkpoint) / FEATURES_FILE if checkpoint is not None else None
+    config, path = preprocessor_config(checkpoint) if checkpoint is not None else (None, None)
     try:
-        audio = LogMel.from_config(_json_object(path)) if path is not None and path.is_file() else \
-            LogMel(feature_size=int(model.num_mel_bins))
+        audio = LogMel.from_config(config) if config is not None else LogMel(feature_size=int(model.num_mel_bins))
     except CallError as e:
         raise CheckpointError(f"{path}: {e}") from None
     if (audio.feature_size, audio.frames) != (model.num_mel_bins, model.frames):
-        raise CheckpointError(f"{path}: its features are {audio.feature_size} mel bins x {audio.frames} frames, and the "
+        raise CheckpointError(f"{path or 'the default features'}: {audio.feature_size} mel bins x {audio.frames} frames, and the "
                               f"model's encoder takes {model.num_mel_bins} x {model.frames} (config.json's num_mel_bins "
                               "and 2 x max_source_positions); the two files are of different models.")
     return {"opening": opening.recorded(), "audio": dataclasses.asdict(audio)}

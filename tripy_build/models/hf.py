@@ -69,6 +69,7 @@ WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
+PREPROCESSOR_CONFIG = "preprocessor_config.json"  # a speech model's feature extractor's (runtime/audio.LogMel)
 
 
 # The dtypes a checkpoint's tensors are read from, each widened to float32 exactly (the zoo computes in float32;
@@ -857,6 +858,13 @@ def generation_defaults(checkpoint_dir: str | os.PathLike) -> dict[str, Any]:
     if not all(v is None or isinstance(v, int) and not isinstance(v, bool) for v in forced.values()):
         raise CheckpointError(f"{path}: {forced}: forced token ids must be integers (or null).")
     return {"eos_token_id": eos, "pad_token_id": pad, "sampling": sampling, "source": str(path), **forced}
+
+
+def preprocessor_config(checkpoint_dir: str | os.PathLike) -> tuple[dict[str, Any] | None, Path]:
+    """A speech checkpoint's ``preprocessor_config.json`` (its feature extractor's settings) and its path; None where
+    the directory has none."""
+    path = Path(checkpoint_dir) / PREPROCESSOR_CONFIG
+    return (_json_object(path) if path.is_file() else None), path
 
 
 def _sub_config(config: Mapping[str, Any], key: str) -> Any:
