@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from ..core.spec import InputInfo
 from ._layers import mask_bias, softmax
+from .bert import _linear, _ln
 
 METHODS = ("encode", "encode_inputs", "step", "step_inputs", "cache_shape", "cross_shape")
 
@@ -57,12 +58,40 @@ class Seq2Seq:
 
 
 class DecoderSized(Seq2Seq):
-    """The caches' shapes of a decoder sized by ``decoder_layers``, ``decoder_attention_heads`` and ``d_model`` (BART's,
-    Marian's, Whisper's)."""
+    """The caches' shapes of a decoder sized by ``decoder_layers``, ``decoder_attention_heads`` and ``d_model``, and the
+    check of those sizes (BART's, Marian's, Whisper's)."""
 
     decoder_layers: int
     decoder_attention_heads: int
+    encoder_attention_heads: int
     d_model: int
+
+    def check_sizes(self) -> None:
+        """Each side's heads divide ``d_model``; a ``ValueError`` naming the side's setting."""
+        for side in ("encoder", "decoder"):
+            heads = getattr(self, f"{side}_attention_heads")
+            if self.d_model % heads:
+                raise ValueError(f"d_model ({self.d_model}) must be divisible by {side}_attention_heads ({heads}).")
+
+    def layer_stack(self, key: jax.Array, layers: int, ffn: int, cross: bool, key_bias: bool = True) -> list[Any]:
+        """``layers`` random layers (BART's layout: ``q``, ``k``, ``v``, ``out``, ``attn_ln``, ``fc1``, ``fc2``,
+        ``final_ln``; ``cross``: a decoder's, with ``cross_*``); without ``key_bias`` the key projections have no
+        bias (Whisper's)."""
+        def key_linear(k: jax.Array) -> dict[str, Any]:
+            made = _linear(k, d, d)
+            return made if key_bias else {"weight": made["weight"]}
+        d = self.d_model
+        out = []
+        for k in jax.random.split(key, layers):
+            ks = jax.random.split(k, 10)
+            layer = {"q": _linear(ks[0], d, d), "k": key_linear(ks[1]), "v": _linear(ks[2], d, d),
+                     "out": _linear(ks[3], d, d), "attn_ln": _ln(d), "fc1": _linear(ks[4], d, ffn),
+                     "fc2": _linear(ks[5], ffn, d), "final_ln": _ln(d)}
+            if cross:
+                layer.update(cross_q=_linear(ks[6], d, d), cross_k=key_linear(ks[7]), cross_v=_linear(ks[8], d, d),
+                             cross_out=_linear(ks[9], d, d), cross_ln=_ln(d))
+            out.append(layer)
+        return out
 
     def _heads(self) -> tuple[int, int]:
         return self.decoder_attention_heads, self.d_model // self.decoder_attention_heads

@@ -113,10 +113,7 @@ class Bart(Headed, TokenInputs, DecoderSized):
     EMBEDDING_LN: ClassVar[bool] = True  # a LayerNorm ("ln") over each side's embeddings
 
     def __post_init__(self) -> None:
-        for side in ("encoder", "decoder"):
-            heads = getattr(self, f"{side}_attention_heads")
-            if self.d_model % heads:
-                raise ValueError(f"d_model ({self.d_model}) must be divisible by {side}_attention_heads ({heads}).")
+        self.check_sizes()
         activation(self.activation_function, "activation_function")
         if self.task == "sequence_classification" and self.eos_token_id is None:
             raise ValueError("eos_token_id=null: BART's sequence classifier reads each row at its last "
@@ -133,20 +130,6 @@ class Bart(Headed, TokenInputs, DecoderSized):
         """The longest sequence the position tables hold: a build's ``seq`` beyond it is refused."""
         return self.max_position_embeddings
 
-    def _stack(self, key: jax.Array, layers: int, ffn: int, cross: bool) -> Params:
-        d = self.d_model
-        out = []
-        for k in jax.random.split(key, layers):
-            ks = jax.random.split(k, 10)
-            layer = {"q": _linear(ks[0], d, d), "k": _linear(ks[1], d, d), "v": _linear(ks[2], d, d),
-                     "out": _linear(ks[3], d, d), "attn_ln": _ln(d), "fc1": _linear(ks[4], d, ffn),
-                     "fc2": _linear(ks[5], ffn, d), "final_ln": _ln(d)}
-            if cross:
-                layer.update(cross_q=_linear(ks[6], d, d), cross_k=_linear(ks[7], d, d),
-                             cross_v=_linear(ks[8], d, d), cross_out=_linear(ks[9], d, d), cross_ln=_ln(d))
-            out.append(layer)
-        return out
-
     def init(self, key: jax.Array) -> Params:
         d = self.d_model
         k_shared, k_enc, k_dec, k_epos, k_dpos, k_dense, k_out = jax.random.split(key, 7)
@@ -157,9 +140,9 @@ class Bart(Headed, TokenInputs, DecoderSized):
                     **({"ln": _ln(d)} if self.EMBEDDING_LN else {})}
         params = {"shared": normal_init(k_shared, (self.vocab_size, d)),
                   "encoder": {**embedding(k_epos),
-                              "layers": self._stack(k_enc, self.encoder_layers, self.encoder_ffn_dim, False)},
+                              "layers": self.layer_stack(k_enc, self.encoder_layers, self.encoder_ffn_dim, False)},
                   "decoder": {**embedding(k_dpos),
-                              "layers": self._stack(k_dec, self.decoder_layers, self.decoder_ffn_dim, True)}}
+                              "layers": self.layer_stack(k_dec, self.decoder_layers, self.decoder_ffn_dim, True)}}
         if self.task == "sequence_classification":
             params["head"] = {"dense": _linear(k_dense, d, d), "out": _linear(k_out, d, self.num_labels)}
         elif self.task == "question_answering":

@@ -48,7 +48,7 @@ from ._layers import (
     mask_bias, matmul, normal_init, positions,
 )
 from ._seq2seq import DecoderSized, attend_step, step_bias, write_step
-from .bert import _linear, _ln
+from .bert import _ln
 from .heads import Headed
 
 HEADS = ("conditional_generation", "none")
@@ -72,7 +72,7 @@ class Whisper(Headed, DecoderSized):
     decoder_start_token_id: int = 50258  # <|startoftranscript|>
     # conditional_generation (the default: task=generate transcribes) | none; auto: the checkpoint's
     head: str = "auto"
-    num_labels: int = 2  # unread (Whisper's heads have no classes); config.json's id2label sizes it
+    num_labels: int = 2  # Headed's: Whisper's heads have no classes, so setting these is refused (check_head)
     labels: tuple = ()
     problem_type: str | None = None
 
@@ -82,13 +82,8 @@ class Whisper(Headed, DecoderSized):
     SPEECH: ClassVar[bool] = True  # its replies open with a language and task, its calls take audio (builder/generate.py)
 
     def __post_init__(self) -> None:
-        for side in ("encoder", "decoder"):
-            heads = getattr(self, f"{side}_attention_heads")
-            if self.d_model % heads:
-                raise ValueError(f"d_model ({self.d_model}) must be divisible by {side}_attention_heads ({heads}).")
+        self.check_sizes()
         activation(self.activation_function, "activation_function")
-        object.__setattr__(self, "num_labels", 2)  # id2label's size: no Whisper head reads it
-        object.__setattr__(self, "labels", ())
         self.check_head()
 
     @property
@@ -117,30 +112,16 @@ class Whisper(Headed, DecoderSized):
     def positions_limit(self) -> str:
         return f"Whisper's decoder position table holds {self.max_target_positions} positions (max_target_positions)"
 
-    def _stack(self, key: jax.Array, layers: int, ffn: int, cross: bool) -> Params:
-        d = self.d_model
-        out = []
-        for k in jax.random.split(key, layers):
-            ks = jax.random.split(k, 10)
-            layer = {"q": _linear(ks[0], d, d), "k": {"weight": _linear(ks[1], d, d)["weight"]},
-                     "v": _linear(ks[2], d, d), "out": _linear(ks[3], d, d), "attn_ln": _ln(d),
-                     "fc1": _linear(ks[4], d, ffn), "fc2": _linear(ks[5], ffn, d), "final_ln": _ln(d)}
-            if cross:
-                layer.update(cross_q=_linear(ks[6], d, d), cross_k={"weight": _linear(ks[7], d, d)["weight"]},
-                             cross_v=_linear(ks[8], d, d), cross_out=_linear(ks[9], d, d), cross_ln=_ln(d))
-            out.append(layer)
-        return out
-
     def init(self, key: jax.Array) -> Params:
         d = self.d_model
         k_c1, k_c2, k_enc, k_dec, k_embed, k_pos = jax.random.split(key, 6)
         conv = lambda k, c_in: {"weight": normal_init(k, (d, c_in, 3)), "bias": jnp.zeros((d,), jnp.float32)}  # noqa: E731
         return {"encoder": {"conv1": conv(k_c1, self.num_mel_bins), "conv2": conv(k_c2, d),
                             "position": jnp.asarray(sinusoids(self.max_source_positions, d)), "ln": _ln(d),
-                            "layers": self._stack(k_enc, self.encoder_layers, self.encoder_ffn_dim, False)},
+                            "layers": self.layer_stack(k_enc, self.encoder_layers, self.encoder_ffn_dim, False, key_bias=False)},
                 "decoder": {"embed": normal_init(k_embed, (self.vocab_size, d)),
                             "position": normal_init(k_pos, (self.max_target_positions, d)), "ln": _ln(d),
-                            "layers": self._stack(k_dec, self.decoder_layers, self.decoder_ffn_dim, True)}}
+                            "layers": self.layer_stack(k_dec, self.decoder_layers, self.decoder_ffn_dim, True, key_bias=False)}}
 
     def _ffn(self, p: Params, h: jax.Array) -> jax.Array:
         act = activation(self.activation_function, "activation_function")

@@ -240,7 +240,7 @@ class MultiEntry:
             raise CallError(f"transcribe(): {self.__name__} is not a speech model; transcribe() is Whisper's "
                             "(model=whisper task=generate).")
         features = LogMel(**spec.audio)(audio, sampling_rate)
-        room = spec.max_length - len(Opening.of(spec.opening).tokens(language, task))
+        room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task)))
         ids = self.generate(input_features=features, max_new_tokens=max_new_tokens or room, language=language,
                             task=task, **options)
         stops = spec.stops(options.get("eos_token_id"))

@@ -117,10 +117,11 @@ class Spec:
                                       ("audio", self.audio), ("expand", self.expand)) if v})  # Whisper's
         return out
 
-    def room(self, prompt: int) -> int:
+    def room(self, prompt: int, opening: int = 0) -> int:
         """How many new tokens the cache has room for after a prompt of ``prompt`` tokens (an encoder-decoder's
-        decoder: all its positions, its source is the encoder's)."""
-        return self.max_length if self.kind == "seq2seq" else self.max_length - prompt
+        decoder: all its positions but the ``opening`` tokens its replies start with, Whisper's language and task; its
+        source is the encoder's)."""
+        return self.max_length - opening if self.kind == "seq2seq" else self.max_length - prompt
 
     def options(self, **given: Any) -> Options:
         """A call's sampling options: those it gives (None: not given) over this artifact's defaults."""

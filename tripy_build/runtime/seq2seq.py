@@ -188,7 +188,7 @@ class Session:
 def check_room(spec: Spec, max_new_tokens: int, opening: Sequence[int]) -> None:
     """``max_new_tokens`` a positive integer within the decoder positions left after the start token and ``opening``."""
     check_ids(spec, np.zeros(0, np.int32), max_new_tokens, "")
-    room = spec.max_length - len(opening)
+    room = spec.room(0, len(opening))
     if max_new_tokens > room:
         raise CallError(f"generate(): max_new_tokens={max_new_tokens} is over the {room} decoder positions this "
                         f"artifact's generate.max_length={spec.max_length} leaves after the start token and its "

@@ -115,8 +115,8 @@ class Request:
             try:
                 self.temperature = float(given)
             except ValueError:
-                self.temperature = -1.0
-            if not 0 <= self.temperature <= 1:
+                self.temperature = None
+            if self.temperature is None or not 0 <= self.temperature <= 1:
                 raise CallError(f"temperature={given[:40]!r}: a number in [0, 1] (0: greedy).")
 
     @staticmethod
@@ -145,7 +145,7 @@ class Request:
             tokens = opening.tokens(self.language, task)
         except CallError as e:
             raise CallError(str(e).removeprefix("generate(): ")) from None
-        options = {"max_new_tokens": spec.max_length - len(tokens), "language": self.language, "task": task}
+        options = {"max_new_tokens": spec.room(0, len(tokens)), "language": self.language, "task": task}
         if self.temperature is not None:
             options["temperature"] = self.temperature
         return mel(waveform, mel.sampling_rate)[0], options
