@@ -1,8 +1,8 @@
 """A speech recognizer as a Hugging Face checkpoint: a ``WhisperForConditionalGeneration`` of random weights with
 Whisper's kind of tokenizer (byte-level BPE, then ``<|endoftext|>``, ``<|startoftranscript|>``, language tokens,
-``<|translate|>``, ``<|transcribe|>`` and ``<|notimestamps|>``), openai/whisper-tiny's kind of generation config (the
-language detected, then ``<|transcribe|>``; suppressed tokens) and feature extractor, saved with
-``save_pretrained``, and a WAV file to try it on (``sample.wav``: two seconds of a tone at 16 kHz)::
+``<|translate|>``, ``<|transcribe|>``, ``<|notimestamps|>`` and the timestamps ``<|0.00|>`` to ``<|30.00|>``),
+openai/whisper-tiny's kind of generation config (the language detected, then ``<|transcribe|>``; suppressed tokens;
+the first timestamp within a second) and feature extractor, saved with ``save_pretrained``, and a WAV file to try it on (``sample.wav``: two seconds of a tone at 16 kHz)::
 
     python examples/speech_checkpoint.py my-whisper            # tiny: 2 + 2 layers of 32
     python -m tripy_build model=whisper task=generate params.checkpoint=my-whisper
@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script: its folder is on the path, the
 from examples.chat_checkpoint import CORPUS
 
 LANGUAGES = ("en", "fr", "de", "es")
+TIMESTAMPS = 1501  # <|0.00|> to <|30.00|>, after <|notimestamps|>, as in Whisper's vocabulary
 TINY = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
             encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=1500, max_target_positions=48)
 
@@ -38,7 +39,7 @@ def tokenizer(path: str | Path):
     tok.train_from_iterator(CORPUS, tokenizers.trainers.BpeTrainer(
         vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     specials = ["<|endoftext|>", "<|startoftranscript|>", *(f"<|{c}|>" for c in LANGUAGES), "<|translate|>",
-                "<|transcribe|>", "<|notimestamps|>"]
+                "<|transcribe|>", "<|notimestamps|>", *(f"<|{i * 0.02:.2f}|>" for i in range(TIMESTAMPS))]
     tok.add_special_tokens(specials)
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
                                                 eos_token="<|endoftext|>", pad_token="<|endoftext|>")
@@ -64,7 +65,7 @@ def checkpoint(path: str | Path, sizes: dict | None = None, init_std: float = 0.
                     lang_to_id={f"<|{c}|>": ids(f"<|{c}|>") for c in LANGUAGES},
                     task_to_id={"transcribe": ids("<|transcribe|>"), "translate": ids("<|translate|>")},
                     no_timestamps_token_id=ids("<|notimestamps|>"), suppress_tokens=[ids("!"), ids('"'), ids("#")],
-                    begin_suppress_tokens=[ids("Ġ"), eos], return_timestamps=False)
+                    begin_suppress_tokens=[ids("Ġ"), eos], return_timestamps=False, max_initial_timestamp_index=50)
     for key, value in settings.items():  # Whisper's keys are not GenerationConfig's own: update() would drop them
         setattr(model.generation_config, key, value)
     model.generation_config._from_model_config = False  # else from_pretrained drops the keys above, as the Hub's are kept

@@ -11,7 +11,9 @@ checkpoint's ``preprocessor_config.json``. For a mono waveform ``x`` of at most 
 
 As in ``transformers``' numpy path the spectrum is taken in float64 and stored in complex64, the logarithm cast to
 float32; samples are used as given (an int16 PCM array is not scaled: pass floats in [-1, 1]). Unlike it, audio
-longer than 30 s is refused rather than truncated, and dither (random noise) is refused to keep features deterministic.
+longer than 30 s is refused rather than truncated where one window's features are asked for (``LogMel.__call__``);
+``LogMel.long`` takes audio of any length, padded to the longest of its batch, as transformers' extractor does for
+long-form transcription (``runtime/longform.py``). Dither (random noise) is refused to keep features deterministic.
 
 ``wav`` reads a WAV (RIFF/WAVE) file's bytes with numpy, for the server's audio routes and the CLI's ``--audio``: PCM
 integers (8-bit unsigned; 16, 24, 32-bit signed) or IEEE floats (32, 64-bit), plain or as ``WAVE_FORMAT_EXTENSIBLE``,
@@ -99,18 +101,37 @@ class LogMel:
         return (self.n_samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length
 
     def __call__(self, audio, sampling_rate: int | None = None) -> np.ndarray:
-        """``[batch, feature_size, frames]`` float32 for one mono waveform (batch 1), a list of them or a 2-D array."""
+        """``[batch, feature_size, frames]`` float32 for one mono waveform (batch 1), a list of them or a 2-D array,
+        each at most ``chunk_length`` seconds (padded to it)."""
+        return self._features(self.waveforms(audio, sampling_rate, longer=False), self.n_samples)
+
+    def long(self, audio, sampling_rate: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Features of waveforms of any length, as transformers' extractor gives them for long-form transcription
+        (``truncation=False, padding="longest", return_attention_mask=True``): ``[batch, feature_size, frames]`` over
+        the waveforms padded to the longest (to ``chunk_length`` seconds at least), and each one's frames ``[batch]``
+        (what its attention mask marks)."""
+        waves = self.waveforms(audio, sampling_rate, longer=True)
+        samples = max(self.n_samples, max(w.size for w in waves))
+        features = self._features(waves, samples)
+        frames = np.array([min(-(-w.size // self.hop_length), features.shape[-1]) for w in waves], np.int64)
+        return features, frames
+
+    def waveforms(self, audio, sampling_rate: int | None, longer: bool) -> list[np.ndarray]:
+        """``audio``'s mono waveforms, checked; over ``chunk_length`` seconds only where ``longer``."""
         if sampling_rate is not None and sampling_rate != self.sampling_rate:
             raise CallError(f"audio sampled at {sampling_rate} Hz; this model's features expect {self.sampling_rate} "
                             f"Hz. Resample the audio to {self.sampling_rate} Hz first.")
-        waves = [self._waveform(i, w) for i, w in enumerate(_batch(audio))]
+        waves = [self._waveform(i, w, longer) for i, w in enumerate(_batch(audio))]
         if not waves:
             raise CallError("no audio given (an empty batch); expected a waveform or a list of waveforms.")
+        return waves
+
+    def _features(self, waves: list[np.ndarray], samples: int) -> np.ndarray:
         fill = np.float32(self.padding_value)
-        padded = np.stack([np.pad(w, (0, self.n_samples - w.size), constant_values=fill) for w in waves])
+        padded = np.stack([np.pad(w, (0, samples - w.size), constant_values=fill) for w in waves])
         padded = np.pad(padded, ((0, 0), (self.n_fft // 2, self.n_fft // 2)), mode="reflect").astype(np.float64)
         framed = np.lib.stride_tricks.sliding_window_view(padded, self.n_fft, axis=1)[:, :: self.hop_length]
-        framed = framed[:, : self.frames]
+        framed = framed[:, : (samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length]
         window = np.hanning(self.n_fft + 1)[:-1]
         power = np.abs(np.fft.rfft(framed * window, axis=-1).astype(np.complex64), dtype=np.float64) ** 2
         mel = _mel_filters(self.feature_size, self.sampling_rate, self.n_fft).T @ power.transpose(0, 2, 1)
@@ -118,7 +139,7 @@ class LogMel:
         logs = np.maximum(logs, logs.max(axis=(1, 2), keepdims=True) - np.float32(8.0))
         return (logs + np.float32(4.0)) / np.float32(4.0)
 
-    def _waveform(self, index: int, wave) -> np.ndarray:
+    def _waveform(self, index: int, wave, longer: bool) -> np.ndarray:
         try:
             array = np.asarray(wave)
         except (ValueError, TypeError) as e:
@@ -136,10 +157,11 @@ class LogMel:
         if not np.isfinite(array).all():
             raise CallError(f"waveform {index} holds NaN or infinite samples; expected finite samples. "
                             "Replace them (e.g. np.nan_to_num) or fix the audio's source.")
-        if array.size > self.n_samples:
+        if array.size > self.n_samples and not longer:
             raise CallError(f"waveform {index} has {array.size} samples ({array.size / self.sampling_rate:.10g} s at "
-                            f"{self.sampling_rate} Hz); the limit is {self.n_samples} samples ({self.chunk_length} s). "
-                            f"Split the audio into windows of at most {self.chunk_length} s and pass each.")
+                            f"{self.sampling_rate} Hz); one window's features hold at most {self.n_samples} samples "
+                            f"({self.chunk_length} s). For longer audio take LogMel.long's features, which "
+                            "generate(input_features=...) transcribes window by window (as transcribe(audio) does).")
         return array
 
 
@@ -167,10 +189,10 @@ _MAGIC = ((b"ID3", 0, "MP3 (an ID3 tag)", "mp3"), (b"fLaC", 0, "FLAC", "flac"), 
           (b"RF64", 0, "RF64 (a WAV over 4 GiB)", "wav"), (b"caff", 0, "Core Audio (CAF)", "caf"))
 
 
-def wav(data: bytes, rate: int, seconds: int, filename: str | None = None) -> np.ndarray:
+def wav(data: bytes, rate: int, seconds: float | None = None, filename: str | None = None) -> np.ndarray:
     """A WAV file's samples as a mono float32 waveform in [-1, 1] (its channels averaged); a ``CallError`` naming what
     the file is, or what is wrong with it, and the ffmpeg command that makes one at ``rate`` Hz this reads, where it
-    is not such a file, is at another rate or is over ``seconds`` long."""
+    is not such a file, is at another rate or is over ``seconds`` long (None: any length)."""
     fix = _fix(data, rate, filename)
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise CallError(f"the audio file is {_found(data)}, not WAV; WAV (RIFF/WAVE) files of PCM "
@@ -203,7 +225,7 @@ def wav(data: bytes, rate: int, seconds: int, filename: str | None = None) -> np
     frames = len(samples) // frame
     if not frames:
         raise CallError("the WAV file holds no samples (its data chunk is empty).")
-    if frames > rate * seconds:
+    if seconds is not None and frames > rate * seconds:
         raise CallError(f"the audio is {frames / rate:.10g} s long ({frames} samples at {rate} Hz); this model hears "
                         f"at most {seconds} s: split it into pieces of at most {seconds} s and send each.")
     return _mono(_decode(samples, kind), channels)

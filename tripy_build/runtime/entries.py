@@ -116,7 +116,8 @@ class MultiEntry:
                  seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
                  json_schema: dict[str, Any] | None = None, num_beams: int | None = None,
                  length_penalty: float | None = None, early_stopping: bool | str | None = None,
-                 input_features: Any = None, language: str | None = None, task: str | None = None) -> np.ndarray:
+                 input_features: Any = None, language: str | None = None, task: str | None = None,
+                 return_timestamps: bool | None = None, return_segments: bool = False) -> Any:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
 
@@ -165,14 +166,24 @@ class MultiEntry:
                 artifact's, else False.
             input_features: a speech model's sources (Whisper's, in place of ``input_ids``): float32 ``[batch,
                 num_mel_bins, 3000]``, the log-mel features of up to 30 seconds of audio each (``transcribe`` makes
-                them from the audio).
+                them from the audio); or of longer audio, ``[batch, num_mel_bins, frames]`` (``audio.LogMel.long``),
+                transcribed window by window (``runtime/longform.py``), ``attention_mask [batch, frames]`` marking
+                each source's frames, or a list of ``[num_mel_bins, frames]`` arrays of their own lengths.
             language: a speech model's: the language its replies are in (a code such as ``"fr"``, or its token
                 ``"<|fr|>"``); None: the checkpoint's, or for a multilingual Whisper detected per source
                 (``runtime/transcription.py``).
             task: a speech model's: ``"transcribe"``, or ``"translate"`` (to English); None: the checkpoint's.
+            return_timestamps: a speech model's: each reply with Whisper's timestamp tokens (``<|0.00|>``, ...,
+                ``runtime/timestamps.py``), the audio transcribed window by window as transformers' long-form
+                generation does; ``max_new_tokens`` is then each window's most. None: where the features are longer
+                than one window.
+            return_segments: with timestamps, also each source's segments (a dict, below).
 
         Returns:
-            The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped.
+            The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped. With
+            timestamps: each source's segments' tokens one after another (the end id left out); with
+            ``return_segments``, ``{"sequences": those tokens, "segments": [[{"start", "end", "tokens"}, ...]]}`` per
+            source, its times in seconds from the start of the audio.
 
         Example::
 
@@ -202,34 +213,44 @@ class MultiEntry:
         beams = chosen(spec, batches, spec.options(**sampling), held, num_beams, length_penalty, early_stopping)
         if spec.kind == "seq2seq":
             return encoder_decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
-                                   eos_token_id, pad_token_id, held, beams, input_features, language, task, **sampling)
-        if input_features is not None or language is not None or task is not None or input_ids is None:
+                                   eos_token_id, pad_token_id, held, beams, input_features, language, task,
+                                   return_timestamps, return_segments, **sampling)
+        speech = (input_features, language, task, return_timestamps or None, return_segments or None)
+        if any(x is not None for x in speech) or input_ids is None:
             raise CallError(f"generate(): {self.__name__} is a decoder: give its prompts as input_ids (input_features, "
-                            "language and task are a speech model's).")
+                            "language, task, return_timestamps and return_segments are a speech model's).")
         return decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
                        pad_token_id, held, beams, **sampling)
 
     def transcribe(self, audio: Any, *, sampling_rate: int | None = None, language: str | None = None,
-                   task: str | None = None, max_new_tokens: int | None = None, **options: Any) -> list[str]:
+                   task: str | None = None, max_new_tokens: int | None = None, return_timestamps: bool = False,
+                   **options: Any) -> list[Any]:
         """The text of each waveform, with a speech model's artifact (Whisper's, ``task=generate``): its log-mel
         features (``runtime/audio.LogMel``, as the checkpoint's ``preprocessor_config.json`` says), the reply
-        generated (``generate``) and decoded by the stored tokenizer, its special tokens left out.
+        generated (``generate``) and decoded by the stored tokenizer, its special tokens left out. Audio over 30
+        seconds (a window) is transcribed window by window with timestamps (``runtime/longform.py``), as
+        transformers' long-form generation does.
 
         Args:
-            audio: one waveform (mono floats in [-1, 1], at most 30 seconds) or a list of them.
+            audio: one waveform (mono floats in [-1, 1], of any length) or a list of them.
             sampling_rate: the audio's, which must be the model's (16000); None: taken to be.
             language, task: as ``generate`` takes them (None: the checkpoint's; a multilingual model detects
-                the language of each waveform).
-            max_new_tokens: the most tokens per reply; None: all the decoder's positions leave.
+                the language of each waveform, in its first 30 seconds).
+            max_new_tokens: the most tokens per reply (per window, with timestamps); None: all the decoder's
+                positions leave.
+            return_timestamps: each waveform's segments too, with their times.
             options: ``generate``'s (``num_beams``, ``temperature``, ...).
 
         Returns:
-            One text per waveform.
+            One text per waveform; with ``return_timestamps``, one ``{"text", "segments": [{"start", "end",
+            "text"}, ...]}`` per waveform, the times in seconds from its start.
 
         Example::
 
             whisper = tripy_build.runtime.load("artifacts/whisper/3f0c...")
             print(whisper.transcribe(waveform, language="en")[0])
+            for s in whisper.transcribe(meeting, return_timestamps=True)[0]["segments"]:
+                print(f"[{s['start']:.2f} -> {s['end']:.2f}]{s['text']}")
         """
         from .audio import LogMel
         from .generate import Spec, before_stop
@@ -239,12 +260,28 @@ class MultiEntry:
         if not spec.source_shape:
             raise CallError(f"transcribe(): {self.__name__} is not a speech model; transcribe() is Whisper's "
                             "(model=whisper task=generate).")
-        features = LogMel(**spec.audio)(audio, sampling_rate)
-        room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task)))
-        ids = self.generate(input_features=features, max_new_tokens=max_new_tokens or room, language=language,
-                            task=task, **options)
+        mel = LogMel(**spec.audio)
+        waves = mel.waveforms(audio, sampling_rate, longer=True)
+        stamped = return_timestamps or max(w.size for w in waves) > mel.n_samples
+        room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task, stamped)))
+        asked = dict(max_new_tokens=max_new_tokens or room, language=language, task=task, **options)
         stops = spec.stops(options.get("eos_token_id"))
-        return [self.tokenizer.decode(before_stop(row, stops)) for row in ids]
+        if not stamped:
+            ids = self.generate(input_features=mel(waves), **asked)
+            return [self.tokenizer.decode(before_stop(row, stops)) for row in ids]
+        features, frames = mel.long(waves)
+        mask = (np.arange(features.shape[-1]) < frames[:, None]).astype(np.int32)
+        long = len(waves) > 1 and features.shape[-1] > mel.frames  # else each source's window is used whole
+        found = self.generate(input_features=features, attention_mask=mask if long else None,
+                              return_timestamps=True, return_segments=True, **asked)
+        begin = int(spec.opening["no_timestamps"]) + 1
+
+        def text(tokens: Any) -> str:
+            return self.tokenizer.decode([int(t) for t in tokens if t < begin])
+        out = [{"text": text([t for s in segments for t in s["tokens"]]),
+                "segments": [{"start": s["start"], "end": s["end"], "text": text(s["tokens"])} for s in segments]}
+               for segments in found["segments"]]
+        return out if return_timestamps else [o["text"] for o in out]
 
     def entities(self, texts: Any, *, aggregation_strategy: str = "simple", ignore_labels: Any = ("O",),
                  stride: int | None = None) -> list[list[dict[str, Any]]]:

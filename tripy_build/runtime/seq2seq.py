@@ -82,12 +82,16 @@ class Session:
 
     joins = False
 
-    def __init__(self, steps: Steps, spec: Spec, batch: int, opening: Sequence[int] | None = None):
+    def __init__(self, steps: Steps, spec: Spec, batch: int, opening: Sequence[int] | None = None,
+                 languages: dict[int, int] | None = None):
         """``opening``: the tokens after the start token before the reply (``transcription.Opening.tokens``, with
         ``DETECT`` where each row's language is detected); None: the artifact's, as a call that gives no language
-        and task has it."""
+        and task has it. ``languages``: the language tokens of sources (by ``id``) already detected, which are not
+        detected again; each source detected here is added (a long audio's windows are in its first one's
+        language, as transformers detects it once)."""
         self.steps, self.spec, self.batch = steps, spec, batch
         self.opening = Opening.of(spec.opening).tokens() if opening is None else list(opening)
+        self.languages = {} if languages is None else languages
         self.profiles = [p for p in steps.profiles(spec.prefill) if p["batch"] == batch]
         self.busy = np.zeros(batch, bool)
         self.reused = np.zeros(batch, np.int32)  # no prefix is taken from a cache here
@@ -129,7 +133,10 @@ class Session:
         self.busy[:len(sources)] = True
         rows = list(range(len(sources)))
         logits = self._run()
-        languages = Opening.of(self.spec.opening).detected(logits) if DETECT in self.opening else None
+        languages = None
+        if DETECT in self.opening:
+            found = Opening.of(self.spec.opening).detected(logits)
+            languages = [self.languages.setdefault(id(source), int(found[row])) for row, source in enumerate(sources)]
         for token in self.opening:
             logits = self.step({row: int(languages[row]) if token == DETECT else token for row in rows})
         return rows, logits[:len(sources)]
@@ -201,21 +208,39 @@ class Sessions:
 
     batch_for = staticmethod(Session.batch_for)
 
-    def __init__(self, opening: Sequence[int]):
-        self.opening = opening
+    def __init__(self, opening: Sequence[int], languages: dict[int, int] | None = None):
+        self.opening, self.languages = opening, {} if languages is None else languages
 
     def __call__(self, steps: Steps, spec: Spec, batch: int) -> Session:
-        return Session(steps, spec, batch, self.opening)
+        return Session(steps, spec, batch, self.opening, self.languages)
 
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
              constraints: Any = None, beams: Beams | None = None, input_features: Any = None,
-             language: str | None = None, task: str | None = None, **sampling: Any) -> np.ndarray:
+             language: str | None = None, task: str | None = None, return_timestamps: bool | None = None,
+             return_segments: bool = False, **sampling: Any) -> Any:
     """The new tokens of each source, int32 ``[batch, n]`` (the decoder's start token and opening left out): as
     ``runtime/generate.generate`` says, with ``input_ids`` the sources the replies are to (a speech model's:
     ``input_features``, each reply opening with ``language`` and ``task``, ``runtime/transcription.py``); each the
-    best of a beam search where ``beams`` are given (``runtime/beams.chosen``)."""
+    best of a beam search where ``beams`` are given (``runtime/beams.chosen``).
+
+    A speech model's replies with ``return_timestamps`` (None: where the features are longer than one window), and
+    features of any length, are transcribed window by window (``runtime/longform.py``): the tokens are each source's
+    segments', timestamps among them; with ``return_segments``, ``{"sequences": tokens, "segments": [[{"start",
+    "end", "tokens"}, ...], ...]}``, each segment's times in seconds."""
+    if spec.source_shape and (return_timestamps or return_segments or _longer(spec, input_features)):
+        if return_timestamps is False:
+            raise CallError(f"generate(): return_timestamps=False with features over one window of "
+                            f"{spec.source_shape[-1]} frames (30 s) or with return_segments: audio longer than that "
+                            "is transcribed window by window, where the timestamps say where each window ends; "
+                            "leave return_timestamps out.")
+        return _timestamped(steps, spec, name, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
+                            pad_token_id, constraints, beams, input_features, language, task, return_segments,
+                            sampling)
+    if return_timestamps or return_segments:
+        raise CallError(f"generate(): return_timestamps and return_segments are a speech model's (Whisper's); {name} "
+                        "has no timestamps.")
     opening = Opening.of(spec.opening).tokens(language, task)
     if spec.source_shape:
         if input_ids is not None or input_features is None:
@@ -238,3 +263,34 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     return in_groups(steps, spec, session, sources, start, max_new_tokens, seed, eos_token_id, pad_token_id,
                      constraints, sampling, forced)
 
+
+
+def _longer(spec: Spec, features: Any) -> bool:
+    """Whether a call's ``input_features`` (as ``longform.sources`` takes them) run past one window."""
+    if features is None:
+        return False
+    if isinstance(features, (list, tuple)) and features and all(np.ndim(f) == 2 for f in features):
+        return max(np.shape(f)[-1] for f in features) > spec.source_shape[-1]
+    return np.ndim(features) >= 2 and np.shape(features)[-1] > spec.source_shape[-1]
+
+
+def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any,
+                 seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any, beams: Beams | None,
+                 input_features: Any, language: str | None, task: str | None, return_segments: bool,
+                 sampling: dict[str, Any]) -> Any:
+    """``generate``'s replies with timestamps (``runtime/longform.py``)."""
+    from .longform import sequences, sources, transcribed
+
+    if input_ids is not None or input_features is None:
+        raise CallError(f"generate(): {name} is a speech model: give input_features [batch, "
+                        f"{spec.source_shape[0]}, frames] (or call transcribe(audio)), not input_ids.")
+    opening = Opening.of(spec.opening).tokens(language, task, timestamps=True)
+    features, frames = sources(spec, input_features, attention_mask)
+    check_room(spec, max_new_tokens, opening)
+    segments = transcribed(steps, spec, features, frames, opening, max_new_tokens, seed, eos_token_id, pad_token_id,
+                           constraints, beams, sampling, forced)
+    ids = sequences(segments, spec.fill(pad_token_id, spec.stops(eos_token_id)))
+    if not return_segments:
+        return ids
+    return {"sequences": ids, "segments": [[{"start": s.start, "end": s.end, "tokens": np.array(s.tokens, np.int32)}
+                                            for s in source] for source in segments]}

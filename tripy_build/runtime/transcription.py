@@ -59,6 +59,9 @@ class Opening:
     # guides set generation_config.language and .task, and forced_decoder_ids null)
     language: str | None = None
     task: str | None = None
+    # max_initial_timestamp_index: a reply with timestamps starts at most this many timestamp tokens (of 0.02 s) in
+    # (whisper's configs: 50, one second; None: anywhere)
+    max_initial: int | None = None
 
     @classmethod
     def from_generation_config(cls, config: Mapping[str, Any], vocab: int) -> "Opening":
@@ -89,9 +92,13 @@ class Opening:
             if value is not None and not isinstance(value, str):
                 raise CallError(f"generation_config.json's {key}: {value!r:.60} is not a string (one {key} for every "
                                 "call; a list per source is not read).")
+        initial = config.get("max_initial_timestamp_index")
+        if initial is not None and (not isinstance(initial, int) or isinstance(initial, bool) or initial < 0):
+            raise CallError(f"generation_config.json's max_initial_timestamp_index: {initial!r:.40} is not a count of "
+                            "timestamp tokens (a non-negative integer; whisper's is 50: one second).")
         out = cls(tuple(forced), table("lang_to_id"), table("task_to_id"),
                   None if stamp is None else token(stamp, "no_timestamps_token_id"),
-                  None if multilingual is None else bool(multilingual), named["language"], named["task"])
+                  None if multilingual is None else bool(multilingual), named["language"], named["task"], initial)
         out.tokens()  # its own language and task must be among its tables
         return out
 
@@ -100,18 +107,19 @@ class Opening:
         """From the artifact's record (``recorded``)."""
         return cls(tuple(recorded.get("forced") or ()), recorded.get("languages"), recorded.get("tasks"),
                    recorded.get("no_timestamps"), recorded.get("multilingual"), recorded.get("language"),
-                   recorded.get("task"))
+                   recorded.get("task"), recorded.get("max_initial"))
 
     def recorded(self) -> dict[str, Any]:
         out = {"forced": list(self.forced), "languages": self.languages, "tasks": self.tasks,
                "no_timestamps": self.no_timestamps, "multilingual": self.multilingual, "language": self.language,
-               "task": self.task}
+               "task": self.task, "max_initial": self.max_initial}
         return {k: v for k, v in out.items() if v not in (None, [])}
 
-    def tokens(self, language: str | None = None, task: str | None = None) -> list[int]:
+    def tokens(self, language: str | None = None, task: str | None = None, timestamps: bool = False) -> list[int]:
         """The tokens after the start token for a call's ``language`` and ``task`` (None: the checkpoint's), with
-        ``DETECT`` where the language is to be detected; a ``CallError`` naming what this model takes where the
-        language or task is not one of its own."""
+        ``DETECT`` where the language is to be detected, and ``<|notimestamps|>`` last unless the reply is to have
+        ``timestamps``; a ``CallError`` naming what this model takes where the language or task is not one of its
+        own, or where it has no timestamps."""
         if self.multilingual is False and (language is not None or task is not None):
             raise CallError(f"generate(): language={language!r}, task={task!r}: this Whisper is English-only "
                             "(is_multilingual false): it transcribes English; leave language and task out.")
@@ -129,7 +137,12 @@ class Opening:
             out.append(self.tasks[task])
         elif language is not None and self.tasks and not set(out) & set(self.tasks.values()):
             out.append(self.tasks["transcribe"])
-        if self.no_timestamps is not None and (not out or out[-1] != self.no_timestamps):
+        if timestamps:
+            if self.no_timestamps is None:
+                raise CallError("generate(): return_timestamps=True: this model's generation config has no "
+                                "no_timestamps_token_id, so its timestamp tokens are not known; leave it out.")
+            out = out[:-1] if out and out[-1] == self.no_timestamps else out
+        elif self.no_timestamps is not None and (not out or out[-1] != self.no_timestamps):
             out.append(self.no_timestamps)
         return [t for t in out if t is not None]
 
