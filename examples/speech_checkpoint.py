@@ -2,7 +2,8 @@
 Whisper's kind of tokenizer (byte-level BPE, then ``<|endoftext|>``, ``<|startoftranscript|>``, language tokens,
 ``<|translate|>``, ``<|transcribe|>``, ``<|notimestamps|>`` and the timestamps ``<|0.00|>`` to ``<|30.00|>``),
 openai/whisper-tiny's kind of generation config (the language detected, then ``<|transcribe|>``; suppressed tokens;
-the first timestamp within a second) and feature extractor, saved with ``save_pretrained``, and a WAV file to try it on (``sample.wav``: two seconds of a tone at 16 kHz)::
+the first timestamp within a second) and feature extractor, saved with ``save_pretrained``, and a WAV file to try
+it on (``sample.wav``: two seconds of a tone at 16 kHz)::
 
     python examples/speech_checkpoint.py my-whisper            # tiny: 2 + 2 layers of 32
     python -m tripy_build model=whisper task=generate params.checkpoint=my-whisper

@@ -29,6 +29,7 @@ from tripy_build import runtime  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.models import hf  # noqa: E402
 from tripy_build.models.whisper import Whisper  # noqa: E402
+from tripy_build.runtime.audio import LogMel  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
@@ -54,9 +55,13 @@ def features(n: int, seed: int = 0) -> np.ndarray:
 
 
 def hf_generate(model, feats: np.ndarray, n: int, **kw) -> list[list[int]]:
+    """transformers' replies without timestamps: one window each (``force_unique_generate_call``: else a reply of this
+    random model holding two timestamp tokens in a row is cut there and the window run again from that time, as its
+    long-form loop runs every call), the opening left out."""
     with torch.no_grad():
-        out = model.generate(torch.tensor(feats), max_new_tokens=n, **kw)
-    return [cut(r, model.config.eos_token_id) for r in out.tolist()]
+        out = model.generate(torch.tensor(feats), max_new_tokens=n, force_unique_generate_call=True, **kw)
+    stamp = model.generation_config.no_timestamps_token_id
+    return [cut(r[r.index(stamp) + 1:], model.config.eos_token_id) for r in out.tolist()]
 
 
 def cut(row, eos: int) -> list[int]:
@@ -101,7 +106,7 @@ def test_the_language_is_detected_per_source(whisper):
     """The sources' detected languages differ (so detection is exercised), and each source's reply is the one the
     language detected for it gives when the call names it."""
     model, tok, _, art = whisper
-    feats = np.stack([np.full((80, 3000), v, np.float32) for v in (-3.0, -1.0, 0.0, 1.0)])  # two languages here
+    feats = np.stack([np.full((80, 3000), v, np.float32) for v in (-3.0, 0.0, 0.5, 1.0)])  # two languages here
     with torch.no_grad():
         detected = model.detect_language(torch.tensor(feats)).tolist()
     assert len(set(detected)) > 1, detected
@@ -121,7 +126,8 @@ def test_transcribe_gives_transformers_text(whisper):
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(ckpt)
     feats = extractor(audio, sampling_rate=16000, return_tensors="np").input_features
     with torch.no_grad():
-        ids = model.generate(torch.tensor(feats), max_new_tokens=MAX_LENGTH - 3, language="en")
+        ids = model.generate(torch.tensor(feats), max_new_tokens=MAX_LENGTH - 3, language="en",
+                             force_unique_generate_call=True)
     want = tok.batch_decode(ids, skip_special_tokens=True)
     got = runtime.load(art).transcribe(audio, sampling_rate=16000, language="en")
     assert got == want and any(got)
@@ -143,8 +149,97 @@ def test_bad_calls_are_refused_naming_the_fix(whisper):
             loaded.generate(**kw)
     with pytest.raises(CallError, match="Resample the audio to 16000 Hz"):
         loaded.transcribe(np.zeros(8000, np.float32), sampling_rate=8000)
-    with pytest.raises(CallError, match="30 s"):
-        loaded.transcribe(np.zeros(16000 * 31, np.float32))
+    with pytest.raises(CallError, match="For longer audio take LogMel.long's features"):
+        LogMel(**loaded.metadata["generate"]["audio"])(np.zeros(16000 * 31, np.float32))
+    long = features(2)[:, :, :2000].repeat(2, axis=-1)  # 4000 frames each
+    timestamped = [
+        (dict(input_features=long, max_new_tokens=4, return_timestamps=False), "return_timestamps=False with features "
+                                                                               "over one window of 3000 frames"),
+        (dict(input_features=long, max_new_tokens=4), "2 sources of 4000 frames .* and no attention_mask"),
+        (dict(input_features=long, attention_mask=np.ones((2, 3000), np.int32), max_new_tokens=4),
+         r"attention_mask has shape \(2, 3000\); .* 0/1 \[2, 4000\]"),
+        (dict(input_features=long, attention_mask=np.tile(np.arange(4000) % 2, (2, 1)), max_new_tokens=4),
+         r"attention_mask\[0\] is not 1 on a source's first frames"),
+        (dict(input_features=features(2), attention_mask=np.ones((2, 3000), np.int32), max_new_tokens=4,
+              return_timestamps=True), "are used whole. Leave attention_mask out"),
+        (dict(input_features=long[0], max_new_tokens=4, eos_token_id=[]), "eos_token_id=\\[\\]: a reply with timestamps"),
+        (dict(input_features=[long[0, :40]], max_new_tokens=4), r"input_features\[0\] has shape \(40, 4000\)"),
+    ]
+    for kw, match in timestamped:
+        with pytest.raises(CallError, match=match):
+            loaded.generate(**kw)
+
+
+def waveforms(*seconds: float) -> list[np.ndarray]:
+    """Tones that glide, with noise, of these lengths at 16 kHz."""
+    out = []
+    for i, length in enumerate(seconds):
+        t = np.arange(int(length * 16000)) / 16000
+        noise = np.random.default_rng(i).standard_normal(t.size)
+        out.append((0.3 * np.sin(2 * np.pi * (300 + 100 * i) * t * (1 + 0.1 * np.sin(t))) + 0.05 * noise)
+                   .astype(np.float32))
+    return out
+
+
+@pytest.mark.parametrize("kw", [{}, {"language": "fr"}, {"num_beams": 2}], ids=["detected", "fr", "beams"])
+def test_long_audio_equals_transformers_long_form(whisper, kw):
+    """Audio of 65 s, 47.3 s and 20 s in one batch: the features (``LogMel.long``) are transformers' extractor's with
+    ``truncation=False, padding="longest"``, its attention mask's frames each source's; the replies, window after
+    window, and their segments' tokens and times equal transformers' long-form ``generate(return_timestamps=True,
+    return_segments=True)`` (the language detected once per source, from the batch's features as transformers
+    detects it; given; beams); some windows end mid-window and the next starts at their last segment's end."""
+    model, _, ckpt, art = whisper
+    waves = waveforms(65, 47.3, 20)
+    extractor = transformers.WhisperFeatureExtractor.from_pretrained(ckpt)
+    theirs = extractor(waves, sampling_rate=16000, truncation=False, padding="longest", return_attention_mask=True,
+                       return_tensors="np")
+    feats, frames = LogMel.from_config(extractor.to_dict()).long(waves)
+    np.testing.assert_allclose(feats, theirs["input_features"], atol=1e-4)
+    assert frames.tolist() == theirs["attention_mask"].sum(-1).tolist() == [6500, 4730, 2000]
+    mask = (np.arange(feats.shape[-1]) < frames[:, None]).astype(np.int32)
+    with torch.no_grad():
+        want = model.generate(torch.tensor(feats), attention_mask=torch.tensor(mask), max_new_tokens=16,
+                              return_timestamps=True, return_segments=True, **kw)
+    loaded = tb.load(art) if kw.get("num_beams") else runtime.load(art)
+    steps = loaded.generation_steps()
+    windows, run = [], steps.outputs
+    steps.outputs = lambda entry, profile, leaves, names: (windows.append(profile) if entry == "encode" else None,
+                                                           run(entry, profile, leaves, names))[1]
+    got = loaded.generate(input_features=feats, attention_mask=mask, max_new_tokens=16, return_timestamps=True,
+                          return_segments=True, **kw)
+    assert got["sequences"].tolist() == want["sequences"].tolist()
+    for ours, theirs in zip(got["segments"], want["segments"]):
+        assert [(s["start"], s["end"], s["tokens"].tolist()) for s in ours] == \
+               [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in theirs]
+    assert got["segments"][0][-1]["start"] > 30
+    if kw == {"language": "fr"}:  # no language to detect, one source per window: one encoder run a window
+        assert len(windows) == 4  # 6500 frames of source 0 in 4 windows: not all ended at their end
+
+
+def test_timestamps_of_one_window_equal_transformers(whisper):
+    """Features of 30 s with ``return_timestamps=True`` (transcribe and translate): transformers' replies, each run
+    on from its last segment's end where it ended mid-segment, with both loaders; ``transcribe`` of long audio gives
+    transformers' text (its ``batch_decode``), and with ``return_timestamps`` its segments' times and texts."""
+    model, tok, _, art = whisper
+    feats = features(2, seed=5)
+    for kw in ({}, {"task": "translate"}):
+        with torch.no_grad():
+            want = model.generate(torch.tensor(feats), max_new_tokens=12, return_timestamps=True, **kw).tolist()
+        for loaded in (tb.load(art), runtime.load(art)):
+            assert loaded.generate(input_features=feats, max_new_tokens=12, return_timestamps=True, **kw).tolist() == want
+    waves = waveforms(65, 20)
+    feats, frames = LogMel(**loaded.metadata["generate"]["audio"]).long(waves)
+    mask = (np.arange(feats.shape[-1]) < frames[:, None]).astype(np.int32)
+    with torch.no_grad():
+        want = model.generate(torch.tensor(feats), attention_mask=torch.tensor(mask), max_new_tokens=16,
+                              return_timestamps=True, return_segments=True)
+    got = loaded.transcribe(waves, max_new_tokens=16, return_timestamps=True)
+    assert [g["text"] for g in got] == tok.batch_decode(want["sequences"], skip_special_tokens=True)
+    assert loaded.transcribe(waves, max_new_tokens=16) == [g["text"] for g in got]
+    for ours, theirs in zip(got, want["segments"]):
+        assert [(s["start"], s["end"], s["text"]) for s in ours["segments"]] == \
+               [(round(float(s["start"]), 2), round(float(s["end"]), 2), tok.decode(s["tokens"], skip_special_tokens=True))
+                for s in theirs]
 
 
 def test_a_reply_past_the_decoder_positions_is_refused_at_build(whisper, tmp_path):
@@ -159,7 +254,8 @@ def test_a_reply_past_the_decoder_positions_is_refused_at_build(whisper, tmp_pat
 
 def test_the_cli_transcribes_wav_files(whisper, tmp_path):
     """``tripy-build generate ART --audio FILE.wav``: a 16-bit stereo file's text (its channels averaged) equals
-    ``transcribe`` of the mono float waveform; a file that is not WAV is refused naming the ffmpeg fix."""
+    ``transcribe`` of the mono float waveform; a file of 65 s with ``--timestamps`` prints ``transcribe``'s segments
+    with their times; a file that is not WAV is refused naming the ffmpeg fix."""
     import wave
 
     _, _, ckpt, art = whisper
@@ -178,6 +274,18 @@ def test_the_cli_transcribes_wav_files(whisper, tmp_path):
     r = run_cli("inspect", str(art), cwd=tmp_path)
     assert "speech: sources are 80 x 3000 log-mel features of 30 s of 16000 Hz audio; replies open with the language " \
            "(detected per source among de, en, es, fr)" in r.stdout
+    long = (waveforms(65)[0] * 32767).astype("<i2")
+    with wave.open(str(tmp_path / "long.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(long.tobytes())
+    want = runtime.load(art).transcribe(long / 32768, max_new_tokens=12, return_timestamps=True)[0]
+    r = run_cli("generate", str(art), "--audio", str(tmp_path / "long.wav"), "--timestamps", "--max-new-tokens", "12",
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == [f"[{s['start']:.2f} --> {s['end']:.2f}]{s['text']}" for s in want["segments"]]
+    assert len(want["segments"]) > 2 and want["segments"][-1]["end"] > 30
     (tmp_path / "song.mp3").write_bytes(b"ID3\x04" + bytes(64))
     r = run_cli("generate", str(art), "--audio", str(tmp_path / "song.mp3"), cwd=tmp_path)
     assert r.returncode != 0 and "MP3 (an ID3 tag), not WAV" in r.stderr

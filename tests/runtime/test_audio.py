@@ -89,8 +89,8 @@ def test_from_config_refuses_a_wrong_value_naming_the_key(change, match):
     [
         (waves(1.0)[0], 44100, "sampled at 44100 Hz.*expect 16000 Hz.*Resample the audio to 16000 Hz"),
         (np.zeros(480001, np.float32), None,
-         r"waveform 0 has 480001 samples \(30.0000625 s at 16000 Hz\); the limit is 480000 samples \(30 s\)"
-         r".*[Ss]plit the audio into windows of at most 30 s"),
+         r"waveform 0 has 480001 samples \(30.0000625 s at 16000 Hz\); one window's features hold at most 480000 "
+         r"samples \(30 s\). For longer audio take LogMel.long's features"),
         ([waves(1.0)[0], np.zeros(31 * RATE)], None, r"waveform 1 has 496000 samples \(31 s"),
         (np.zeros((RATE, 2), np.float32), None, r"shape \(16000, 2\).*\[samples, channels\].*[Aa]verage the channels"),
         ([np.zeros((2, RATE), np.float32)], None, r"waveform 0 has shape \(2, 16000\); expected a 1-D mono.*average"),

@@ -243,7 +243,7 @@ class MultiEntry:
 
         Returns:
             One text per waveform; with ``return_timestamps``, one ``{"text", "segments": [{"start", "end",
-            "text"}, ...]}`` per waveform, the times in seconds from its start.
+            "text"}, ...]}`` per waveform, the times in seconds from its start (to the hundredth: a feature frame).
 
         Example::
 
@@ -279,7 +279,8 @@ class MultiEntry:
         def text(tokens: Any) -> str:
             return self.tokenizer.decode([int(t) for t in tokens if t < begin])
         out = [{"text": text([t for s in segments for t in s["tokens"]]),
-                "segments": [{"start": s["start"], "end": s["end"], "text": text(s["tokens"])} for s in segments]}
+                "segments": [{"start": round(s["start"], 2), "end": round(s["end"], 2), "text": text(s["tokens"])}
+                             for s in segments]}
                for segments in found["segments"]]
         return out if return_timestamps else [o["text"] for o in out]
 
