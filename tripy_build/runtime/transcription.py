@@ -1,5 +1,6 @@
 """What a Whisper artifact's decoder reads after its start token and before the reply, as transformers'
-``WhisperGenerationMixin`` (short-form: up to 30 seconds) sets it: the language, the task and ``<|notimestamps|>``.
+``WhisperGenerationMixin`` sets it: the language, the task and ``<|notimestamps|>`` (left out of a reply with
+timestamps, ``runtime/longform.py``).
 
 The build records the checkpoint's ``generation_config.json`` settings (``Opening.recorded``): ``forced_decoder_ids``
 (the tokens at positions 1, 2, ...; whisper-tiny's ``[[1, null], [2, 50359]]``: a language to detect, then
@@ -15,7 +16,8 @@ replace them as transformers' ``_retrieve_init_tokens`` does:
 - a multilingual model whose language is left open: detected per source from the logits of the start token, the
   most likely of the language tokens (transformers' ``detect_language``, which runs the decoder over the start token
   once more; here its logits are the first step's);
-- then ``<|notimestamps|>``, where the checkpoint has it (replies without timestamps).
+- then ``<|notimestamps|>``, where the checkpoint has it, for a reply without timestamps (a reply with them has
+  none; its first timestamp is at most ``max_initial_timestamp_index`` in, also recorded).
 """
 
 from __future__ import annotations
