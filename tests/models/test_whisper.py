@@ -342,3 +342,46 @@ def test_the_opening_is_transformers_for_each_config_and_call(whisper, config):
                                            num_segment_frames=3000, kwargs={})[0].tolist()[1:]
         got = [detected if t == DETECT else t for t in opening.tokens(call.get("language"), call.get("task"))]
         assert got == want, call
+
+
+def test_the_fallback_and_its_thresholds(whisper):
+    """Each window's reply is scored: a window whose reply's mean log probability is below ``logprob_threshold`` and
+    whose no-speech probability is above ``no_speech_threshold`` is skipped, as transformers skips it (the same
+    replies and segments, the threshold set between the windows' own scores); a reply that compresses past
+    ``compression_ratio_threshold`` is generated again at the next temperature, sampled with the call's seed (the
+    same seed, the same replies), and its segments say at which temperature; bad settings are refused."""
+    model, _, _, art = whisper
+    waves = waveforms(65, 47.3, 20)
+    feats, frames = LogMel(**tb.load(art).metadata["generate"]["audio"]).long(waves)
+    mask = (np.arange(feats.shape[-1]) < frames[:, None]).astype(np.int32)
+    loaded = runtime.load(art)
+
+    def run(**kw):
+        return loaded.generate(input_features=feats, attention_mask=mask, max_new_tokens=16, return_segments=True, **kw)
+    plain = run()
+    scores = sorted({s["avg_logprob"] for source in plain["segments"] for s in source})
+    assert all(s["temperature"] == 0.0 and 0 < s["no_speech_prob"] < 1 for s in plain["segments"][0])
+    skips = dict(logprob_threshold=scores[len(scores) // 2], no_speech_threshold=0.0, temperature=0.0)
+    with torch.no_grad():
+        want = model.generate(torch.tensor(feats), attention_mask=torch.tensor(mask), max_new_tokens=16,
+                              return_timestamps=True, return_segments=True, **skips)
+    got = run(**skips)
+    assert got["sequences"].tolist() == want["sequences"].tolist() != plain["sequences"].tolist()
+    for ours, theirs in zip(got["segments"], want["segments"]):
+        assert [(s["start"], s["end"]) for s in ours] == [(float(s["start"]), float(s["end"])) for s in theirs]
+    hotter = dict(temperature=(0.0, 1.0), compression_ratio_threshold=0.85, seed=3)
+    got = run(**hotter)
+    segments = [s for source in got["segments"] for s in source]
+    assert {s["temperature"] for s in segments} == {0.0, 1.0}
+    assert all(s["compression_ratio"] <= 0.85 for s in segments if s["temperature"] == 0.0)
+    assert run(**hotter)["sequences"].tolist() == got["sequences"].tolist()
+    for kw, match in [
+        (dict(num_beams=2, logprob_threshold=-1.0), "num_beams with a temperature fallback or thresholds is not built"),
+        (dict(logprob_threshold=None, no_speech_threshold=0.6), "no_speech_threshold=0.6 needs logprob_threshold"),
+        (dict(temperature=(0.0, -1.0)), r"temperature=\(0.0, -1.0\): the temperatures of a window's attempts"),
+        (dict(logprob_threshold="low"), "logprob_threshold='low': it is a number"),
+    ]:
+        with pytest.raises(CallError, match=match):
+            run(**kw)
+    with pytest.raises(CallError, match="give return_timestamps=True"):
+        loaded.generate(input_features=features(1), max_new_tokens=4, temperature=(0.0, 0.5))

@@ -7,6 +7,10 @@ hand) posted as forms must be answered with the text ``runtime.load(art).transcr
 that is transformers' (its feature extractor, ``generate`` and ``batch_decode``), the language given or detected;
 translations as ``transcribe(task="translate")``; stereo averaged; requests at once each their own answer; and what the
 routes cannot serve refused (400, 404, 415) naming what is wrong.
+
+Audio over 30 s (a tone with noise, 65 s: three windows or more) and the formats with segments (``verbose_json``,
+``srt``, ``vtt``) are transcribed window by window with timestamps: their text and segments must be
+``transcribe(waveform, return_timestamps=True)``'s, and two such requests at once must be answered as one at a time.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ def served(tmp_path_factory):
             answer = response.read()
             conn.close()
             return response.status, response.getheader("content-type"), answer
+        post.generator = srv.endpoints["whisper"].generator  # its statistics: decode steps, and the rows they carried
         yield model, root / "ckpt", runtime.load(art), post
 
 
@@ -119,10 +124,13 @@ def text_of(post, route: str, audio: bytes, **fields: str) -> str:
 
 
 def hf_text(model, ckpt, audio: list[np.ndarray], **kw) -> list[str]:
+    """transformers' text of one window each (``force_unique_generate_call``: else a reply of this random model holding
+    two timestamp tokens in a row is cut there and the window run again from that time, as its long-form loop runs
+    every call)."""
     extractor = transformers.WhisperFeatureExtractor.from_pretrained(ckpt)
     feats = extractor(audio, sampling_rate=RATE, return_tensors="np").input_features
     with torch.no_grad():
-        ids = model.generate(torch.tensor(feats), max_new_tokens=ROOM, **kw)
+        ids = model.generate(torch.tensor(feats), max_new_tokens=ROOM, force_unique_generate_call=True, **kw)
     tok = transformers.AutoTokenizer.from_pretrained(ckpt)
     return tok.batch_decode(ids, skip_special_tokens=True)
 
@@ -190,8 +198,9 @@ def test_what_the_routes_cannot_serve_is_refused_by_name(served):
         (TRANSCRIBE, b"\xff\xfb\x90\x00" + bytes(200), {}, 400, "ffmpeg -i speech.wav -ar 16000 -ac 1 out.wav"),
         (TRANSCRIBE, good[:30], {}, 400, "truncated"),
         (TRANSCRIBE, pcm16(waveform(1, 3), rate=8000), {}, 400, "sampled at 8000 Hz; this model hears 16000 Hz"),
-        (TRANSCRIBE, pcm16(np.zeros((31 * RATE, 1), np.int16)), {}, 400, "the audio is 31 s long"),
-        (TRANSCRIBE, good, {"response_format": "srt"}, 400, "it takes json or text"),
+        (TRANSCRIBE, good, {"response_format": "csv"}, 400, "it takes json, text, verbose_json, srt or vtt"),
+        (TRANSCRIBE, good, {"timestamp_granularities[]": "word"}, 400, "timestamp_granularities[]=word: word "
+         "timestamps (aligned by cross-attention) are not built"),
         (TRANSCRIBE, good, {"prompt": "earlier words"}, 400, "prompt: conditioning"),
         (TRANSCRIBE, good, {"stream": "true"}, 400, "'stream' is not a field of /v1/audio/transcriptions; it takes file"),
         (TRANSCRIBE, good, {"language": "xx"}, 400, "language='xx' is not one of this model's languages"),
@@ -205,6 +214,14 @@ def test_what_the_routes_cannot_serve_is_refused_by_name(served):
         error = json.loads(body)["error"]
         assert (got, error["type"]) == (status, "invalid_request_error") and fragment in error["message"], \
             (fragment, error)
+    # an array field repeats (OpenAI's clients send a part per value), a plain one does not
+    for name, value, fragment in (("timestamp_granularities[]", "word", "timestamp_granularities[]=word"),
+                                  ("model", "whisper", "the form gives the field 'model' twice")):
+        body, content_type = form({"model": "whisper", "timestamp_granularities[]": "segment"}, good)
+        boundary = content_type.split("=")[1]
+        part = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        got, _, answer = post(TRANSCRIBE, part + body, content_type)
+        assert got == 400 and fragment in json.loads(answer)["error"]["message"], answer
     got, _, body = post(TRANSCRIBE, json.dumps({"model": "whisper"}).encode(), "application/json")
     assert got == 415 and "send multipart/form-data" in json.loads(body)["error"]["message"]
     # the speech model elsewhere: named where it is served, and listed
@@ -219,3 +236,93 @@ def test_what_the_routes_cannot_serve_is_refused_by_name(served):
     # a form anywhere else is still refused
     got, _, body = post("/v1/completions", *form({"model": "whisper", "prompt": "hi"}))
     assert got == 415 and "a web form's type" in json.loads(body)["error"]["message"]
+
+
+def tone(seconds: float, seed: int, hz: float = 440) -> np.ndarray:
+    """A tone with seeded noise as 16-bit samples ``[samples, 1]``."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    x = 0.3 * np.sin(2 * np.pi * hz * t) + np.random.default_rng(seed).normal(0, 0.05, t.size)
+    return (np.clip(x, -1, 1) * 32767).astype(np.int16)[:, None]
+
+
+@pytest.fixture(scope="module")
+def long_audio(served):
+    """Two long WAVs (65 s and 40 s) and what ``transcribe`` gives each with its segments."""
+    _, _, loaded, _ = served
+    samples = [tone(65, 7), tone(40, 8, hz=300)]
+    return [(pcm16(s), loaded.transcribe(mono(s), return_timestamps=True)[0]) for s in samples]
+
+
+def subtitle(segments: list[dict], kind: str) -> str:
+    def at(seconds: float) -> str:
+        ms = round(seconds * 1000)
+        h, m, s = ms // 3600000, ms // 60000 % 60, ms // 1000 % 60
+        return f"{h:02d}:{m:02d}:{s:02d}{',' if kind == 'srt' else '.'}{ms % 1000:03d}"
+    cues = [f"{at(s['start'])} --> {at(s['end'])}\n{s['text'].strip().replace('-->', '->')}\n" for s in segments]
+    return "\n".join(f"{i}\n{c}" for i, c in enumerate(cues, 1)) if kind == "srt" else "WEBVTT\n\n" + "\n".join(cues)
+
+
+def same_segments(got: list[dict], want: list[dict]) -> bool:
+    """The segments' times and texts equal; their windows' scores too, to float32's rounding (a window's logits
+    differ in their last bits with the batch it ran in)."""
+    keys = ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob")
+    assert [{k: s[k] for k in ("start", "end", "text")} for s in got] == \
+           [{k: s[k] for k in ("start", "end", "text")} for s in want]
+    assert all(s["temperature"] == 0.0 and s["avg_logprob"] < 0 and 0 < s["no_speech_prob"] < 1 for s in got)
+    return [s[k] for s in got for k in keys] == pytest.approx([s[k] for s in want for k in keys], rel=1e-5)
+
+
+def test_long_audio_is_transcribed_as_transcribe_does(served, long_audio):
+    """Over 30 s in json: the runtime's long-form text; in verbose_json: its segments, with the task, the language
+    detected (by name) and the duration."""
+    _, _, loaded, post = served
+    audio, want = long_audio[0]
+    assert len(want["segments"]) > 1 and want["segments"][-1]["end"] > 30, want
+    assert want["text"] == loaded.transcribe(mono(tone(65, 7)))[0]
+    assert text_of(post, TRANSCRIBE, audio) == want["text"]
+    status, content_type, body = ask(post, TRANSCRIBE, audio, response_format="verbose_json",
+                                     **{"timestamp_granularities[]": "segment"})
+    assert (status, content_type) == (200, "application/json"), body
+    got = json.loads(body)
+    assert (got["task"], got["duration"], got["text"]) == ("transcribe", 65.0, want["text"])
+    assert got["language"] in ("english", "french", "german", "spanish")
+    assert same_segments(got["segments"], want["segments"])
+    assert [s["id"] for s in got["segments"]] == list(range(len(want["segments"])))
+    seeks = [s["seek"] for s in got["segments"]]
+    assert seeks[0] == 0 and seeks == sorted(seeks) and seeks[-1] > 0
+    assert all(s["tokens"] and s["start"] >= s["seek"] / 100 for s in got["segments"])
+
+
+def test_segments_as_subtitles(served, long_audio):
+    """srt and vtt of the long audio's segments; a short one's verbose_json, with timestamps all the same."""
+    _, _, loaded, post = served
+    audio, want = long_audio[0]
+    for kind in ("srt", "vtt"):
+        status, content_type, body = ask(post, TRANSCRIBE, audio, response_format=kind)
+        assert (status, content_type) == (200, "text/plain; charset=utf-8")
+        assert body.decode() == subtitle(want["segments"], kind)
+    assert subtitle([{"start": 3725.5, "end": 3726.004, "text": " a --> b "}], "srt") == \
+        "1\n01:02:05,500 --> 01:02:06,004\na -> b\n"
+    short = waveform(2, 4)
+    want = loaded.transcribe(mono(short), language="en", return_timestamps=True)[0]
+    status, _, body = ask(post, TRANSCRIBE, pcm16(short), language="en", response_format="verbose_json")
+    got = json.loads(body)
+    assert (status, got["language"], got["duration"], got["text"]) == (200, "english", 2.0, want["text"])
+    assert same_segments(got["segments"], want["segments"])
+
+
+def test_long_requests_at_once(served, long_audio):
+    """Two long requests at once answered as each alone, their windows in shared batches."""
+    _, _, _, post = served
+    alone = [ask(post, TRANSCRIBE, audio, response_format="verbose_json") for audio, _ in long_audio]
+    assert [json.loads(b)["text"] for _, _, b in alone] == [want["text"] for _, want in long_audio]
+    generator = post.generator
+    steps, rows = generator.steps_run, generator.rows_run
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(lambda a: ask(post, TRANSCRIBE, a[0], response_format="verbose_json"), long_audio))
+    for (status, kind, body), (status_alone, kind_alone, body_alone) in zip(together, alone):
+        got, want = json.loads(body), json.loads(body_alone)
+        assert (status, kind, got["text"], got["language"]) == (status_alone, kind_alone, want["text"], want["language"])
+        assert same_segments(got["segments"], want["segments"])
+    # their windows shared decode steps (a window waiting for the running batch starts the next with the other's)
+    assert generator.rows_run - rows > generator.steps_run - steps

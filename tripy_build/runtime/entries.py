@@ -16,6 +16,8 @@ import numpy as np
 
 from ..errors import CallError
 
+SCORES = ("temperature", "avg_logprob", "compression_ratio", "no_speech_prob")  # a segment's window's reply's
+
 _STEPS_LOCK = threading.Lock()
 
 
@@ -117,7 +119,9 @@ class MultiEntry:
                  json_schema: dict[str, Any] | None = None, num_beams: int | None = None,
                  length_penalty: float | None = None, early_stopping: bool | str | None = None,
                  input_features: Any = None, language: str | None = None, task: str | None = None,
-                 return_timestamps: bool | None = None, return_segments: bool = False) -> Any:
+                 return_timestamps: bool | None = None, return_segments: bool = False,
+                 compression_ratio_threshold: float | None = None, logprob_threshold: float | None = None,
+                 no_speech_threshold: float | None = None) -> Any:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
 
@@ -134,7 +138,10 @@ class MultiEntry:
             max_new_tokens: how many tokens to generate per prompt; the longest prompt plus these must fit
                 in the artifact's ``generate.max_length`` (an encoder-decoder's: these alone; its sources fit
                 the build's ``seq``).
-            temperature: 0: greedy; above 0: sample from ``softmax(logits / temperature)``.
+            temperature: 0: greedy; above 0: sample from ``softmax(logits / temperature)``. A speech model's
+                replies with timestamps also take a tuple, the temperatures of a window's attempts in turn: a
+                reply that fails a threshold below is generated again at the next (transformers' and OpenAI's
+                Whisper's fallback, e.g. ``(0.0, 0.2, 0.4, 0.6, 0.8, 1.0)``).
             top_k: sample among the ``top_k`` most likely tokens only; 0: every token.
             top_p: then among the fewest most likely tokens whose probabilities add up to ``top_p`` (nucleus
                 sampling); 1: every token.
@@ -178,12 +185,20 @@ class MultiEntry:
                 generation does; ``max_new_tokens`` is then each window's most. None: where the features are longer
                 than one window.
             return_segments: with timestamps, also each source's segments (a dict, below).
+            compression_ratio_threshold: with timestamps: a window's reply whose tokens compress (zlib) by more than
+                this repeats itself, and is generated again at the next temperature (transformers suggests 1.35).
+            logprob_threshold: with timestamps: a window's reply whose mean log probability per token is below this
+                is generated again at the next temperature (transformers suggests -1.0).
+            no_speech_threshold: with timestamps and ``logprob_threshold``: a window whose reply is below
+                ``logprob_threshold`` and whose ``<|nospeech|>`` probability after the start token is above this
+                is silence, skipped without a segment (transformers suggests 0.6).
 
         Returns:
             The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped. With
             timestamps: each source's segments' tokens one after another (the end id left out); with
-            ``return_segments``, ``{"sequences": those tokens, "segments": [[{"start", "end", "tokens"}, ...]]}`` per
-            source, its times in seconds from the start of the audio.
+            ``return_segments``, ``{"sequences": those tokens, "segments": [[{"start", "end", "tokens",
+            "temperature", "avg_logprob", "compression_ratio", "no_speech_prob"}, ...]]}`` per source, its times in
+            seconds from the start of the audio, the others its window's reply's (``runtime/timestamps.Segment``).
 
         Example::
 
@@ -196,6 +211,15 @@ class MultiEntry:
         from .beams import chosen
         from .generate import generate as decoder
         from .seq2seq import generate as encoder_decoder
+
+        fallback = None
+        if isinstance(temperature, (list, tuple)) or any(
+                x is not None for x in (compression_ratio_threshold, logprob_threshold, no_speech_threshold)):
+            from .longform import Fallback
+
+            temperatures = tuple(temperature) if isinstance(temperature, (list, tuple)) else (temperature or 0.0,)
+            fallback = Fallback(temperatures, compression_ratio_threshold, logprob_threshold, no_speech_threshold)
+            temperature = fallback.temperatures[0]
 
         steps = self.generation_steps()
         spec = steps.spec()
@@ -214,11 +238,12 @@ class MultiEntry:
         if spec.kind == "seq2seq":
             return encoder_decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
                                    eos_token_id, pad_token_id, held, beams, input_features, language, task,
-                                   return_timestamps, return_segments, **sampling)
-        speech = (input_features, language, task, return_timestamps or None, return_segments or None)
+                                   return_timestamps, return_segments, fallback, **sampling)
+        speech = (input_features, language, task, return_timestamps or None, return_segments or None, fallback)
         if any(x is not None for x in speech) or input_ids is None:
             raise CallError(f"generate(): {self.__name__} is a decoder: give its prompts as input_ids (input_features, "
-                            "language, task, return_timestamps and return_segments are a speech model's).")
+                            "language, task, return_timestamps, return_segments, a tuple of temperatures and the "
+                            "thresholds are a speech model's).")
         return decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
                        pad_token_id, held, beams, **sampling)
 
@@ -228,8 +253,8 @@ class MultiEntry:
         """The text of each waveform, with a speech model's artifact (Whisper's, ``task=generate``): its log-mel
         features (``runtime/audio.LogMel``, as the checkpoint's ``preprocessor_config.json`` says), the reply
         generated (``generate``) and decoded by the stored tokenizer, its special tokens left out. Audio over 30
-        seconds (a window) is transcribed window by window with timestamps (``runtime/longform.py``), as
-        transformers' long-form generation does.
+        seconds (a window), and any with a temperature fallback or its thresholds, is transcribed window by window
+        with timestamps (``runtime/longform.py``), as transformers' long-form generation does.
 
         Args:
             audio: one waveform (mono floats in [-1, 1], of any length) or a list of them.
@@ -239,11 +264,13 @@ class MultiEntry:
             max_new_tokens: the most tokens per reply (per window, with timestamps); None: all the decoder's
                 positions leave.
             return_timestamps: each waveform's segments too, with their times.
-            options: ``generate``'s (``num_beams``, ``temperature``, ...).
+            options: ``generate``'s (``num_beams``, ``temperature``, the fallback's thresholds, ...).
 
         Returns:
             One text per waveform; with ``return_timestamps``, one ``{"text", "segments": [{"start", "end",
-            "text"}, ...]}`` per waveform, the times in seconds from its start (to the hundredth: a feature frame).
+            "text", "temperature", "avg_logprob", "compression_ratio", "no_speech_prob"}, ...]}`` per waveform, the
+            times in seconds from its start (to the hundredth: a feature frame), the others its window's reply's
+            (``runtime/timestamps.Segment``).
 
         Example::
 
@@ -262,7 +289,9 @@ class MultiEntry:
                             "(model=whisper task=generate).")
         mel = LogMel(**spec.audio)
         waves = mel.waveforms(audio, sampling_rate, longer=True)
-        stamped = return_timestamps or max(w.size for w in waves) > mel.n_samples
+        fallback = isinstance(options.get("temperature"), (list, tuple)) or any(
+            options.get(k) is not None for k in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"))
+        stamped = return_timestamps or fallback or max(w.size for w in waves) > mel.n_samples
         room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task, stamped)))
         asked = dict(max_new_tokens=max_new_tokens or room, language=language, task=task, **options)
         stops = spec.stops(options.get("eos_token_id"))
@@ -279,8 +308,8 @@ class MultiEntry:
         def text(tokens: Any) -> str:
             return self.tokenizer.decode([int(t) for t in tokens if t < begin])
         out = [{"text": text([t for s in segments for t in s["tokens"]]),
-                "segments": [{"start": round(s["start"], 2), "end": round(s["end"], 2), "text": text(s["tokens"])}
-                             for s in segments]}
+                "segments": [{"start": round(s["start"], 2), "end": round(s["end"], 2), "text": text(s["tokens"]),
+                              **{k: s[k] for k in SCORES}} for s in segments]}
                for segments in found["segments"]]
         return out if return_timestamps else [o["text"] for o in out]
 

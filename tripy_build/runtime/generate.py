@@ -22,6 +22,7 @@ the device, read the logits back).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -471,11 +472,13 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
 
 def in_groups(steps: Steps, spec: Spec, session: Any, rows: list[np.ndarray], histories: Sequence[np.ndarray],
               max_new_tokens: int, seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any,
-              sampling: dict[str, Any], process: Any = None) -> np.ndarray:
+              sampling: dict[str, Any], process: Any = None, observe: Any = None) -> np.ndarray:
     """``generate``'s tokens for ``rows``, in groups of the largest batch bucket, each a ``session`` (the class: a
     decoder's ``Session``, an encoder-decoder's ``seq2seq.Session``); ``histories``: what each row's penalties count
     (a decoder's prompt; an encoder-decoder's start token); ``process(spec, logits, step, max_new_tokens, replies,
-    eos)``: the logits as the checkpoint's processors leave them (``seq2seq.forced``), None: as they are."""
+    eos)``: the logits as the checkpoint's processors leave them (``seq2seq.forced``), None: as they are;
+    ``observe(rows, logits, tokens)``: told each step's processed logits and the tokens picked from them, ``rows``
+    the indices of their rows in ``rows`` (Whisper's long-form scores its replies by them)."""
     options = spec.options(**sampling)
     eos = spec.stops(eos_token_id)
     pad = spec.fill(pad_token_id, eos)
@@ -487,7 +490,8 @@ def in_groups(steps: Steps, spec: Spec, session: Any, rows: list[np.ndarray], hi
         running = session(steps, spec, session.batch_for(steps, spec, group))
         sampler = Sampler(options, rng, histories[start:start + batches[-1]],
                           None if constraints is None else [constraints(eos) for _ in group])
-        out.append(_group(running, group, max_new_tokens, sampler, eos, pad, process))
+        seen = None if observe is None else functools.partial(observe, range(start, start + len(group)))
+        out.append(_group(running, group, max_new_tokens, sampler, eos, pad, process, seen))
         running.close()
     n = max(o.shape[1] for o in out)
     return np.concatenate([np.pad(o, ((0, 0), (0, n - o.shape[1])), constant_values=pad if pad is not None else 0)
@@ -495,7 +499,7 @@ def in_groups(steps: Steps, spec: Spec, session: Any, rows: list[np.ndarray], hi
 
 
 def _group(session: Any, rows: list[np.ndarray], max_new_tokens: int, sampler: Sampler, eos: tuple[int, ...],
-           pad: int | None, process: Any) -> np.ndarray:
+           pad: int | None, process: Any, observe: Any = None) -> np.ndarray:
     at, logits = session.admit_all(rows)
     tokens = np.zeros((len(rows), max_new_tokens), np.int32)
     done = np.zeros(len(rows), bool)
@@ -503,6 +507,8 @@ def _group(session: Any, rows: list[np.ndarray], max_new_tokens: int, sampler: S
         if process is not None:
             logits = process(session.spec, logits, step, max_new_tokens, tokens[:, :step].tolist(), eos)
         token = sampler(logits)
+        if observe is not None:
+            observe(logits, token)
         if pad is not None:
             token = np.where(done, pad, token)
         tokens[:, step] = token

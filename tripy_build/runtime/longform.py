@@ -11,13 +11,19 @@ the window cut is heard again whole. The sources of a call run together, each wi
 A multilingual model whose language is left open detects it in each source's first window and keeps it for the
 others, as transformers detects it once (``seq2seq.Session``'s ``languages``).
 
-Not built: conditioning a window on the one before (``condition_on_prev_tokens``), the temperature fallback
-(``compression_ratio_threshold``, ``logprob_threshold``) and no-speech detection (``no_speech_threshold``), which
-transformers leaves off by default too.
+Each window's reply is scored (``scores``: its mean log probability per token, its compression ratio, its no-speech
+probability), and where a call asks (``Fallback``) a reply that repeats itself or is unlikely is generated again at
+the next temperature, and a window that is unlikely and silent skipped, as transformers' ``generate_with_fallback``
+does. Not built: conditioning a window on the one before (``condition_on_prev_tokens``, off by default in
+transformers too).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import zlib
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -72,12 +78,49 @@ def sources(spec: Spec, features: Any, attention_mask: Any) -> tuple[list[np.nda
     return [a.astype(np.float32) for a in arrays], frames
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """When a window's reply is generated again at a higher temperature, or the window skipped as silence
+    (transformers' long-form ``temperature`` tuple and thresholds; OpenAI's Whisper's decoding fallback)."""
+
+    temperatures: tuple[float, ...] = (0.0,)  # each attempt's, in turn: 0 greedy (or the call's beams), above: sampled
+    compression_ratio_threshold: float | None = None  # a reply compressing better than this repeats itself: again
+    logprob_threshold: float | None = None  # a reply whose mean log probability per token is lower: again
+    # with logprob_threshold: a window whose reply is that unlikely and whose <|nospeech|> probability after the
+    # start token is above this is silence: skipped, no segment
+    no_speech_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        temps = self.temperatures
+        if not temps or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+                                for t in temps):
+            raise CallError(f"generate(): temperature={temps!r}: the temperatures of a window's attempts in turn are "
+                            "numbers of at least 0, e.g. (0.0, 0.2, 0.4, 0.6, 0.8, 1.0).")
+        for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise CallError(f"generate(): {name}={value!r}: it is a number (or None: not checked).")
+        if self.no_speech_threshold is not None and self.logprob_threshold is None:
+            raise CallError(f"generate(): no_speech_threshold={self.no_speech_threshold!r} needs logprob_threshold: a "
+                            "window is skipped as silence where its reply's mean log probability is below "
+                            "logprob_threshold and its no-speech probability above no_speech_threshold (-1.0 and 0.6 "
+                            "are transformers' suggestion).")
+
+    @property
+    def checks(self) -> bool:
+        return len(self.temperatures) > 1 or any(
+            x is not None for x in (self.compression_ratio_threshold, self.logprob_threshold, self.no_speech_threshold))
+
+
 def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int], opening: Sequence[int],
                 max_new_tokens: int, seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any,
-                beams: Beams | None, sampling: dict[str, Any], process: Any) -> list[list[Segment]]:
+                beams: Beams | None, sampling: dict[str, Any], process: Any, fallback: Fallback = Fallback()
+                ) -> list[list[Segment]]:
     """Each source's segments, window after window (``opening``: the tokens each window's reply opens with, without
     ``<|notimestamps|>``; ``max_new_tokens``: a window's most; ``process``: the checkpoint's other processors,
-    ``seq2seq.forced``); the options as ``generate`` takes them, a sampled call's seed moved on per window."""
+    ``seq2seq.forced``); the options as ``generate`` takes them, a sampled call's seed moved on per attempt; each
+    window's reply generated again hotter, or the window skipped, as ``fallback`` says."""
     from .seq2seq import Sessions
 
     window = spec.source_shape[-1]
@@ -87,6 +130,9 @@ def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames
     if not eos:
         raise CallError("generate(): eos_token_id=[]: a reply with timestamps ends at the end of its window's "
                         "speech, at the model's end id; leave eos_token_id out.")
+    if beams is not None and fallback.checks:
+        raise CallError("generate(): num_beams with a temperature fallback or thresholds is not built here (a beam "
+                        "search's replies are not scored per token); give one or the other.")
     stamps = Stamps.of(spec, eos)
 
     def stamped(spec: Spec, logits: np.ndarray, step: int, n: int, replies: Any, eos: Any) -> np.ndarray:
@@ -100,23 +146,78 @@ def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames
         held = [min(frames[i] - seek[i], window) for i in active]
         windows = [np.pad(features[i][:, seek[i]:seek[i] + n], ((0, 0), (0, window - n))) for i, n in zip(active, held)]
         known = {id(w): found[i] for i, w in zip(active, windows) if i in found}
-        sessions = Sessions(opening, known)
-        if beams is not None:
-            ids = searched(steps, spec, sessions, windows, max_new_tokens, beams, eos_token_id, pad_token_id, stamped)
-        else:
-            start = [np.array([spec.decoder_start_token_id], np.int32)] * len(windows)
-            ids = in_groups(steps, spec, sessions, windows, start, max_new_tokens,
-                            None if seed is None else seed + round_, eos_token_id, pad_token_id, constraints, sampling,
-                            stamped)
-        for row, (i, n, w) in enumerate(zip(active, held, windows)):
-            if id(w) in sessions.languages:  # given, or detected in this window
-                found[i] = sessions.languages[id(w)]
-            segments, advance = split(before_stop(ids[row], eos), stamps.begin, seek[i] * PRECISION / stride, n,
-                                      stride, frame_seconds)
-            out[i] += segments
+        replies: dict[int, tuple[list[int], Segment | None]] = {}  # a window's reply, its scores; None: skipped
+        pending = list(range(len(windows)))
+        for attempt, temperature in enumerate(fallback.temperatures):
+            rows = [windows[j] for j in pending]
+            sessions = Sessions(opening, known, {})
+            picked: list[list[float]] = [[] for _ in rows]
+
+            def observe(at: Sequence[int], logits: np.ndarray, tokens: np.ndarray, picked: list = picked) -> None:
+                x = np.asarray(logits, np.float64)
+                top = x.max(axis=-1)
+                lse = top + np.log(np.exp(x - top[:, None]).sum(axis=-1))
+                for k, row in enumerate(at):
+                    picked[row].append(float(x[k, tokens[k]] - lse[k]))
+            if beams is not None:
+                ids = searched(steps, spec, sessions, rows, max_new_tokens, beams, eos_token_id, pad_token_id, stamped)
+            else:
+                start = [np.array([spec.decoder_start_token_id], np.int32)] * len(rows)
+                draws = None if seed is None else seed + round_ * len(fallback.temperatures) + attempt
+                ids = in_groups(steps, spec, sessions, rows, start, max_new_tokens, draws, eos_token_id, pad_token_id,
+                                constraints, {**sampling, "temperature": temperature}, stamped, observe)
+            again = []
+            for k, j in enumerate(pending):
+                reply = before_stop(ids[k], eos)
+                meta = scores(ids[k][:len(reply) + 1], picked[k], sessions.firsts[id(rows[k])], spec.vocab_size,
+                              stamps.begin - 2, temperature)
+                unlikely = fallback.logprob_threshold is not None and meta.avg_logprob < fallback.logprob_threshold
+                if (fallback.no_speech_threshold is not None and unlikely
+                        and meta.no_speech_prob > fallback.no_speech_threshold):
+                    replies[j] = (reply, None)
+                    continue
+                replies[j] = (reply, meta)
+                repeats = (fallback.compression_ratio_threshold is not None
+                           and meta.compression_ratio > fallback.compression_ratio_threshold)
+                if repeats or unlikely:
+                    again.append(j)
+            pending = again
+            if not pending:
+                break
+        for j, (i, n, w) in enumerate(zip(active, held, windows)):
+            if id(w) in known:  # given, or detected in this window
+                found[i] = known[id(w)]
+            reply, meta = replies[j]
+            if meta is None:
+                seek[i] += n
+                continue
+            segments, advance = split(reply, stamps.begin, seek[i] * PRECISION / stride, n, stride, frame_seconds)
+            out[i] += [dataclasses.replace(meta, start=s.start, end=s.end, tokens=s.tokens) for s in segments]
             seek[i] += advance if advance > 0 else n  # a reply that moves nowhere (none can: its first is a timestamp)
         round_ += 1
     return out
+
+
+def scores(tokens: Sequence[int], logprobs: Sequence[float], first: np.ndarray, vocab: int, no_speech: int,
+           temperature: float) -> Segment:
+    """A window's reply's scores (a ``Segment`` of them alone), as transformers' fallback computes them: ``tokens``
+    the reply with its end, ``logprobs`` the log probability of each token as it was picked (the processed logits'
+    at temperature 1, in float64, where transformers takes float32; more than ``tokens`` where its batch ran on;
+    none: a beam search's, not scored), ``first``
+    the logits after the start token, whose softmax at ``no_speech`` (``<|nospeech|>``) is the window's no-speech
+    probability."""
+    tokens = [int(t) for t in tokens]
+    logprob = float(np.sum(logprobs[:len(tokens)]) / len(tokens)) if len(logprobs) else None
+    x = np.asarray(first, np.float32)
+    silence = float(np.exp(x[no_speech] - x.max()) / np.exp(x - x.max()).sum())
+    return Segment(0.0, 0.0, (), float(temperature), logprob, _compression(tokens, vocab), silence)
+
+
+def _compression(tokens: Sequence[int], vocab: int) -> float:
+    """Transformers' compression ratio of a reply: its tokens as bytes (as few a token as the vocabulary needs) over
+    those bytes zlib-compressed."""
+    data = b"".join(t.to_bytes(int(math.log2(vocab) / 8) + 1, "little") for t in tokens)
+    return len(data) / len(zlib.compress(data))
 
 
 def _detected(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int]) -> dict[int, int]:

@@ -17,6 +17,7 @@ batch): ``generate`` runs each batch of sources from start to end, and so does t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
@@ -83,15 +84,17 @@ class Session:
     joins = False
 
     def __init__(self, steps: Steps, spec: Spec, batch: int, opening: Sequence[int] | None = None,
-                 languages: dict[int, int] | None = None):
+                 languages: dict[int, int] | None = None, firsts: dict[int, np.ndarray] | None = None):
         """``opening``: the tokens after the start token before the reply (``transcription.Opening.tokens``, with
         ``DETECT`` where each row's language is detected); None: the artifact's, as a call that gives no language
         and task has it. ``languages``: the language tokens of sources (by ``id``) already detected, which are not
         detected again; each source detected here is added (a long audio's windows are in its first one's
-        language, as transformers detects it once)."""
+        language, as transformers detects it once). ``firsts``: where given, each source's logits after the start
+        token are put in it by ``id`` (what Whisper's no-speech probability is read from)."""
         self.steps, self.spec, self.batch = steps, spec, batch
         self.opening = Opening.of(spec.opening).tokens() if opening is None else list(opening)
         self.languages = {} if languages is None else languages
+        self.firsts = firsts
         self.profiles = [p for p in steps.profiles(spec.prefill) if p["batch"] == batch]
         self.busy = np.zeros(batch, bool)
         self.reused = np.zeros(batch, np.int32)  # no prefix is taken from a cache here
@@ -133,6 +136,8 @@ class Session:
         self.busy[:len(sources)] = True
         rows = list(range(len(sources)))
         logits = self._run()
+        if self.firsts is not None:
+            self.firsts.update((id(source), logits[row].copy()) for row, source in enumerate(sources))
         languages = None
         if DETECT in self.opening:
             found = Opening.of(self.spec.opening).detected(logits)
@@ -208,18 +213,19 @@ class Sessions:
 
     batch_for = staticmethod(Session.batch_for)
 
-    def __init__(self, opening: Sequence[int], languages: dict[int, int] | None = None):
-        self.opening, self.languages = opening, {} if languages is None else languages
+    def __init__(self, opening: Sequence[int], languages: dict[int, int] | None = None,
+                 firsts: dict[int, np.ndarray] | None = None):
+        self.opening, self.languages, self.firsts = opening, {} if languages is None else languages, firsts
 
     def __call__(self, steps: Steps, spec: Spec, batch: int) -> Session:
-        return Session(steps, spec, batch, self.opening, self.languages)
+        return Session(steps, spec, batch, self.opening, self.languages, self.firsts)
 
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
              constraints: Any = None, beams: Beams | None = None, input_features: Any = None,
              language: str | None = None, task: str | None = None, return_timestamps: bool | None = None,
-             return_segments: bool = False, **sampling: Any) -> Any:
+             return_segments: bool = False, fallback: Any = None, **sampling: Any) -> Any:
     """The new tokens of each source, int32 ``[batch, n]`` (the decoder's start token and opening left out): as
     ``runtime/generate.generate`` says, with ``input_ids`` the sources the replies are to (a speech model's:
     ``input_features``, each reply opening with ``language`` and ``task``, ``runtime/transcription.py``); each the
@@ -228,7 +234,8 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     A speech model's replies with ``return_timestamps`` (None: where the features are longer than one window), and
     features of any length, are transcribed window by window (``runtime/longform.py``): the tokens are each source's
     segments', timestamps among them; with ``return_segments``, ``{"sequences": tokens, "segments": [[{"start",
-    "end", "tokens"}, ...], ...]}``, each segment's times in seconds."""
+    "end", "tokens", ...}, ...], ...]}``, each segment's times in seconds. ``fallback``: when a window's reply is
+    generated again hotter, or the window skipped (``longform.Fallback``; None: never)."""
     if spec.source_shape and (return_timestamps or return_segments or _longer(spec, input_features)):
         if return_timestamps is False:
             raise CallError(f"generate(): return_timestamps=False with features over one window of "
@@ -237,10 +244,15 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
                             "leave return_timestamps out.")
         return _timestamped(steps, spec, name, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
                             pad_token_id, constraints, beams, input_features, language, task, return_segments,
-                            sampling)
+                            sampling, fallback)
     if return_timestamps or return_segments:
         raise CallError(f"generate(): return_timestamps and return_segments are a speech model's (Whisper's); {name} "
                         "has no timestamps.")
+    if fallback is not None and fallback.checks:
+        raise CallError("generate(): a temperature fallback (temperature=(t0, t1, ...)) and the compression, "
+                        "log-probability and no-speech thresholds act window by window, on replies with timestamps: "
+                        + ("give return_timestamps=True (or audio over 30 s)." if spec.source_shape else
+                           f"they are a speech model's (Whisper's); {name} takes one temperature."))
     opening = Opening.of(spec.opening).tokens(language, task)
     if spec.source_shape:
         if input_ids is not None or input_features is None:
@@ -277,9 +289,9 @@ def _longer(spec: Spec, features: Any) -> bool:
 def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any,
                  seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any, beams: Beams | None,
                  input_features: Any, language: str | None, task: str | None, return_segments: bool,
-                 sampling: dict[str, Any]) -> Any:
+                 sampling: dict[str, Any], fallback: Any) -> Any:
     """``generate``'s replies with timestamps (``runtime/longform.py``)."""
-    from .longform import sequences, sources, transcribed
+    from .longform import Fallback, sequences, sources, transcribed
 
     if input_ids is not None or input_features is None:
         raise CallError(f"generate(): {name} is a speech model: give input_features [batch, "
@@ -288,9 +300,9 @@ def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_to
     features, frames = sources(spec, input_features, attention_mask)
     check_room(spec, max_new_tokens, opening)
     segments = transcribed(steps, spec, features, frames, opening, max_new_tokens, seed, eos_token_id, pad_token_id,
-                           constraints, beams, sampling, forced)
+                           constraints, beams, sampling, forced, fallback or Fallback())
     ids = sequences(segments, spec.fill(pad_token_id, spec.stops(eos_token_id)))
     if not return_segments:
         return ids
-    return {"sequences": ids, "segments": [[{"start": s.start, "end": s.end, "tokens": np.array(s.tokens, np.int32)}
+    return {"sequences": ids, "segments": [[{**dataclasses.asdict(s), "tokens": np.array(s.tokens, np.int32)}
                                             for s in source] for source in segments]}

@@ -77,11 +77,19 @@ class Stamps:
 
 @dataclass(frozen=True)
 class Segment:
-    """A stretch of speech and its reply's tokens (its timestamps among them), in seconds of the whole audio."""
+    """A stretch of speech and its reply's tokens (its timestamps among them), in seconds of the whole audio; and of
+    the window's reply it is part of (``runtime/longform.py``; None where not known): the temperature it was
+    generated at, its mean log probability per token (its end among them), its compression ratio (its tokens'
+    bytes over their zlib-compressed bytes: a reply that repeats itself compresses well) and the probability of
+    ``<|nospeech|>`` after the start token."""
 
     start: float
     end: float
     tokens: tuple[int, ...]
+    temperature: float | None = None
+    avg_logprob: float | None = None
+    compression_ratio: float | None = None
+    no_speech_prob: float | None = None
 
 
 def split(reply: Sequence[int], begin: int, offset: float, frames: int, stride: int, frame_seconds: float

@@ -455,9 +455,12 @@ class App:
 
     async def _audio(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
         """``/v1/audio/transcriptions`` and ``/v1/audio/translations`` (``audio.py``): the form read, the WAV file made
-        into features off the event loop, the reply generated in ``_start``'s running batch and decoded."""
+        into features off the event loop, the reply generated in ``_start``'s running batch and decoded; audio over a
+        window, or a format with segments, a window at a time (``audio.Windows``), each window's reply with
+        timestamps, in the language the first was detected in."""
         from ..runtime.generate import before_stop
-        from .audio import Request
+        from ..runtime.longform import scores
+        from .audio import Request, Windows, spoken
 
         headers = _headers(scope)
         body = await self._body(scope, receive, headers, self.limits.max_body_bytes, "binary", form=True)
@@ -467,17 +470,39 @@ class App:
             speech = [n for n, e in self.endpoints.items() if e.transcribes]
             raise Refused(404, f"model {req.model[:200]!r}: {_why_not(ep, req.model, False)}; the speech models "
                                f"here: {', '.join(speech) or 'none'}.")
-        features, options = await asyncio.to_thread(req.features, ep.generator.spec)
-        (seq,), events, watcher = self._start(ep, scope, receive, features, [options])
+        spec = ep.generator.spec
+        features, options = await asyncio.to_thread(req.features, spec)
         ok = False
         try:
-            tokens = await self._tokens(events)
-            answer, content_type = req.answer(ep.tokenizer.decode(before_stop(tokens, seq.eos_token_id)))
+            if not req.windowed:
+                (seq,), events, watcher = self._start(ep, scope, receive, features, [options])
+                try:
+                    tokens = await self._tokens(events)
+                finally:
+                    watcher.cancel()
+                answer, content_type = req.answer(ep.tokenizer.decode(before_stop(tokens, seq.eos_token_id)))
+            else:
+                windows, language = Windows(spec, features), None
+                while (window := windows.next()) is not None:
+                    (seq,), events, watcher = self._start(ep, scope, receive, window,
+                                                          [{**options, "language_token": language, "logprobs": 0}])
+                    try:
+                        tokens = await self._tokens(events)
+                    finally:
+                        watcher.cancel()
+                    if seq.cancelled:  # the client went away
+                        return
+                    language = seq.language
+                    reply = before_stop(tokens, seq.eos_token_id)
+                    windows.take(reply, scores(tokens[:len(reply) + 1], [lp for lp, _ in seq.scored], seq.first,
+                                               spec.vocab_size, windows.begin - 2, options.get("temperature") or 0.0))
+                text, segments = windows.decoded(ep.tokenizer.decode)
+                answer, content_type = req.answer(text, segments, spoken(spec, language))
             await self._send(send, 200, answer, content_type, scope)
             ok = True
         finally:
-            watcher.cancel()
-            self.metrics.outcome(ep.name, "success" if ok else "failure")
+            if scope.get("queued"):  # else a refusal before the first window joined, counted with its response
+                self.metrics.outcome(ep.name, "success" if ok else "failure")
 
     async def _embed(self, ep: Endpoint, scope: Scope, send: Send, req: Any) -> None:
         """``/v1/embeddings``: the texts tokenized, padded into calls of the model's batch and run through its

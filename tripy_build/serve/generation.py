@@ -24,6 +24,13 @@ that arrive while it runs wait for it to finish, then start the next batch toget
 (``runtime/beams.py``: a request's ``num_beams``, or the artifact's) run the same way, an encoder-decoder's or a
 decoder's, on an idle server: those alike (beams, ends, length) together, each request's beams rows of one batch;
 a reply is handed out whole at the search's end.
+
+A speech model's request may ask for ``timestamps`` (``serve/audio.py``'s long audio and segmented formats, a window
+at a time): its reply opens without ``<|notimestamps|>`` and its logits are held to ``runtime/timestamps.Stamps``
+after the checkpoint's processors, as ``runtime/longform.py`` generates each window. Its language, where detected, is
+``Sequence.language`` once it joined; a later window of the same audio passes it back (``language_token``) to be
+decoded in it rather than detected again. Only requests that open alike (the same opening, timestamps or none) share
+a batch.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ from ..runtime import seq2seq
 from ..runtime.beams import Beams, chosen, search
 from ..runtime.generate import Held, Session, Spec, check_prompt
 from ..runtime.sampling import NAMES, Sampler
-from ..runtime.transcription import Opening, check_features
+from ..runtime.timestamps import Stamps
+from ..runtime.transcription import DETECT, Opening, check_features
 
 log = logging.getLogger(__name__)
 JOIN_WINDOW_S = 0.003
@@ -66,6 +74,14 @@ class Sequence:
     scored: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)  # per token, before on_token
     beams: Beams | None = None  # its beam search (runtime/beams.py): its tokens come at its end
     opening: tuple[int, ...] = ()  # a speech model's: what its reply opens with (runtime/transcription.py)
+    stamps: Stamps | None = None  # a speech model's reply with timestamps: their rule
+    language: int | None = None  # a speech model's language token: given, or detected when it joined
+    first: np.ndarray | None = None  # a speech model's logits after its start token (its no-speech probability's)
+
+    @property
+    def alike(self) -> tuple[Any, ...]:
+        """What the sequences of one batch share: their opening, and timestamps or none."""
+        return self.opening, self.stamps
 
     def next(self, logits: np.ndarray) -> bool:
         """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done (its
@@ -124,22 +140,42 @@ class Generator:
                logprobs: int | None = None, constraint: Any = None, logit_bias: dict[int, float] | None = None,
                num_beams: int | None = None, length_penalty: float | None = None,
                early_stopping: bool | str | None = None, language: str | None = None, task: str | None = None,
-               **sampling: Any) -> Sequence:
+               timestamps: bool = False, language_token: int | None = None, **sampling: Any) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
         defaults, ``logit_bias`` added to their logits, among those its ``constraint``
         (``runtime.grammar.Constraint``) allows; or by beam search (``runtime/beams.chosen``: ``num_beams`` given, or
         the artifact's for a request that picks by score), all at its end. A speech model's ``prompt`` is one source's
-        features (``runtime/transcription.check_features``), its reply opening with ``language`` and ``task``."""
-        opening = Opening.of(self.spec.opening).tokens(language, task)
+        features (``runtime/transcription.check_features``), its reply opening with ``language`` and ``task``, with
+        ``timestamps`` where asked; ``language_token``: the language a source's earlier window was detected in, which
+        this one is decoded in rather than detected again."""
+        spoken = Opening.of(self.spec.opening)
+        opening = spoken.tokens(language, task, timestamps)
+        stamps = language_of = None
         if self.spec.source_shape:
+            if timestamps:
+                eos = self.spec.stops(eos_token_id)
+                if not eos:
+                    raise CallError("eos_token_id=[]: a reply with timestamps ends at the end of its window's "
+                                    "speech, at the model's end id; leave eos_token_id out.")
+                stamps = Stamps.of(self.spec, eos)
+            known = set((spoken.languages or {}).values())
+            language_of = next((t for t in opening[:1] if t in known), None)
+            if language_token is not None:
+                if language_token not in known or (DETECT not in opening and language_token != language_of):
+                    raise CallError(f"language_token={language_token}: the language of an earlier window of the "
+                                    "same audio is one of this model's language tokens "
+                                    f"({', '.join(map(str, sorted(known))) or 'none'}), and only where the language "
+                                    "is detected; leave it out, or give the language.")
+                language_of = language_token
             sources = check_features(self.spec, prompt)
             if len(sources) != 1:
                 raise CallError(f"a request transcribes one source; it gave {len(sources)}: send one request each.")
             ids = sources[0]
             seq2seq.check_room(self.spec, max_new_tokens, opening)
-        elif language is not None or task is not None:
-            raise CallError("language and task are a speech model's (Whisper's) options; this model takes none.")
+        elif language is not None or task is not None or timestamps or language_token is not None:
+            raise CallError("language, task, timestamps and language_token are a speech model's (Whisper's) options; "
+                            "this model takes none.")
         else:
             ids = np.asarray(prompt)
             if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
@@ -163,7 +199,7 @@ class Generator:
                        early_stopping) if plain else None
         sampler = Sampler(options, seed, history, None if constraint is None else [constraint], logit_bias)
         seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
-                       logprobs=logprobs, beams=beams, opening=tuple(opening))
+                       logprobs=logprobs, beams=beams, opening=tuple(opening), stamps=stamps, language=language_of)
         with self.cv:
             if self.closed:
                 raise CallError(f"{self.name}: the server is shutting down.")
@@ -192,7 +228,7 @@ class Generator:
                 searching = self._searching() if self.session is None else []
                 joining = []
                 while not searching and self.waiting and self._room(len(joining)) and self.waiting[0].beams is None \
-                        and (not joining or self.waiting[0].opening == joining[0].opening):  # a batch opens alike
+                        and (not joining or self.waiting[0].alike == joining[0].alike):
                     seq = self.waiting.popleft()
                     if seq.cancelled:  # its client left before it joined
                         self.cancelled += 1
@@ -217,8 +253,8 @@ class Generator:
         group: list[Sequence] = []
         while self.waiting and self.waiting[0].beams is not None:
             seq = self.waiting[0]
-            alike = (seq.beams, seq.eos_token_id, seq.max_new_tokens, seq.opening)
-            if group and (alike != (group[0].beams, group[0].eos_token_id, group[0].max_new_tokens, group[0].opening)
+            alike = (seq.beams, seq.eos_token_id, seq.max_new_tokens, seq.alike)
+            if group and (alike != (group[0].beams, group[0].eos_token_id, group[0].max_new_tokens, group[0].alike)
                           or (len(group) + 1) * seq.beams.num_beams > self.buckets[-1]):
                 break
             self.waiting.popleft()
@@ -234,12 +270,18 @@ class Generator:
         if not group:
             return
         beams = group[0].beams
-        session = self._session([seq.prompt for seq in group for _ in range(beams.num_beams)], group[0].opening)
+        session = self._session([seq.prompt for seq in group for _ in range(beams.num_beams)], group)
+        process = seq2seq.forced if self.seq2seq else None
+        if group[0].stamps is not None:
+            def process(spec: Spec, logits: np.ndarray, step: int, n: int, replies: Any, eos: Any,
+                        stamps: Stamps = group[0].stamps) -> np.ndarray:
+                return stamps(seq2seq.forced(spec, logits, step, n, replies, eos), replies)
         try:
             answers = search(session, [seq.prompt for seq in group], group[0].max_new_tokens, beams,
-                             group[0].eos_token_id, seq2seq.forced if self.seq2seq else None)
+                             group[0].eos_token_id, process)
         finally:
             session.close()
+        _heard(session, group)
         for seq, answer in zip(group, answers):
             self.prompt_tokens += _tokens(seq)
             for token in answer.tolist():
@@ -266,12 +308,15 @@ class Generator:
         if self.seq2seq:
             logits = seq2seq.forced(self.spec, logits, len(seq.tokens), seq.max_new_tokens, [seq.tokens],
                                     seq.eos_token_id)
+            if seq.stamps is not None:
+                logits = seq.stamps(logits, [seq.tokens])
         return seq.next(logits)
 
     def _join(self, joining: list[Sequence]) -> None:
         if self.session is None and joining:  # an idle server: the requests that arrived together prefill as a batch
-            self.session = self._session([seq.prompt for seq in joining], joining[0].opening)
+            self.session = self._session([seq.prompt for seq in joining], joining)
             rows, logits = self.session.admit_all([seq.prompt for seq in joining])
+            _heard(self.session, joining)
             self.rows.update(zip(rows, joining))
             for row, seq, out in zip(rows, joining, logits):
                 self._admitted(seq, row)
@@ -289,11 +334,13 @@ class Generator:
             if self._next(seq, logits):
                 self._finish(row)
 
-    def _session(self, rows: list[np.ndarray], opening: tuple[int, ...]) -> Any:
-        """A session for ``rows`` at the smallest batch that holds them (an encoder-decoder's replies opening with
-        ``opening``)."""
+    def _session(self, rows: list[np.ndarray], seqs: list[Sequence]) -> Any:
+        """A session for ``rows`` at the smallest batch that holds them (an encoder-decoder's replies opening as
+        ``seqs``' do, alike; their languages already known not detected again)."""
         if self.seq2seq:
-            return seq2seq.Session(self.steps, self.spec, seq2seq.Session.batch_for(self.steps, self.spec, rows), opening)
+            known = {id(seq.prompt): seq.language for seq in seqs if seq.language is not None}
+            return seq2seq.Session(self.steps, self.spec, seq2seq.Session.batch_for(self.steps, self.spec, rows),
+                                   seqs[0].opening, known, {} if seqs[0].stamps is not None else None)
         return Session(self.steps, self.spec, Session.batch_for(self.steps, self.spec, rows))
 
     def _admitted(self, seq: Sequence, row: int) -> None:
@@ -335,6 +382,15 @@ class Generator:
             getattr(bigger, name)[:session.batch] = getattr(session, name)
         session.close()
         return bigger
+
+
+def _heard(session: Any, seqs: list[Sequence]) -> None:
+    """Each speech request's language as its session has it once admitted (detected there, where it was left open),
+    and, with timestamps, its logits after the start token."""
+    languages, firsts = getattr(session, "languages", {}), getattr(session, "firsts", None) or {}
+    for seq in seqs:
+        seq.language = languages.get(id(seq.prompt), seq.language)
+        seq.first = firsts.get(id(seq.prompt), seq.first)
 
 
 def _tokens(seq: Sequence) -> int:
