@@ -375,6 +375,9 @@ def test_the_fallback_and_its_thresholds(whisper):
     assert {s["temperature"] for s in segments} == {0.0, 1.0}
     assert all(s["compression_ratio"] <= 0.85 for s in segments if s["temperature"] == 0.0)
     assert run(**hotter)["sequences"].tolist() == got["sequences"].tolist()
+    sampled = run(temperature=0.7, seed=1)  # one temperature, no fallback: every window sampled at it
+    assert {s["temperature"] for source in sampled["segments"] for s in source} == {0.7}
+    assert sampled["sequences"].tolist() != plain["sequences"].tolist()
     for kw, match in [
         (dict(num_beams=2, logprob_threshold=-1.0), "num_beams with a temperature fallback or thresholds is not built"),
         (dict(logprob_threshold=None, no_speech_threshold=0.6), "no_speech_threshold=0.6 needs logprob_threshold"),

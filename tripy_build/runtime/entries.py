@@ -217,9 +217,9 @@ class MultiEntry:
                 x is not None for x in (compression_ratio_threshold, logprob_threshold, no_speech_threshold)):
             from .longform import Fallback
 
-            temperatures = tuple(temperature) if isinstance(temperature, (list, tuple)) else (temperature or 0.0,)
+            temperatures = tuple(temperature) if isinstance(temperature, (list, tuple)) else None
             fallback = Fallback(temperatures, compression_ratio_threshold, logprob_threshold, no_speech_threshold)
-            temperature = fallback.temperatures[0]
+            temperature = temperatures[0] if temperatures else temperature
 
         steps = self.generation_steps()
         spec = steps.spec()

@@ -83,7 +83,8 @@ class Fallback:
     """When a window's reply is generated again at a higher temperature, or the window skipped as silence
     (transformers' long-form ``temperature`` tuple and thresholds; OpenAI's Whisper's decoding fallback)."""
 
-    temperatures: tuple[float, ...] = (0.0,)  # each attempt's, in turn: 0 greedy (or the call's beams), above: sampled
+    # each attempt's, in turn: 0 greedy (or the call's beams), above: sampled; None: one, at the call's temperature
+    temperatures: tuple[float, ...] | None = None
     compression_ratio_threshold: float | None = None  # a reply compressing better than this repeats itself: again
     logprob_threshold: float | None = None  # a reply whose mean log probability per token is lower: again
     # with logprob_threshold: a window whose reply is that unlikely and whose <|nospeech|> probability after the
@@ -92,8 +93,9 @@ class Fallback:
 
     def __post_init__(self) -> None:
         temps = self.temperatures
-        if not temps or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
-                                for t in temps):
+        def number(t: Any) -> bool:
+            return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+        if temps is not None and (not temps or not all(map(number, temps))):
             raise CallError(f"generate(): temperature={temps!r}: the temperatures of a window's attempts in turn are "
                             "numbers of at least 0, e.g. (0.0, 0.2, 0.4, 0.6, 0.8, 1.0).")
         for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"):
@@ -109,23 +111,56 @@ class Fallback:
 
     @property
     def checks(self) -> bool:
-        return len(self.temperatures) > 1 or any(
+        return len(self.temperatures or ()) > 1 or any(
             x is not None for x in (self.compression_ratio_threshold, self.logprob_threshold, self.no_speech_threshold))
+
+
+class Windows:
+    """One source's audio window by window: ``next`` gives each window's features (the frames from ``seek``, a window
+    of them or what is left, padded with zeros), ``take`` its reply (its end id left out), cut into segments
+    (``timestamps.split``) that carry the reply's ``scores``, or ``skip`` it (silence); the next window starts where
+    the reply's last whole segment ended. ``transcribed`` runs a call's sources' in step; the server runs each
+    request's (``serve/audio.py``)."""
+
+    def __init__(self, spec: Spec, features: np.ndarray, frames: int | None = None):
+        self.window = spec.source_shape[-1]
+        self.stride = self.window // spec.encoded_length  # feature frames per encoder position, and per timestamp
+        self.frame_seconds = spec.audio["hop_length"] / spec.audio["sampling_rate"]
+        self.begin = int(spec.opening["no_timestamps"]) + 1
+        self.features = features
+        self.frames = features.shape[-1] if frames is None else frames  # the source's frames (the rest padding)
+        self.seek = self.held = 0
+        self.segments: list[tuple[int, Segment]] = []  # each with its window's seek
+
+    @property
+    def done(self) -> bool:
+        return self.seek >= self.frames
+
+    def next(self) -> np.ndarray:
+        """The next window's features ``[mel, window]`` (while not ``done``)."""
+        self.held = min(self.frames - self.seek, self.window)
+        return np.pad(self.features[:, self.seek:self.seek + self.held], ((0, 0), (0, self.window - self.held)))
+
+    def take(self, reply: Sequence[int], scored: Segment) -> None:
+        segments, advance = split(reply, self.begin, self.seek * PRECISION / self.stride, self.held, self.stride,
+                                  self.frame_seconds)
+        self.segments += [(self.seek, dataclasses.replace(scored, start=s.start, end=s.end, tokens=s.tokens))
+                          for s in segments]
+        self.seek += advance if advance > 0 else self.held  # a reply that moves nowhere (none can: a timestamp first)
+
+    def skip(self) -> None:
+        self.seek += self.held
 
 
 def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int], opening: Sequence[int],
                 max_new_tokens: int, seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any,
-                beams: Beams | None, sampling: dict[str, Any], process: Any, fallback: Fallback = Fallback()
-                ) -> list[list[Segment]]:
+                beams: Beams | None, sampling: dict[str, Any], process: Any, sessions: Any,
+                fallback: Fallback = Fallback()) -> list[list[Segment]]:
     """Each source's segments, window after window (``opening``: the tokens each window's reply opens with, without
     ``<|notimestamps|>``; ``max_new_tokens``: a window's most; ``process``: the checkpoint's other processors,
-    ``seq2seq.forced``); the options as ``generate`` takes them, a sampled call's seed moved on per attempt; each
-    window's reply generated again hotter, or the window skipped, as ``fallback`` says."""
-    from .seq2seq import Sessions
-
-    window = spec.source_shape[-1]
-    stride = window // spec.encoded_length  # feature frames per encoder position, and per timestamp token
-    frame_seconds = spec.audio["hop_length"] / spec.audio["sampling_rate"]
+    ``seq2seq.forced``; ``sessions``: ``seq2seq.Sessions``, which runs them); the options as ``generate`` takes them,
+    a sampled call's seed moved on per attempt; each window's reply generated again hotter, or the window skipped,
+    as ``fallback`` says."""
     eos = spec.stops(eos_token_id)
     if not eos:
         raise CallError("generate(): eos_token_id=[]: a reply with timestamps ends at the end of its window's "
@@ -138,64 +173,72 @@ def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames
     def stamped(spec: Spec, logits: np.ndarray, step: int, n: int, replies: Any, eos: Any) -> np.ndarray:
         return stamps(process(spec, logits, step, n, replies, eos), replies)
 
-    seek = [0] * len(features)
-    found = _detected(steps, spec, features, frames) if DETECT in opening else {}  # a source's language token
-    out: list[list[Segment]] = [[] for _ in features]
+    tracks = [Windows(spec, f, n) for f, n in zip(features, frames)]
+    found = _detected(steps, spec, features, frames, sessions) if DETECT in opening else {}  # a source's language
     round_ = 0
-    while active := [i for i, f in enumerate(frames) if seek[i] < f]:
-        held = [min(frames[i] - seek[i], window) for i in active]
-        windows = [np.pad(features[i][:, seek[i]:seek[i] + n], ((0, 0), (0, window - n))) for i, n in zip(active, held)]
+    while active := [i for i, t in enumerate(tracks) if not t.done]:
+        windows = [tracks[i].next() for i in active]
         known = {id(w): found[i] for i, w in zip(active, windows) if i in found}
-        replies: dict[int, tuple[list[int], Segment | None]] = {}  # a window's reply, its scores; None: skipped
-        pending = list(range(len(windows)))
-        for attempt, temperature in enumerate(fallback.temperatures):
-            rows = [windows[j] for j in pending]
-            sessions = Sessions(opening, known, {})
-            picked: list[list[float]] = [[] for _ in rows]
-
-            def observe(at: Sequence[int], logits: np.ndarray, tokens: np.ndarray, picked: list = picked) -> None:
-                x = np.asarray(logits, np.float64)
-                top = x.max(axis=-1)
-                lse = top + np.log(np.exp(x - top[:, None]).sum(axis=-1))
-                for k, row in enumerate(at):
-                    picked[row].append(float(x[k, tokens[k]] - lse[k]))
-            if beams is not None:
-                ids = searched(steps, spec, sessions, rows, max_new_tokens, beams, eos_token_id, pad_token_id, stamped)
-            else:
-                start = [np.array([spec.decoder_start_token_id], np.int32)] * len(rows)
-                draws = None if seed is None else seed + round_ * len(fallback.temperatures) + attempt
-                ids = in_groups(steps, spec, sessions, rows, start, max_new_tokens, draws, eos_token_id, pad_token_id,
-                                constraints, {**sampling, "temperature": temperature}, stamped, observe)
-            again = []
-            for k, j in enumerate(pending):
-                reply = before_stop(ids[k], eos)
-                meta = scores(ids[k][:len(reply) + 1], picked[k], sessions.firsts[id(rows[k])], spec.vocab_size,
-                              stamps.begin - 2, temperature)
-                unlikely = fallback.logprob_threshold is not None and meta.avg_logprob < fallback.logprob_threshold
-                if (fallback.no_speech_threshold is not None and unlikely
-                        and meta.no_speech_prob > fallback.no_speech_threshold):
-                    replies[j] = (reply, None)
-                    continue
-                replies[j] = (reply, meta)
-                repeats = (fallback.compression_ratio_threshold is not None
-                           and meta.compression_ratio > fallback.compression_ratio_threshold)
-                if repeats or unlikely:
-                    again.append(j)
-            pending = again
-            if not pending:
-                break
-        for j, (i, n, w) in enumerate(zip(active, held, windows)):
+        draws = None if seed is None else seed + round_ * len(fallback.temperatures or (None,))
+        replies = _attempts(steps, spec, windows, sessions, opening, known, max_new_tokens, draws, eos_token_id,
+                            pad_token_id, constraints, beams, sampling, stamped, fallback, stamps.begin - 2)
+        for i, w, (reply, meta) in zip(active, windows, replies):
             if id(w) in known:  # given, or detected in this window
                 found[i] = known[id(w)]
-            reply, meta = replies[j]
             if meta is None:
-                seek[i] += n
-                continue
-            segments, advance = split(reply, stamps.begin, seek[i] * PRECISION / stride, n, stride, frame_seconds)
-            out[i] += [dataclasses.replace(meta, start=s.start, end=s.end, tokens=s.tokens) for s in segments]
-            seek[i] += advance if advance > 0 else n  # a reply that moves nowhere (none can: its first is a timestamp)
+                tracks[i].skip()
+            else:
+                tracks[i].take(reply, meta)
         round_ += 1
-    return out
+    return [[s for _, s in t.segments] for t in tracks]
+
+
+def _attempts(steps: Steps, spec: Spec, windows: list[np.ndarray], sessions: Any, opening: Sequence[int],
+              known: dict[int, int], max_new_tokens: int, seed: int | None, eos_token_id: Any,
+              pad_token_id: int | None, constraints: Any, beams: Beams | None, sampling: dict[str, Any],
+              process: Any, fallback: Fallback, no_speech: int) -> list[tuple[list[int], Segment | None]]:
+    """One round's windows' replies (their end ids left out) and scores, each attempt at the next temperature for
+    the windows whose reply failed a threshold at the one before; None in place of the scores of a window skipped
+    as silence. ``sessions``: ``seq2seq.Sessions``; ``known``: the languages already found, by window (those found
+    here are added)."""
+    eos = spec.stops(eos_token_id)
+    replies: list[tuple[list[int], Segment | None]] = [([], None)] * len(windows)
+    pending = list(range(len(windows)))
+    attempts = fallback.temperatures or (None,)
+    for attempt, temperature in enumerate(attempts):
+        options = sampling if temperature is None else {**sampling, "temperature": temperature}
+        rows = [windows[j] for j in pending]
+        made = sessions(opening, known, {})
+        picked: list[list[float]] = [[] for _ in rows]  # each row's tokens' log probabilities as they were picked
+
+        def observe(at: Sequence[int], logits: np.ndarray, tokens: np.ndarray, picked: list = picked) -> None:
+            x = np.asarray(logits, np.float64)
+            top = x.max(axis=-1)
+            lse = top + np.log(np.exp(x - top[:, None]).sum(axis=-1))
+            for k, row in enumerate(at):
+                picked[row].append(float(x[k, tokens[k]] - lse[k]))
+        if beams is not None:
+            ids = searched(steps, spec, made, rows, max_new_tokens, beams, eos_token_id, pad_token_id, process)
+        else:
+            start = [np.array([spec.decoder_start_token_id], np.int32)] * len(rows)
+            ids = in_groups(steps, spec, made, rows, start, max_new_tokens, None if seed is None else seed + attempt,
+                            eos_token_id, pad_token_id, constraints, options, process, observe)
+        again = []
+        for k, j in enumerate(pending):
+            reply = before_stop(ids[k], eos)
+            meta = scores(ids[k][:len(reply) + 1], picked[k], made.firsts[id(rows[k])], spec.vocab_size, no_speech,
+                          spec.options(**options).temperature)
+            unlikely = fallback.logprob_threshold is not None and meta.avg_logprob < fallback.logprob_threshold
+            silent = fallback.no_speech_threshold is not None and meta.no_speech_prob > fallback.no_speech_threshold
+            repeats = (fallback.compression_ratio_threshold is not None
+                       and meta.compression_ratio > fallback.compression_ratio_threshold)
+            replies[j] = (reply, None if unlikely and silent else meta)
+            if (repeats or unlikely) and not (unlikely and silent):
+                again.append(j)
+        pending = again
+        if not pending:
+            break
+    return replies
 
 
 def scores(tokens: Sequence[int], logprobs: Sequence[float], first: np.ndarray, vocab: int, no_speech: int,
@@ -220,14 +263,13 @@ def _compression(tokens: Sequence[int], vocab: int) -> float:
     return len(data) / len(zlib.compress(data))
 
 
-def _detected(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int]) -> dict[int, int]:
+def _detected(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int], sessions: Any
+              ) -> dict[int, int]:
     """The language tokens of the sources whose first window, as transcribed, is not what their language is detected
     from: a source shorter than a window in a batch of longer ones is transcribed from its frames padded with zeros,
     and its language detected from its first window's frames as the batch's features have them (the extractor's
     padding after its audio), as transformers detects it (``detect_language`` over the features' first 3000 frames);
     {} where there are none. An encoder run for those sources; the others' is their first window's."""
-    from .seq2seq import Session
-
     window = spec.source_shape[-1]
     odd = [i for i, (f, n) in enumerate(zip(features, frames)) if n < window and f.shape[1] > n]
     found: dict[int, int] = {}
@@ -235,7 +277,7 @@ def _detected(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: 
     for at in range(0, len(odd), most):
         group = odd[at:at + most]
         heads = [np.pad(features[i][:, :window], ((0, 0), (0, max(0, window - features[i].shape[1])))) for i in group]
-        session = Session(steps, spec, Session.batch_for(steps, spec, heads), ())
+        session = sessions((), None, None)(steps, spec, sessions.batch_for(steps, spec, heads))
         _, logits = session.admit_all(heads)
         session.close()
         found.update(zip(group, map(int, Opening.of(spec.opening).detected(logits))))

@@ -300,7 +300,7 @@ def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_to
     features, frames = sources(spec, input_features, attention_mask)
     check_room(spec, max_new_tokens, opening)
     segments = transcribed(steps, spec, features, frames, opening, max_new_tokens, seed, eos_token_id, pad_token_id,
-                           constraints, beams, sampling, forced, fallback or Fallback())
+                           constraints, beams, sampling, forced, Sessions, fallback or Fallback())
     ids = sequences(segments, spec.fill(pad_token_id, spec.stops(eos_token_id)))
     if not return_segments:
         return ids

@@ -459,8 +459,8 @@ class App:
         window, or a format with segments, a window at a time (``audio.Windows``), each window's reply with
         timestamps, in the language the first was detected in."""
         from ..runtime.generate import before_stop
-        from ..runtime.longform import scores
-        from .audio import Request, Windows, spoken
+        from ..runtime.longform import Windows, scores
+        from .audio import Request, decoded, spoken
 
         headers = _headers(scope)
         body = await self._body(scope, receive, headers, self.limits.max_body_bytes, "binary", form=True)
@@ -483,7 +483,8 @@ class App:
                 answer, content_type = req.answer(ep.tokenizer.decode(before_stop(tokens, seq.eos_token_id)))
             else:
                 windows, language = Windows(spec, features), None
-                while (window := windows.next()) is not None:
+                while not windows.done:
+                    window = windows.next()
                     (seq,), events, watcher = self._start(ep, scope, receive, window,
                                                           [{**options, "language_token": language, "logprobs": 0}])
                     try:
@@ -496,7 +497,7 @@ class App:
                     reply = before_stop(tokens, seq.eos_token_id)
                     windows.take(reply, scores(tokens[:len(reply) + 1], [lp for lp, _ in seq.scored], seq.first,
                                                spec.vocab_size, windows.begin - 2, options.get("temperature") or 0.0))
-                text, segments = windows.decoded(ep.tokenizer.decode)
+                text, segments = decoded(windows, ep.tokenizer.decode)
                 answer, content_type = req.answer(text, segments, spoken(spec, language))
             await self._send(send, 200, answer, content_type, scope)
             ok = True

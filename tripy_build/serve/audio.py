@@ -13,17 +13,19 @@ one built). A translation is to English (``<|translate|>``), its language detect
 
 - ``json`` (the default): ``{"text": ...}``; ``text``: the text alone, as ``text/plain``;
 - ``verbose_json``: ``{"task", "language" (its name: "english"), "duration" (seconds), "text", "segments": [{"id",
-  "seek" (the window's first feature frame), "start", "end" (seconds), "text", "tokens"}]}``;
+  "seek" (the window's first feature frame), "start", "end" (seconds), "text", "tokens", "temperature",
+  "avg_logprob", "compression_ratio", "no_speech_prob"}]}``;
 - ``srt`` and ``vtt``: the segments as subtitles (SubRip's numbered cues at ``HH:MM:SS,mmm``; WebVTT's at
   ``HH:MM:SS.mmm``), as ``text/plain``.
 
 Audio of at most 30 s (one window) in ``json`` or ``text`` is one reply without timestamps, as ``transcribe`` gives
-it. Longer audio, and the formats with segments, are transcribed window by window with timestamps (``Windows``, as
-``runtime/longform.py`` does one source): each window is a request of its own to the running batch, the next one
-starting where the last whole segment ended, in the language the first was detected in. What is not built is
-refused by name rather than ignored: ``prompt`` (conditioning on a previous text), word timestamps
-(``timestamp_granularities[]=word``: cross-attention alignment), any other field; and the long-form fallbacks
-(temperature fallback, no-speech detection, conditioning on the previous window) are not run, as transformers leaves
+it. Longer audio, and the formats with segments, are transcribed window by window with timestamps
+(``runtime/longform.Windows``, as ``transcribe`` does): each window is a request of its own to the running batch,
+the next one starting where the last whole segment ended, in the language the first was detected in; each segment
+carries its window's scores (``longform.scores``). What is not built is refused by name rather than ignored:
+``prompt`` (conditioning on a previous text), word timestamps (``timestamp_granularities[]=word``: cross-attention
+alignment), any other field; and the long-form fallbacks (temperature fallback, no-speech detection, conditioning on
+the previous window) are not run, as transformers leaves
 them off by default.
 
 The file is WAV, read by ``runtime/audio.wav`` (PCM or float samples, channels averaged to mono; at the model's
@@ -33,7 +35,6 @@ makes one that is).
 
 from __future__ import annotations
 
-import dataclasses
 import email.policy
 from typing import Any, NamedTuple
 
@@ -41,7 +42,6 @@ import numpy as np
 
 from ..errors import CallError
 from ..runtime.audio import wav
-from ..runtime.timestamps import PRECISION, Segment, split
 from ..runtime.transcription import CODES, Opening
 
 ROUTES = {"transcriptions": "transcribe", "translations": "translate"}  # /v1/audio/<route>: its task
@@ -165,7 +165,7 @@ class Request:
         """The audio's log-mel features ``[mel, frames]`` for the model of generation ``spec``
         (``runtime/audio.LogMel``), and the options its generation is submitted with: its language and task, and as
         many new tokens as the decoder has room for after its opening. Sets ``duration`` (the audio's seconds) and
-        ``windowed``: whether it is transcribed window by window with timestamps (``Windows``: its features all its
+        ``windowed``: whether it is transcribed window by window with timestamps (``longform.Windows``: its features all its
         frames, of a window at least, as ``LogMel.long`` gives them), else one window's, its reply without."""
         from ..runtime.audio import LogMel
 
@@ -191,7 +191,7 @@ class Request:
     def answer(self, text: str, segments: list[dict[str, Any]] | None = None, language: str | None = None
                ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         """The answer's body and its Content-Type header: of the reply's ``text``, and where the format has them its
-        ``segments`` (``Windows.decoded``) and ``language`` (its name, ``spoken``)."""
+        ``segments`` (``decoded``) and ``language`` (its name, ``spoken``)."""
         plain = [(b"content-type", b"text/plain; charset=utf-8")]
         if self.format == "text":
             return text.encode(), plain
@@ -205,46 +205,17 @@ class Request:
         return orjson.dumps({"text": text}), [(b"content-type", b"application/json")]
 
 
-class Windows:
-    """A request's audio transcribed window by window with timestamps, as ``runtime/longform.transcribed`` does one
-    source: ``next`` gives each window's features (the frames from ``seek``, a window of them or what is left, padded
-    with zeros) for a request with timestamps, ``take`` its reply (its end id left out), cut into segments
-    (``timestamps.split``); the next window starts where the reply's last whole segment ended."""
-
-    def __init__(self, spec: Any, features: np.ndarray):
-        self.window = spec.source_shape[-1]
-        self.stride = self.window // spec.encoded_length  # feature frames per encoder position, and per timestamp
-        self.frame_seconds = spec.audio["hop_length"] / spec.audio["sampling_rate"]
-        self.begin = int(spec.opening["no_timestamps"]) + 1
-        self.features, self.frames = features, features.shape[-1]
-        self.seek = self.held = 0
-        self.segments: list[tuple[int, Segment]] = []  # each with its window's seek
-
-    def next(self) -> np.ndarray | None:
-        """The next window's features ``[mel, window]``; None once the audio is done."""
-        if self.seek >= self.frames:
-            return None
-        self.held = min(self.frames - self.seek, self.window)
-        return np.pad(self.features[:, self.seek:self.seek + self.held], ((0, 0), (0, self.window - self.held)))
-
-    def take(self, reply: list[int], scored: Segment) -> None:
-        """A window's ``reply`` and its ``scored`` (``longform.scores``: what each of its segments carries)."""
-        segments, advance = split(reply, self.begin, self.seek * PRECISION / self.stride, self.held, self.stride,
-                                  self.frame_seconds)
-        self.segments += [(self.seek, dataclasses.replace(scored, start=s.start, end=s.end, tokens=s.tokens))
-                          for s in segments]
-        self.seek += advance if advance > 0 else self.held
-
-    def decoded(self, decode: Any) -> tuple[str, list[dict[str, Any]]]:
-        """The text of all the segments (``decode``: the tokenizer's, of their tokens without timestamps, all at once
-        as ``transcribe`` decodes them) and each segment as ``verbose_json`` has it, its times to the hundredth."""
-        def text(tokens: Any) -> str:
-            return decode([t for t in tokens if t < self.begin])
-        return text([t for _, s in self.segments for t in s.tokens]), [
-            {"id": i, "seek": seek, "start": round(s.start, 2), "end": round(s.end, 2), "text": text(s.tokens),
-             "tokens": list(s.tokens), "temperature": s.temperature, "avg_logprob": s.avg_logprob,
-             "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob}
-            for i, (seek, s) in enumerate(self.segments)]
+def decoded(windows: Any, decode: Any) -> tuple[str, list[dict[str, Any]]]:
+    """The text of a request's segments (``runtime/longform.Windows``; ``decode``: the tokenizer's, of their tokens
+    without timestamps, all at once as ``transcribe`` decodes them) and each segment as ``verbose_json`` has it, its
+    times to the hundredth."""
+    def text(tokens: Any) -> str:
+        return decode([t for t in tokens if t < windows.begin])
+    return text([t for _, s in windows.segments for t in s.tokens]), [
+        {"id": i, "seek": seek, "start": round(s.start, 2), "end": round(s.end, 2), "text": text(s.tokens),
+         "tokens": list(s.tokens), "temperature": s.temperature, "avg_logprob": s.avg_logprob,
+         "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob}
+        for i, (seek, s) in enumerate(windows.segments)]
 
 
 def subtitles(segments: list[dict[str, Any]], kind: str) -> str:
