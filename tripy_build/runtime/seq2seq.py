@@ -276,7 +276,6 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
                      constraints, sampling, forced)
 
 
-
 def _longer(spec: Spec, features: Any) -> bool:
     """Whether a call's ``input_features`` (as ``longform.sources`` takes them) run past one window."""
     if features is None:
