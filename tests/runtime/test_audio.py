@@ -113,3 +113,26 @@ def test_refusals_name_what_was_given_and_the_fix(audio, sampling_rate, match):
 def test_exactly_30_seconds_and_a_2d_batch_are_accepted():
     assert LogMel()(np.zeros(480000, np.float32)).shape == (1, 80, 3000)
     assert LogMel()(np.zeros((2, 100), np.float32)).shape == (2, 80, 3000)
+
+
+def test_long_features_equal_transformers_long_form_extraction(monkeypatch):
+    """``LogMel.long``: waveforms of 75 s and 40.005 s (not a whole number of hops) padded to the longest, computed a
+    window at a time, equal transformers' extractor with ``truncation=False, padding="longest"`` on both its paths, and
+    each one's frames its attention mask's; audio within one window is padded to it."""
+    from transformers import WhisperFeatureExtractor
+    from transformers.models.whisper import feature_extraction_whisper
+
+    audio = waves(75.0, 40.005)
+    ours, frames = LogMel().long(audio, sampling_rate=RATE)
+    assert ours.shape == (2, 80, 7500) and frames.tolist() == [7500, 4001]
+    for numpy_path, tolerance in ((True, 1e-6), (False, 5e-5)):
+        with monkeypatch.context() as patch:
+            if numpy_path:
+                patch.setattr(feature_extraction_whisper, "is_torch_available", lambda: False)
+            theirs = WhisperFeatureExtractor()(audio, sampling_rate=RATE, truncation=False, padding="longest",
+                                               return_attention_mask=True, return_tensors="np")
+        assert np.abs(ours - theirs.input_features).max() <= tolerance
+        assert theirs.attention_mask.sum(-1).tolist() == frames.tolist()
+    short, frames = LogMel().long(waves(3.0))
+    assert short.shape == (1, 80, 3000) and frames.tolist() == [300]
+    np.testing.assert_array_equal(short, LogMel()(waves(3.0)))

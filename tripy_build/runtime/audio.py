@@ -127,15 +127,21 @@ class LogMel:
         return waves
 
     def _features(self, waves: list[np.ndarray], samples: int) -> np.ndarray:
+        """The features of ``waves`` padded to ``samples``, a window's frames at a time (an hour of audio holds
+        360,000 frames: their float64 spectra at once would take gigabytes)."""
         fill = np.float32(self.padding_value)
         padded = np.stack([np.pad(w, (0, samples - w.size), constant_values=fill) for w in waves])
-        padded = np.pad(padded, ((0, 0), (self.n_fft // 2, self.n_fft // 2)), mode="reflect").astype(np.float64)
+        padded = np.pad(padded, ((0, 0), (self.n_fft // 2, self.n_fft // 2)), mode="reflect")
         framed = np.lib.stride_tricks.sliding_window_view(padded, self.n_fft, axis=1)[:, :: self.hop_length]
-        framed = framed[:, : (samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length]
+        frames = (samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length
         window = np.hanning(self.n_fft + 1)[:-1]
-        power = np.abs(np.fft.rfft(framed * window, axis=-1).astype(np.complex64), dtype=np.float64) ** 2
-        mel = _mel_filters(self.feature_size, self.sampling_rate, self.n_fft).T @ power.transpose(0, 2, 1)
-        logs = np.log10(np.maximum(1e-10, mel)).astype(np.float32)
+        filters = _mel_filters(self.feature_size, self.sampling_rate, self.n_fft).T
+        logs = np.empty((len(waves), self.feature_size, frames), np.float32)
+        for start in range(0, frames, self.frames):
+            end = min(start + self.frames, frames)
+            spectrum = np.fft.rfft(framed[:, start:end] * window, axis=-1).astype(np.complex64)
+            mel = filters @ (np.abs(spectrum, dtype=np.float64) ** 2).transpose(0, 2, 1)
+            logs[:, :, start:end] = np.log10(np.maximum(1e-10, mel))
         logs = np.maximum(logs, logs.max(axis=(1, 2), keepdims=True) - np.float32(8.0))
         return (logs + np.float32(4.0)) / np.float32(4.0)
 
