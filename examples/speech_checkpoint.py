@@ -1,9 +1,9 @@
 """A speech recognizer as a Hugging Face checkpoint: a ``WhisperForConditionalGeneration`` of random weights with
 Whisper's kind of tokenizer (byte-level BPE, then ``<|endoftext|>``, ``<|startoftranscript|>``, language tokens,
-``<|translate|>``, ``<|transcribe|>``, ``<|notimestamps|>`` and the timestamps ``<|0.00|>`` to ``<|30.00|>``),
-openai/whisper-tiny's kind of generation config (the language detected, then ``<|transcribe|>``; suppressed tokens;
-the first timestamp within a second) and feature extractor, saved with ``save_pretrained``, and a WAV file to try
-it on (``sample.wav``: two seconds of a tone at 16 kHz)::
+``<|translate|>``, ``<|transcribe|>``, ``<|startofprev|>``, ``<|nospeech|>``, ``<|notimestamps|>`` and the
+timestamps ``<|0.00|>`` to ``<|30.00|>``), openai/whisper-tiny's kind of generation config (the language detected,
+then ``<|transcribe|>``; suppressed tokens; the first timestamp within a second) and feature extractor, saved with
+``save_pretrained``, and a WAV file to try it on (``sample.wav``: two seconds of a tone at 16 kHz)::
 
     python examples/speech_checkpoint.py my-whisper            # tiny: 2 + 2 layers of 32
     python -m tripy_build model=whisper task=generate params.checkpoint=my-whisper
@@ -40,7 +40,8 @@ def tokenizer(path: str | Path):
     tok.train_from_iterator(CORPUS, tokenizers.trainers.BpeTrainer(
         vocab_size=300, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     specials = ["<|endoftext|>", "<|startoftranscript|>", *(f"<|{c}|>" for c in LANGUAGES), "<|translate|>",
-                "<|transcribe|>", "<|notimestamps|>", *(f"<|{i * 0.02:.2f}|>" for i in range(TIMESTAMPS))]
+                "<|transcribe|>", "<|startofprev|>", "<|nospeech|>", "<|notimestamps|>",
+                *(f"<|{i * 0.02:.2f}|>" for i in range(TIMESTAMPS))]
     tok.add_special_tokens(specials)
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
                                                 eos_token="<|endoftext|>", pad_token="<|endoftext|>")
@@ -66,7 +67,8 @@ def checkpoint(path: str | Path, sizes: dict | None = None, init_std: float = 0.
                     lang_to_id={f"<|{c}|>": ids(f"<|{c}|>") for c in LANGUAGES},
                     task_to_id={"transcribe": ids("<|transcribe|>"), "translate": ids("<|translate|>")},
                     no_timestamps_token_id=ids("<|notimestamps|>"), suppress_tokens=[ids("!"), ids('"'), ids("#")],
-                    begin_suppress_tokens=[ids("Ġ"), eos], return_timestamps=False, max_initial_timestamp_index=50)
+                    begin_suppress_tokens=[ids("Ġ"), eos], return_timestamps=False, max_initial_timestamp_index=50,
+                    prev_sot_token_id=ids("<|startofprev|>"))
     for key, value in settings.items():  # Whisper's keys are not GenerationConfig's own: update() would drop them
         setattr(model.generation_config, key, value)
     model.generation_config._from_model_config = False  # else from_pretrained drops the keys above, as the Hub's are kept

@@ -121,7 +121,7 @@ class MultiEntry:
                  input_features: Any = None, language: str | None = None, task: str | None = None,
                  return_timestamps: bool | None = None, return_segments: bool = False,
                  compression_ratio_threshold: float | None = None, logprob_threshold: float | None = None,
-                 no_speech_threshold: float | None = None) -> Any:
+                 no_speech_threshold: float | None = None, prompt_ids: Any = None) -> Any:
         """Generate tokens with an artifact built with ``task=generate`` (its prefill and decode entries);
         the same with both loaders (``tripy_build.runtime.load``: no jax).
 
@@ -192,6 +192,9 @@ class MultiEntry:
             no_speech_threshold: with timestamps and ``logprob_threshold``: a window whose reply is below
                 ``logprob_threshold`` and whose ``<|nospeech|>`` probability after the start token is above this
                 is silence, skipped without a segment (transformers suggests 0.6).
+            prompt_ids: a speech model's: token ids its decoder reads before the start token of each reply (each
+                window's): ``<|startofprev|>`` and a previous text's tokens, which steer its spelling and style
+                (transformers' ``prompt_ids``; ``transcribe(prompt=text)`` makes them from a text).
 
         Returns:
             The new tokens, int32 ``[batch, n]``; ``n`` is ``max_new_tokens``, or less when every row stopped. With
@@ -238,18 +241,19 @@ class MultiEntry:
         if spec.kind == "seq2seq":
             return encoder_decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed,
                                    eos_token_id, pad_token_id, held, beams, input_features, language, task,
-                                   return_timestamps, return_segments, fallback, **sampling)
-        speech = (input_features, language, task, return_timestamps or None, return_segments or None, fallback)
+                                   return_timestamps, return_segments, fallback, prompt_ids, **sampling)
+        speech = (input_features, language, task, return_timestamps or None, return_segments or None, fallback,
+                  prompt_ids)
         if any(x is not None for x in speech) or input_ids is None:
             raise CallError(f"generate(): {self.__name__} is a decoder: give its prompts as input_ids (input_features, "
-                            "language, task, return_timestamps, return_segments, a tuple of temperatures and the "
-                            "thresholds are a speech model's).")
+                            "language, task, return_timestamps, return_segments, prompt_ids, a tuple of temperatures "
+                            "and the thresholds are a speech model's).")
         return decoder(steps, spec, self.__name__, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
                        pad_token_id, held, beams, **sampling)
 
     def transcribe(self, audio: Any, *, sampling_rate: int | None = None, language: str | None = None,
                    task: str | None = None, max_new_tokens: int | None = None, return_timestamps: bool = False,
-                   **options: Any) -> list[Any]:
+                   prompt: str | None = None, **options: Any) -> list[Any]:
         """The text of each waveform, with a speech model's artifact (Whisper's, ``task=generate``): its log-mel
         features (``runtime/audio.LogMel``, as the checkpoint's ``preprocessor_config.json`` says), the reply
         generated (``generate``) and decoded by the stored tokenizer, its special tokens left out. Audio over 30
@@ -264,6 +268,9 @@ class MultiEntry:
             max_new_tokens: the most tokens per reply (per window, with timestamps); None: all the decoder's
                 positions leave.
             return_timestamps: each waveform's segments too, with their times.
+            prompt: a text the decoder reads before each reply (a previous transcript, or the names and terms
+                the audio holds, to steer their spelling): ``<|startofprev|>`` and the text's tokens, as
+                transformers' ``processor.get_prompt_ids(prompt)`` makes them.
             options: ``generate``'s (``num_beams``, ``temperature``, the fallback's thresholds, ...).
 
         Returns:
@@ -292,8 +299,9 @@ class MultiEntry:
         fallback = isinstance(options.get("temperature"), (list, tuple)) or any(
             options.get(k) is not None for k in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"))
         stamped = return_timestamps or fallback or max(w.size for w in waves) > mel.n_samples
-        room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task, stamped)))
-        asked = dict(max_new_tokens=max_new_tokens or room, language=language, task=task, **options)
+        before = self._prompt_ids(spec, prompt)
+        room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task, stamped)) + len(before or ()))
+        asked = dict(max_new_tokens=max_new_tokens or room, language=language, task=task, prompt_ids=before, **options)
         stops = spec.stops(options.get("eos_token_id"))
         if not stamped:
             ids = self.generate(input_features=mel(waves), **asked)
@@ -312,6 +320,25 @@ class MultiEntry:
                               **{k: s[k] for k in SCORES}} for s in segments]}
                for segments in found["segments"]]
         return out if return_timestamps else [o["text"] for o in out]
+
+    def _prompt_ids(self, spec: Any, prompt: str | None) -> list[int] | None:
+        """``transcribe``'s ``prompt`` as ``generate``'s ``prompt_ids``: ``<|startofprev|>``, then the text's tokens
+        (a leading space, as transformers' ``get_prompt_ids`` adds it); None for none. A ``CallError`` where the
+        text holds a special token or the tokenizer has no ``<|startofprev|>``."""
+        if prompt is None:
+            return None
+        if not isinstance(prompt, str):
+            raise CallError(f"transcribe(): prompt must be a text, got {type(prompt).__name__}.")
+        start = self.tokenizer.token_id("<|startofprev|>")
+        if start is None:
+            raise CallError("transcribe(): prompt: this model's tokenizer has no <|startofprev|> token, which a prompt "
+                            "opens with; leave prompt out.")
+        ids = self.tokenizer.encode_rendered(" " + prompt.strip())
+        special = [t for t in ids if t >= min(spec.eos_token_id or (spec.vocab_size,))]
+        if special:
+            raise CallError(f"transcribe(): prompt={prompt[:60]!r} holds special tokens (ids {special[:5]}: Whisper's "
+                            "<|...|> tokens); a prompt is plain text.")
+        return [start, *ids]
 
     def entities(self, texts: Any, *, aggregation_strategy: str = "simple", ignore_labels: Any = ("O",),
                  stride: int | None = None) -> list[list[dict[str, Any]]]:

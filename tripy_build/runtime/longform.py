@@ -32,7 +32,7 @@ from ..errors import CallError
 from .beams import Beams, searched
 from .generate import Spec, Steps, before_stop, in_groups
 from .timestamps import PRECISION, Segment, Stamps, split
-from .transcription import DETECT, Opening
+from .transcription import DETECT
 
 
 def sources(spec: Spec, features: Any, attention_mask: Any) -> tuple[list[np.ndarray], list[int]]:
@@ -155,12 +155,13 @@ class Windows:
 def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int], opening: Sequence[int],
                 max_new_tokens: int, seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any,
                 beams: Beams | None, sampling: dict[str, Any], process: Any, sessions: Any,
-                fallback: Fallback = Fallback()) -> list[list[Segment]]:
+                fallback: Fallback = Fallback(), prompt: Sequence[int] = ()) -> list[list[Segment]]:
     """Each source's segments, window after window (``opening``: the tokens each window's reply opens with, without
     ``<|notimestamps|>``; ``max_new_tokens``: a window's most; ``process``: the checkpoint's other processors,
-    ``seq2seq.forced``; ``sessions``: ``seq2seq.Sessions``, which runs them); the options as ``generate`` takes them,
-    a sampled call's seed moved on per attempt; each window's reply generated again hotter, or the window skipped,
-    as ``fallback`` says."""
+    ``seq2seq.forced``; ``sessions``: ``seq2seq.Sessions``, which runs them; ``prompt``: what each window's decoder
+    reads before its start token, ``<|startofprev|>`` and a text); the options as ``generate`` takes them, a sampled
+    call's seed moved on per attempt; each window's reply generated again hotter, or the window skipped, as
+    ``fallback`` says."""
     eos = spec.stops(eos_token_id)
     if not eos:
         raise CallError("generate(): eos_token_id=[]: a reply with timestamps ends at the end of its window's "
@@ -174,14 +175,14 @@ def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames
         return stamps(process(spec, logits, step, n, replies, eos), replies)
 
     tracks = [Windows(spec, f, n) for f, n in zip(features, frames)]
-    found = _detected(steps, spec, features, frames, sessions) if DETECT in opening else {}  # a source's language
+    found = _detected(steps, spec, features, frames, sessions, bool(prompt)) if DETECT in opening else {}
     round_ = 0
     while active := [i for i, t in enumerate(tracks) if not t.done]:
         windows = [tracks[i].next() for i in active]
         known = {id(w): found[i] for i, w in zip(active, windows) if i in found}
         draws = None if seed is None else seed + round_ * len(fallback.temperatures or (None,))
         replies = _attempts(steps, spec, windows, sessions, opening, known, max_new_tokens, draws, eos_token_id,
-                            pad_token_id, constraints, beams, sampling, stamped, fallback, stamps.begin - 2)
+                            pad_token_id, constraints, beams, sampling, stamped, fallback, stamps.begin - 2, prompt)
         for i, w, (reply, meta) in zip(active, windows, replies):
             if id(w) in known:  # given, or detected in this window
                 found[i] = known[id(w)]
@@ -196,7 +197,8 @@ def transcribed(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames
 def _attempts(steps: Steps, spec: Spec, windows: list[np.ndarray], sessions: Any, opening: Sequence[int],
               known: dict[int, int], max_new_tokens: int, seed: int | None, eos_token_id: Any,
               pad_token_id: int | None, constraints: Any, beams: Beams | None, sampling: dict[str, Any],
-              process: Any, fallback: Fallback, no_speech: int) -> list[tuple[list[int], Segment | None]]:
+              process: Any, fallback: Fallback, no_speech: int, prompt: Sequence[int]
+              ) -> list[tuple[list[int], Segment | None]]:
     """One round's windows' replies (their end ids left out) and scores, each attempt at the next temperature for
     the windows whose reply failed a threshold at the one before; None in place of the scores of a window skipped
     as silence. ``sessions``: ``seq2seq.Sessions``; ``known``: the languages already found, by window (those found
@@ -208,7 +210,7 @@ def _attempts(steps: Steps, spec: Spec, windows: list[np.ndarray], sessions: Any
     for attempt, temperature in enumerate(attempts):
         options = sampling if temperature is None else {**sampling, "temperature": temperature}
         rows = [windows[j] for j in pending]
-        made = sessions(opening, known, {})
+        made = sessions(opening, known, {}, prompt)
         picked: list[list[float]] = [[] for _ in rows]  # each row's tokens' log probabilities as they were picked
 
         def observe(at: Sequence[int], logits: np.ndarray, tokens: np.ndarray, picked: list = picked) -> None:
@@ -263,25 +265,18 @@ def _compression(tokens: Sequence[int], vocab: int) -> float:
     return len(data) / len(zlib.compress(data))
 
 
-def _detected(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int], sessions: Any
-              ) -> dict[int, int]:
+def _detected(steps: Steps, spec: Spec, features: Sequence[np.ndarray], frames: Sequence[int], sessions: Any,
+              prompt: bool) -> dict[int, int]:
     """The language tokens of the sources whose first window, as transcribed, is not what their language is detected
-    from: a source shorter than a window in a batch of longer ones is transcribed from its frames padded with zeros,
-    and its language detected from its first window's frames as the batch's features have them (the extractor's
-    padding after its audio), as transformers detects it (``detect_language`` over the features' first 3000 frames);
-    {} where there are none. An encoder run for those sources; the others' is their first window's."""
+    from, as transformers detects it (``detect_language`` over the features' first 3000 frames, the start token
+    alone): every source where a ``prompt`` comes before the start token; else a source shorter than a window in a
+    batch of longer ones, transcribed from its frames padded with zeros and detected from its first window's frames as
+    the batch's features have them (the extractor's padding after its audio). {} where there are none: the others'
+    language is read from their first window's run."""
     window = spec.source_shape[-1]
-    odd = [i for i, (f, n) in enumerate(zip(features, frames)) if n < window and f.shape[1] > n]
-    found: dict[int, int] = {}
-    most = max(p["batch"] for p in steps.profiles(spec.prefill))
-    for at in range(0, len(odd), most):
-        group = odd[at:at + most]
-        heads = [np.pad(features[i][:, :window], ((0, 0), (0, max(0, window - features[i].shape[1])))) for i in group]
-        session = sessions((), None, None)(steps, spec, sessions.batch_for(steps, spec, heads))
-        _, logits = session.admit_all(heads)
-        session.close()
-        found.update(zip(group, map(int, Opening.of(spec.opening).detected(logits))))
-    return found
+    odd = [i for i, (f, n) in enumerate(zip(features, frames)) if prompt or n < window and f.shape[1] > n]
+    heads = [np.pad(features[i][:, :window], ((0, 0), (0, max(0, window - features[i].shape[1])))) for i in odd]
+    return dict(zip(odd, sessions.detect(steps, spec, heads))) if odd else {}
 
 
 def sequences(segments: Sequence[Sequence[Segment]], pad: int | None) -> np.ndarray:

@@ -84,21 +84,26 @@ class Session:
     joins = False
 
     def __init__(self, steps: Steps, spec: Spec, batch: int, opening: Sequence[int] | None = None,
-                 languages: dict[int, int] | None = None, firsts: dict[int, np.ndarray] | None = None):
+                 languages: dict[int, int] | None = None, firsts: dict[int, np.ndarray] | None = None,
+                 prompt: Sequence[int] = ()):
         """``opening``: the tokens after the start token before the reply (``transcription.Opening.tokens``, with
         ``DETECT`` where each row's language is detected); None: the artifact's, as a call that gives no language
         and task has it. ``languages``: the language tokens of sources (by ``id``) already detected, which are not
         detected again; each source detected here is added (a long audio's windows are in its first one's
         language, as transformers detects it once). ``firsts``: where given, each source's logits after the start
-        token are put in it by ``id`` (what Whisper's no-speech probability is read from)."""
+        token are put in it by ``id`` (what Whisper's no-speech probability is read from). ``prompt``: tokens the
+        decoder reads before its start token (Whisper's ``<|startofprev|>`` and a previous text: ``prompt_ids``);
+        with one, a language to detect must be in ``languages`` already (``detect``: it is detected without the
+        prompt, as transformers detects it)."""
         self.steps, self.spec, self.batch = steps, spec, batch
         self.opening = Opening.of(spec.opening).tokens() if opening is None else list(opening)
         self.languages = {} if languages is None else languages
         self.firsts = firsts
+        self.prompt = [int(t) for t in prompt]
         self.profiles = [p for p in steps.profiles(spec.prefill) if p["batch"] == batch]
         self.busy = np.zeros(batch, bool)
         self.reused = np.zeros(batch, np.int32)  # no prefix is taken from a cache here
-        self.token = np.full(batch, spec.decoder_start_token_id, np.int32)
+        self.token = np.full(batch, self.prompt[0] if self.prompt else spec.decoder_start_token_id, np.int32)
         self.at = 0  # the decoder position of every row's next token
         self.profile = self.state = None
 
@@ -136,10 +141,14 @@ class Session:
         self.busy[:len(sources)] = True
         rows = list(range(len(sources)))
         logits = self._run()
+        for token in [*self.prompt[1:], self.spec.decoder_start_token_id] if self.prompt else ():
+            logits = self.step({row: token for row in rows})
         if self.firsts is not None:
             self.firsts.update((id(source), logits[row].copy()) for row, source in enumerate(sources))
         languages = None
         if DETECT in self.opening:
+            if self.prompt and any(id(source) not in self.languages for source in sources):
+                raise CallError("generate(): a language to detect after a prompt: detect it first (seq2seq.detect).")
             found = Opening.of(self.spec.opening).detected(logits)
             languages = [self.languages.setdefault(id(source), int(found[row])) for row, source in enumerate(sources)]
         for token in self.opening:
@@ -214,18 +223,33 @@ class Sessions:
     batch_for = staticmethod(Session.batch_for)
 
     def __init__(self, opening: Sequence[int], languages: dict[int, int] | None = None,
-                 firsts: dict[int, np.ndarray] | None = None):
+                 firsts: dict[int, np.ndarray] | None = None, prompt: Sequence[int] = ()):
         self.opening, self.languages, self.firsts = opening, {} if languages is None else languages, firsts
+        self.prompt = prompt
 
     def __call__(self, steps: Steps, spec: Spec, batch: int) -> Session:
-        return Session(steps, spec, batch, self.opening, self.languages, self.firsts)
+        return Session(steps, spec, batch, self.opening, self.languages, self.firsts, self.prompt)
+
+    @staticmethod
+    def detect(steps: Steps, spec: Spec, sources: Sequence[np.ndarray]) -> list[int]:
+        """Each source's language token, from the logits after the start token alone (transformers'
+        ``detect_language``): an encoder run and a decoder step per batch of them."""
+        found: list[int] = []
+        most = max(p["batch"] for p in steps.profiles(spec.prefill))
+        for at in range(0, len(sources), most):
+            group = list(sources[at:at + most])
+            session = Session(steps, spec, Session.batch_for(steps, spec, group), ())
+            _, logits = session.admit_all(group)
+            session.close()
+            found += [int(t) for t in Opening.of(spec.opening).detected(logits)]
+        return found
 
 
 def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any = None,
              seed: int | None = None, eos_token_id: Any = None, pad_token_id: int | None = None,
              constraints: Any = None, beams: Beams | None = None, input_features: Any = None,
              language: str | None = None, task: str | None = None, return_timestamps: bool | None = None,
-             return_segments: bool = False, fallback: Any = None, **sampling: Any) -> Any:
+             return_segments: bool = False, fallback: Any = None, prompt_ids: Any = None, **sampling: Any) -> Any:
     """The new tokens of each source, int32 ``[batch, n]`` (the decoder's start token and opening left out): as
     ``runtime/generate.generate`` says, with ``input_ids`` the sources the replies are to (a speech model's:
     ``input_features``, each reply opening with ``language`` and ``task``, ``runtime/transcription.py``); each the
@@ -235,7 +259,10 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     features of any length, are transcribed window by window (``runtime/longform.py``): the tokens are each source's
     segments', timestamps among them; with ``return_segments``, ``{"sequences": tokens, "segments": [[{"start",
     "end", "tokens", ...}, ...], ...]}``, each segment's times in seconds. ``fallback``: when a window's reply is
-    generated again hotter, or the window skipped (``longform.Fallback``; None: never)."""
+    generated again hotter, or the window skipped (``longform.Fallback``; None: never). ``prompt_ids``: what a
+    speech model's decoder reads before its start token (``<|startofprev|>`` and a text's tokens: transformers'
+    ``prompt_ids``), each window's."""
+    prompt = _prompt(spec, name, prompt_ids)
     if spec.source_shape and (return_timestamps or return_segments or _longer(spec, input_features)):
         if return_timestamps is False:
             raise CallError(f"generate(): return_timestamps=False with features over one window of "
@@ -244,7 +271,7 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
                             "leave return_timestamps out.")
         return _timestamped(steps, spec, name, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
                             pad_token_id, constraints, beams, input_features, language, task, return_segments,
-                            sampling, fallback)
+                            sampling, fallback, prompt)
     if return_timestamps or return_segments:
         raise CallError(f"generate(): return_timestamps and return_segments are a speech model's (Whisper's); {name} "
                         "has no timestamps.")
@@ -267,8 +294,8 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
         longest = max(p["seq"] for p in steps.profiles(spec.prefill))
         for i, source in enumerate(sources):
             check_source(spec, source, max_new_tokens, longest, f"input_ids[{i}]")
-    check_room(spec, max_new_tokens, opening)
-    session = Sessions(opening)
+    check_room(spec, max_new_tokens, [*prompt, *opening])
+    session = Sessions(opening, _languages(steps, spec, sources, opening, prompt), None, prompt)
     if beams is not None:
         return searched(steps, spec, session, sources, max_new_tokens, beams, eos_token_id, pad_token_id, forced)
     start = [np.array([spec.decoder_start_token_id], np.int32)] * len(sources)  # what the penalties count
@@ -288,7 +315,7 @@ def _longer(spec: Spec, features: Any) -> bool:
 def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any,
                  seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any, beams: Beams | None,
                  input_features: Any, language: str | None, task: str | None, return_segments: bool,
-                 sampling: dict[str, Any], fallback: Any) -> Any:
+                 sampling: dict[str, Any], fallback: Any, prompt: list[int]) -> Any:
     """``generate``'s replies with timestamps (``runtime/longform.py``)."""
     from .longform import Fallback, sequences, sources, transcribed
 
@@ -297,11 +324,36 @@ def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_to
                         f"{spec.source_shape[0]}, frames] (or call transcribe(audio)), not input_ids.")
     opening = Opening.of(spec.opening).tokens(language, task, timestamps=True)
     features, frames = sources(spec, input_features, attention_mask)
-    check_room(spec, max_new_tokens, opening)
+    check_room(spec, max_new_tokens, [*prompt, *opening])
     segments = transcribed(steps, spec, features, frames, opening, max_new_tokens, seed, eos_token_id, pad_token_id,
-                           constraints, beams, sampling, forced, Sessions, fallback or Fallback())
+                           constraints, beams, sampling, forced, Sessions, fallback or Fallback(), prompt)
     ids = sequences(segments, spec.fill(pad_token_id, spec.stops(eos_token_id)))
     if not return_segments:
         return ids
     return {"sequences": ids, "segments": [[{**dataclasses.asdict(s), "tokens": np.array(s.tokens, np.int32)}
                                             for s in source] for source in segments]}
+
+
+def _prompt(spec: Spec, name: str, prompt_ids: Any) -> list[int]:
+    """A call's ``prompt_ids`` as token ids ([]: none); a ``CallError`` where they are not a speech model's ids."""
+    if prompt_ids is None:
+        return []
+    ids = np.asarray(prompt_ids)
+    if not spec.source_shape:
+        raise CallError(f"generate(): prompt_ids are a speech model's (Whisper's previous text); {name} takes none.")
+    if ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 \
+            or ids.max() >= spec.vocab_size:
+        raise CallError(f"generate(): prompt_ids={str(prompt_ids)[:60]}: a list of token ids in [0, {spec.vocab_size}), "
+                        "<|startofprev|> first (transformers' processor.get_prompt_ids(text) makes them; transcribe("
+                        "prompt=text) takes the text).")
+    return [int(t) for t in ids]
+
+
+def _languages(steps: Steps, spec: Spec, sources: Sequence[np.ndarray], opening: Sequence[int],
+               prompt: Sequence[int]) -> dict[int, int]:
+    """The sources' languages detected before a ``prompt`` is read (by ``id``: ``Session``'s ``languages``), where the
+    opening detects them; {} without a prompt, where the start token's run detects them."""
+    if not prompt or DETECT not in opening:
+        return {}
+    distinct = list({id(s): s for s in sources}.values())
+    return dict(zip(map(id, distinct), Sessions.detect(steps, spec, distinct)))
