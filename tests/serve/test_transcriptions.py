@@ -201,7 +201,7 @@ def test_what_the_routes_cannot_serve_is_refused_by_name(served):
         (TRANSCRIBE, good, {"response_format": "csv"}, 400, "it takes json, text, verbose_json, srt or vtt"),
         (TRANSCRIBE, good, {"timestamp_granularities[]": "word"}, 400, "timestamp_granularities[]=word: word "
          "timestamps (aligned by cross-attention) are not built"),
-        (TRANSCRIBE, good, {"prompt": "earlier words"}, 400, "prompt: conditioning"),
+        (TRANSCRIBE, good, {"prompt": "a <|en|> token"}, 400, "prompt='a <|en|> token' holds special tokens"),
         (TRANSCRIBE, good, {"stream": "true"}, 400, "'stream' is not a field of /v1/audio/transcriptions; it takes file"),
         (TRANSCRIBE, good, {"language": "xx"}, 400, "language='xx' is not one of this model's languages"),
         (TRANSCRIBE, good, {"temperature": "hot"}, 400, "a number in [0, 1]"),
@@ -309,6 +309,17 @@ def test_segments_as_subtitles(served, long_audio):
     got = json.loads(body)
     assert (status, got["language"], got["duration"], got["text"]) == (200, "english", 2.0, want["text"])
     assert same_segments(got["segments"], want["segments"])
+
+
+def test_a_prompt_is_transcribe_prompt(served, long_audio):
+    """The form's ``prompt``: the text ``transcribe(prompt=...)`` gives, short and long (each window read after it),
+    and not the text without it."""
+    _, _, loaded, post = served
+    short = waveform(2, 4)
+    for audio, samples in ((pcm16(short), mono(short)), (long_audio[0][0], mono(tone(65, 7)))):
+        want = loaded.transcribe(samples, prompt="hello world")[0]
+        assert text_of(post, TRANSCRIBE, audio, prompt="hello world") == want
+    assert want != long_audio[0][1]["text"]
 
 
 def test_long_requests_at_once(served, long_audio):

@@ -288,7 +288,7 @@ class MultiEntry:
         """
         from .audio import LogMel
         from .generate import Spec, before_stop
-        from .transcription import Opening
+        from .transcription import Opening, prompt_ids
 
         spec = Spec.from_metadata(self.metadata, self.__name__)
         if not spec.source_shape:
@@ -299,7 +299,7 @@ class MultiEntry:
         fallback = isinstance(options.get("temperature"), (list, tuple)) or any(
             options.get(k) is not None for k in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"))
         stamped = return_timestamps or fallback or max(w.size for w in waves) > mel.n_samples
-        before = self._prompt_ids(spec, prompt)
+        before = None if prompt is None else prompt_ids(self.tokenizer, spec, prompt, "transcribe(): ")
         room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task, stamped)) + len(before or ()))
         asked = dict(max_new_tokens=max_new_tokens or room, language=language, task=task, prompt_ids=before, **options)
         stops = spec.stops(options.get("eos_token_id"))
@@ -320,25 +320,6 @@ class MultiEntry:
                               **{k: s[k] for k in SCORES}} for s in segments]}
                for segments in found["segments"]]
         return out if return_timestamps else [o["text"] for o in out]
-
-    def _prompt_ids(self, spec: Any, prompt: str | None) -> list[int] | None:
-        """``transcribe``'s ``prompt`` as ``generate``'s ``prompt_ids``: ``<|startofprev|>``, then the text's tokens
-        (a leading space, as transformers' ``get_prompt_ids`` adds it); None for none. A ``CallError`` where the
-        text holds a special token or the tokenizer has no ``<|startofprev|>``."""
-        if prompt is None:
-            return None
-        if not isinstance(prompt, str):
-            raise CallError(f"transcribe(): prompt must be a text, got {type(prompt).__name__}.")
-        start = self.tokenizer.token_id("<|startofprev|>")
-        if start is None:
-            raise CallError("transcribe(): prompt: this model's tokenizer has no <|startofprev|> token, which a prompt "
-                            "opens with; leave prompt out.")
-        ids = self.tokenizer.encode_rendered(" " + prompt.strip())
-        special = [t for t in ids if t >= min(spec.eos_token_id or (spec.vocab_size,))]
-        if special:
-            raise CallError(f"transcribe(): prompt={prompt[:60]!r} holds special tokens (ids {special[:5]}: Whisper's "
-                            "<|...|> tokens); a prompt is plain text.")
-        return [start, *ids]
 
     def entities(self, texts: Any, *, aggregation_strategy: str = "simple", ignore_labels: Any = ("O",),
                  stride: int | None = None) -> list[list[dict[str, Any]]]:

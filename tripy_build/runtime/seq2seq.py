@@ -262,7 +262,7 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     generated again hotter, or the window skipped (``longform.Fallback``; None: never). ``prompt_ids``: what a
     speech model's decoder reads before its start token (``<|startofprev|>`` and a text's tokens: transformers'
     ``prompt_ids``), each window's."""
-    prompt = _prompt(spec, name, prompt_ids)
+    prompt = prompt_of(spec, name, prompt_ids)
     if spec.source_shape and (return_timestamps or return_segments or _longer(spec, input_features)):
         if return_timestamps is False:
             raise CallError(f"generate(): return_timestamps=False with features over one window of "
@@ -334,7 +334,7 @@ def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_to
                                             for s in source] for source in segments]}
 
 
-def _prompt(spec: Spec, name: str, prompt_ids: Any) -> list[int]:
+def prompt_of(spec: Spec, name: str, prompt_ids: Any) -> list[int]:
     """A call's ``prompt_ids`` as token ids ([]: none); a ``CallError`` where they are not a speech model's ids."""
     if prompt_ids is None:
         return []

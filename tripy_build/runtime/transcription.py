@@ -182,3 +182,21 @@ def check_features(spec: Any, features: Any) -> list[np.ndarray]:
     if bad.size:
         raise CallError(f"generate(): input_features[{int(bad[0])}] holds a value that is not finite (NaN or inf).")
     return [row.astype(np.float32) for row in x]
+
+
+def prompt_ids(tokenizer: Any, spec: Any, text: str, where: str = "") -> list[int]:
+    """A prompt ``text`` as a speech model's ``prompt_ids``: ``<|startofprev|>``, then the text's tokens with a leading
+    space, as transformers' ``WhisperProcessor.get_prompt_ids`` makes them; a ``CallError`` (its message after
+    ``where``) where the text holds a special token or the tokenizer has no ``<|startofprev|>``."""
+    if not isinstance(text, str):
+        raise CallError(f"{where}prompt must be a text, got {type(text).__name__}.")
+    start = tokenizer.token_id("<|startofprev|>")
+    if start is None:
+        raise CallError(f"{where}prompt: this model's tokenizer has no <|startofprev|> token, which a prompt opens "
+                        "with; leave prompt out.")
+    ids = tokenizer.encode_rendered(" " + text.strip())
+    special = [t for t in ids if t >= min(spec.eos_token_id or (spec.vocab_size,))]
+    if special:
+        raise CallError(f"{where}prompt={text[:60]!r} holds special tokens (ids {special[:5]}: Whisper's <|...|> "
+                        "tokens); a prompt is plain text.")
+    return [start, *ids]

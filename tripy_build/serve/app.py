@@ -471,7 +471,7 @@ class App:
             raise Refused(404, f"model {req.model[:200]!r}: {_why_not(ep, req.model, False)}; the speech models "
                                f"here: {', '.join(speech) or 'none'}.")
         spec = ep.generator.spec
-        features, options = await asyncio.to_thread(req.features, spec)
+        features, options = await asyncio.to_thread(req.features, spec, ep.tokenizer)
         ok = False
         try:
             if not req.windowed:

@@ -8,8 +8,10 @@ A request is ``multipart/form-data`` (RFC 7578), as OpenAI's clients and ``curl 
 
 Its fields: ``file`` (the audio), ``model`` (a served speech model's name), ``language`` (transcriptions only: a code
 such as ``fr``; left out, a multilingual model detects it in the first 30 s), ``response_format``, ``temperature`` (0:
-greedy, the default where the checkpoint does not sample) and ``timestamp_granularities[]`` (``segment``, the only
-one built). A translation is to English (``<|translate|>``), its language detected. The formats, as OpenAI's:
+greedy, the default where the checkpoint does not sample), ``prompt`` (a text the decoder reads before each reply:
+a previous transcript, or the names and terms the audio holds; ``<|startofprev|>`` and its tokens, as transformers'
+``prompt_ids``) and ``timestamp_granularities[]`` (``segment``, the only one built). A translation is to English
+(``<|translate|>``), its language detected. The formats, as OpenAI's:
 
 - ``json`` (the default): ``{"text": ...}``; ``text``: the text alone, as ``text/plain``;
 - ``verbose_json``: ``{"task", "language" (its name: "english"), "duration" (seconds), "text", "segments": [{"id",
@@ -22,11 +24,10 @@ Audio of at most 30 s (one window) in ``json`` or ``text`` is one reply without 
 it. Longer audio, and the formats with segments, are transcribed window by window with timestamps
 (``runtime/longform.Windows``, as ``transcribe`` does): each window is a request of its own to the running batch,
 the next one starting where the last whole segment ended, in the language the first was detected in; each segment
-carries its window's scores (``longform.scores``). What is not built is refused by name rather than ignored:
-``prompt`` (conditioning on a previous text), word timestamps (``timestamp_granularities[]=word``: cross-attention
-alignment), any other field; and the long-form fallbacks (temperature fallback, no-speech detection, conditioning on
-the previous window) are not run, as transformers leaves
-them off by default.
+carries its window's scores (``longform.scores``). What is not built is refused by name rather than ignored: word
+timestamps (``timestamp_granularities[]=word``: cross-attention alignment), any other field; and the long-form
+fallbacks (temperature fallback, no-speech detection, conditioning on the previous window) are not run, as
+transformers leaves them off by default.
 
 The file is WAV, read by ``runtime/audio.wav`` (PCM or float samples, channels averaged to mono; at the model's
 sampling rate, of any length within the server's ``--max-body-bytes``, else refused with the ffmpeg command that
@@ -42,7 +43,7 @@ import numpy as np
 
 from ..errors import CallError
 from ..runtime.audio import wav
-from ..runtime.transcription import CODES, Opening
+from ..runtime.transcription import CODES, Opening, prompt_ids
 
 ROUTES = {"transcriptions": "transcribe", "translations": "translate"}  # /v1/audio/<route>: its task
 FORMATS = ("json", "text", "verbose_json", "srt", "vtt")  # response_format
@@ -122,9 +123,7 @@ class Request:
                 why = (" (a translation is to English, and the spoken language is detected)"
                        if name == "language" else "")
                 raise CallError(f"{name[:60]!r} is not a field of /v1/audio/{route}{why}; it takes "
-                                f"{', '.join(f for f in known if f != 'prompt')}.")
-        if "prompt" in fields:
-            raise CallError("prompt: conditioning the reply on a previous text is not built here; leave it out.")
+                                f"{', '.join(known)}.")
         if "file" not in fields:
             raise CallError("the form has no 'file' field: send the audio, as curl -F file=@speech.wav does (a WAV "
                             "file at the model's sampling rate).")
@@ -133,6 +132,7 @@ class Request:
         if not self.model:
             raise CallError("the form's 'model' field must name a served speech model (GET /v1/models lists them).")
         self.language = self._text(fields, "language") or None
+        self.prompt = self._text(fields, "prompt") or None
         self.format = self._text(fields, "response_format") or "json"
         if self.format not in FORMATS:
             raise CallError(f"response_format={self.format[:40]!r} is not one OpenAI's audio API has; it takes "
@@ -161,12 +161,13 @@ class Request:
         except UnicodeDecodeError:
             raise CallError(f"the form's {name!r} field is not UTF-8 text.") from None
 
-    def features(self, spec: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    def features(self, spec: Any, tokenizer: Any) -> tuple[np.ndarray, dict[str, Any]]:
         """The audio's log-mel features ``[mel, frames]`` for the model of generation ``spec``
-        (``runtime/audio.LogMel``), and the options its generation is submitted with: its language and task, and as
-        many new tokens as the decoder has room for after its opening. Sets ``duration`` (the audio's seconds) and
-        ``windowed``: whether it is transcribed window by window with timestamps (``longform.Windows``: its features all its
-        frames, of a window at least, as ``LogMel.long`` gives them), else one window's, its reply without."""
+        (``runtime/audio.LogMel``), and the options its generation is submitted with: its language and task, its
+        ``prompt`` as ids (``transcription.prompt_ids``, with the model's ``tokenizer``), and as many new tokens as
+        the decoder has room for after them. Sets ``duration`` (the audio's seconds) and
+        ``windowed``: whether it is transcribed window by window with timestamps (``longform.Windows``: its features
+        all its frames, of a window at least, as ``LogMel.long`` gives them), else one window's, its reply without."""
         from ..runtime.audio import LogMel
 
         mel = LogMel(**spec.audio)
@@ -181,7 +182,10 @@ class Request:
             tokens = opening.tokens(self.language, task, self.windowed)
         except CallError as e:
             raise CallError(str(e).removeprefix("generate(): ")) from None
-        options = {"max_new_tokens": spec.room(0, len(tokens)), "language": self.language, "task": task}
+        before = [] if self.prompt is None else prompt_ids(tokenizer, spec, self.prompt)
+        options = {"max_new_tokens": spec.room(0, len(before) + len(tokens)), "language": self.language, "task": task}
+        if before:
+            options["prompt_ids"] = before
         if self.temperature is not None:
             options["temperature"] = self.temperature
         if self.windowed:

@@ -77,11 +77,12 @@ class Sequence:
     stamps: Stamps | None = None  # a speech model's reply with timestamps: their rule
     language: int | None = None  # a speech model's language token: given, or detected when it joined
     first: np.ndarray | None = None  # a speech model's logits after its start token (its no-speech probability's)
+    before: tuple[int, ...] = ()  # a speech model's prompt_ids: read before its start token
 
     @property
     def alike(self) -> tuple[Any, ...]:
-        """What the sequences of one batch share: their opening, and timestamps or none."""
-        return self.opening, self.stamps
+        """What the sequences of one batch share: their prompt, their opening, and timestamps or none."""
+        return self.before, self.opening, self.stamps
 
     def next(self, logits: np.ndarray) -> bool:
         """Pick the next token from its logits ``[vocab]`` (scored, where asked), hand it out; whether done (its
@@ -140,14 +141,16 @@ class Generator:
                logprobs: int | None = None, constraint: Any = None, logit_bias: dict[int, float] | None = None,
                num_beams: int | None = None, length_penalty: float | None = None,
                early_stopping: bool | str | None = None, language: str | None = None, task: str | None = None,
-               timestamps: bool = False, language_token: int | None = None, **sampling: Any) -> Sequence:
+               timestamps: bool = False, language_token: int | None = None, prompt_ids: Any = None,
+               **sampling: Any) -> Sequence:
         """Queue a request (checked here: a bad one raises ``CallError`` at once); it joins at the next step. Its
         tokens are picked by the ``sampling`` options given (``runtime.sampling.Options``) over the artifact's
         defaults, ``logit_bias`` added to their logits, among those its ``constraint``
         (``runtime.grammar.Constraint``) allows; or by beam search (``runtime/beams.chosen``: ``num_beams`` given, or
         the artifact's for a request that picks by score), all at its end. A speech model's ``prompt`` is one source's
         features (``runtime/transcription.check_features``), its reply opening with ``language`` and ``task``, with
-        ``timestamps`` where asked; ``language_token``: the language a source's earlier window was detected in, which
+        ``timestamps`` where asked, after ``prompt_ids`` (``<|startofprev|>`` and a text, before the start token);
+        ``language_token``: the language a source's earlier window was detected in, which
         this one is decoded in rather than detected again."""
         spoken = Opening.of(self.spec.opening)
         opening = spoken.tokens(language, task, timestamps)
@@ -172,10 +175,11 @@ class Generator:
             if len(sources) != 1:
                 raise CallError(f"a request transcribes one source; it gave {len(sources)}: send one request each.")
             ids = sources[0]
-            seq2seq.check_room(self.spec, max_new_tokens, opening)
-        elif language is not None or task is not None or timestamps or language_token is not None:
-            raise CallError("language, task, timestamps and language_token are a speech model's (Whisper's) options; "
-                            "this model takes none.")
+            before = seq2seq.prompt_of(self.spec, "this model", prompt_ids)
+            seq2seq.check_room(self.spec, max_new_tokens, [*before, *opening])
+        elif language is not None or task is not None or timestamps or language_token is not None or prompt_ids:
+            raise CallError("language, task, timestamps, language_token and prompt_ids are a speech model's (Whisper's) "
+                            "options; this model takes none.")
         else:
             ids = np.asarray(prompt)
             if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
@@ -199,7 +203,8 @@ class Generator:
                        early_stopping) if plain else None
         sampler = Sampler(options, seed, history, None if constraint is None else [constraint], logit_bias)
         seq = Sequence(ids, int(max_new_tokens), sampler, self.spec.stops(eos_token_id), on_token, on_done,
-                       logprobs=logprobs, beams=beams, opening=tuple(opening), stamps=stamps, language=language_of)
+                       logprobs=logprobs, beams=beams, opening=tuple(opening), stamps=stamps, language=language_of,
+                       before=tuple(before) if self.spec.source_shape else ())
         with self.cv:
             if self.closed:
                 raise CallError(f"{self.name}: the server is shutting down.")
@@ -338,9 +343,14 @@ class Generator:
         """A session for ``rows`` at the smallest batch that holds them (an encoder-decoder's replies opening as
         ``seqs``' do, alike; their languages already known not detected again)."""
         if self.seq2seq:
+            unknown = [seq for seq in seqs if seq.before and DETECT in seq.opening and seq.language is None]
+            for seq, token in zip(unknown, seq2seq.Sessions.detect(self.steps, self.spec, [s.prompt for s in unknown])
+                                  if unknown else ()):
+                seq.language = token  # detected without the prompt, as transformers detects it
             known = {id(seq.prompt): seq.language for seq in seqs if seq.language is not None}
             return seq2seq.Session(self.steps, self.spec, seq2seq.Session.batch_for(self.steps, self.spec, rows),
-                                   seqs[0].opening, known, {} if seqs[0].stamps is not None else None)
+                                   seqs[0].opening, known, {} if seqs[0].stamps is not None else None,
+                                   seqs[0].before)
         return Session(self.steps, self.spec, Session.batch_for(self.steps, self.spec, rows))
 
     def _admitted(self, seq: Sequence, row: int) -> None:
