@@ -270,6 +270,11 @@ def test_the_cli_transcribes_wav_files(whisper, tmp_path):
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert [json.loads(line)["text"] for line in r.stdout.splitlines()] == want
+    prompted = runtime.load(art).transcribe((pcm.astype(np.float64) / 32768).mean(axis=1), language="de",
+                                            prompt="hello world")
+    r = run_cli("generate", str(art), "--audio", str(tmp_path / "stereo.wav"), "--language", "de", "--initial-prompt",
+                "hello world", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == prompted != want, r.stderr[-2000:]
     r = run_cli("inspect", str(art), cwd=tmp_path)
     assert "speech: sources are 80 x 3000 log-mel features of 30 s of 16000 Hz audio; replies open with the language " \
            "(detected per source among de, en, es, fr)" in r.stdout

@@ -7,8 +7,8 @@ them for several prompts). ``--input-ids`` given several times runs a batch of p
 TEXT`` if given) takes text through the tokenizer the artifact stores and prints each new text (``--json``:
 ``{"text_output": ..., "output_ids": [...]}``). ``--audio FILE.wav`` (a speech model's: Whisper's) prints the text of
 each WAV file (``runtime.load(PATH).transcribe``: of any length, over 30 s in windows), in ``--language`` and for
-``--task`` where given; with ``--timestamps``, each segment on a line after its times (``[0.00 --> 4.20] text``;
-``--json``: ``{"text": ..., "segments": [{"start", "end", "text"}, ...]}``).
+``--task`` where given, after ``--initial-prompt TEXT`` where given; with ``--timestamps``, each segment on a line
+after its times (``[0.00 --> 4.20] text``; ``--json``: ``{"text": ..., "segments": [{"start", "end", "text"}, ...]}``).
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --audio: transcribe (the default), or translate to English")
     parser.add_argument("--timestamps", action="store_true",
                         help="with --audio: print each segment of speech with its start and end, in seconds")
+    parser.add_argument("--initial-prompt", metavar="TEXT",
+                        help="with --audio: a text read before each reply (names and terms the audio holds)")
     # the sampling options; left out: the artifact's defaults (its checkpoint's generation_config.json's, else greedy)
     parser.add_argument("--temperature", type=float, help="0: greedy; above 0: sampling")
     parser.add_argument("--top-k", type=int, help="sample among the k most likely tokens (0: every token)")
@@ -110,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             raise CallError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1.")
         if args.system is not None and args.chat is None:
             raise CallError("--system is the system message of a --chat; give --chat TEXT too.")
-        if (args.language or args.task or args.timestamps) and not args.audio:
-            raise CallError("--language, --task and --timestamps are a speech model's; give --audio FILE.wav too.")
+        if (args.language or args.task or args.timestamps or args.initial_prompt) and not args.audio:
+            raise CallError("--language, --task, --timestamps and --initial-prompt are a speech model's; give --audio "
+                            "FILE.wav too.")
         rt = load(args.path, warmup="none")
         if args.audio:
             return _transcribe(rt, args)
@@ -156,7 +159,8 @@ def _transcribe(rt, args: argparse.Namespace) -> None:
             raise CallError(f"--audio {name}: {e}") from None
     answers = rt.transcribe(waves, sampling_rate=heard.sampling_rate, language=args.language, task=args.task,
                             max_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
-                            temperature=args.temperature, seed=args.seed, return_timestamps=args.timestamps)
+                            temperature=args.temperature, seed=args.seed, return_timestamps=args.timestamps,
+                            prompt=args.initial_prompt)
     for answer in answers:
         if args.json:
             print(json.dumps(answer if args.timestamps else {"text": answer}, ensure_ascii=False))
