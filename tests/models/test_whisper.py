@@ -424,5 +424,7 @@ def test_a_prompt_steers_as_transformers_prompt_ids(whisper):
         tok.batch_decode(want, skip_special_tokens=True)
     with pytest.raises(CallError, match=r"prompt='hello <\|en\|>' holds special tokens"):
         loaded.transcribe(waves[1], prompt="hello <|en|>")
+    with pytest.raises(CallError, match=r"prompt: its \d+ tokens and the 3 of the reply's opening leave no room"):
+        loaded.transcribe(waves[1], prompt="hello world " * 12)
     with pytest.raises(CallError, match=r"prompt_ids=\[-1, 5\]: a list of token ids in \[0, "):
         loaded.generate(input_features=feats, prompt_ids=[-1, 5], max_new_tokens=4)

@@ -288,7 +288,7 @@ class MultiEntry:
         """
         from .audio import LogMel
         from .generate import Spec, before_stop
-        from .transcription import Opening, prompt_ids
+        from .transcription import Opening, prompt_ids, room
 
         spec = Spec.from_metadata(self.metadata, self.__name__)
         if not spec.source_shape:
@@ -300,8 +300,8 @@ class MultiEntry:
             options.get(k) is not None for k in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"))
         stamped = return_timestamps or fallback or max(w.size for w in waves) > mel.n_samples
         before = None if prompt is None else prompt_ids(self.tokenizer, spec, prompt, "transcribe(): ")
-        room = spec.room(0, len(Opening.of(spec.opening).tokens(language, task, stamped)) + len(before or ()))
-        asked = dict(max_new_tokens=max_new_tokens or room, language=language, task=task, prompt_ids=before, **options)
+        left = room(spec, before or (), Opening.of(spec.opening).tokens(language, task, stamped), "transcribe(): ")
+        asked = dict(max_new_tokens=max_new_tokens or left, language=language, task=task, prompt_ids=before, **options)
         stops = spec.stops(options.get("eos_token_id"))
         if not stamped:
             ids = self.generate(input_features=mel(waves), **asked)

@@ -23,7 +23,7 @@ replace them as transformers' ``_retrieve_init_tokens`` does:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -200,3 +200,14 @@ def prompt_ids(tokenizer: Any, spec: Any, text: str, where: str = "") -> list[in
         raise CallError(f"{where}prompt={text[:60]!r} holds special tokens (ids {special[:5]}: Whisper's <|...|> "
                         "tokens); a prompt is plain text.")
     return [start, *ids]
+
+
+def room(spec: Any, prompt: Sequence[int], opening: Sequence[int], where: str = "") -> int:
+    """The new tokens a reply has room for after a ``prompt`` and the ``opening`` (``Spec.room``); a ``CallError`` (its
+    message after ``where``) where the prompt leaves none."""
+    left = spec.room(0, len(prompt) + len(opening))
+    if left < 1:
+        raise CallError(f"{where}prompt: its {len(prompt)} tokens and the {len(opening)} of the reply's opening leave "
+                        f"no room for a reply in the decoder's generate.max_length={spec.max_length} positions; "
+                        "shorten the prompt.")
+    return left

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import CallError
 from ..runtime.audio import wav
-from ..runtime.transcription import CODES, Opening, prompt_ids
+from ..runtime.transcription import CODES, Opening, prompt_ids, room
 
 ROUTES = {"transcriptions": "transcribe", "translations": "translate"}  # /v1/audio/<route>: its task
 FORMATS = ("json", "text", "verbose_json", "srt", "vtt")  # response_format
@@ -183,7 +183,7 @@ class Request:
         except CallError as e:
             raise CallError(str(e).removeprefix("generate(): ")) from None
         before = [] if self.prompt is None else prompt_ids(tokenizer, spec, self.prompt)
-        options = {"max_new_tokens": spec.room(0, len(before) + len(tokens)), "language": self.language, "task": task}
+        options = {"max_new_tokens": room(spec, before, tokens), "language": self.language, "task": task}
         if before:
             options["prompt_ids"] = before
         if self.temperature is not None:
