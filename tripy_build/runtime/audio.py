@@ -97,8 +97,13 @@ class LogMel:
 
     @property
     def frames(self) -> int:
-        """The STFT frames transformers keeps (all but the last): ``n_samples // hop_length`` for an even n_fft."""
-        return (self.n_samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length
+        """The STFT frames transformers keeps of a window (``_frames``)."""
+        return self._frames(self.n_samples)
+
+    def _frames(self, samples: int) -> int:
+        """The STFT frames transformers keeps of ``samples`` (all but the last): ``samples // hop_length`` for an even
+        n_fft."""
+        return (samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length
 
     def __call__(self, audio, sampling_rate: int | None = None) -> np.ndarray:
         """``[batch, feature_size, frames]`` float32 for one mono waveform (batch 1), a list of them or a 2-D array,
@@ -133,7 +138,7 @@ class LogMel:
         padded = np.stack([np.pad(w, (0, samples - w.size), constant_values=fill) for w in waves])
         padded = np.pad(padded, ((0, 0), (self.n_fft // 2, self.n_fft // 2)), mode="reflect")
         framed = np.lib.stride_tricks.sliding_window_view(padded, self.n_fft, axis=1)[:, :: self.hop_length]
-        frames = (samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length
+        frames = self._frames(samples)
         window = np.hanning(self.n_fft + 1)[:-1]
         filters = _mel_filters(self.feature_size, self.sampling_rate, self.n_fft).T
         logs = np.empty((len(waves), self.feature_size, frames), np.float32)

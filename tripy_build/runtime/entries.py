@@ -215,14 +215,11 @@ class MultiEntry:
         from .generate import generate as decoder
         from .seq2seq import generate as encoder_decoder
 
-        fallback = None
-        if isinstance(temperature, (list, tuple)) or any(
-                x is not None for x in (compression_ratio_threshold, logprob_threshold, no_speech_threshold)):
-            from .longform import Fallback
+        from .longform import Fallback
 
-            temperatures = tuple(temperature) if isinstance(temperature, (list, tuple)) else None
-            fallback = Fallback(temperatures, compression_ratio_threshold, logprob_threshold, no_speech_threshold)
-            temperature = temperatures[0] if temperatures else temperature
+        fallback = Fallback.of(temperature, compression_ratio_threshold, logprob_threshold, no_speech_threshold)
+        if fallback is not None and fallback.temperatures:
+            temperature = fallback.temperatures[0]
 
         steps = self.generation_steps()
         spec = steps.spec()
@@ -288,6 +285,7 @@ class MultiEntry:
         """
         from .audio import LogMel
         from .generate import Spec, before_stop
+        from .longform import Fallback
         from .transcription import Opening, prompt_ids, room
 
         spec = Spec.from_metadata(self.metadata, self.__name__)
@@ -296,9 +294,9 @@ class MultiEntry:
                             "(model=whisper task=generate).")
         mel = LogMel(**spec.audio)
         waves = mel.waveforms(audio, sampling_rate, longer=True)
-        fallback = isinstance(options.get("temperature"), (list, tuple)) or any(
-            options.get(k) is not None for k in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"))
-        stamped = return_timestamps or fallback or max(w.size for w in waves) > mel.n_samples
+        fallback = Fallback.of(*(options.get(k) for k in ("temperature", "compression_ratio_threshold",
+                                                           "logprob_threshold", "no_speech_threshold")))
+        stamped = return_timestamps or fallback is not None or max(w.size for w in waves) > mel.n_samples
         before = None if prompt is None else prompt_ids(self.tokenizer, spec, prompt, "transcribe(): ")
         left = room(spec, before or (), Opening.of(spec.opening).tokens(language, task, stamped), "transcribe(): ")
         asked = dict(max_new_tokens=max_new_tokens or left, language=language, task=task, prompt_ids=before, **options)

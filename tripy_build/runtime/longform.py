@@ -109,6 +109,16 @@ class Fallback:
                             "logprob_threshold and its no-speech probability above no_speech_threshold (-1.0 and 0.6 "
                             "are transformers' suggestion).")
 
+    @classmethod
+    def of(cls, temperature: Any = None, compression_ratio_threshold: float | None = None,
+           logprob_threshold: float | None = None, no_speech_threshold: float | None = None) -> "Fallback | None":
+        """A call's fallback: a tuple of temperatures, or any threshold, asks for one; None where it asks none."""
+        temperatures = tuple(temperature) if isinstance(temperature, (list, tuple)) else None
+        thresholds = (compression_ratio_threshold, logprob_threshold, no_speech_threshold)
+        if temperatures is None and all(x is None for x in thresholds):
+            return None
+        return cls(temperatures, *thresholds)
+
     @property
     def checks(self) -> bool:
         return len(self.temperatures or ()) > 1 or any(

@@ -263,13 +263,16 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
     speech model's decoder reads before its start token (``<|startofprev|>`` and a text's tokens: transformers'
     ``prompt_ids``), each window's."""
     prompt = prompt_of(spec, name, prompt_ids)
+    if spec.source_shape and (input_ids is not None or input_features is None):
+        raise CallError(f"generate(): {name} is a speech model: give input_features [batch, {spec.source_shape[0]}, "
+                        f"{spec.source_shape[-1]}] (or frames of any length; or call transcribe(audio)), not input_ids.")
     if spec.source_shape and (return_timestamps or return_segments or _longer(spec, input_features)):
         if return_timestamps is False:
             raise CallError(f"generate(): return_timestamps=False with features over one window of "
                             f"{spec.source_shape[-1]} frames (30 s) or with return_segments: audio longer than that "
                             "is transcribed window by window, where the timestamps say where each window ends; "
                             "leave return_timestamps out.")
-        return _timestamped(steps, spec, name, input_ids, max_new_tokens, attention_mask, seed, eos_token_id,
+        return _timestamped(steps, spec, max_new_tokens, attention_mask, seed, eos_token_id,
                             pad_token_id, constraints, beams, input_features, language, task, return_segments,
                             sampling, fallback, prompt)
     if return_timestamps or return_segments:
@@ -282,9 +285,6 @@ def generate(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens
                            f"they are a speech model's (Whisper's); {name} takes one temperature."))
     opening = Opening.of(spec.opening).tokens(language, task)
     if spec.source_shape:
-        if input_ids is not None or input_features is None:
-            raise CallError(f"generate(): {name} is a speech model: give input_features [batch, "
-                            f"{', '.join(map(str, spec.source_shape))}] (or call transcribe(audio)), not input_ids.")
         sources = check_features(spec, input_features)
     else:
         if input_features is not None or language is not None or task is not None:
@@ -312,16 +312,13 @@ def _longer(spec: Spec, features: Any) -> bool:
     return np.ndim(features) >= 2 and np.shape(features)[-1] > spec.source_shape[-1]
 
 
-def _timestamped(steps: Steps, spec: Spec, name: str, input_ids: Any, max_new_tokens: int, attention_mask: Any,
+def _timestamped(steps: Steps, spec: Spec, max_new_tokens: int, attention_mask: Any,
                  seed: int | None, eos_token_id: Any, pad_token_id: int | None, constraints: Any, beams: Beams | None,
                  input_features: Any, language: str | None, task: str | None, return_segments: bool,
                  sampling: dict[str, Any], fallback: Any, prompt: list[int]) -> Any:
     """``generate``'s replies with timestamps (``runtime/longform.py``)."""
     from .longform import Fallback, sequences, sources, transcribed
 
-    if input_ids is not None or input_features is None:
-        raise CallError(f"generate(): {name} is a speech model: give input_features [batch, "
-                        f"{spec.source_shape[0]}, frames] (or call transcribe(audio)), not input_ids.")
     opening = Opening.of(spec.opening).tokens(language, task, timestamps=True)
     features, frames = sources(spec, input_features, attention_mask)
     check_room(spec, max_new_tokens, [*prompt, *opening])
