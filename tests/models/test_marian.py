@@ -166,7 +166,7 @@ def test_the_decoder_token_by_token_equals_the_whole_sequence(translator):
     b, s = ids.shape
     whole = np.asarray(zoo.apply(params, ids, mask)["logits"])
     cross = zoo.encode(params, ids, mask)["cross"]
-    cache = jnp.zeros(zoo.cache_shape(b, MAX_LENGTH), jnp.float32)
+    cache = [jnp.zeros(zoo.cache_shape(b, MAX_LENGTH), jnp.float32) for _ in range(2 * zoo.decoder_layers)]
     step = jax.jit(zoo.step)
     token = np.full((b, 1), PAD, np.int32)
     for at in range(s):

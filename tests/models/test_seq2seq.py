@@ -30,6 +30,7 @@ import transformers  # noqa: E402
 import tripy_build as tb  # noqa: E402
 from examples.summarizer_checkpoint import checkpoint as summarizer  # noqa: E402
 from tripy_build import runtime  # noqa: E402
+from tripy_build.core.spec import output_names  # noqa: E402
 from tripy_build.errors import CallError  # noqa: E402
 from tripy_build.serve.http import Server  # noqa: E402
 
@@ -92,6 +93,24 @@ def test_the_artifact_records_an_encoder_decoder(bart):
         "forced_bos_token_id": 0, "forced_eos_token_id": 2, "eos_token_id": [2], "max_length": MAX_LENGTH}
     assert (meta["suppressed"], meta["no_repeat_ngram_size"], meta["min_length"]) == ([100], 2, 5)
     assert (meta["reorder"], meta["beams"]) == ("reorder", {"num_beams": 4, "length_penalty": 2.0, "early_stopping": True})
+
+
+def test_the_caches_are_an_array_per_layer_and_kind_and_the_decoders_is_donated(bart):
+    """Each decoder layer's keys and values are arrays of their own in every entry (a step reads them where they lie,
+    not from a slice of one array, which XLA's CPU backend would copy out first), and the decoder's are donated."""
+    m = json.loads((bart[2] / "manifest.json").read_text())
+    entries = {m["entry"]: m, **{e["name"]: e for e in m["entries"]}}
+    arrays = 2 * bart[0].config.decoder_layers
+    names = {kind: [f"{kind}[{i}]" for i in range(arrays)] for kind in ("cross", "cache")}
+    assert output_names(entries["encode"]["output_structure"], arrays) == names["cross"]
+    inputs = [s["path"] for s in entries["decode"]["input_specs"]]
+    assert inputs == ["input_ids", "cache_index", "encoder_mask", *names["cross"], *names["cache"]]
+    assert entries["decode"]["donated"] == entries["reorder"]["donated"] == names["cache"]
+    assert output_names(entries["decode"]["output_structure"], arrays + 1) == [*names["cache"], "logits"]
+    shape = m["metadata"]["generate"]["cache_shape"]
+    assert shape == [-1, bart[0].config.decoder_attention_heads, MAX_LENGTH,
+                          bart[0].config.d_model // bart[0].config.decoder_attention_heads]
+    assert [s["max"] for s in entries["decode"]["input_specs"] if s["path"] in names["cache"]] == [[8, *shape[1:]]] * arrays
 
 
 @pytest.mark.parametrize("n", [1, 6, MAX_LENGTH])

@@ -107,8 +107,9 @@ def test_encode_and_step_match_pytorch_token_by_token(case):
     decoder_ids[:, 0] = model.decoder_start_token_id
     want = torch_logits(torch_model, x, decoder_ids)
     cross = encode(params, **x)["cross"]
-    assert cross.shape == model.cross_shape(3, 12) and cross.dtype == jnp.float32
-    cache = jnp.zeros(model.cache_shape(3, MAX_LENGTH), jnp.float32)
+    assert len(cross) == 2 * model.decoder_layers
+    assert all(c.shape == model.cross_shape(3, 12) and c.dtype == jnp.float32 for c in cross)
+    cache = zeros(model, 3, jnp.float32)
     rows = np.arange(3)
     for t in range(MAX_LENGTH + 2):
         at = np.clip(t - rows, 0, MAX_LENGTH - 1).astype(np.int32)
@@ -117,12 +118,17 @@ def test_encode_and_step_match_pytorch_token_by_token(case):
         close(out["logits"], want[rows, at])
 
 
+def zeros(model, batch: int, dtype) -> list[jax.Array]:
+    """``step``'s empty cache: an array per decoder layer and kind."""
+    return [jnp.zeros(model.cache_shape(batch, MAX_LENGTH), dtype) for _ in range(2 * model.decoder_layers)]
+
+
 def greedy(model, params, encode, step, x, n: int) -> np.ndarray:
     """The argmax token at each step until every row ended (``EOS``; an ended row's tokens ``PAD``), as
     ``generate`` picks them without sampling."""
     cross = encode(params, **x)["cross"]
     b = len(x["input_ids"])
-    cache = jnp.zeros(model.cache_shape(b, MAX_LENGTH), jnp.float32)
+    cache = zeros(model, b, jnp.float32)
     token, done, out = np.full(b, model.decoder_start_token_id, np.int32), np.zeros(b, bool), []
     for t in range(n):
         r = step(params, token[:, None], np.full(b, t, np.int32), x["attention_mask"], cross, cache)
@@ -180,13 +186,13 @@ def test_in_bfloat16_the_caches_are_the_weights_dtype_and_the_logits_float32(cas
     half = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), params)
     x = sources([12, 5, 9], seed=4)
     cross = encode(half, **x)["cross"]
-    assert cross.dtype == jnp.bfloat16
-    cache = jnp.zeros(model.cache_shape(3, MAX_LENGTH), jnp.bfloat16)
+    assert all(c.dtype == jnp.bfloat16 for c in cross)
+    cache = zeros(model, 3, jnp.bfloat16)
     start = np.full((3, 1), model.decoder_start_token_id, np.int32)
     out = step(half, start, np.zeros(3, np.int32), x["attention_mask"], cross, cache)
-    assert out["cache"].dtype == jnp.bfloat16 and out["logits"].dtype == jnp.float32
+    assert all(c.dtype == jnp.bfloat16 for c in out["cache"]) and out["logits"].dtype == jnp.float32
     want = np.asarray(step(params, start, np.zeros(3, np.int32), x["attention_mask"], encode(params, **x)["cross"],
-                           jnp.zeros(model.cache_shape(3, MAX_LENGTH), jnp.float32))["logits"])
+                           zeros(model, 3, jnp.float32))["logits"])
     assert np.abs(np.asarray(out["logits"]) - want).max() <= 0.05 * np.abs(want).max()
 
 

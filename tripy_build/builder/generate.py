@@ -19,6 +19,7 @@ import functools
 import logging
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from ..core.entry import Entry
@@ -305,7 +306,7 @@ def _seq2seq_entries(model: Any, params: Any, dims: dict[str, Any], buckets: dic
     def encoded(params: Any, *inputs: Any) -> dict[str, Any]:
         # in decode's dtype: a reduced precision casts an output back to the float32 function's dtype
         # (compiler/precision.py), and the float32 function computes the keys and values in float32
-        return {"cross": model.encode(params, *inputs)["cross"].astype(cache_dtype)}
+        return {"cross": [c.astype(cache_dtype) for c in model.encode(params, *inputs)["cross"]]}
     encode = Entry(encoded, args=[params, *sources.values()], buckets=policy, max_profiles=max_profiles)
     step = Entry(model.step, args=[params, *steps.values()], buckets=policy, max_profiles=max_profiles,
                  donate=["cache"])
@@ -340,8 +341,8 @@ def _expand(model: Any, batch: Any, seq: Any, max_length: int, cache_dtype: str,
     axis = list(model.cross_shape(-1, 1)).index(-1)
 
     def expand(cross: Any, rows: Any) -> dict[str, Any]:
-        return {"cross": jnp.take(cross, rows, axis=axis, mode="clip")}
-    cross = model.step_inputs(sources, seq, max_length, cache_dtype)["cross"]
+        return {"cross": [jnp.take(c, rows, axis=axis, mode="clip") for c in cross]}
+    cross = model.cross_inputs(sources, seq, cache_dtype)
     rows = InputInfo((batch,), "int32", (0, getattr(batch, "max", batch)))
     bucketed = buckets.get("batch", DEFAULT_BUCKETS)
     policy = {"sources": bucketed, "batch": bucketed} if isinstance(batch, NamedDimension) else None
@@ -350,16 +351,18 @@ def _expand(model: Any, batch: Any, seq: Any, max_length: int, cache_dtype: str,
 
 def _reorder(model: Any, batch: Any, max_length: int, cache_dtype: str, buckets: dict[str, Any],
              max_profiles: int) -> Entry:
-    """The ``reorder`` entry: the cache with each row ``i`` replaced by row ``rows[i]`` (a gather, on the device;
-    the cache donated), at the batch buckets: beam search's continuations (``runtime/beams.py``)."""
+    """The ``reorder`` entry: the cache (one array, or an encoder-decoder's list) with each row ``i`` replaced by row
+    ``rows[i]`` (a gather, on the device; the cache donated), at the batch buckets: beam search's continuations
+    (``runtime/beams.py``)."""
     axis = list(model.cache_shape(-1, max_length)).index(-1)
 
     def reorder(cache: Any, rows: Any) -> dict[str, Any]:
-        return {"cache": jnp.take(cache, rows, axis=axis)}
+        return {"cache": jax.tree_util.tree_map(lambda c: jnp.take(c, rows, axis=axis), cache)}
     rows = InputInfo((batch,), "int32", (0, getattr(batch, "max", batch)))
     policy = {"batch": buckets.get("batch", DEFAULT_BUCKETS)} if isinstance(batch, NamedDimension) else None
-    return Entry(reorder, args=[InputInfo(model.cache_shape(batch, max_length), cache_dtype), rows], buckets=policy,
-                 max_profiles=max_profiles, donate=["cache"])
+    cache = model.cache_inputs(batch, max_length, cache_dtype) if seq2seq(model) else \
+        InputInfo(model.cache_shape(batch, max_length), cache_dtype)
+    return Entry(reorder, args=[cache, rows], buckets=policy, max_profiles=max_profiles, donate=["cache"])
 
 
 def wide_chunks(seq: Any) -> list[int]:

@@ -3,16 +3,20 @@
 Two functions over one set of weights, compiled as two entries (``builder/generate.py``) and driven by
 ``runtime/seq2seq.py``:
 
-- ``encode(params, input_ids [b, s], attention_mask [b, s]) -> {"cross": cross_shape(b, s)}``: the encoder over the
-  source, and from its output every decoder layer's cross-attention keys and values (computed once per source,
+- ``encode(params, input_ids [b, s], attention_mask [b, s]) -> {"cross": [cross_shape(b, s), ...]}``: the encoder
+  over the source, and from its output every decoder layer's cross-attention keys and values (computed once per source,
   not once per generated token, as transformers' ``EncoderDecoderCache`` keeps them).
 - ``step(params, input_ids [b, 1], cache_index [b], encoder_mask [b, s], cross, cache) -> {"logits": [b, vocab],
   "cache"}``: one decoder token per row at its position ``cache_index`` (the decoder start token at 0), its
-  self-attention keys and values written into ``cache`` (``cache_shape(b, max_length)``, donated) and attended with
+  self-attention keys and values written into ``cache`` (arrays of ``cache_shape(b, max_length)``, donated) and attended with
   every position before it; the cross-attention over ``cross``, the padded source positions (``encoder_mask`` 0)
   masked.
 
-Both caches are ``[layers, 2 (keys, values), batch, heads, positions, head_dim]``, in the build's precision.
+Both caches are lists of ``2 x layers`` arrays ``[batch, heads, positions, head_dim]`` (layer ``i``'s keys at ``2i``,
+its values at ``2i + 1``), in the build's precision: each array is an input of its own, so that a step's products
+read it where it lies. Held as one ``[layers, 2, ...]`` array, each layer's keys and values were copied out of it
+before every product (XLA's CPU backend gives a dot operand a buffer of its own): at whisper-base's shape, 37 MB a
+row a step (``bench/cross_attention.py``).
 """
 
 from __future__ import annotations
@@ -36,11 +40,23 @@ class Seq2Seq:
     vocab_size: int
     decoder_start_token_id: int
 
+    decoder_layers: int
+
     def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
+        """One array of the cross-attention's keys or values: ``[batch, heads, seq, head_dim]``."""
         raise NotImplementedError
 
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
+        """One array of the decoder's cache: ``[batch, heads, max_length, head_dim]``."""
         raise NotImplementedError
+
+    def cross_inputs(self, batch: Any, seq: Any, dtype: str) -> list[InputInfo]:
+        """The cross-attention's keys and values, an array per decoder layer and kind (``step``'s ``cross``)."""
+        return [InputInfo(self.cross_shape(batch, seq), dtype) for _ in range(2 * self.decoder_layers)]
+
+    def cache_inputs(self, batch: Any, max_length: int, dtype: str) -> list[InputInfo]:
+        """The decoder's cache, an array per layer and kind (``step``'s ``cache``)."""
+        return [InputInfo(self.cache_shape(batch, max_length), dtype) for _ in range(2 * self.decoder_layers)]
 
     def encode_inputs(self, batch: Any, seq: Any) -> dict[str, InputInfo]:
         """``encode``'s inputs: the source's ids and its mask (1: a token, 0: padding)."""
@@ -53,8 +69,8 @@ class Seq2Seq:
         return {"input_ids": InputInfo((batch, 1), "int32", (0, self.vocab_size)),
                 "cache_index": InputInfo((batch,), "int32", (0, max_length)),
                 "encoder_mask": InputInfo((batch, seq), "int32", (0, 2)),
-                "cross": InputInfo(self.cross_shape(batch, seq), cache_dtype),
-                "cache": InputInfo(self.cache_shape(batch, max_length), cache_dtype)}
+                "cross": self.cross_inputs(batch, seq, cache_dtype),
+                "cache": self.cache_inputs(batch, max_length, cache_dtype)}
 
 
 class DecoderSized(Seq2Seq):
@@ -98,18 +114,26 @@ class DecoderSized(Seq2Seq):
 
     def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
         heads, hd = self._heads()
-        return (self.decoder_layers, 2, batch, heads, seq, hd)
+        return (batch, heads, seq, hd)
 
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
         return self.cross_shape(batch, max_length)
 
 
-def write_step(cache: jax.Array, layer: int, k: jax.Array, v: jax.Array, cache_index: jax.Array) -> jax.Array:
-    """``cache`` with one new token's keys and values ``k, v: [b, heads, hd]`` at each row's ``cache_index``."""
+def write_step(cache: list[jax.Array], layer: int, k: jax.Array, v: jax.Array,
+               cache_index: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One new token's keys and values ``k, v: [b, heads, hd]`` written at each row's ``cache_index`` into layer
+    ``layer``'s arrays of ``cache`` (the list, replaced in it); (its keys, its values)."""
     rows = jnp.arange(k.shape[0])
     for kind, x in ((0, k), (1, v)):
-        cache = cache.at[layer, kind, rows, :, cache_index, :].set(x.astype(cache.dtype))
-    return cache
+        at = 2 * layer + kind
+        cache[at] = cache[at].at[rows, :, cache_index, :].set(x.astype(cache[at].dtype))
+    return cache[2 * layer], cache[2 * layer + 1]
+
+
+def layer_of(cross: list[jax.Array], layer: int) -> tuple[jax.Array, jax.Array]:
+    """Layer ``layer``'s (keys, values) in a list of the caches' arrays."""
+    return cross[2 * layer], cross[2 * layer + 1]
 
 
 def step_bias(cache_index: jax.Array, max_length: int, dtype: Any = jnp.float32) -> jax.Array:

@@ -65,7 +65,7 @@ from ._layers import (
     Params, activation, attend, embed, fused_qkv, grouped_attention, head_embed, head_logits, layer_norm, linear,
     mask_bias, matmul, normal_init, positions,
 )
-from ._seq2seq import DecoderSized, attend_step, step_bias, write_step
+from ._seq2seq import DecoderSized, attend_step, layer_of, step_bias, write_step
 from ._tokens import TokenInputs
 from .bert import _linear, _ln
 from .heads import Headed, last_real
@@ -222,11 +222,11 @@ class Bart(Headed, TokenInputs, DecoderSized):
         encoded = self._encoded(params, input_ids, mask_bias(attention_mask != 0, jnp.float32)[:, None, None, :])
         heads, _ = self._heads()
         b, s = input_ids.shape
-        return {"cross": jnp.stack([jnp.stack([linear(p[f"cross_{n}"], encoded).reshape(b, s, heads, -1).swapaxes(1, 2)
-                                               for n in "kv"]) for p in params["decoder"]["layers"]])}
+        return {"cross": [linear(p[f"cross_{n}"], encoded).reshape(b, s, heads, -1).swapaxes(1, 2)
+                          for p in params["decoder"]["layers"] for n in "kv"]}
 
     def step(self, params: Params, input_ids: jax.Array, cache_index: jax.Array, encoder_mask: jax.Array,
-             cross: jax.Array, cache: jax.Array) -> dict[str, jax.Array]:
+             cross: list[jax.Array], cache: list[jax.Array]) -> dict[str, Any]:
         """One decoder token per row at its position ``cache_index`` (``models/_seq2seq.py``)."""
         dec = params["decoder"]
         heads, hd = self._heads()
@@ -235,14 +235,15 @@ class Bart(Headed, TokenInputs, DecoderSized):
         grow = math.sqrt(self.d_model) if self.scale_embedding else 1.0
         h = head_embed(params["shared"], input_ids[:, 0]) * grow
         h = self._normed(dec, h + embed(self._positions(dec, params["shared"].dtype), cache_index))
-        seen = step_bias(cache_index, cache.shape[4])
+        cache = list(cache)
+        seen = step_bias(cache_index, cache[0].shape[2])
         source = mask_bias(encoder_mask != 0, jnp.float32)[:, None, None, :]
         for i, p in enumerate(dec["layers"]):
             q, k, v = (linear(p[n], h).reshape(b, heads, hd) for n in "qkv")
-            cache = write_step(cache, i, k, v, cache_index)
-            h = layer_norm(p["attn_ln"], h + linear(p["out"], attend_step(q * scale, cache[i, 0], cache[i, 1], seen)))
+            keys, values = write_step(cache, i, k, v, cache_index)
+            h = layer_norm(p["attn_ln"], h + linear(p["out"], attend_step(q * scale, keys, values, seen)))
             q = linear(p["cross_q"], h).reshape(b, heads, hd) * scale
-            h = layer_norm(p["cross_ln"], h + linear(p["cross_out"], attend_step(q, cross[i, 0], cross[i, 1], source)))
+            h = layer_norm(p["cross_ln"], h + linear(p["cross_out"], attend_step(q, *layer_of(cross, i), source)))
             h = self._ffn(p, h)
         return {"logits": self._logits(params, h), "cache": cache}
 

@@ -68,7 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._layers import Params, activation, embed, head_embed, head_logits, mask_bias, matmul, normal_init, softmax
-from ._seq2seq import Seq2Seq, attend_step, step_bias, write_step
+from ._seq2seq import Seq2Seq, attend_step, layer_of, step_bias, write_step
 from ._tokens import TokenInputs
 from .heads import sentence_embedding
 from .llama import rms_norm
@@ -306,7 +306,7 @@ class T5Encoder(Seq2Seq, TokenInputs):
 
     # --- generation (head=conditional_generation): models/_seq2seq.py -------------------------------------
     def cross_shape(self, batch: Any, seq: Any) -> tuple[Any, ...]:
-        return (self.decoder_layers, 2, batch, self.num_heads, seq, self.d_kv)
+        return (batch, self.num_heads, seq, self.d_kv)
 
     def cache_shape(self, batch: Any, max_length: int) -> tuple[Any, ...]:
         return self.cross_shape(batch, max_length)
@@ -314,15 +314,15 @@ class T5Encoder(Seq2Seq, TokenInputs):
     def encode(self, params: Params, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
         """The encoder over the source, and each decoder layer's cross-attention keys and values of its output."""
         encoded = self._encoded(params, input_ids, attention_mask)
-        cross = jnp.stack([jnp.stack([self._split(encoded, p[f"cross_{n}"]).swapaxes(1, 2) for n in "kv"])
-                           for p in params["decoder"]["layers"]])
-        return {"cross": cross.astype(params["embed"].dtype)}
+        return {"cross": [self._split(encoded, p[f"cross_{n}"]).swapaxes(1, 2).astype(params["embed"].dtype)
+                          for p in params["decoder"]["layers"] for n in "kv"]}
 
     def step(self, params: Params, input_ids: jax.Array, cache_index: jax.Array, encoder_mask: jax.Array,
-             cross: jax.Array, cache: jax.Array) -> dict[str, jax.Array]:
+             cross: list[jax.Array], cache: list[jax.Array]) -> dict[str, Any]:
         """One decoder token per row at its position ``cache_index`` (``models/_seq2seq.py``)."""
         dec, eps = params["decoder"], self.layer_norm_epsilon
-        n = cache.shape[4]
+        cache = list(cache)
+        n = cache[0].shape[2]
         seen = step_bias(cache_index, n)
         source = mask_bias(encoder_mask != 0)[:, None, None, :]
 
@@ -336,10 +336,9 @@ class T5Encoder(Seq2Seq, TokenInputs):
             bias = biased(p["relative_attention_bias"]) if self.per_layer_bias else bias
             x = rms_norm(p["attn_norm"], h, eps)
             q, k, v = (self._split(x, p[w]) for w in "qkv")
-            cache = write_step(cache, i, k, v, cache_index)
-            h = h + matmul(attend_step(q, cache[i, 0], cache[i, 1], bias), p["o"].T)
+            h = h + matmul(attend_step(q, *write_step(cache, i, k, v, cache_index), bias), p["o"].T)
             q = self._split(rms_norm(p["cross_norm"], h, eps), p["cross_q"])
-            h = h + matmul(attend_step(q, cross[i, 0], cross[i, 1], source), p["cross_o"].T)
+            h = h + matmul(attend_step(q, *layer_of(cross, i), source), p["cross_o"].T)
             h = self._ff(p, h)
         return {"logits": self._logits(params, rms_norm(dec["final_norm"], h, eps)), "cache": cache}
 

@@ -47,7 +47,7 @@ from ._layers import (
     Params, activation, attend, embed, fused_qkv, grouped_attention, head_embed, head_logits, layer_norm, linear,
     mask_bias, matmul, normal_init, positions,
 )
-from ._seq2seq import DecoderSized, attend_step, step_bias, write_step
+from ._seq2seq import DecoderSized, attend_step, layer_of, step_bias, write_step
 from .bert import _ln
 from .heads import Headed
 
@@ -183,13 +183,17 @@ class Whisper(Headed, DecoderSized):
         """As an encoder-decoder's, over the encoder's fixed ``max_source_positions`` (``seq`` unread)."""
         return super().step_inputs(batch, self.max_source_positions, max_length, cache_dtype)
 
+    def cross_inputs(self, batch: Any, seq: Any, dtype: str) -> list[InputInfo]:
+        """As an encoder-decoder's, over the encoder's fixed ``max_source_positions`` (``seq`` unread)."""
+        return super().cross_inputs(batch, self.max_source_positions, dtype)
+
     def encode(self, params: Params, input_features: jax.Array) -> dict[str, jax.Array]:
         """The encoder over the features, and each decoder layer's cross-attention keys and values of its output."""
         encoded = self._encoded(params, input_features)
-        return {"cross": jnp.stack([jnp.stack(self._cross(p, encoded)) for p in params["decoder"]["layers"]])}
+        return {"cross": [a for p in params["decoder"]["layers"] for a in self._cross(p, encoded)]}
 
     def step(self, params: Params, input_ids: jax.Array, cache_index: jax.Array, encoder_mask: jax.Array,
-             cross: jax.Array, cache: jax.Array) -> dict[str, jax.Array]:
+             cross: list[jax.Array], cache: list[jax.Array]) -> dict[str, Any]:
         """One decoder token per row at its position ``cache_index`` (``models/_seq2seq.py``); ``encoder_mask`` is
         all ones (the encoder's frames are all real: silence is padded as features, not masked)."""
         dec = params["decoder"]
@@ -198,15 +202,15 @@ class Whisper(Headed, DecoderSized):
         scale = 1.0 / math.sqrt(hd)
         grow = math.sqrt(self.d_model) if self.scale_embedding else 1.0
         h = head_embed(dec["embed"], input_ids[:, 0]) * grow + embed(dec["position"], cache_index)
-        seen = step_bias(cache_index, cache.shape[4])
+        cache = list(cache)
+        seen = step_bias(cache_index, cache[0].shape[2])
         source = mask_bias(encoder_mask != 0, jnp.float32)[:, None, None, :]
         for i, p in enumerate(dec["layers"]):
             x = layer_norm(p["attn_ln"], h)
             q, k, v = (linear(p[n], x).reshape(b, heads, hd) for n in "qkv")
-            cache = write_step(cache, i, k, v, cache_index)
-            h = h + linear(p["out"], attend_step(q * scale, cache[i, 0], cache[i, 1], seen))
+            h = h + linear(p["out"], attend_step(q * scale, *write_step(cache, i, k, v, cache_index), seen))
             q = linear(p["cross_q"], layer_norm(p["cross_ln"], h)).reshape(b, heads, hd) * scale
-            h = h + linear(p["cross_out"], attend_step(q, cross[i, 0], cross[i, 1], source))
+            h = h + linear(p["cross_out"], attend_step(q, *layer_of(cross, i), source))
             h = self._ffn(p, h)
         return {"logits": head_logits(layer_norm(dec["ln"], h), dec["embed"]), "cache": cache}
 

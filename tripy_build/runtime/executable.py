@@ -580,8 +580,10 @@ class Executable(MultiEntry):
 
     def _step(self, target: tuple[int, ...], leaves: list[Any], names: tuple[str, ...]) -> tuple[Any, ...]:
         with calls:
-            out = self._callable(target)(*self._leading, *leaves)
-            return tuple(out[n] for n in names)
+            flat: list[Any] = []
+            flatten_like(self._model.output_structure, self._callable(target)(*self._leading, *leaves), "", flat)
+        named = dict(zip(self.output_names, flat))
+        return tuple(named[n] for n in names)
 
 
 def together(models: Mapping[str, CompiledModel], like: Mapping[str, Executable] | None = None) -> dict[str, Executable]:

@@ -191,8 +191,9 @@ class Steps:
     artifact (``generation_steps()``), with the ``spares`` its sessions leave.
 
     Each loader provides ``_place`` (a host array onto its device), ``_fetch`` (a device value back as numpy) and,
-    per entry, ``_step(target, leaves, names)``: one profile run as it is, the outputs ``names`` (logits, cache) left
-    on the device; the cache is passed back to the next step (donated: updated in place).
+    per entry, ``_step(target, leaves, names)``: one profile run as it is, the flat outputs ``names`` (``logits``,
+    ``cache``; an encoder-decoder's ``cache[0]``, ``cache[1]``...) left on the device; the cache is passed back to the
+    next step (donated: updated in place).
     """
 
     def __init__(self, loaded: Any):
@@ -220,13 +221,20 @@ class Steps:
         return self.host(logits), cache
 
     def reorder(self, entry: str, batch: int, cache: Any, rows: dict[int, int]) -> tuple[Any, np.ndarray]:
-        """(the cache with row ``i`` replaced by row ``rows[i]``, the rows not named keeping theirs, and the index
-        that says so): the artifact's ``reorder`` entry, a gather on the device (beam search's continuations,
-        ``runtime/beams.py``)."""
+        """(the cache (an array, or an encoder-decoder's list of them) with row ``i`` replaced by row ``rows[i]``, the
+        rows not named keeping theirs, and the index that says so): the artifact's ``reorder`` entry, a gather on the
+        device (beam search's continuations, ``runtime/beams.py``)."""
         index = np.arange(batch, dtype=np.int32)
         index[list(rows)] = list(rows.values())
+        if isinstance(cache, list):
+            return list(self.outputs(entry, {"batch": batch}, [*cache, index], self.names(entry, "cache"))), index
         (cache,) = self.outputs(entry, {"batch": batch}, [cache, index], ("cache",))
         return cache, index
+
+    def names(self, entry: str, output: str) -> tuple[str, ...]:
+        """The flat names of the entry's output ``output``: its own (an array), or its arrays' (``cross[0]``,
+        ``cross[1]``...: an encoder-decoder's caches, an array per layer and kind)."""
+        return tuple(n for n in self.loaded.entry(entry).output_names if n == output or n.startswith(output + "["))
 
     def outputs(self, entry: str, profile: dict[str, int], leaves: list[Any], names: Sequence[str]) -> tuple[Any, ...]:
         """The entry's outputs ``names``, left on the device, for ``leaves`` in its input order."""

@@ -96,6 +96,7 @@ class Session:
         with one, a language to detect must be in ``languages`` already (``detect``: it is detected without the
         prompt, as transformers detects it)."""
         self.steps, self.spec, self.batch = steps, spec, batch
+        self.caches = steps.names(spec.decode, "cache")  # the decoder's cache arrays, by name (an array per layer and kind)
         self.opening = Opening.of(spec.opening).tokens() if opening is None else list(opening)
         self.languages = {} if languages is None else languages
         self.firsts = firsts
@@ -135,9 +136,11 @@ class Session:
             ids, mask = (np.zeros((self.batch, self.profile["seq"]), np.int32) for _ in range(2))
             for row, source in enumerate(sources):
                 ids[row, :len(source)], mask[row, :len(source)] = source, 1
-            (cross,) = self.steps.outputs(self.spec.prefill, self.profile, [ids, mask], ("cross",))
-        cache = self.steps.zeros([self.batch if n == -1 else n for n in self.spec.cache_shape], self.spec.cache_dtype)
-        self.state = [self.steps.put(mask), cross, cache]
+            cross = self.steps.outputs(self.spec.prefill, self.profile, [ids, mask],
+                                       self.steps.names(self.spec.prefill, "cross"))
+        shape = [self.batch if n == -1 else n for n in self.spec.cache_shape]
+        cache = [self.steps.zeros(shape, self.spec.cache_dtype) for _ in self.caches]
+        self.state = [self.steps.put(mask), list(cross), cache]
         self.busy[:len(sources)] = True
         rows = list(range(len(sources)))
         logits = self._run()
@@ -155,7 +158,7 @@ class Session:
             logits = self.step({row: int(languages[row]) if token == DETECT else token for row in rows})
         return rows, logits[:len(sources)]
 
-    def _features(self, sources: Sequence[np.ndarray]) -> Any:
+    def _features(self, sources: Sequence[np.ndarray]) -> tuple[Any, ...]:
         """The cross-attention keys and values of a speech model's ``sources`` at this session's batch: each distinct
         source (a source's beams are one array) encoded once, at the smallest batch that holds them, and its rows
         gathered into the batch's on the device (``Spec.expand``; an artifact without it encodes every row)."""
@@ -171,11 +174,11 @@ class Session:
         encoded = sources if n == self.batch else distinct
         x = np.zeros((n, *self.spec.source_shape), np.float32)
         x[:len(encoded)] = encoded
-        (cross,) = self.steps.outputs(self.spec.prefill, {"batch": n}, [x], ("cross",))
+        cross = self.steps.outputs(self.spec.prefill, {"batch": n}, [x], self.steps.names(self.spec.prefill, "cross"))
         if n == self.batch:
             return cross
-        (cross,) = self.steps.outputs(self.spec.expand, {"sources": n, "batch": self.batch}, [cross, index], ("cross",))
-        return cross
+        return self.steps.outputs(self.spec.expand, {"sources": n, "batch": self.batch}, [*cross, index],
+                                  self.steps.names(self.spec.expand, "cross"))
 
     def step(self, tokens: dict[int, int]) -> np.ndarray:
         """One decoder step: each busy row's last token ``tokens[row]`` in; the next logits of every row."""
@@ -187,11 +190,12 @@ class Session:
         if self.at >= self.spec.max_length:
             raise CallError(f"generate(): a reply past generate.max_length={self.spec.max_length} decoder positions.")
         mask, cross, cache = self.state
-        logits, cache = self.steps.run(self.spec.decode, self.profile, [
-            self.token[:, None], np.full(self.batch, self.at, np.int32), mask, cross, cache])
+        logits, *cache = self.steps.outputs(self.spec.decode, self.profile, [
+            self.token[:, None], np.full(self.batch, self.at, np.int32), mask, *cross, *cache],
+            ("logits", *self.caches))
         self.state[2] = cache
         self.at += 1
-        return logits[:, :self.spec.vocab_size]
+        return self.steps.host(logits)[:, :self.spec.vocab_size]
 
     def reorder(self, rows: dict[int, int]) -> None:
         """The decoder's cache row ``i`` replaced by row ``rows[i]`` (the rows not named keep theirs), on the device:
