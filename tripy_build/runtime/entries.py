@@ -8,6 +8,7 @@ executable of its own; every one of them holds the same ``entries`` dict, and th
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -39,6 +40,12 @@ class MultiEntry:
     artifact_dir: Any = None  # the directory the loaders read the artifact from (None: compiled in this process)
     _tokenizer: Any = None
     _warming: threading.Thread | None = None  # the background warm-up ``warm_up(background=True)`` started
+    output_names: list[str]  # each flat output's name (the loader's property)
+
+    @functools.cached_property
+    def _output_index(self) -> dict[str, int]:
+        """Each flat output's place by its name, for ``_step`` (``runtime/generate.Steps``: every decode step)."""
+        return {n: i for i, n in enumerate(self.output_names)}
 
     def wait_warmed(self, timeout: float | None = None) -> bool:
         """Wait until the background warm-up (``load(..., warmup="background")``, the default) is done with

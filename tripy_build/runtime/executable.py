@@ -580,10 +580,8 @@ class Executable(MultiEntry):
 
     def _step(self, target: tuple[int, ...], leaves: list[Any], names: tuple[str, ...]) -> tuple[Any, ...]:
         with calls:
-            flat: list[Any] = []
-            flatten_like(self._model.output_structure, self._callable(target)(*self._leading, *leaves), "", flat)
-        named = dict(zip(self.output_names, flat))
-        return tuple(named[n] for n in names)
+            flat = jax.tree_util.tree_leaves(self._callable(target)(*self._leading, *leaves))
+        return tuple(flat[self._output_index[n]] for n in names)
 
 
 def together(models: Mapping[str, CompiledModel], like: Mapping[str, Executable] | None = None) -> dict[str, Executable]:

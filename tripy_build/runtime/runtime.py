@@ -419,7 +419,7 @@ class Runtime(MultiEntry):
                 compiled = self._profile(target)
             outs = compiled.device_outputs([*self._leading, *leaves])
             self._ran.add(target)
-        return tuple(outs[self.output_names.index(n)] for n in names)
+        return tuple(outs[self._output_index[n]] for n in names)
 
     def _structure(self, outputs: list[np.ndarray]) -> Any:
         template = self._manifest.output_structure
